@@ -1,0 +1,36 @@
+/*
+ * aclnn-py: MoE expert-parallel combine, context + cclBufferSize form (../shared/SPEC.md §1.2).
+ */
+#ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V5_H
+#define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V5_H
+
+#include "aclnn/aclnn_base.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+aclnnStatus aclnnMoeDistributeCombineV5GetWorkspaceSize(
+    const aclTensor *context, const aclTensor *expandX, const aclTensor *expertIds,
+    const aclTensor *assistInfoForCombine, const aclTensor *epSendCounts, const aclTensor *expertScales,
+    const aclTensor *tpSendCountsOptional, const aclTensor *xActiveMaskOptional,
+    const aclTensor *activationScaleOptional, const aclTensor *weightScaleOptional,
+    const aclTensor *groupListOptional, const aclTensor *expandScalesOptional,
+    const aclTensor *sharedExpertXOptional, const aclTensor *elasticInfoOptional,
+    const aclTensor *oriXOptional, const aclTensor *constExpertAlpha1Optional,
+    const aclTensor *constExpertAlpha2Optional, const aclTensor *constExpertVOptional,
+    const aclTensor *performanceInfoOptional, int64_t epWorldSize, int64_t epRankId,
+    int64_t moeExpertNum, int64_t cclBufferSize, int64_t tpWorldSize, int64_t tpRankId,
+    int64_t expertShardType, int64_t sharedExpertNum, int64_t sharedExpertRankNum, int64_t globalBs,
+    int64_t outDtype, int64_t commQuantMode, int64_t groupListType, const char *commAlg,
+    int64_t zeroExpertNum, int64_t copyExpertNum, int64_t constExpertNum, aclTensor *xOut,
+    uint64_t *workspaceSize, aclOpExecutor **executor);
+
+aclnnStatus aclnnMoeDistributeCombineV5(void *workspace, uint64_t workspaceSize,
+                                        aclOpExecutor *executor, aclrtStream stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,90 @@
+// Internal C++ interface of the mock aclnn meta library (libnnopbase.so): tensor descriptors and
+// the generic two-phase executor that every mock op builds on (../shared/ABI.md §4).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "aclnn/acl_meta.h"
+#include "runtime/rt_core.h"
+
+// aclTensor / aclOpExecutor are opaque in the public headers; the mock defines them here.
+struct aclTensor {
+    uint64_t magic;                   // kTensorMagic while alive
+    std::vector<int64_t> view;        // view dims
+    std::vector<int64_t> strides;     // in elements
+    int64_t offset = 0;               // in elements
+    aclDataType dtype = ACL_DT_UNDEFINED;
+    aclFormat format = ACL_FORMAT_ND;
+    std::vector<int64_t> storage;     // storage dims
+    void *data = nullptr;             // storage base
+};
+
+namespace aclmock {
+
+constexpr uint64_t kTensorMagic = 0x41434c54454e534fULL;
+
+// Bits of one element; packed types give 4 (INT4, FP4_*) or 1 (UINT1).
+ACLMOCK_API int dtype_bits(aclDataType dt);
+ACLMOCK_API const char *dtype_name(aclDataType dt);
+// True when `t` is a tensor created by aclCreateTensor and not destroyed.
+ACLMOCK_API bool tensor_alive(const aclTensor *t);
+ACLMOCK_API int64_t numel(const aclTensor &t);
+// Bytes from the storage base to one past the last element the view can reach.
+ACLMOCK_API uint64_t view_extent_bytes(const aclTensor &t);
+ACLMOCK_API bool is_contiguous(const aclTensor &t);
+// Address of view element 0: data + offset * element size.
+ACLMOCK_API void *view_ptr(const aclTensor &t);
+ACLMOCK_API std::string shape_str(const std::vector<int64_t> &dims);
+struct TensorStats {
+    size_t live_tensors = 0;
+    size_t live_executors = 0;
+};
+ACLMOCK_API TensorStats tensor_stats();
+
+// One slot of an executor: a copy of the descriptor taken at phase 1 (so the caller may destroy its
+// aclTensor after phase 2 returns), or empty when the optional argument was NULL.
+struct Slot {
+    bool present = false;
+    aclTensor desc{};
+};
+
+// Base class of every op's executor. Phase 1 (the op's GetWorkspaceSize) validates, fills the
+// slots, sets workspace_size and calls register_executor(). Phase 2 calls launch_executor().
+class Executor {
+public:
+    explicit Executor(std::string op_name) : op_name_(std::move(op_name)) {}
+    virtual ~Executor() = default;
+
+    const std::string &op_name() const { return op_name_; }
+    std::vector<Slot> inputs;
+    std::vector<Slot> outputs;
+    uint64_t workspace_size = 0;
+    bool repeatable = false;
+
+    // Runs on the stream's worker thread. `workspace` was checked to be device memory of at least
+    // workspace_size bytes; the slots hold the addresses bound at launch time (rebinding after a
+    // launch does not affect a launch already queued). Returns an aclError / aclnnStatus; on
+    // failure it has set the message with aclmock::set_error / fail.
+    virtual int run(const std::vector<Slot> &inputs, const std::vector<Slot> &outputs,
+                    void *workspace, Stream *stream) = 0;
+
+private:
+    std::string op_name_;
+};
+
+// Makes a live executor handle out of a fully built executor.
+ACLMOCK_API aclOpExecutor *register_executor(std::shared_ptr<Executor> exec);
+// Looks up a live handle (nullptr when unknown, destroyed or consumed).
+ACLMOCK_API std::shared_ptr<Executor> find_executor(aclOpExecutor *handle);
+// Phase 2 shared by all ops: checks the handle (consumed / destroyed → ACLNN_ERR_PARAM_INVALID
+// with a message), the workspace (NULL or smaller than workspace_size when > 0, not device memory →
+// ACLNN_ERR_PARAM_INVALID), every bound tensor's data range against the memory registry, resolves
+// the stream, snapshots the slots and enqueues exec->run. A normal executor is consumed (its handle
+// becomes invalid) when this returns, successful or not; a repeatable one stays.
+ACLMOCK_API aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t workspace_size,
+                                        aclrtStream stream, const char *api_name);
+
+}  // namespace aclmock

@@ -1,0 +1,132 @@
+// Internal C++ interface of the mock HCCL (libhccl.so): communicators, windows, op-resource
+// contexts and the mailbox/wait primitives that the dispatch and combine kernels share.
+//
+// Window layout (every rank's window is 2 * HCCL_BUFFSIZE MiB of POSIX shared memory, mapped by all
+// ranks of the world):
+//   [0, 1 MiB)            status area: WindowHeader, then two Mailbox halves
+//   [1 MiB, end)          data area, split in two halves; a call with sequence number `seq` uses
+//                         half (seq % 2), so a rank one call ahead never overwrites data a slower
+//                         rank is still reading (the hardware double-buffers the same way).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "hccl/hccl_comm.h"
+#include "hccl/hccl_kfc.h"
+#include "runtime/rt_core.h"
+
+namespace aclmock {
+namespace hccl {
+
+constexpr uint64_t kStatusAreaBytes = 1ull << 20;
+constexpr int kMaxRanks = 1024;
+constexpr int kMailboxCounts = 4096;   // int32 per half (dispatch uses index j*W+src < L*W <= 2048)
+constexpr int kMailboxFields = 14;
+
+// What every call publishes to every peer. `seq` is written last (release) and read first
+// (acquire); the other fields are valid once seq matches.
+struct alignas(128) MailboxEntry {
+    std::atomic<uint64_t> seq;    // call sequence number + 1 (0 = never written)
+    uint32_t tag;                 // which op (OpTag)
+    uint32_t nfields;
+    int64_t fields[kMailboxFields];  // op parameters, so mismatches across ranks are reported by name
+};
+static_assert(sizeof(MailboxEntry) == 128, "mailbox entry layout");
+
+struct Mailbox {
+    MailboxEntry from[kMaxRanks];     // from[src]: written by rank src into this rank's window
+    int32_t counts[kMailboxCounts];   // per-(slot) counts written by senders, e.g. [j*W+src]
+};
+
+struct WindowHeader {
+    uint64_t magic;
+    uint64_t world_id;
+    uint32_t rank;
+    uint32_t nranks;
+    int32_t pid;                      // process owning this window, for dead-peer reports
+    uint32_t reserved;
+};
+
+enum OpTag : uint32_t { kTagBarrier = 1, kTagDispatch = 2, kTagCombine = 3 };
+const char *op_tag_name(uint32_t tag);
+
+class Comm;
+
+// The object HcclCreateOpResCtx returns and the context tensor stores as kfcContextAddr.
+struct OpResCtx {
+    uint64_t magic;                  // kOpResCtxMagic while alive
+    Comm *comm;
+    uint8_t op_type;
+    uint8_t comm_engine;
+    char alg_config[128];
+};
+constexpr uint64_t kOpResCtxMagic = 0x4b4643434f4e5458ULL;
+
+// Returns the live op-resource context at `addr` (taken from a context tensor), or nullptr.
+ACLMOCK_API OpResCtx *verify_op_res_ctx(uint64_t addr);
+
+class ACLMOCK_API Comm {
+public:
+    uint32_t rank() const;
+    uint32_t nranks() const;
+    const std::string &name() const;
+    int32_t device() const;              // device current when the communicator was created
+    uint8_t *window(uint32_t r) const;   // local mapping of rank r's window (own when r == rank())
+    uint64_t window_size() const;        // bytes, 2 * HCCL_BUFFSIZE MiB
+    uint64_t data_half_bytes() const;    // (window_size - 1 MiB) / 2
+    // Start of data half `half` in rank r's window.
+    uint8_t *data_half(uint32_t r, int half) const;
+    Mailbox *mailbox(uint32_t r, int half) const;   // in rank r's window
+    WindowHeader *header(uint32_t r) const;
+    bool destroyed() const;
+
+    // Sequence numbers: every collective call (barrier, dispatch, combine) takes the next one, in
+    // the stream order in which the calls execute.
+    uint64_t next_seq();
+
+    // Publish this rank's entry for call `seq` into peer `dst`'s mailbox (half seq % 2). Any data
+    // and counts written into dst's window before this call are visible to dst once it sees the
+    // entry.
+    void publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields);
+
+    // Wait until every rank in `srcs` (all ranks when empty) has published call `seq` into this
+    // rank's mailbox. Bounded by HCCL_EXEC_TIMEOUT seconds (default 120). Returns 0, or an
+    // aclError with the message set:
+    //   - ACL_ERROR_RT_AICORE_TIMEOUT: "<op> on rank r: timed out after Ns waiting for ranks [..]
+    //     (rank 3: process 1234 is dead)"
+    //   - ACL_ERROR_RT_AICORE_EXCEPTION: a peer published a different op or a newer sequence
+    //     number (call-order mismatch), or one of `fields` differs ("moe_expert_num: rank 2 has 64,
+    //     rank 0 has 32"); field_names names each field for that message.
+    int wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
+                 uint32_t nfields, const char *op_name);
+
+    // Whether peer r's process is alive (always true for thread ranks of this process).
+    bool peer_alive(uint32_t r) const;
+
+    struct Impl;
+    explicit Comm(Impl *impl);
+    ~Comm();
+    Impl *impl() const { return impl_; }
+
+private:
+    Impl *impl_;
+};
+
+// The Comm behind a public handle, or nullptr (and a message) when the handle is not live.
+ACLMOCK_API Comm *from_handle(HcclComm handle);
+
+// HCCL_EXEC_TIMEOUT in seconds (default 120 in the mock).
+ACLMOCK_API double exec_timeout_seconds();
+
+struct HcclStats {
+    size_t live_comms = 0;
+    size_t mapped_windows = 0;       // window mappings held by this process
+    uint64_t mapped_bytes = 0;
+};
+ACLMOCK_API HcclStats hccl_stats();
+
+}  // namespace hccl
+}  // namespace aclmock

@@ -1,0 +1,99 @@
+// Internal C++ interface of the mock runtime (libascendcl.so). The other mock libraries
+// (libnnopbase, libhccl, libcust_opapi) and the pybind11 control module link against it and use
+// these calls; they are exported with default visibility under namespace aclmock, never part of the
+// public C ABI in include/.
+#pragma once
+
+#include <cstdarg>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "acl/acl_rt.h"
+
+#define ACLMOCK_API __attribute__((visibility("default")))
+
+namespace aclmock {
+
+// ---- error messages (aclGetRecentErrMsg): per thread, cleared on read -------------------------
+// set_error replaces this thread's recent message. fail() formats, sets and returns the code so a
+// check reads `return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: size must be > 0");`.
+ACLMOCK_API void set_error(const std::string &msg);
+ACLMOCK_API std::string take_error();          // read and clear (what aclGetRecentErrMsg does)
+ACLMOCK_API const std::string &peek_error();   // read without clearing
+ACLMOCK_API int fail(int code, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+ACLMOCK_API std::string vformat(const char *fmt, va_list ap);
+ACLMOCK_API std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+// ---- configuration, read from the environment at first use and resettable for tests ----------
+enum class Soc { Ascend910_93, Ascend950 };
+struct Config {
+    int device_count = 16;       // ACLNN_MOCK_DEVICE_COUNT
+    Soc soc = Soc::Ascend910_93; // ACLNN_MOCK_SOC
+    bool poison = true;          // ACLNN_MOCK_POISON (0 turns it off)
+    uint8_t poison_byte = 0xA5;
+};
+ACLMOCK_API const Config &config();
+ACLMOCK_API void reload_config();                 // re-read the environment
+ACLMOCK_API void set_soc(Soc soc);
+ACLMOCK_API void set_poison(bool on);
+ACLMOCK_API const char *soc_name(Soc soc);
+// A numeric environment variable, or dflt when unset/unparsable.
+ACLMOCK_API double env_double(const char *name, double dflt);
+
+// ---- init / devices -------------------------------------------------------------------------
+ACLMOCK_API bool acl_initialized();
+// The calling thread's current device, or -1 when none was set (aclrtSetDevice).
+ACLMOCK_API int32_t current_device();
+
+// ---- memory registry --------------------------------------------------------------------------
+// Every byte a tensor or a copy may address belongs to a registered block. Device allocations,
+// pinned host allocations and HCCL windows (own and peer mappings) are registered.
+enum class MemKind : int { Device = 0, Host = 1, Window = 2, PeerWindow = 3 };
+struct MemBlock {
+    uintptr_t base = 0;
+    size_t size = 0;      // usable bytes (the range that may be addressed)
+    int32_t device = -1;  // owning device (-1 for pinned host)
+    MemKind kind = MemKind::Device;
+};
+ACLMOCK_API void register_block(void *base, size_t size, int32_t device, MemKind kind);
+ACLMOCK_API bool unregister_block(void *base);
+// The block that contains [p, p+nbytes) entirely; false when p is in no block or the range runs
+// past the end of its block.
+ACLMOCK_API bool find_block(const void *p, size_t nbytes, MemBlock *out);
+// True when p..p+nbytes lies in device-addressable memory (Device, Window, PeerWindow). On failure
+// sets a message "<what>: address 0x.. (+N bytes) is not device memory ..." and returns false.
+ACLMOCK_API bool check_device_range(const void *p, size_t nbytes, const char *what);
+struct MemStats {
+    size_t live_allocations = 0; // aclrtMalloc + aclrtMallocHost blocks not yet freed
+    size_t live_bytes = 0;
+};
+ACLMOCK_API MemStats mem_stats();
+
+// ---- streams ------------------------------------------------------------------------------------
+// A stream is an in-order queue served by its own worker thread. A task returns an aclError; the
+// first failure (code + message) is kept on the stream and returned, with its message, by the next
+// aclrtSynchronizeStream; tasks queued after a failure still run (as on hardware, later kernels
+// run on whatever their inputs hold).
+class Stream;
+using Task = std::function<int()>;
+// Resolve a user handle: NULL means the current device's default stream. Returns nullptr and sets
+// *err (and the message) when the handle is not a live stream or no device is set.
+ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err);
+ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name);
+ACLMOCK_API int32_t stream_device(const Stream *s);
+struct StreamStats {
+    size_t live_streams = 0;
+    size_t live_events = 0;
+    uint64_t tasks_run = 0;
+};
+ACLMOCK_API StreamStats stream_stats();
+
+// ---- reset for tests ---------------------------------------------------------------------------
+// Drops the recent error message of this thread; used by the control module between tests.
+ACLMOCK_API void clear_error();
+
+}  // namespace aclmock
