@@ -1,0 +1,274 @@
+"""Find and load a backend — the real CANN libraries or the mock CANN root — and bind its symbols.
+
+``aclnn_py._aclnn`` holds one trampoline per C function of ``include/`` (see build_ffi.py); this
+module dlopens the backend's libraries in CANN's search order (ABI.md §5) and points each trampoline
+at the symbol it finds. Symbols a backend lacks stay bound to stubs; calling them through
+:data:`Backend.lib` raises :class:`~aclnn_py.errors.MissingSymbolError` naming the symbol and the
+libraries searched.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from . import errors
+
+#: Functions of libnnopbase.so (ABI.md §0); every other non-HCCL, non-op name is libascendcl.so's.
+_META_FUNCTIONS = frozenset(
+    """aclnnInit aclnnFinalize aclCreateTensor aclDestroyTensor aclGetDataType aclGetFormat
+    aclGetViewOffset aclSetRawTensorAddr aclGetRawTensorAddr aclSetAclOpExecutorRepeatable
+    aclDestroyAclOpExecutor aclSetInputTensorAddr aclSetOutputTensorAddr aclSetTensorAddr""".split()
+)
+#: HCCL communicator-management calls: libhcomm.so first on CANN >= 8.5 (ABI.md §3.3).
+_HCOMM_FUNCTIONS = frozenset(
+    """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetCommName HcclGetRankId
+    HcclGetRankSize HcclGetCommAsyncError HcclGetErrorString HcclCommGetHandleWithName
+    HcclGetHcclBuffer HcclGetRemoteIpcHcclBuf HcclKfcAllocOpArgs HcclKfcFreeOpArgs
+    HcclKfcOpArgsSetCommEngine HcclKfcOpArgsSetAlgConfig HcclCreateOpResCtx""".split()
+)
+_OPAPI_DOMAINS = ("transformer", "math", "nn", "cv", "oam", "legacy")
+
+ENV_BACKEND = "ACLNN_PY_BACKEND"
+ENV_MOCK_ROOT = "ACLNN_PY_MOCK_ROOT"
+
+
+def symbol_group(name: str) -> str:
+    """Which library group exports `name`: "runtime", "meta", "ops" or "hccl"."""
+    if name.startswith("aclnnMoe"):
+        return "ops"
+    if name.startswith("Hccl"):
+        return "hccl"
+    if name in _META_FUNCTIONS:
+        return "meta"
+    return "runtime"
+
+
+def mock_root() -> Path:
+    """The mock CANN root shipped with the package (or ``$ACLNN_PY_MOCK_ROOT``)."""
+    env = os.environ.get(ENV_MOCK_ROOT)
+    if env:
+        return Path(env)
+    import aclnn_py
+
+    for entry in reversed(list(aclnn_py.__path__)):  # a dev build dir is appended last: prefer it
+        cand = Path(entry) / "mock_root"
+        if (cand / "lib64").is_dir():
+            return cand
+    raise errors.BackendError(
+        "the mock CANN root was not found in the aclnn_py package; reinstall with `pip install .` "
+        f"or set {ENV_MOCK_ROOT}"
+    )
+
+
+def cann_candidates(environ: dict[str, str] | None = None) -> list[Path]:
+    """Real-CANN roots to try, in order (ABI.md §5.1): $ASCEND_HOME_PATH, $ASCEND_TOOLKIT_HOME,
+    /usr/local/Ascend/cann, /usr/local/Ascend/ascend-toolkit/latest."""
+    env = os.environ if environ is None else environ
+    out: list[Path] = []
+    for var in ("ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME"):
+        if env.get(var):
+            out.append(Path(env[var]))
+    out += [Path("/usr/local/Ascend/cann"), Path("/usr/local/Ascend/ascend-toolkit/latest")]
+    return out
+
+
+def find_cann_root(environ: dict[str, str] | None = None) -> Path | None:
+    """The first candidate root that holds lib64/libascendcl.so, or None."""
+    for cand in cann_candidates(environ):
+        if (cand / "lib64" / "libascendcl.so").exists():
+            return cand
+    return None
+
+
+def _vendor_order(vendors_dir: Path) -> list[str]:
+    """Vendors in config.ini's load_priority order, then any other vendor directory (sorted)."""
+    names: list[str] = []
+    ini = vendors_dir / "config.ini"
+    if ini.is_file():
+        for line in ini.read_text().splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "load_priority":
+                names += [v.strip() for v in value.split(",") if v.strip()]
+    if vendors_dir.is_dir():
+        names += sorted(p.name for p in vendors_dir.iterdir() if p.is_dir() and p.name not in names)
+    return names
+
+
+def op_library_candidates(root: Path, environ: dict[str, str] | None = None) -> list[Path]:
+    """Where the aclnn operator symbols are looked up, first match wins (ABI.md §5.3–5.4):
+    $ASCEND_CUSTOM_OPP_PATH entries, opp/vendors/* (config.ini order), lib64/libopapi_*.so,
+    lib64/libopapi.so, the legacy built-in libopapi.so."""
+    env = os.environ if environ is None else environ
+    out: list[Path] = []
+    for p in filter(None, env.get("ASCEND_CUSTOM_OPP_PATH", "").split(":")):
+        out.append(Path(p) / "op_api" / "lib" / "libcust_opapi.so")
+    opp = Path(env["ASCEND_OPP_PATH"]) if env.get("ASCEND_OPP_PATH") else root / "opp"
+    for vendor in _vendor_order(opp / "vendors"):
+        out.append(opp / "vendors" / vendor / "op_api" / "lib" / "libcust_opapi.so")
+    out += [root / "lib64" / f"libopapi_{d}.so" for d in _OPAPI_DOMAINS]
+    out.append(root / "lib64" / "libopapi.so")
+    arch = platform.machine()
+    out.append(opp / "built-in" / "op_impl" / "ai_core" / "tbe" / "op_api" / "lib" / "linux" / arch / "libopapi.so")
+    return out
+
+
+def library_plan(root: Path, environ: dict[str, str] | None = None) -> dict[str, list[Path]]:
+    """For each symbol group, the existing library files to search, in order."""
+    lib64 = root / "lib64"
+    plan = {
+        "runtime": [lib64 / "libascendcl.so"],
+        "meta": [lib64 / "libnnopbase.so"],
+        "hccl": [lib64 / "libhcomm.so", lib64 / "libhccl.so"],
+        "ops": op_library_candidates(root, environ),
+    }
+    return {g: [p for p in paths if p.exists()] for g, paths in plan.items()}
+
+
+class _Lib:
+    """Attribute access to the C functions and constants of the bound ABI.
+
+    Present symbols are the cffi functions themselves (no per-call overhead); missing ones raise
+    MissingSymbolError when called."""
+
+    def __init__(self, raw: Any, missing: dict[str, str]):
+        self._raw = raw
+        for name, searched in missing.items():
+            setattr(self, name, _missing_function(name, searched))
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._raw, name)
+        setattr(self, name, value)
+        return value
+
+
+def _missing_function(name: str, searched: str) -> Callable[..., Any]:
+    def call(*_args: Any, **_kw: Any) -> Any:
+        raise errors.MissingSymbolError(name, searched)
+
+    call.__name__ = name
+    return call
+
+
+@dataclass
+class Backend:
+    """A loaded backend: which kind, where, which libraries and symbols."""
+
+    kind: str                      # "mock" or "cann"
+    root: Path
+    ffi: Any
+    lib: Any
+    libraries: dict[str, list[str]] = field(default_factory=dict)   # group -> loaded paths
+    symbols: dict[str, str | None] = field(default_factory=dict)    # symbol -> library or None
+
+    @property
+    def missing(self) -> list[str]:
+        return sorted(n for n, where in self.symbols.items() if where is None)
+
+    @property
+    def is_mock(self) -> bool:
+        return self.kind == "mock"
+
+
+_lock = threading.Lock()
+_backend: Backend | None = None
+
+
+def _resolve_request(backend: str | os.PathLike[str] | None) -> tuple[str, Path]:
+    req = backend if backend is not None else os.environ.get(ENV_BACKEND) or None
+    if req is None:
+        root = find_cann_root()
+        return ("cann", root) if root is not None else ("mock", mock_root())
+    if isinstance(req, str) and req == "mock":
+        return "mock", mock_root()
+    if isinstance(req, str) and req == "cann":
+        root = find_cann_root()
+        if root is None:
+            tried = ", ".join(str(p) for p in cann_candidates())
+            raise errors.BackendError(f"no CANN installation found (looked for lib64/libascendcl.so in {tried})")
+        return "cann", root
+    root = Path(req)
+    if not (root / "lib64" / "libascendcl.so").exists():
+        raise errors.BackendError(f"{root} is not a CANN root: {root / 'lib64' / 'libascendcl.so'} does not exist")
+    try:
+        kind = "mock" if root.resolve() == mock_root().resolve() else "cann"
+    except errors.BackendError:
+        kind = "cann"
+    return kind, root
+
+
+def _load(kind: str, root: Path) -> Backend:
+    from . import _aclnn  # the compiled cffi module
+
+    ffi, raw = _aclnn.ffi, _aclnn.lib
+    plan = library_plan(root)
+    handles: dict[Path, Any] = {}
+    loaded: dict[str, list[str]] = {}
+    for group in ("runtime", "meta", "hccl", "ops"):
+        for path in plan[group]:
+            handle = raw.aclnnpy_dlopen(str(path).encode(), 1)
+            if handle == ffi.NULL:
+                err = raw.aclnnpy_dlerror()
+                msg = ffi.string(err).decode(errors="replace") if err != ffi.NULL else "unknown error"
+                if group in ("runtime", "meta"):
+                    raise errors.BackendError(f"cannot load {path}: {msg}")
+                continue  # optional groups: report through doctor / missing symbols
+            handles[path] = handle
+            loaded.setdefault(group, []).append(str(path))
+    symbols: dict[str, str | None] = {}
+    missing: dict[str, str] = {}
+    for i in range(raw.aclnnpy_symbol_count()):
+        name = ffi.string(raw.aclnnpy_symbol_name(i)).decode()
+        group = symbol_group(name)
+        search = plan[group]
+        if group == "hccl" and name not in _HCOMM_FUNCTIONS:
+            search = [p for p in search if p.name != "libhcomm.so"]
+        symbols[name] = None
+        for path in search:
+            h = handles.get(path)
+            if h is None:
+                continue
+            addr = raw.aclnnpy_dlsym(h, name.encode())
+            if addr != ffi.NULL:
+                raw.aclnnpy_bind_symbol(i, addr)
+                symbols[name] = str(path)
+                break
+        if symbols[name] is None:
+            missing[name] = ", ".join(str(p) for p in search) or f"no {group} library under {root}"
+    return Backend(kind=kind, root=root, ffi=ffi, lib=_Lib(raw, missing), libraries=loaded, symbols=symbols)
+
+
+def load(backend: str | os.PathLike[str] | None = None) -> Backend:
+    """Load the requested backend ("mock", "cann", a CANN root path, or None for
+    $ACLNN_PY_BACKEND / real CANN when found / the mock). Idempotent; asking for a different backend
+    once one is loaded raises BackendError (the symbols are process-wide)."""
+    global _backend
+    with _lock:
+        if _backend is not None:
+            if backend is None:
+                return _backend
+            kind, root = _resolve_request(backend)
+            if root.resolve() != _backend.root.resolve():
+                raise errors.BackendError(
+                    f"backend {_backend.kind} at {_backend.root} is already loaded in this process; "
+                    f"cannot switch to {root}"
+                )
+            return _backend
+        kind, root = _resolve_request(backend)
+        _backend = _load(kind, root)
+        return _backend
+
+
+def backend() -> Backend:
+    """The loaded backend, loading the default one on first use."""
+    b = _backend
+    return b if b is not None else load()
+
+
+def loaded() -> Backend | None:
+    """The backend if one was loaded, else None (never loads)."""
+    return _backend

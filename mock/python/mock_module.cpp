@@ -1,0 +1,78 @@
+// aclnn_py._mock: the control module of the mock CANN backend. It reads and changes the same state
+// the mock libraries hold (it links them), for tests and diagnostics: live allocations, streams,
+// tensors, executors and communicators; the SoC profile and poison settings; a copy executor for
+// testing the two-phase contract without the MoE ops.
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <string>
+
+#include "aclnn/executor.h"
+#include "hccl/hccl_core.h"
+#include "runtime/rt_core.h"
+
+namespace py = pybind11;
+using namespace aclmock;
+
+static py::dict stats() {
+    py::dict d;
+    MemStats m = mem_stats();
+    d["allocations"] = m.live_allocations;
+    d["allocated_bytes"] = m.live_bytes;
+    StreamStats s = stream_stats();
+    d["streams"] = s.live_streams;
+    d["events"] = s.live_events;
+    d["tasks_run"] = s.tasks_run;
+    TensorStats t = tensor_stats();
+    d["tensors"] = t.live_tensors;
+    d["executors"] = t.live_executors;
+    hccl::HcclStats h = hccl::hccl_stats();
+    d["communicators"] = h.live_comms;
+    d["mapped_windows"] = h.mapped_windows;
+    d["mapped_window_bytes"] = h.mapped_bytes;
+    return d;
+}
+
+static void set_soc_by_name(const std::string &name) {
+    if (name == "Ascend910_93") {
+        set_soc(Soc::Ascend910_93);
+    } else if (name == "Ascend950") {
+        set_soc(Soc::Ascend950);
+    } else {
+        throw py::value_error("unknown SoC profile '" + name + "' (expected Ascend910_93 or Ascend950)");
+    }
+}
+
+PYBIND11_MODULE(_mock, m) {
+    m.doc() = "Control module of the aclnn-py CPU mock (statistics, profiles, test hooks).";
+    m.def("stats", &stats, "Live objects of the mock in this process: allocations, bytes, streams, events, "
+                           "tensors, executors, communicators, mapped windows.");
+    m.def("soc", [] { return std::string(soc_name(config().soc)); }, "The active SoC profile.");
+    m.def("set_soc", &set_soc_by_name, py::arg("name"), "Switch the SoC profile (Ascend910_93 | Ascend950).");
+    m.def("poison", [] { return config().poison; }, "Whether new allocations are filled with 0xA5.");
+    m.def("set_poison", &set_poison, py::arg("on"), "Turn the poison fill of new allocations on or off.");
+    m.def("reload_config", &reload_config, "Re-read ACLNN_MOCK_* from the environment.");
+    m.def("device_count", [] { return config().device_count; });
+    m.def("clear_error", &clear_error, "Drop this thread's recent error message.");
+    m.def("exec_timeout", &hccl::exec_timeout_seconds, "HCCL_EXEC_TIMEOUT as the mock reads it (s).");
+    m.def(
+        "make_copy_executor",
+        [](uintptr_t src, uintptr_t dst, uint64_t workspace) {
+            aclOpExecutor *e = make_copy_executor(reinterpret_cast<const aclTensor *>(src),
+                                                  reinterpret_cast<aclTensor *>(dst), workspace);
+            if (e == nullptr) throw py::value_error("make_copy_executor: " + take_error());
+            return reinterpret_cast<uintptr_t>(e);
+        },
+        py::arg("src"), py::arg("dst"), py::arg("workspace_size") = 0,
+        "Phase 1 of a test op that copies src to dst (aclTensor addresses); returns the executor "
+        "address for aclnnpy tests of the two-phase rules (launch it with launch_executor).");
+    m.def(
+        "launch_executor",
+        [](uintptr_t exec, uintptr_t workspace, uint64_t size, uintptr_t stream) {
+            py::gil_scoped_release nogil;
+            return launch_executor(reinterpret_cast<aclOpExecutor *>(exec), reinterpret_cast<void *>(workspace),
+                                   size, reinterpret_cast<aclrtStream>(stream), "aclnnMockCopy");
+        },
+        py::arg("executor"), py::arg("workspace"), py::arg("workspace_size"), py::arg("stream") = 0,
+        "Phase 2 of the test copy op; returns the aclnnStatus.");
+}
