@@ -26,7 +26,9 @@ namespace aclmock {
 
 constexpr uint64_t kTensorMagic = 0x41434c54454e534fULL;
 
-// Bits of one element; packed types give 4 (INT4, FP4_*) or 1 (UINT1).
+// Bits of one element; packed types give 4 (INT4, FP4_*) or 1 (UINT1); 0 for UNDEFINED/STRING.
+// (dtype_bits and dtype_name are defined in libascendcl, next to aclDataTypeSize, so both
+// libraries share one table.)
 ACLMOCK_API int dtype_bits(aclDataType dt);
 ACLMOCK_API const char *dtype_name(aclDataType dt);
 // True when `t` is a tensor created by aclCreateTensor and not destroyed.
@@ -86,5 +88,12 @@ ACLMOCK_API std::shared_ptr<Executor> find_executor(aclOpExecutor *handle);
 // becomes invalid) when this returns, successful or not; a repeatable one stays.
 ACLMOCK_API aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t workspace_size,
                                         aclrtStream stream, const char *api_name);
+
+// A trivial test op (added so the two-phase rules can be tested without the real ops): phase 1 of
+// "MockCopy". Input 0 = src, output 0 = dst, both contiguous with the same number of bytes; the
+// launch copies src's bytes to dst and requires a workspace of at least workspace_size bytes.
+// Returns NULL (with a message) when the arguments are wrong.
+ACLMOCK_API aclOpExecutor *make_copy_executor(const aclTensor *src, aclTensor *dst,
+                                              uint64_t workspace_size);
 
 }  // namespace aclmock

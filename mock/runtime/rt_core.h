@@ -43,6 +43,9 @@ ACLMOCK_API void set_poison(bool on);
 ACLMOCK_API const char *soc_name(Soc soc);
 // A numeric environment variable, or dflt when unset/unparsable.
 ACLMOCK_API double env_double(const char *name, double dflt);
+// Notes about environment values that were not understood (e.g. an unknown ACLNN_MOCK_SOC, which
+// falls back to the default); empty when everything was accepted. Added for `doctor`.
+ACLMOCK_API std::string config_notes();
 
 // ---- init / devices -------------------------------------------------------------------------
 ACLMOCK_API bool acl_initialized();
@@ -67,6 +70,10 @@ ACLMOCK_API bool find_block(const void *p, size_t nbytes, MemBlock *out);
 // True when p..p+nbytes lies in device-addressable memory (Device, Window, PeerWindow). On failure
 // sets a message "<what>: address 0x.. (+N bytes) is not device memory ..." and returns false.
 ACLMOCK_API bool check_device_range(const void *p, size_t nbytes, const char *what);
+// The block whose range contains the single address p (whatever its kind); false when none does.
+ACLMOCK_API bool find_block_at(const void *p, MemBlock *out);
+// Simulated HBM per device (64 GiB), as reported by aclrtGetMemInfo and enforced by aclrtMalloc.
+constexpr size_t kDeviceMemBytes = size_t(64) << 30;
 struct MemStats {
     size_t live_allocations = 0; // aclrtMalloc + aclrtMallocHost blocks not yet freed
     size_t live_bytes = 0;
@@ -83,13 +90,21 @@ using Task = std::function<int()>;
 // Resolve a user handle: NULL means the current device's default stream. Returns nullptr and sets
 // *err (and the message) when the handle is not a live stream or no device is set.
 ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err);
+// Same, with the calling API's name at the start of the error message.
+ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err, const char *api);
 ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name);
 ACLMOCK_API int32_t stream_device(const Stream *s);
 struct StreamStats {
     size_t live_streams = 0;
     size_t live_events = 0;
     uint64_t tasks_run = 0;
+    // added: lazily created per-device default streams (not counted in live_streams), and tasks
+    // that returned a failure
+    size_t default_streams = 0;
+    uint64_t tasks_failed = 0;
 };
+// True when the calling thread is the worker of stream s (a task running on it).
+ACLMOCK_API bool on_stream_worker(const Stream *s);
 ACLMOCK_API StreamStats stream_stats();
 
 // ---- reset for tests ---------------------------------------------------------------------------

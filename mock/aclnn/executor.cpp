@@ -1,0 +1,376 @@
+// The generic two-phase executor (ABI.md §4): registry of live executor handles, the
+// aclSet*TensorAddr rebinding calls, aclSetAclOpExecutorRepeatable, aclDestroyAclOpExecutor and
+// launch_executor (phase 2 of every mock op).
+//
+// Decisions:
+// * Executor handles are opaque numbers looked up in a registry (never dereferenced), and never
+//   reused, so a consumed, destroyed or garbage handle is reported with a message instead of
+//   crashing. The most recent 64 Ki dead handles remember why they died, for a precise message.
+// * NULL executor: 561103 (ACLNN_ERR_INNER_NULLPTR) from every executor call, including phase 2.
+//   Unknown/consumed/destroyed executor: 161002.
+// * A normal executor that was never launched may be destroyed with aclDestroyAclOpExecutor.
+// * Phase 2 with a stream handle that is not live: 161002; with the NULL stream and no current
+//   device: 361001 (ACLNN_ERR_RUNTIME_ERROR). The runtime's message is kept.
+#include <pthread.h>
+
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <unordered_map>
+
+#include "aclnn/aclnn_internal.h"
+#include "aclnn/executor.h"
+#include "runtime/stream_internal.h"
+
+namespace aclmock {
+namespace {
+constexpr uintptr_t kExecHandleBase = 0x5a7d000000000000ULL;
+constexpr size_t kDeadMemory = 65536;
+
+enum class Death : char { Consumed, Destroyed };
+
+struct Entry {
+    std::shared_ptr<Executor> exec;
+    std::mutex mu;  // guards exec's slots and flags against concurrent rebinding / launch
+};
+
+struct ExecRegistry {
+    std::mutex mu;
+    std::unordered_map<uint64_t, std::shared_ptr<Entry>> live;
+    std::unordered_map<uint64_t, Death> dead;
+    std::deque<uint64_t> dead_order;
+    uint64_t next_id = 1;
+};
+
+void anchor_fn() {}
+
+ExecRegistry &ereg() {
+    static ExecRegistry *r = [] {
+        auto *p = new ExecRegistry;  // never destroyed (tasks may run during process exit)
+        pin_library_of(reinterpret_cast<const void *>(&anchor_fn));
+        pthread_atfork([] { ereg().mu.lock(); }, [] { ereg().mu.unlock(); },
+                       [] { ereg().mu.unlock(); });
+        return p;
+    }();
+    return *r;
+}
+
+aclOpExecutor *to_handle(uint64_t id) {
+    return reinterpret_cast<aclOpExecutor *>(kExecHandleBase + id * 16);
+}
+
+bool to_id(const aclOpExecutor *h, uint64_t *id) {
+    uintptr_t v = reinterpret_cast<uintptr_t>(h);
+    if (v < kExecHandleBase || (v - kExecHandleBase) % 16 != 0 ||
+        v - kExecHandleBase >= (uintptr_t(1) << 47))
+        return false;
+    *id = (v - kExecHandleBase) / 16;
+    return true;
+}
+
+// Caller holds r.mu.
+void bury_locked(ExecRegistry &r, uint64_t id, Death why) {
+    r.dead[id] = why;
+    r.dead_order.push_back(id);
+    if (r.dead_order.size() > kDeadMemory) {
+        r.dead.erase(r.dead_order.front());
+        r.dead_order.pop_front();
+    }
+}
+
+std::shared_ptr<Entry> lookup(aclOpExecutor *h) {
+    uint64_t id;
+    if (!to_id(h, &id)) return nullptr;
+    ExecRegistry &r = ereg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    auto it = r.live.find(id);
+    return it == r.live.end() ? nullptr : it->second;
+}
+
+// Message for a handle that is not live.
+int not_live(const char *api, aclOpExecutor *h) {
+    uint64_t id;
+    if (to_id(h, &id)) {
+        ExecRegistry &r = ereg();
+        std::lock_guard<std::mutex> lk(r.mu);
+        auto it = r.dead.find(id);
+        if (it != r.dead.end() && it->second == Death::Consumed)
+            return fail(ACLNN_ERR_PARAM_INVALID,
+                        "%s: executor %p was already launched: a normal executor is consumed by its "
+                        "launch (phase 2) and cannot be used again; call "
+                        "aclSetAclOpExecutorRepeatable after phase 1 to launch it more than once",
+                        api, static_cast<void *>(h));
+        if (it != r.dead.end())
+            return fail(ACLNN_ERR_PARAM_INVALID,
+                        "%s: executor %p was destroyed by aclDestroyAclOpExecutor", api,
+                        static_cast<void *>(h));
+    }
+    return fail(ACLNN_ERR_PARAM_INVALID,
+                "%s: executor %p is not a live aclOpExecutor (never created by a phase-1 call, "
+                "already launched, or destroyed)", api, static_cast<void *>(h));
+}
+
+enum class Which { Input, Output, Any };
+
+aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, aclTensor *tensor,
+                     void *addr, Which which) {
+    if (!executor) return fail(ACLNN_ERR_INNER_NULLPTR, "%s: executor must not be NULL", api);
+    if (!tensor) return fail(ACLNN_ERR_INNER_NULLPTR, "%s: tensor must not be NULL", api);
+    std::shared_ptr<Entry> e = lookup(executor);
+    if (!e) return not_live(api, executor);
+    if (!tensor_alive(tensor))
+        return fail(ACLNN_ERR_PARAM_INVALID,
+                    "%s: tensor %p is not a live aclTensor (never created, or already destroyed)", api,
+                    static_cast<void *>(tensor));
+    std::lock_guard<std::mutex> lk(e->mu);
+    Executor &ex = *e->exec;
+    if (!ex.repeatable)
+        return fail(ACLNN_ERR_PARAM_INVALID,
+                    "%s: executor is not repeatable: call aclSetAclOpExecutorRepeatable after phase 1",
+                    api);
+    std::vector<Slot> *slots = nullptr;
+    size_t i = index;
+    const char *what = "input";
+    size_t limit = 0;
+    switch (which) {
+    case Which::Input: slots = &ex.inputs; limit = ex.inputs.size(); break;
+    case Which::Output: slots = &ex.outputs; limit = ex.outputs.size(); what = "output"; break;
+    case Which::Any:
+        limit = ex.inputs.size() + ex.outputs.size();
+        if (index < ex.inputs.size()) {
+            slots = &ex.inputs;
+        } else {
+            slots = &ex.outputs;
+            i = index - ex.inputs.size();
+            what = "output";
+        }
+        break;
+    }
+    if (index >= limit)
+        return fail(ACLNN_ERR_PARAM_INVALID, "%s: index must be < %zu for op %s (got %zu)", api, limit,
+                    ex.op_name().c_str(), index);
+    Slot &slot = (*slots)[i];
+    if (!slot.present)
+        return fail(ACLNN_ERR_PARAM_INVALID,
+                    "%s: %s %zu of op %s was NULL at phase 1 and cannot be rebound (index %zu)", api,
+                    what, i, ex.op_name().c_str(), index);
+    if (reinterpret_cast<uintptr_t>(addr) % 32 != 0)
+        return fail(ACLNN_ERR_PARAM_INVALID, "%s: addr must be 32-byte aligned (got %p)", api, addr);
+    slot.desc.data = addr;
+    tensor->data = addr;
+    return ACLNN_SUCCESS;
+}
+
+int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &slots, const char *what) {
+    for (size_t i = 0; i < slots.size(); ++i) {
+        const Slot &s = slots[i];
+        if (!s.present) continue;
+        uint64_t n = view_extent_bytes(s.desc);
+        if (n == 0) continue;
+        if (!check_device_range(s.desc.data, n, "range")) {
+            std::string why = take_error();
+            return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s %zu (shape %s, %s): %s", api,
+                        ex.op_name().c_str(), what, i, shape_str(s.desc.view).c_str(),
+                        dtype_name(s.desc.dtype), why.c_str());
+        }
+    }
+    return ACLNN_SUCCESS;
+}
+
+// The trivial op behind make_copy_executor.
+class CopyExecutor : public Executor {
+public:
+    CopyExecutor() : Executor("MockCopy") {}
+    uint64_t nbytes = 0;
+    int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace,
+            Stream *) override {
+        if (workspace_size > 0 && !find_block(workspace, workspace_size, nullptr))
+            return fail(ACLNN_ERR_PARAM_INVALID, "MockCopy: workspace %p holds fewer than %llu bytes",
+                        workspace, static_cast<unsigned long long>(workspace_size));
+        if (nbytes) std::memmove(view_ptr(out[0].desc), view_ptr(in[0].desc), nbytes);
+        return ACLNN_SUCCESS;
+    }
+};
+}  // namespace
+
+size_t live_executor_count() {
+    ExecRegistry &r = ereg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    return r.live.size();
+}
+
+aclOpExecutor *register_executor(std::shared_ptr<Executor> exec) {
+    if (!exec) {
+        fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "register_executor: executor is NULL");
+        return nullptr;
+    }
+    auto e = std::make_shared<Entry>();
+    e->exec = std::move(exec);
+    ExecRegistry &r = ereg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    uint64_t id = r.next_id++;
+    r.live.emplace(id, std::move(e));
+    return to_handle(id);
+}
+
+std::shared_ptr<Executor> find_executor(aclOpExecutor *handle) {
+    std::shared_ptr<Entry> e = lookup(handle);
+    return e ? e->exec : nullptr;
+}
+
+aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t workspace_size,
+                            aclrtStream stream, const char *api_name) {
+    const char *api = api_name ? api_name : "aclnn launch";
+    if (!handle) return fail(ACLNN_ERR_INNER_NULLPTR, "%s: executor must not be NULL", api);
+    uint64_t id = 0;
+    std::shared_ptr<Entry> e;
+    if (to_id(handle, &id)) {
+        ExecRegistry &r = ereg();
+        std::lock_guard<std::mutex> lk(r.mu);
+        auto it = r.live.find(id);
+        if (it != r.live.end()) {
+            e = it->second;
+            std::lock_guard<std::mutex> g(e->mu);
+            if (!e->exec->repeatable) {  // consumed by this call, whatever its outcome
+                r.live.erase(it);
+                bury_locked(r, id, Death::Consumed);
+            }
+        }
+    }
+    if (!e) return not_live(api, handle);
+
+    std::shared_ptr<Executor> ex = e->exec;
+    std::vector<Slot> ins, outs;
+    uint64_t need;
+    {
+        std::lock_guard<std::mutex> g(e->mu);
+        ins = ex->inputs;
+        outs = ex->outputs;
+        need = ex->workspace_size;
+    }
+    const char *op = ex->op_name().c_str();
+    if (need > 0) {
+        if (!workspace)
+            return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s needs a workspace of %llu bytes but workspace is NULL",
+                        api, op, static_cast<unsigned long long>(need));
+        if (workspace_size < need)
+            return fail(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s: workspaceSize must be >= %llu (the size phase 1 returned) (got %llu)",
+                        api, op, static_cast<unsigned long long>(need),
+                        static_cast<unsigned long long>(workspace_size));
+        if (!check_device_range(workspace, need, "workspace")) {
+            std::string why = take_error();
+            return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, op, why.c_str());
+        }
+    }
+    if (int rc = check_slots(api, *ex, ins, "input")) return rc;
+    if (int rc = check_slots(api, *ex, outs, "output")) return rc;
+
+    aclError err = ACL_SUCCESS;
+    Stream *s = resolve_stream(stream, &err, api);
+    if (!s) {
+        std::string why = take_error();
+        return fail(err == ACL_ERROR_RT_INVALID_HANDLE ? ACLNN_ERR_PARAM_INVALID : ACLNN_ERR_RUNTIME_ERROR,
+                    "%s", why.c_str());
+    }
+    std::string task_name = std::string(api);
+    err = enqueue(s, [ex, ins = std::move(ins), outs = std::move(outs), workspace, s]() -> int {
+        return ex->run(ins, outs, workspace, s);
+    }, task_name.c_str());
+    if (err) {
+        std::string why = take_error();
+        return fail(ACLNN_ERR_RUNTIME_ERROR, "%s", why.c_str());
+    }
+    return ACLNN_SUCCESS;
+}
+
+aclOpExecutor *make_copy_executor(const aclTensor *src, aclTensor *dst, uint64_t workspace_size) {
+    const char *api = "make_copy_executor";
+    const aclTensor *ts[2] = {src, dst};
+    const char *names[2] = {"src", "dst"};
+    for (int i = 0; i < 2; ++i) {
+        if (!ts[i]) {
+            fail(ACLNN_ERR_PARAM_NULLPTR, "%s: %s must not be NULL", api, names[i]);
+            return nullptr;
+        }
+        if (!tensor_alive(ts[i])) {
+            fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %p is not a live aclTensor", api, names[i],
+                 static_cast<const void *>(ts[i]));
+            return nullptr;
+        }
+        if (!is_contiguous(*ts[i])) {
+            fail(ACLNN_ERR_PARAM_INVALID, "%s: %s must be contiguous", api, names[i]);
+            return nullptr;
+        }
+    }
+    auto nb = [](const aclTensor &t) {
+        return (static_cast<uint64_t>(numel(t)) * static_cast<uint64_t>(dtype_bits(t.dtype)) + 7) / 8;
+    };
+    if (nb(*src) != nb(*dst)) {
+        fail(ACLNN_ERR_PARAM_INVALID, "%s: src and dst must hold the same number of bytes (got %llu and %llu)",
+             api, static_cast<unsigned long long>(nb(*src)), static_cast<unsigned long long>(nb(*dst)));
+        return nullptr;
+    }
+    auto ex = std::make_shared<CopyExecutor>();
+    ex->inputs.resize(1);
+    ex->outputs.resize(1);
+    ex->inputs[0].present = true;
+    ex->inputs[0].desc = *src;
+    ex->outputs[0].present = true;
+    ex->outputs[0].desc = *dst;
+    ex->nbytes = nb(*src);
+    ex->workspace_size = workspace_size;
+    return register_executor(std::move(ex));
+}
+
+}  // namespace aclmock
+
+using namespace aclmock;
+
+extern "C" {
+
+ACLMOCK_API aclnnStatus aclSetAclOpExecutorRepeatable(aclOpExecutor *executor) {
+    const char *api = "aclSetAclOpExecutorRepeatable";
+    if (!executor) return fail(ACLNN_ERR_INNER_NULLPTR, "%s: executor must not be NULL", api);
+    std::shared_ptr<Entry> e = lookup(executor);
+    if (!e) return not_live(api, executor);
+    std::lock_guard<std::mutex> lk(e->mu);
+    e->exec->repeatable = true;
+    return ACLNN_SUCCESS;
+}
+
+ACLMOCK_API aclnnStatus aclDestroyAclOpExecutor(aclOpExecutor *executor) {
+    const char *api = "aclDestroyAclOpExecutor";
+    if (!executor) return fail(ACLNN_ERR_INNER_NULLPTR, "%s: executor must not be NULL", api);
+    uint64_t id;
+    std::shared_ptr<Entry> e;  // released outside the lock (launches queued keep their own ref)
+    if (to_id(executor, &id)) {
+        ExecRegistry &r = ereg();
+        std::lock_guard<std::mutex> lk(r.mu);
+        auto it = r.live.find(id);
+        if (it != r.live.end()) {
+            e = std::move(it->second);
+            r.live.erase(it);
+            bury_locked(r, id, Death::Destroyed);
+        }
+    }
+    if (!e) return not_live(api, executor);
+    return ACLNN_SUCCESS;
+}
+
+ACLMOCK_API aclnnStatus aclSetInputTensorAddr(aclOpExecutor *executor, const size_t index,
+                                              aclTensor *tensor, void *addr) {
+    return set_addr("aclSetInputTensorAddr", executor, index, tensor, addr, Which::Input);
+}
+
+ACLMOCK_API aclnnStatus aclSetOutputTensorAddr(aclOpExecutor *executor, const size_t index,
+                                               aclTensor *tensor, void *addr) {
+    return set_addr("aclSetOutputTensorAddr", executor, index, tensor, addr, Which::Output);
+}
+
+ACLMOCK_API aclnnStatus aclSetTensorAddr(aclOpExecutor *executor, const size_t index,
+                                         aclTensor *tensor, void *addr) {
+    return set_addr("aclSetTensorAddr", executor, index, tensor, addr, Which::Any);
+}
+
+}  // extern "C"

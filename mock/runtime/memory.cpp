@@ -1,0 +1,442 @@
+// Device memory is host memory tracked in a registry (base → block), so every address a copy,
+// memset or kernel touches can be checked.
+//
+// Decisions:
+// * aclrtMalloc pads like CANN: the usable block is align32(size) + 32 bytes, starting 64-byte
+//   aligned, filled with the poison byte (0xA5) unless ACLNN_MOCK_POISON=0. Each device pretends to
+//   have kDeviceMemBytes (64 GiB) of HBM; going beyond gives ACL_ERROR_RT_MEMORY_ALLOCATION.
+// * NULL pointer arguments are ACL_ERROR_INVALID_PARAM (100000). Freeing a pointer that is not the
+//   base of a live allocation of the right kind (unknown, already freed, interior, pinned host
+//   memory passed to aclrtFree or device memory to aclrtFreeHost) is ACL_ERROR_RT_MEMORY_FREE
+//   (207002). Copy/memset range violations are ACL_ERROR_INVALID_PARAM.
+// * Copies validate by kind: an end the kind names as device must lie wholly inside a registered
+//   device-addressable block (Device, Window, PeerWindow); HOST_TO_HOST names none; DEFAULT treats
+//   an end as device when it starts inside such a block. Whatever the kind, an end that starts
+//   inside any registered block must end inside it too.
+// * aclrtMemcpyAsync is stream-ordered. As on CANN it is truly asynchronous only when every host
+//   end is pinned (aclrtMallocHost) or device memory; with a pageable host end it returns after the
+//   copy has run (unless called from a task on the same stream, where it cannot wait).
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <shared_mutex>
+#include <pthread.h>
+
+#include "runtime/rt_core.h"
+#include "runtime/stream_internal.h"
+
+namespace aclmock {
+namespace {
+constexpr int kMaxDevices = 1024;
+
+struct Entry {
+    MemBlock b;
+    bool owned = false;  // allocated by aclrtMalloc/aclrtMallocHost (we free it)
+};
+
+struct Registry {
+    std::shared_mutex mu;
+    std::map<uintptr_t, Entry> blocks;
+    size_t live_allocations = 0;
+    size_t live_bytes = 0;
+    size_t dev_bytes[kMaxDevices] = {};
+};
+
+Registry &reg() {
+    // Never destroyed: worker threads may still look blocks up during process exit.
+    static Registry *r = [] {
+        auto *p = new Registry;
+        pin_library();
+        pthread_atfork([] { reg().mu.lock(); }, [] { reg().mu.unlock(); },
+                       [] { reg().mu.unlock(); });
+        return p;
+    }();
+    return *r;
+}
+
+// Caller holds the lock. The entry whose range contains address p, or nullptr.
+const Entry *lookup_locked(Registry &r, uintptr_t p) {
+    auto it = r.blocks.upper_bound(p);
+    if (it == r.blocks.begin()) return nullptr;
+    --it;
+    const MemBlock &b = it->second.b;
+    if (p >= b.base && p - b.base < b.size) return &it->second;
+    return nullptr;
+}
+
+bool device_kind(MemKind k) { return k == MemKind::Device || k == MemKind::Window || k == MemKind::PeerWindow; }
+
+const char *kind_name(MemKind k) {
+    switch (k) {
+    case MemKind::Device: return "device memory";
+    case MemKind::Host: return "pinned host memory";
+    case MemKind::Window: return "an HCCL window";
+    case MemKind::PeerWindow: return "a peer HCCL window";
+    }
+    return "memory";
+}
+
+size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+void *alloc_block(size_t padded) {
+    void *p = nullptr;
+    if (posix_memalign(&p, 64, align_up(padded, 64)) != 0) return nullptr;
+    const Config &c = config();
+    if (c.poison) std::memset(p, c.poison_byte, padded);
+    return p;
+}
+}  // namespace
+
+void register_block(void *base, size_t size, int32_t device, MemKind kind) {
+    Registry &r = reg();
+    std::unique_lock<std::shared_mutex> lk(r.mu);
+    Entry e;
+    e.b.base = reinterpret_cast<uintptr_t>(base);
+    e.b.size = size;
+    e.b.device = device;
+    e.b.kind = kind;
+    r.blocks[e.b.base] = e;
+}
+
+// Only blocks registered with register_block can be unregistered; aclrtMalloc'ed blocks are
+// released with aclrtFree/aclrtFreeHost (false here).
+bool unregister_block(void *base) {
+    Registry &r = reg();
+    std::unique_lock<std::shared_mutex> lk(r.mu);
+    auto it = r.blocks.find(reinterpret_cast<uintptr_t>(base));
+    if (it == r.blocks.end() || it->second.owned) return false;
+    r.blocks.erase(it);
+    return true;
+}
+
+bool find_block_at(const void *p, MemBlock *out) {
+    Registry &r = reg();
+    std::shared_lock<std::shared_mutex> lk(r.mu);
+    const Entry *e = lookup_locked(r, reinterpret_cast<uintptr_t>(p));
+    if (!e) return false;
+    if (out) *out = e->b;
+    return true;
+}
+
+bool find_block(const void *p, size_t nbytes, MemBlock *out) {
+    MemBlock b;
+    if (!find_block_at(p, &b)) return false;
+    uintptr_t off = reinterpret_cast<uintptr_t>(p) - b.base;
+    if (nbytes > b.size - off) return false;
+    if (out) *out = b;
+    return true;
+}
+
+// Describes why [p, p+n) is not wholly inside device-addressable memory, or returns "" when it is.
+static std::string device_range_problem(const void *p, size_t n) {
+    MemBlock b;
+    if (!p) return "address is NULL";
+    if (!find_block_at(p, &b))
+        return format("address %p (+%zu bytes) is not device memory (it lies in no aclrtMalloc "
+                      "allocation or HCCL window)", p, n);
+    uintptr_t off = reinterpret_cast<uintptr_t>(p) - b.base;
+    if (!device_kind(b.kind))
+        return format("address %p (+%zu bytes) is %s, not device memory", p, n, kind_name(b.kind));
+    if (n > b.size - off)
+        return format("range %p (+%zu bytes) runs %zu bytes past the end of its block %p (%zu bytes)",
+                      p, n, n - (b.size - off), reinterpret_cast<void *>(b.base), b.size);
+    return std::string();
+}
+
+bool check_device_range(const void *p, size_t nbytes, const char *what) {
+    std::string why = device_range_problem(p, nbytes);
+    if (why.empty()) return true;
+    set_error(format("%s: %s", what ? what : "device range", why.c_str()));
+    return false;
+}
+
+MemStats mem_stats() {
+    Registry &r = reg();
+    std::shared_lock<std::shared_mutex> lk(r.mu);
+    MemStats s;
+    s.live_allocations = r.live_allocations;
+    s.live_bytes = r.live_bytes;
+    return s;
+}
+
+namespace {
+enum class End { Host, Device, Infer };
+
+// Validates one end of a copy. `pageable` is set when the end is host memory outside the registry.
+aclError check_end(const char *api, const char *name, const void *p, size_t n, End want,
+                   const char *kind_str, bool *pageable) {
+    MemBlock b;
+    bool in_block = find_block_at(p, &b);
+    if (in_block) {
+        uintptr_t off = reinterpret_cast<uintptr_t>(p) - b.base;
+        if (n > b.size - off)
+            return fail(ACL_ERROR_INVALID_PARAM,
+                        "%s: %s range %p (+%zu bytes) runs %zu bytes past the end of its block %p "
+                        "(%zu bytes, %s)",
+                        api, name, p, n, n - (b.size - off), reinterpret_cast<void *>(b.base),
+                        b.size, kind_name(b.kind));
+    }
+    bool is_dev = in_block && device_kind(b.kind);
+    if (want == End::Device && !is_dev) {
+        if (in_block)
+            return fail(ACL_ERROR_INVALID_PARAM,
+                        "%s: %s %p is %s, but kind %s says it is device memory", api, name, p,
+                        kind_name(b.kind), kind_str);
+        return fail(ACL_ERROR_INVALID_PARAM,
+                    "%s: %s %p (+%zu bytes) is not device memory (in no aclrtMalloc allocation or "
+                    "HCCL window), but kind %s says it is",
+                    api, name, p, n, kind_str);
+    }
+    if (pageable) *pageable = !in_block;
+    return ACL_SUCCESS;
+}
+
+const char *memcpy_kind_name(int kind) {
+    switch (kind) {
+    case ACL_MEMCPY_HOST_TO_HOST: return "ACL_MEMCPY_HOST_TO_HOST";
+    case ACL_MEMCPY_HOST_TO_DEVICE: return "ACL_MEMCPY_HOST_TO_DEVICE";
+    case ACL_MEMCPY_DEVICE_TO_HOST: return "ACL_MEMCPY_DEVICE_TO_HOST";
+    case ACL_MEMCPY_DEVICE_TO_DEVICE: return "ACL_MEMCPY_DEVICE_TO_DEVICE";
+    case ACL_MEMCPY_DEFAULT: return "ACL_MEMCPY_DEFAULT";
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: return "ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE";
+    case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE: return "ACL_MEMCPY_INNER_DEVICE_TO_DEVICE";
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: return "ACL_MEMCPY_INTER_DEVICE_TO_DEVICE";
+    }
+    return "?";
+}
+
+// Shared validation of aclrtMemcpy and aclrtMemcpyAsync. *any_pageable tells whether a host end
+// is pageable (not registered).
+aclError check_copy(const char *api, void *dst, size_t destMax, const void *src, size_t count,
+                    int kind, bool *any_pageable) {
+    if (!dst) return fail(ACL_ERROR_INVALID_PARAM, "%s: dst must not be NULL", api);
+    if (!src) return fail(ACL_ERROR_INVALID_PARAM, "%s: src must not be NULL", api);
+    if (count > destMax)
+        return fail(ACL_ERROR_INVALID_PARAM, "%s: count must be <= destMax (got count %zu > destMax %zu)",
+                    api, count, destMax);
+    if (kind < ACL_MEMCPY_HOST_TO_HOST || kind > ACL_MEMCPY_INTER_DEVICE_TO_DEVICE)
+        return fail(ACL_ERROR_INVALID_PARAM, "%s: kind must be an aclrtMemcpyKind in 0..7 (got %d)",
+                    api, kind);
+    End d = End::Infer, s = End::Infer;
+    switch (kind) {
+    case ACL_MEMCPY_HOST_TO_HOST: d = End::Host; s = End::Host; break;
+    case ACL_MEMCPY_HOST_TO_DEVICE:
+    case ACL_MEMCPY_HOST_TO_BUF_TO_DEVICE: d = End::Device; s = End::Host; break;
+    case ACL_MEMCPY_DEVICE_TO_HOST: d = End::Host; s = End::Device; break;
+    case ACL_MEMCPY_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INNER_DEVICE_TO_DEVICE:
+    case ACL_MEMCPY_INTER_DEVICE_TO_DEVICE: d = End::Device; s = End::Device; break;
+    default: break;
+    }
+    const char *ks = memcpy_kind_name(kind);
+    bool pd = false, ps = false;
+    if (count > 0) {
+        if (aclError e = check_end(api, "dst", dst, count, d, ks, &pd)) return e;
+        if (aclError e = check_end(api, "src", src, count, s, ks, &ps)) return e;
+    }
+    if (any_pageable) *any_pageable = pd || ps;
+    return ACL_SUCCESS;
+}
+
+aclError check_memset(const char *api, void *devPtr, size_t maxCount, size_t count) {
+    if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr must not be NULL", api);
+    if (count > maxCount)
+        return fail(ACL_ERROR_INVALID_PARAM,
+                    "%s: count must be <= maxCount (got count %zu > maxCount %zu)", api, count, maxCount);
+    if (count == 0) return ACL_SUCCESS;
+    std::string why = device_range_problem(devPtr, count);
+    if (!why.empty()) return fail(ACL_ERROR_INVALID_PARAM, "%s: devPtr %s", api, why.c_str());
+    return ACL_SUCCESS;
+}
+
+aclError do_free(const char *api, void *p, MemKind want) {
+    if (!p) return fail(ACL_ERROR_INVALID_PARAM, "%s: %s must not be NULL", api,
+                        want == MemKind::Host ? "hostPtr" : "devPtr");
+    Registry &r = reg();
+    uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    {
+        std::unique_lock<std::shared_mutex> lk(r.mu);
+        auto it = r.blocks.find(a);
+        if (it != r.blocks.end() && it->second.owned && it->second.b.kind == want) {
+            const MemBlock b = it->second.b;
+            r.blocks.erase(it);
+            r.live_allocations -= 1;
+            r.live_bytes -= b.size;
+            if (b.kind == MemKind::Device && b.device >= 0 && b.device < kMaxDevices)
+                r.dev_bytes[b.device] -= b.size;
+            lk.unlock();
+            std::free(p);
+            return ACL_SUCCESS;
+        }
+        const Entry *e = lookup_locked(r, a);
+        if (e && e->b.base == a && e->owned)
+            return fail(ACL_ERROR_RT_MEMORY_FREE, "%s: %p is %s; free it with %s", api, p,
+                        kind_name(e->b.kind), e->b.kind == MemKind::Host ? "aclrtFreeHost" : "aclrtFree");
+        if (e && e->b.base == a)
+            return fail(ACL_ERROR_RT_MEMORY_FREE, "%s: %p is %s registered by the mock, not an "
+                        "allocation of %s", api, p, kind_name(e->b.kind),
+                        want == MemKind::Host ? "aclrtMallocHost" : "aclrtMalloc");
+        if (e)
+            return fail(ACL_ERROR_RT_MEMORY_FREE,
+                        "%s: %p points %zu bytes into the block at %p; pass the base address that "
+                        "%s returned", api, p, static_cast<size_t>(a - e->b.base),
+                        reinterpret_cast<void *>(e->b.base),
+                        want == MemKind::Host ? "aclrtMallocHost" : "aclrtMalloc");
+    }
+    return fail(ACL_ERROR_RT_MEMORY_FREE,
+                "%s: %p is not a live allocation (never allocated by %s, or already freed)", api, p,
+                want == MemKind::Host ? "aclrtMallocHost" : "aclrtMalloc");
+}
+}  // namespace
+}  // namespace aclmock
+
+using namespace aclmock;
+
+extern "C" {
+
+ACLMOCK_API aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolicy policy) {
+    if (!devPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: devPtr must not be NULL");
+    if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMalloc: size must be > 0 (got 0)");
+    const unsigned flags = ACL_MEM_TYPE_LOW_BAND_WIDTH | ACL_MEM_TYPE_HIGH_BAND_WIDTH |
+                           ACL_MEM_ACCESS_USER_SPACE_READONLY;
+    unsigned base_policy = static_cast<unsigned>(policy) & ~flags;
+    if (base_policy > ACL_MEM_MALLOC_HUGE1G_ONLY_P2P)
+        return fail(ACL_ERROR_INVALID_PARAM,
+                    "aclrtMalloc: policy must be an aclrtMemMallocPolicy (0..7, optionally OR-ed "
+                    "with the memory-type flags) (got %d)", static_cast<int>(policy));
+    int32_t dev = current_device();
+    if (dev < 0)
+        return fail(ACL_ERROR_RT_CONTEXT_NULL,
+                    "aclrtMalloc: no device is set on this thread (call aclrtSetDevice first)");
+    if (size > kDeviceMemBytes)
+        return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    "aclrtMalloc: size %zu exceeds the device's %zu bytes of HBM", size, kDeviceMemBytes);
+    size_t padded = align_up(size, 32) + 32;
+    Registry &r = reg();
+    {
+        std::unique_lock<std::shared_mutex> lk(r.mu);
+        if (r.dev_bytes[dev] + padded > kDeviceMemBytes)
+            return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                        "aclrtMalloc: out of device memory on device %d (asked %zu bytes, %zu of %zu "
+                        "in use)", dev, size, r.dev_bytes[dev], kDeviceMemBytes);
+        r.dev_bytes[dev] += padded;  // reserve before allocating outside the lock
+    }
+    void *p = alloc_block(padded);
+    std::unique_lock<std::shared_mutex> lk(r.mu);
+    if (!p) {
+        r.dev_bytes[dev] -= padded;
+        return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    "aclrtMalloc: host allocation of %zu bytes failed", padded);
+    }
+    Entry e;
+    e.b.base = reinterpret_cast<uintptr_t>(p);
+    e.b.size = padded;
+    e.b.device = dev;
+    e.b.kind = MemKind::Device;
+    e.owned = true;
+    r.blocks[e.b.base] = e;
+    r.live_allocations += 1;
+    r.live_bytes += padded;
+    *devPtr = p;
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtFree(void *devPtr) { return do_free("aclrtFree", devPtr, MemKind::Device); }
+
+ACLMOCK_API aclError aclrtMallocHost(void **hostPtr, size_t size) {
+    if (!hostPtr) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: hostPtr must not be NULL");
+    if (size == 0) return fail(ACL_ERROR_INVALID_PARAM, "aclrtMallocHost: size must be > 0 (got 0)");
+    size_t padded = align_up(size, 32) + 32;
+    if (size > (size_t(1) << 46)) 
+        return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMallocHost: size %zu is too large", size);
+    void *p = alloc_block(padded);
+    if (!p)
+        return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
+                    "aclrtMallocHost: host allocation of %zu bytes failed", padded);
+    Registry &r = reg();
+    std::unique_lock<std::shared_mutex> lk(r.mu);
+    Entry e;
+    e.b.base = reinterpret_cast<uintptr_t>(p);
+    e.b.size = padded;
+    e.b.device = -1;
+    e.b.kind = MemKind::Host;
+    e.owned = true;
+    r.blocks[e.b.base] = e;
+    r.live_allocations += 1;
+    r.live_bytes += padded;
+    *hostPtr = p;
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtFreeHost(void *hostPtr) { return do_free("aclrtFreeHost", hostPtr, MemKind::Host); }
+
+ACLMOCK_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, size_t count,
+                                 aclrtMemcpyKind kind) {
+    if (aclError e = check_copy("aclrtMemcpy", dst, destMax, src, count, kind, nullptr)) return e;
+    if (count) std::memmove(dst, src, count);
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src, size_t count,
+                                      aclrtMemcpyKind kind, aclrtStream stream) {
+    bool pageable = false;
+    if (aclError e = check_copy("aclrtMemcpyAsync", dst, destMax, src, count, kind, &pageable))
+        return e;
+    aclError err = ACL_SUCCESS;
+    Stream *s = resolve_stream(stream, &err, "aclrtMemcpyAsync");
+    if (!s) return err;
+    uint64_t ticket = 0;
+    err = enqueue_ticket(s, [dst, src, count]() -> int {
+        if (count) std::memmove(dst, src, count);
+        return ACL_SUCCESS;
+    }, "aclrtMemcpyAsync", &ticket);
+    if (err) return err;
+    if (pageable && !on_stream_worker(s)) wait_ticket(s, ticket);
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
+    if (aclError e = check_memset("aclrtMemset", devPtr, maxCount, count)) return e;
+    if (count) std::memset(devPtr, value & 0xff, count);
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t value, size_t count,
+                                      aclrtStream stream) {
+    if (aclError e = check_memset("aclrtMemsetAsync", devPtr, maxCount, count)) return e;
+    aclError err = ACL_SUCCESS;
+    Stream *s = resolve_stream(stream, &err, "aclrtMemsetAsync");
+    if (!s) return err;
+    return enqueue(s, [devPtr, value, count]() -> int {
+        if (count) std::memset(devPtr, value & 0xff, count);
+        return ACL_SUCCESS;
+    }, "aclrtMemsetAsync");
+}
+
+ACLMOCK_API aclError aclrtGetMemInfo(aclrtMemAttr attr, size_t *free, size_t *total) {
+    if (!free || !total)
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: %s must not be NULL", !free ? "free" : "total");
+    if (attr < ACL_DDR_MEM || attr > ACL_MEM_P2P_HUGE1G)
+        return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetMemInfo: attr must be an aclrtMemAttr in 0..17 (got %d)",
+                    static_cast<int>(attr));
+    int32_t dev = current_device();
+    if (dev < 0)
+        return fail(ACL_ERROR_RT_CONTEXT_NULL,
+                    "aclrtGetMemInfo: no device is set on this thread (call aclrtSetDevice first)");
+    // The mock has only HBM; the DDR attributes report none (as on parts without device DDR).
+    bool ddr = attr == ACL_DDR_MEM || attr == ACL_DDR_MEM_HUGE || attr == ACL_DDR_MEM_NORMAL ||
+               attr == ACL_DDR_MEM_P2P_HUGE || attr == ACL_DDR_MEM_P2P_NORMAL;
+    if (ddr) {
+        *free = 0;
+        *total = 0;
+        return ACL_SUCCESS;
+    }
+    Registry &r = reg();
+    std::shared_lock<std::shared_mutex> lk(r.mu);
+    *total = kDeviceMemBytes;
+    *free = kDeviceMemBytes - r.dev_bytes[dev];
+    return ACL_SUCCESS;
+}
+
+}  // extern "C"

@@ -1,0 +1,504 @@
+// Streams and events.
+//
+// A stream is a FIFO of tasks served by its own worker thread. Handles given to users are opaque
+// numbers (never pointers) looked up in a registry, so a destroyed or garbage handle is reported
+// (ACL_ERROR_RT_INVALID_HANDLE, 107017) instead of being dereferenced, and a handle value is never
+// reused. A NULL stream is the current device's default stream, created lazily and kept for the
+// life of the process. Waiting (synchronize, events) uses condition variables, never spinning.
+//
+// Process lifetime: the registries are heap objects that are never destroyed, and this library pins
+// itself (RTLD_NODELETE) when it starts its first worker, so at interpreter shutdown or exit() idle
+// workers simply stay blocked until the process ends; nothing joins threads from a static
+// destructor. In a child after fork() the registries start empty (the parent's workers do not
+// exist there); handles inherited from the parent are unknown in the child.
+#include <dlfcn.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "runtime/rt_core.h"
+#include "runtime/stream_internal.h"
+
+namespace aclmock {
+
+namespace {
+constexpr int kMaxDevices = 1024;
+constexpr uintptr_t kStreamHandleBase = 0x5a7e000000000000ULL;
+constexpr uintptr_t kEventHandleBase = 0x5a7f000000000000ULL;
+std::atomic<uint64_t> g_tasks_run{0};
+std::atomic<uint64_t> g_tasks_failed{0};
+std::atomic<uint64_t> g_next_id{1};
+thread_local const Stream *t_worker_of = nullptr;
+}  // namespace
+
+void pin_library_of(const void *addr) {
+    Dl_info info;
+    if (addr && dladdr(addr, &info) && info.dli_fname)
+        dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);  // handle kept on purpose
+}
+
+void pin_library() {
+    static std::once_flag once;
+    std::call_once(once, [] { pin_library_of(reinterpret_cast<const void *>(&pin_library)); });
+}
+
+class Stream {
+public:
+    Stream(uint64_t id_, int32_t dev, bool is_default) : id(id_), device(dev), default_(is_default) {}
+
+    void start() {
+        pin_library();
+        worker = std::thread([this] { loop(); });
+    }
+
+    // Drains the queue, then stops and joins the worker.
+    void shutdown() {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            stop = true;
+        }
+        cv_work.notify_all();
+        if (worker.joinable()) worker.join();
+    }
+
+    aclError push(Task t, const char *name, uint64_t *ticket) {
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            if (stop)
+                return fail(ACL_ERROR_RT_INVALID_HANDLE, "%s: the stream is being destroyed",
+                            name ? name : "enqueue");
+            q.push_back(Item{std::move(t), name ? name : "task", ++submitted});
+            if (ticket) *ticket = submitted;
+        }
+        cv_work.notify_one();
+        return ACL_SUCCESS;
+    }
+
+    // Waits until `ticket` has run; false on timeout (timeout_ms < 0: forever).
+    bool wait(uint64_t ticket, int64_t timeout_ms) {
+        std::unique_lock<std::mutex> lk(mu);
+        auto done = [&] { return completed >= ticket; };
+        if (timeout_ms < 0) {
+            cv_done.wait(lk, done);
+            return true;
+        }
+        return cv_done.wait_for(lk, std::chrono::milliseconds(timeout_ms), done);
+    }
+
+    const uint64_t id;
+    const int32_t device;
+    const bool default_;
+
+    std::mutex mu;
+    std::condition_variable cv_work, cv_done;
+    uint64_t submitted = 0, completed = 0;
+    int first_err = 0;
+    std::string first_msg;
+
+private:
+    struct Item {
+        Task fn;
+        std::string name;
+        uint64_t ticket;
+    };
+
+    void loop() {
+        t_worker_of = this;
+        for (;;) {
+            Item it;
+            {
+                std::unique_lock<std::mutex> lk(mu);
+                cv_work.wait(lk, [&] { return stop || !q.empty(); });
+                if (q.empty()) return;  // stop requested and drained
+                it = std::move(q.front());
+                q.pop_front();
+            }
+            clear_error();
+            int rc;
+            try {
+                rc = it.fn ? it.fn() : ACL_SUCCESS;
+            } catch (const std::exception &e) {
+                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception: %s",
+                          it.name.c_str(), e.what());
+            } catch (...) {
+                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception", it.name.c_str());
+            }
+            std::string msg;
+            if (rc != 0) {
+                msg = take_error();
+                if (msg.empty()) msg = format("%s: failed on the stream with code %d", it.name.c_str(), rc);
+                g_tasks_failed.fetch_add(1);
+            } else {
+                clear_error();
+            }
+            it.fn = nullptr;  // release captured resources before the task counts as done
+            g_tasks_run.fetch_add(1);
+            {
+                std::lock_guard<std::mutex> lk(mu);
+                if (rc != 0 && first_err == 0) {
+                    first_err = rc;
+                    first_msg = std::move(msg);
+                }
+                completed = it.ticket;
+            }
+            cv_done.notify_all();
+        }
+    }
+
+    std::deque<Item> q;
+    bool stop = false;
+    std::thread worker;
+};
+
+class Event {
+public:
+    explicit Event(uint64_t id_) : id(id_) {}
+    const uint64_t id;
+    std::mutex mu;
+    std::condition_variable cv;
+    uint64_t recorded = 0;   // number of records issued
+    uint64_t completed = 0;  // latest record (by issue order) that the stream reached
+    std::chrono::steady_clock::time_point stamp;
+};
+
+namespace {
+struct Registry {
+    std::mutex mu;
+    std::unordered_map<uint64_t, std::shared_ptr<Stream>> streams;
+    std::unordered_map<uint64_t, std::shared_ptr<Event>> events;
+    std::shared_ptr<Stream> defaults[kMaxDevices];
+    size_t n_defaults = 0;
+};
+
+Registry *g_reg = nullptr;
+std::once_flag g_reg_once;
+
+Registry &reg() {
+    std::call_once(g_reg_once, [] {
+        g_reg = new Registry;
+        pin_library();
+        pthread_atfork([] { g_reg->mu.lock(); }, [] { g_reg->mu.unlock(); },
+                       [] {
+                           // The parent's workers do not exist here: start over (the old registry is
+                           // abandoned, not destroyed, since its threads' objects are not usable).
+                           g_reg->mu.unlock();
+                           g_reg = new Registry;
+                       });
+    });
+    return *g_reg;
+}
+
+void *stream_handle(uint64_t id) { return reinterpret_cast<void *>(kStreamHandleBase + id * 16); }
+void *event_handle(uint64_t id) { return reinterpret_cast<void *>(kEventHandleBase + id * 16); }
+bool handle_id(const void *h, uintptr_t base, uint64_t *id) {
+    uintptr_t v = reinterpret_cast<uintptr_t>(h);
+    if (v < base || (v - base) % 16 != 0 || v - base >= (uintptr_t(1) << 47)) return false;
+    *id = (v - base) / 16;
+    return true;
+}
+
+std::shared_ptr<Stream> find_stream(aclrtStream h) {
+    uint64_t id;
+    if (!handle_id(h, kStreamHandleBase, &id)) return nullptr;
+    Registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    auto it = r.streams.find(id);
+    return it == r.streams.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<Event> find_event(aclrtEvent h) {
+    uint64_t id;
+    if (!handle_id(h, kEventHandleBase, &id)) return nullptr;
+    Registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    auto it = r.events.find(id);
+    return it == r.events.end() ? nullptr : it->second;
+}
+
+aclError bad_event(const char *api, const char *param, aclrtEvent h) {
+    if (!h) return fail(ACL_ERROR_INVALID_PARAM, "%s: %s must not be NULL", api, param);
+    return fail(ACL_ERROR_RT_INVALID_HANDLE,
+                "%s: %s %p is not a live event (never created, or already destroyed)", api, param, h);
+}
+}  // namespace
+
+Stream *resolve_stream(aclrtStream handle, aclError *err, const char *api) {
+    aclError dummy;
+    if (!err) err = &dummy;
+    if (!api) api = "stream";
+    if (!handle) {
+        int32_t dev = current_device();
+        if (dev < 0 || dev >= kMaxDevices) {
+            *err = fail(ACL_ERROR_RT_CONTEXT_NULL,
+                        "%s: stream is NULL (the default stream) but no device is set on this "
+                        "thread (call aclrtSetDevice first)", api);
+            return nullptr;
+        }
+        Registry &r = reg();
+        std::lock_guard<std::mutex> lk(r.mu);
+        if (!r.defaults[dev]) {
+            auto s = std::make_shared<Stream>(g_next_id.fetch_add(1), dev, true);
+            s->start();
+            r.defaults[dev] = s;
+            ++r.n_defaults;
+        }
+        *err = ACL_SUCCESS;
+        return r.defaults[dev].get();
+    }
+    std::shared_ptr<Stream> s = find_stream(handle);
+    if (!s) {
+        *err = fail(ACL_ERROR_RT_INVALID_HANDLE,
+                    "%s: stream %p is not a live stream (never created, or already destroyed)", api,
+                    handle);
+        return nullptr;
+    }
+    *err = ACL_SUCCESS;
+    return s.get();
+}
+
+Stream *resolve_stream(aclrtStream handle, aclError *err) { return resolve_stream(handle, err, nullptr); }
+
+aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket) {
+    if (!s) return fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", name ? name : "enqueue");
+    return s->push(std::move(task), name, ticket);
+}
+
+aclError enqueue(Stream *s, Task task, const char *name) {
+    return enqueue_ticket(s, std::move(task), name, nullptr);
+}
+
+void wait_ticket(Stream *s, uint64_t ticket) {
+    if (s) s->wait(ticket, -1);
+}
+
+int32_t stream_device(const Stream *s) { return s ? s->device : -1; }
+
+bool on_stream_worker(const Stream *s) { return s && t_worker_of == s; }
+
+StreamStats stream_stats() {
+    Registry &r = reg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    StreamStats st;
+    st.live_streams = r.streams.size();
+    st.live_events = r.events.size();
+    st.default_streams = r.n_defaults;
+    st.tasks_run = g_tasks_run.load();
+    st.tasks_failed = g_tasks_failed.load();
+    return st;
+}
+
+}  // namespace aclmock
+
+using namespace aclmock;
+
+namespace {
+aclError sync_stream(const char *api, aclrtStream stream, int64_t timeout_ms) {
+    aclError err = ACL_SUCCESS;
+    Stream *s = resolve_stream(stream, &err, api);
+    if (!s) return err;
+    if (on_stream_worker(s))
+        return fail(ACL_ERROR_RT_STREAM_CONTEXT,
+                    "%s: called from a task running on the same stream (it would wait for itself)", api);
+    std::unique_lock<std::mutex> lk(s->mu);
+    const uint64_t ticket = s->submitted;
+    auto done = [&] { return s->completed >= ticket; };
+    if (timeout_ms < 0) {
+        s->cv_done.wait(lk, done);
+    } else if (!s->cv_done.wait_for(lk, std::chrono::milliseconds(timeout_ms), done)) {
+        uint64_t pending = ticket - s->completed;
+        lk.unlock();
+        return fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
+                    "%s: timed out after %lld ms with %llu task(s) still pending", api,
+                    static_cast<long long>(timeout_ms), static_cast<unsigned long long>(pending));
+    }
+    int code = s->first_err;
+    std::string msg;
+    msg.swap(s->first_msg);
+    s->first_err = 0;
+    lk.unlock();
+    if (code != 0) {
+        set_error(msg);
+        return code;
+    }
+    return ACL_SUCCESS;
+}
+}  // namespace
+
+extern "C" {
+
+ACLMOCK_API aclError aclrtCreateStream(aclrtStream *stream) {
+    if (!stream) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateStream: stream must not be NULL");
+    int32_t dev = current_device();
+    if (dev < 0)
+        return fail(ACL_ERROR_RT_CONTEXT_NULL,
+                    "aclrtCreateStream: no device is set on this thread (call aclrtSetDevice first)");
+    uint64_t id = g_next_id.fetch_add(1);
+    auto s = std::make_shared<Stream>(id, dev, false);
+    s->start();
+    Registry &r = reg();
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.streams.emplace(id, s);
+    }
+    *stream = stream_handle(id);
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtDestroyStream(aclrtStream stream) {
+    if (!stream)
+        return fail(ACL_ERROR_INVALID_PARAM,
+                    "aclrtDestroyStream: stream must not be NULL (the default stream cannot be destroyed)");
+    uint64_t id;
+    std::shared_ptr<Stream> s;
+    Registry &r = reg();
+    if (handle_id(stream, kStreamHandleBase, &id)) {
+        std::lock_guard<std::mutex> lk(r.mu);
+        auto it = r.streams.find(id);
+        if (it != r.streams.end()) {
+            if (on_stream_worker(it->second.get()))
+                return fail(ACL_ERROR_RT_STREAM_CONTEXT,
+                            "aclrtDestroyStream: called from a task running on that stream");
+            s = it->second;
+            r.streams.erase(it);
+        }
+    }
+    if (!s)
+        return fail(ACL_ERROR_RT_INVALID_HANDLE,
+                    "aclrtDestroyStream: stream %p is not a live stream (never created, or already "
+                    "destroyed)", stream);
+    s->shutdown();  // runs everything already queued first
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtSynchronizeStream(aclrtStream stream) {
+    return sync_stream("aclrtSynchronizeStream", stream, -1);
+}
+
+ACLMOCK_API aclError aclrtSynchronizeStreamWithTimeout(aclrtStream stream, int32_t timeout) {
+    if (timeout < -1)
+        return fail(ACL_ERROR_INVALID_PARAM,
+                    "aclrtSynchronizeStreamWithTimeout: timeout must be -1 (wait forever) or >= 0 ms "
+                    "(got %d)", timeout);
+    return sync_stream("aclrtSynchronizeStreamWithTimeout", stream, timeout);
+}
+
+ACLMOCK_API aclError aclrtCreateEvent(aclrtEvent *event) {
+    if (!event) return fail(ACL_ERROR_INVALID_PARAM, "aclrtCreateEvent: event must not be NULL");
+    uint64_t id = g_next_id.fetch_add(1);
+    auto e = std::make_shared<Event>(id);
+    Registry &r = reg();
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.events.emplace(id, e);
+    }
+    *event = event_handle(id);
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtDestroyEvent(aclrtEvent event) {
+    uint64_t id;
+    Registry &r = reg();
+    if (event && handle_id(event, kEventHandleBase, &id)) {
+        std::lock_guard<std::mutex> lk(r.mu);
+        // Pending records and waits keep their own reference to the event.
+        if (r.events.erase(id)) return ACL_SUCCESS;
+    }
+    return bad_event("aclrtDestroyEvent", "event", event);
+}
+
+ACLMOCK_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
+    std::shared_ptr<Event> e = find_event(event);
+    if (!e) return bad_event("aclrtRecordEvent", "event", event);
+    aclError err = ACL_SUCCESS;
+    Stream *s = resolve_stream(stream, &err, "aclrtRecordEvent");
+    if (!s) return err;
+    std::lock_guard<std::mutex> lk(e->mu);
+    const uint64_t seq = ++e->recorded;
+    err = enqueue(s, [e, seq]() -> int {
+        {
+            std::lock_guard<std::mutex> g(e->mu);
+            if (seq > e->completed) {
+                e->completed = seq;
+                e->stamp = std::chrono::steady_clock::now();
+            }
+        }
+        e->cv.notify_all();
+        return ACL_SUCCESS;
+    }, "aclrtRecordEvent");
+    if (err) --e->recorded;
+    return err;
+}
+
+ACLMOCK_API aclError aclrtSynchronizeEvent(aclrtEvent event) {
+    std::shared_ptr<Event> e = find_event(event);
+    if (!e) return bad_event("aclrtSynchronizeEvent", "event", event);
+    std::unique_lock<std::mutex> lk(e->mu);
+    const uint64_t target = e->recorded;  // an event never recorded completes at once
+    e->cv.wait(lk, [&] { return e->completed >= target; });
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedStatus *status) {
+    if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status must not be NULL");
+    std::shared_ptr<Event> e = find_event(event);
+    if (!e) return bad_event("aclrtQueryEventStatus", "event", event);
+    std::lock_guard<std::mutex> lk(e->mu);
+    // NOT_READY until the latest record has been reached (also when never recorded).
+    *status = (e->recorded > 0 && e->completed >= e->recorded) ? ACL_EVENT_RECORDED_STATUS_COMPLETE
+                                                                : ACL_EVENT_RECORDED_STATUS_NOT_READY;
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtEventElapsedTime(float *ms, aclrtEvent startEvent, aclrtEvent endEvent) {
+    if (!ms) return fail(ACL_ERROR_INVALID_PARAM, "aclrtEventElapsedTime: ms must not be NULL");
+    std::shared_ptr<Event> a = find_event(startEvent);
+    if (!a) return bad_event("aclrtEventElapsedTime", "startEvent", startEvent);
+    std::shared_ptr<Event> b = find_event(endEvent);
+    if (!b) return bad_event("aclrtEventElapsedTime", "endEvent", endEvent);
+    std::chrono::steady_clock::time_point ta, tb;
+    const char *names[2] = {"startEvent", "endEvent"};
+    Event *evs[2] = {a.get(), b.get()};
+    std::chrono::steady_clock::time_point *ts[2] = {&ta, &tb};
+    for (int i = 0; i < 2; ++i) {
+        std::lock_guard<std::mutex> lk(evs[i]->mu);
+        if (evs[i]->recorded == 0)
+            return fail(ACL_ERROR_RT_EVENT_NOT_COMPLETE,
+                        "aclrtEventElapsedTime: %s was never recorded (aclrtRecordEvent)", names[i]);
+        if (evs[i]->completed < evs[i]->recorded)
+            return fail(ACL_ERROR_RT_EVENT_NOT_COMPLETE,
+                        "aclrtEventElapsedTime: the latest record of %s has not completed yet "
+                        "(synchronize the event or its stream first)", names[i]);
+        *ts[i] = evs[i]->stamp;
+    }
+    *ms = static_cast<float>(std::chrono::duration<double, std::milli>(tb - ta).count());
+    return ACL_SUCCESS;
+}
+
+ACLMOCK_API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) {
+    std::shared_ptr<Event> e = find_event(event);
+    if (!e) return bad_event("aclrtStreamWaitEvent", "event", event);
+    aclError err = ACL_SUCCESS;
+    Stream *s = resolve_stream(stream, &err, "aclrtStreamWaitEvent");
+    if (!s) return err;
+    uint64_t target;
+    {
+        std::lock_guard<std::mutex> lk(e->mu);
+        target = e->recorded;
+    }
+    if (target == 0) return ACL_SUCCESS;  // nothing recorded yet: no dependency
+    return enqueue(s, [e, target]() -> int {
+        std::unique_lock<std::mutex> lk(e->mu);
+        e->cv.wait(lk, [&] { return e->completed >= target; });
+        return ACL_SUCCESS;
+    }, "aclrtStreamWaitEvent");
+}
+
+}  // extern "C"
