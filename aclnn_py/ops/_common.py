@@ -1,0 +1,198 @@
+"""Shared machinery of the two-phase op wrappers: argument conversion, output sizing (SPEC §2),
+workspaces kept per stream, and the Prepared object that holds one executor."""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Sequence
+
+import numpy as np
+
+from .. import _loader
+from ..dtypes import DataType, as_datatype
+from ..errors import check_aclnn
+from ..runtime import DeviceMemory, Stream, _b, as_stream
+from ..tensor import Tensor
+
+
+def tensor_arg(value: Any, stream: Any = None, dtype: Any = None) -> Tensor | None:
+    """None, a Tensor, or a host array (uploaded on `stream`)."""
+    if value is None:
+        return None
+    if isinstance(value, Tensor):
+        return value
+    return Tensor.from_numpy(np.asarray(value), stream=stream, dtype=dtype)
+
+
+def desc(t: Tensor | None) -> Any:
+    """The aclTensor* of an optional tensor (NULL for None)."""
+    return t.descriptor() if t is not None else _b().ffi.NULL
+
+
+def normalized_shared(shared_expert_num: int, shared_expert_rank_num: int) -> int:
+    """S as the tiling sees it: R == 0 and S == 1 is the default "no shared expert" pair → 0."""
+    return 0 if shared_expert_rank_num == 0 and shared_expert_num == 1 else shared_expert_num
+
+
+def local_expert_num(ep_world_size: int, ep_rank_id: int, moe_expert_num: int,
+                     shared_expert_rank_num: int) -> int:
+    """1 on a shared rank, L = E / (W − R) on a MoE rank (SPEC §2)."""
+    if ep_rank_id < shared_expert_rank_num:
+        return 1
+    moe_ranks = ep_world_size - shared_expert_rank_num
+    return moe_expert_num // moe_ranks if moe_ranks > 0 else 0
+
+
+def rows_capacity(ep_world_size: int, ep_rank_id: int, moe_expert_num: int, shared_expert_num: int,
+                  shared_expert_rank_num: int, global_bs: int, bs: int, topk: int) -> int:
+    """A, the rows this rank can receive (SPEC §2)."""
+    w, r = ep_world_size, shared_expert_rank_num
+    g = global_bs if global_bs else bs * w
+    max_bs = g // w
+    if ep_rank_id < r:
+        s = normalized_shared(shared_expert_num, r)
+        per_shared = r // s if s else 1
+        return max_bs * math.ceil(w / max(per_shared, 1))
+    moe_ranks = w - r
+    l_ = moe_expert_num // moe_ranks if moe_ranks > 0 else 0
+    return g * min(l_, topk)
+
+
+class WorkspacePool:
+    """One growing workspace per (thread, stream): consecutive launches on a stream are ordered, so
+    they may share it. Growing synchronises the stream before the old block is freed."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._blocks: dict[int, DeviceMemory] = {}
+
+    def get(self, size: int, stream: Any) -> DeviceMemory | None:
+        if size == 0:
+            return None
+        key = int(_b().ffi.cast("uintptr_t", as_stream(stream)))
+        with self._lock:
+            mem = self._blocks.get(key)
+            if mem is not None and mem.size >= size:
+                return mem
+        if mem is not None:
+            Stream.from_handle(key).synchronize() if key else Stream.default().synchronize()
+            mem.close()
+        mem = DeviceMemory(size)
+        with self._lock:
+            self._blocks[key] = mem
+        return mem
+
+    def clear(self) -> None:
+        with self._lock:
+            blocks, self._blocks = self._blocks, {}
+        for m in blocks.values():
+            m.close()
+
+
+workspaces = WorkspacePool()
+
+
+class Prepared:
+    """Phase 1 done: an executor, its workspace size, and the tensors it refers to.
+
+    ``launch`` runs phase 2. A normal executor is consumed by its launch; a repeatable one
+    (``repeatable=True`` at prepare time) may be launched again, after ``rebind_input`` /
+    ``rebind_output`` moved its tensors to new addresses, and is destroyed by ``close``."""
+
+    op: str = ""
+    _launch_name: str = ""
+
+    def __init__(self, executor: Any, workspace_size: int, inputs: Sequence[Tensor | None],
+                 outputs: Sequence[Tensor | None], repeatable: bool):
+        self._executor = executor
+        self.workspace_size = int(workspace_size)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.repeatable = repeatable
+        self._launched = False
+
+    def _launch_fn(self) -> Any:
+        return getattr(_b().lib, self._launch_name)
+
+    def launch(self, stream: Any = None, workspace: DeviceMemory | Tensor | int | None = None) -> None:
+        """Phase 2 on `stream` (default: the current device's default stream). Without `workspace`
+        one is taken from a per-stream pool."""
+        b = _b()
+        if workspace is None:
+            mem = workspaces.get(self.workspace_size, stream)
+            ws_ptr = mem.ptr if mem is not None else 0
+        elif isinstance(workspace, (DeviceMemory, Tensor)):
+            ws_ptr = workspace.ptr
+        else:
+            ws_ptr = int(workspace)
+        ret = self._launch_fn()(b.ffi.cast("void *", ws_ptr), self.workspace_size, self._executor, as_stream(stream))
+        if not self.repeatable:
+            self._launched = True
+        check_aclnn(ret, self._launch_name)
+
+    def _rebind(self, api: str, index: int, tensor: Tensor, slots: list[Tensor | None]) -> None:
+        b = _b()
+        old = slots[index] if 0 <= index < len(slots) else None
+        target = old if old is not None else tensor
+        ret = getattr(b.lib, api)(self._executor, index, target.descriptor(), b.ffi.cast("void *", tensor.ptr))
+        check_aclnn(ret, api)
+        if old is not None:
+            # The executor now addresses `tensor`'s memory through `old`'s descriptor; keep both alive.
+            old.ptr = tensor.ptr
+            old._owner = (old._owner, tensor)
+
+    def rebind_input(self, index: int, tensor: Tensor) -> None:
+        """``aclSetInputTensorAddr``: input `index` (C parameter order) now reads `tensor`'s memory
+        (same shape and dtype)."""
+        self._rebind("aclSetInputTensorAddr", index, tensor, self.inputs)
+
+    def rebind_output(self, index: int, tensor: Tensor) -> None:
+        """``aclSetOutputTensorAddr``: output `index` now writes into `tensor`'s memory."""
+        self._rebind("aclSetOutputTensorAddr", index, tensor, self.outputs)
+
+    def close(self) -> None:
+        """Destroy a repeatable executor (a normal one is freed by its launch)."""
+        if self.repeatable and self._executor is not None:
+            ex, self._executor = self._executor, None
+            b = _loader.loaded()
+            if b is not None:
+                check_aclnn(b.lib.aclDestroyAclOpExecutor(ex), "aclDestroyAclOpExecutor")
+
+    def __enter__(self) -> Prepared:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "repeatable", False) and getattr(self, "_executor", None) is not None:
+            try:
+                self.close()
+            except Exception:
+                pass
+
+
+def out_tensor(given: Any, shape: Sequence[int], dtype: Any) -> Tensor:
+    """A caller-provided output (Tensor) or a new one of the SPEC §2 shape."""
+    if given is not None:
+        if not isinstance(given, Tensor):
+            raise TypeError("outputs must be Tensors (device memory the op writes into)")
+        return given
+    return Tensor.empty(shape, as_datatype(dtype))
+
+
+def executor_cells() -> tuple[Any, Any]:
+    """Per-thread reusable (uint64_t *workspaceSize, aclOpExecutor **executor) cells."""
+    tls = _cells
+    ws = getattr(tls, "ws", None)
+    if ws is None:
+        ffi = _b().ffi
+        tls.ws = ws = ffi.new("uint64_t *")
+        tls.ex = ffi.new("aclOpExecutor **")
+    return ws, tls.ex
+
+
+_cells = threading.local()
+
+__all__ = ["DataType"]

@@ -1,0 +1,90 @@
+"""Two-phase wrapper of ``aclnnMoeDistributeCombineV5GetWorkspaceSize`` /
+``aclnnMoeDistributeCombineV5`` (SPEC §1.2, §5, §6)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..dtypes import DataType
+from ..errors import check_aclnn
+from ..runtime import _b
+from ..tensor import Tensor
+from ._common import Prepared, desc, executor_cells, out_tensor, tensor_arg
+
+# Input order of the C function (aclSetInputTensorAddr indices).
+INPUTS = ("context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
+          "tp_send_counts", "x_active_mask", "activation_scale", "weight_scale", "group_list",
+          "expand_scales", "shared_expert_x", "elastic_info", "ori_x", "const_expert_alpha_1",
+          "const_expert_alpha_2", "const_expert_v", "performance_info")
+OUTPUTS = ("x_out",)
+
+
+class PreparedCombine(Prepared):
+    op = "MoeDistributeCombineV5"
+    _launch_name = "aclnnMoeDistributeCombineV5"
+
+    def __init__(self, executor: Any, workspace_size: int, inputs: list[Tensor | None], x_out: Tensor,
+                 repeatable: bool):
+        super().__init__(executor, workspace_size, inputs, [x_out], repeatable)
+        self.result = x_out
+
+
+def prepare_combine(
+    context: Tensor, expand_x: Any, expert_ids: Any, assist_info_for_combine: Any, ep_send_counts: Any,
+    expert_scales: Any = None, *,
+    ep_world_size: int, ep_rank_id: int, moe_expert_num: int, ccl_buffer_size: int,
+    tp_send_counts: Any = None, x_active_mask: Any = None, activation_scale: Any = None,
+    weight_scale: Any = None, group_list: Any = None, expand_scales: Any = None,
+    shared_expert_x: Any = None, elastic_info: Any = None, ori_x: Any = None,
+    const_expert_alpha_1: Any = None, const_expert_alpha_2: Any = None, const_expert_v: Any = None,
+    performance_info: Any = None, tp_world_size: int = 0, tp_rank_id: int = 0, expert_shard_type: int = 0,
+    shared_expert_num: int = 1, shared_expert_rank_num: int = 0, global_bs: int = 0, out_dtype: int = 0,
+    comm_quant_mode: int = 0, group_list_type: int = 0, comm_alg: str = "", zero_expert_num: int = 0,
+    copy_expert_num: int = 0, const_expert_num: int = 0, x_out: Tensor | None = None,
+    stream: Any = None, repeatable: bool = False,
+) -> PreparedCombine:
+    """Phase 1 (``aclnnMoeDistributeCombineV5GetWorkspaceSize``). `expert_scales` None becomes an
+    empty (0,) float32 tensor: combine is then unweighted (SPEC §6.2). x_out is (BS, H) in
+    expand_x's dtype (bf16 when expand_x is int32) unless given."""
+    b = _b()
+    ffi, lib = b.ffi, b.lib
+    ex_t = tensor_arg(expand_x, stream)
+    ids = tensor_arg(expert_ids, stream)
+    assert ex_t is not None and ids is not None
+    if expert_scales is None:
+        expert_scales = np.zeros((0,), np.float32)
+    bs = ids.shape[0] if ids.ndim >= 1 else 0
+    h = ex_t.shape[1] if ex_t.ndim >= 2 else 0
+    out_dt = DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype
+    out = out_tensor(x_out, (bs, h), out_dt)
+    ins = [context, ex_t, ids, tensor_arg(assist_info_for_combine, stream), tensor_arg(ep_send_counts, stream),
+           tensor_arg(expert_scales, stream), tensor_arg(tp_send_counts, stream),
+           tensor_arg(x_active_mask, stream, np.bool_), tensor_arg(activation_scale, stream),
+           tensor_arg(weight_scale, stream), tensor_arg(group_list, stream), tensor_arg(expand_scales, stream),
+           tensor_arg(shared_expert_x, stream), tensor_arg(elastic_info, stream), tensor_arg(ori_x, stream),
+           tensor_arg(const_expert_alpha_1, stream), tensor_arg(const_expert_alpha_2, stream),
+           tensor_arg(const_expert_v, stream), tensor_arg(performance_info, stream)]
+    ws, ex = executor_cells()
+    ret = lib.aclnnMoeDistributeCombineV5GetWorkspaceSize(
+        *(desc(t) for t in ins),
+        ep_world_size, ep_rank_id, moe_expert_num, ccl_buffer_size, tp_world_size, tp_rank_id,
+        expert_shard_type, shared_expert_num, shared_expert_rank_num, global_bs, out_dtype, comm_quant_mode,
+        group_list_type, comm_alg.encode() if comm_alg is not None else ffi.NULL,
+        zero_expert_num, copy_expert_num, const_expert_num, out.descriptor(), ws, ex)
+    check_aclnn(ret, "aclnnMoeDistributeCombineV5GetWorkspaceSize")
+    executor = ex[0]
+    if repeatable:
+        check_aclnn(lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
+    return PreparedCombine(executor, int(ws[0]), ins, out, repeatable)
+
+
+def moe_distribute_combine(context: Tensor, expand_x: Any, expert_ids: Any, assist_info_for_combine: Any,
+                           ep_send_counts: Any, expert_scales: Any = None, *, stream: Any = None,
+                           **kwargs: Any) -> Tensor:
+    """Phase 1 + phase 2 on `stream`; returns x_out (valid once the stream is synchronised)."""
+    p = prepare_combine(context, expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
+                        stream=stream, **kwargs)
+    p.launch(stream)
+    return p.result

@@ -1,0 +1,131 @@
+"""Two-phase wrapper of ``aclnnMoeDistributeDispatchV5GetWorkspaceSize`` /
+``aclnnMoeDistributeDispatchV5`` (SPEC §1.1, outputs sized by SPEC §2).
+
+``prepare_dispatch`` runs phase 1 and returns a :class:`PreparedDispatch` whose ``launch`` runs
+phase 2; ``moe_distribute_dispatch`` does both. Inputs may be Tensors or host arrays (uploaded);
+outputs are allocated by SPEC §2 unless given.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from ..dtypes import DataType, as_datatype
+from ..runtime import _b
+from ..tensor import Tensor
+from ..errors import check_aclnn
+from ._common import (
+    Prepared,
+    desc,
+    executor_cells,
+    local_expert_num,
+    out_tensor,
+    rows_capacity,
+    tensor_arg,
+)
+
+# Input order of the C function (aclSetInputTensorAddr indices).
+INPUTS = ("context", "x", "expert_ids", "scales", "x_active_mask", "expert_scales", "elastic_info",
+          "performance_info")
+OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_token_nums", "ep_recv_counts",
+           "tp_recv_counts", "expand_scales")
+
+
+class DispatchOutputs(NamedTuple):
+    """The seven outputs of dispatch, as device Tensors (SPEC §4.4)."""
+
+    expand_x: Tensor
+    dynamic_scales: Tensor
+    assist_info_for_combine: Tensor
+    expert_token_nums: Tensor
+    ep_recv_counts: Tensor
+    tp_recv_counts: Tensor
+    expand_scales: Tensor
+
+
+def expand_x_dtype(x_dtype: DataType, quant_mode: int, y_dtype: Any = None) -> DataType:
+    """expand_x's type: x's for quant 0, int8 otherwise; y_dtype overrides (SPEC §10.4)."""
+    if y_dtype is not None:
+        return as_datatype(y_dtype)
+    return x_dtype if quant_mode == 0 else DataType.INT8
+
+
+class PreparedDispatch(Prepared):
+    op = "MoeDistributeDispatchV5"
+    _launch_name = "aclnnMoeDistributeDispatchV5"
+
+    def __init__(self, executor: Any, workspace_size: int, inputs: list[Tensor | None],
+                 outputs: DispatchOutputs, repeatable: bool):
+        super().__init__(executor, workspace_size, inputs, list(outputs), repeatable)
+        self.result = outputs
+
+
+def prepare_dispatch(
+    context: Tensor, x: Any, expert_ids: Any, *,
+    ep_world_size: int, ep_rank_id: int, moe_expert_num: int, ccl_buffer_size: int,
+    scales: Any = None, x_active_mask: Any = None, expert_scales: Any = None,
+    elastic_info: Any = None, performance_info: Any = None,
+    tp_world_size: int = 0, tp_rank_id: int = 0, expert_shard_type: int = 0,
+    shared_expert_num: int = 1, shared_expert_rank_num: int = 0, quant_mode: int = 0,
+    global_bs: int = 0, expert_token_nums_type: int = 1, comm_alg: str = "",
+    zero_expert_num: int = 0, copy_expert_num: int = 0, const_expert_num: int = 0,
+    y_dtype: Any = None, outputs: DispatchOutputs | dict[str, Tensor] | None = None,
+    stream: Any = None, repeatable: bool = False,
+) -> PreparedDispatch:
+    """Phase 1 (``aclnnMoeDistributeDispatchV5GetWorkspaceSize``): convert inputs, allocate the
+    outputs of SPEC §2 (or take `outputs`), size the workspace and create the executor. With
+    `repeatable`, the executor is made repeatable (``aclSetAclOpExecutorRepeatable``)."""
+    b = _b()
+    ffi, lib = b.ffi, b.lib
+    xt = tensor_arg(x, stream)
+    ids = tensor_arg(expert_ids, stream)
+    assert xt is not None and ids is not None
+    given: dict[str, Tensor] = {}
+    if isinstance(outputs, DispatchOutputs):
+        given = outputs._asdict()
+    elif outputs:
+        given = dict(outputs)
+    bs = xt.shape[0] if xt.ndim >= 1 else 0
+    h = xt.shape[1] if xt.ndim >= 2 else 0
+    k = ids.shape[1] if ids.ndim >= 2 else 0
+    a = rows_capacity(ep_world_size, ep_rank_id, moe_expert_num, shared_expert_num, shared_expert_rank_num,
+                      global_bs, bs, k)
+    lnum = local_expert_num(ep_world_size, ep_rank_id, moe_expert_num, shared_expert_rank_num)
+    es = tensor_arg(expert_scales, stream)
+    has_es = es is not None and all(d > 0 for d in es.shape)
+    outs = DispatchOutputs(
+        expand_x=out_tensor(given.get("expand_x"), (a, h), expand_x_dtype(xt.dtype, quant_mode, y_dtype)),
+        dynamic_scales=out_tensor(given.get("dynamic_scales"), (a,), DataType.FLOAT),
+        assist_info_for_combine=out_tensor(given.get("assist_info_for_combine"), (max(bs * k, a * 128),),
+                                           DataType.INT32),
+        expert_token_nums=out_tensor(given.get("expert_token_nums"), (lnum,), DataType.INT64),
+        ep_recv_counts=out_tensor(given.get("ep_recv_counts"), (ep_world_size * lnum,), DataType.INT32),
+        tp_recv_counts=out_tensor(given.get("tp_recv_counts"), (tp_world_size,), DataType.INT32),
+        expand_scales=out_tensor(given.get("expand_scales"), (a if has_es else 0,), DataType.FLOAT),
+    )
+    ins = [context, xt, ids, tensor_arg(scales, stream), tensor_arg(x_active_mask, stream, np.bool_), es,
+           tensor_arg(elastic_info, stream), tensor_arg(performance_info, stream)]
+    ws, ex = executor_cells()
+    ret = lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
+        *(desc(t) for t in ins),
+        ep_world_size, ep_rank_id, moe_expert_num, ccl_buffer_size, tp_world_size, tp_rank_id,
+        expert_shard_type, shared_expert_num, shared_expert_rank_num, quant_mode, global_bs,
+        expert_token_nums_type, comm_alg.encode() if comm_alg is not None else ffi.NULL,
+        zero_expert_num, copy_expert_num, const_expert_num,
+        *(t.descriptor() for t in outs), ws, ex)
+    check_aclnn(ret, "aclnnMoeDistributeDispatchV5GetWorkspaceSize")
+    executor = ex[0]
+    if repeatable:
+        check_aclnn(lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
+    return PreparedDispatch(executor, int(ws[0]), ins, outs, repeatable)
+
+
+def moe_distribute_dispatch(context: Tensor, x: Any, expert_ids: Any, *, stream: Any = None,
+                            **kwargs: Any) -> DispatchOutputs:
+    """Phase 1 + phase 2 on `stream`; returns the outputs (valid once the stream is synchronised).
+    Keyword arguments as :func:`prepare_dispatch`."""
+    p = prepare_dispatch(context, x, expert_ids, stream=stream, **kwargs)
+    p.launch(stream)
+    return p.result

@@ -1,0 +1,43 @@
+"""Shared fixtures. Every test runs on the mock backend, never on a CANN found on the machine."""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("ACLNN_PY_BACKEND", "mock")
+# Fail fast instead of waiting the default 120 s when a test leaves a peer missing.
+os.environ.setdefault("HCCL_EXEC_TIMEOUT", "20")
+os.environ.setdefault("HCCL_CONNECT_TIMEOUT", "20")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def acl():
+    """The package, initialised on the mock backend with device 0 current on this thread."""
+    import aclnn_py
+
+    aclnn_py.init("mock")
+    aclnn_py.Device(0).set_current()
+    return aclnn_py
+
+
+@pytest.fixture(scope="session")
+def mock(acl):
+    """The mock's control module."""
+    from aclnn_py import _mock
+
+    return _mock
+
+
+@pytest.fixture
+def raw(acl):
+    """(ffi, lib) of the raw cffi layer, bound to the mock."""
+    b = acl.backend()
+    return b.ffi, b.lib
+
+
+@pytest.fixture
+def device0(acl):
+    acl.Device(0).set_current()
+    return acl.Device(0)
