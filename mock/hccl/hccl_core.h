@@ -92,8 +92,8 @@ public:
     // entry.
     void publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields);
 
-    // Wait until every rank in `srcs` (all ranks when empty) has published call `seq` into this
-    // rank's mailbox. Bounded by HCCL_EXEC_TIMEOUT seconds (default 120). Returns 0, or an
+    // Wait until every rank (this one included: publish to yourself too) has published call `seq`
+    // into this rank's mailbox. Bounded by HCCL_EXEC_TIMEOUT seconds (default 120). Returns 0, or an
     // aclError with the message set:
     //   - ACL_ERROR_RT_AICORE_TIMEOUT: "<op> on rank r: timed out after Ns waiting for ranks [..]
     //     (rank 3: process 1234 is dead)"
@@ -105,6 +105,13 @@ public:
 
     // Whether peer r's process is alive (always true for thread ranks of this process).
     bool peer_alive(uint32_t r) const;
+
+    // Work that touches the windows (a kernel task) brackets itself with begin_use()/end_use() so
+    // that HcclCommDestroy waits for it instead of unmapping the windows under it. begin_use()
+    // returns false (and the caller must not touch the windows) once destruction has started;
+    // wait_all() returns an error soon after destruction starts.
+    bool begin_use();
+    void end_use();
 
     struct Impl;
     explicit Comm(Impl *impl);

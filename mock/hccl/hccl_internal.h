@@ -1,0 +1,142 @@
+// Private parts of the mock HCCL shared by mock/hccl/*.cpp (not part of the kernel contract in
+// hccl_core.h): shared-memory segments, the rendezvous area, the Comm implementation and the
+// registries of live handles.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "hccl/hccl_core.h"
+
+namespace aclmock {
+namespace hccl {
+
+// ---- names ---------------------------------------------------------------------------------------
+// Every segment of this mock lives in /dev/shm under this prefix:
+//   aclmock_hccl_<world id, 16 hex>_rdv              rendezvous area of one world
+//   aclmock_hccl_<world id, 16 hex>_w<rank>_p<pid>   window of one rank, owned by process pid
+constexpr const char *kShmPrefix = "aclmock_hccl_";
+std::string rdv_name(uint64_t world_id);
+std::string window_name(uint64_t world_id, uint32_t rank, int32_t pid);
+
+// ---- the root info blob (HcclRootInfo.internal, 4108 bytes) -------------------------------------
+constexpr uint64_t kRootMagic = 0x484b434f4d4c4341ULL;   // "ACLMOCKH"
+constexpr uint32_t kRootVersion = 1;
+struct RootBlob {
+    uint64_t magic;
+    uint32_t version;
+    int32_t creator_pid;
+    uint64_t world_id;
+    uint64_t created_ns;     // CLOCK_REALTIME
+    char host[64];           // creator's host name, for messages
+};
+static_assert(sizeof(RootBlob) <= 4108, "root blob fits HcclRootInfo");
+
+// ---- the rendezvous area (one POSIX shm segment per world, unlinked once all ranks mapped) ------
+enum SlotState : uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotReady = 2, kSlotLeft = 3 };
+struct RdvSlot {
+    std::atomic<uint32_t> state;
+    int32_t pid;
+    uint64_t window_bytes;
+};
+constexpr uint64_t kRdvMagic = 0x5644524b434d4341ULL;
+struct RdvHeader {
+    std::atomic<uint64_t> magic;       // written last by the creator
+    uint64_t world_id;
+    int32_t creator_pid;
+    uint32_t nranks;                   // set by the creator (the first rank to arrive)
+    uint32_t creator_rank;
+    std::atomic<uint32_t> ready;       // ranks whose window exists
+    std::atomic<uint32_t> mapped;      // ranks that mapped every window
+    std::atomic<uint32_t> present;     // ranks attached (claimed and not yet left)
+    std::atomic<int32_t> aborted_by;   // rank + 1 of a rank that gave up (timeout), 0 = none
+    uint32_t reserved;
+    RdvSlot slots[kMaxRanks];
+};
+constexpr size_t kRdvBytes = (sizeof(RdvHeader) + 4095) & ~size_t(4095);
+
+// ---- process-wide, refcounted segment mappings ---------------------------------------------------
+// Ranks that are threads of one process share one mapping per segment. The first mapping of a
+// window is registered in the runtime memory registry (own window: Window, else PeerWindow).
+struct Segment {
+    std::string name;
+    uint8_t *addr = nullptr;
+    size_t size = 0;
+    int refs = 0;
+    bool registered = false;
+    bool is_window = false;
+};
+// Create (exclusively) or open the named segment and map it; returns nullptr and sets *err
+// (message text) on failure. `expect_size` is checked when opening.
+uint8_t *seg_create(const std::string &name, size_t size, std::string *err);
+uint8_t *seg_open(const std::string &name, size_t expect_size, std::string *err);
+// Rendezvous: create the segment exclusively (*created = true) or open the existing one, waiting
+// until its creator has sized it (bounded by `deadline`, a now_seconds() value).
+uint8_t *seg_attach(const std::string &name, size_t size, double deadline, bool *created,
+                    std::string *err);
+// Same mapping again (refcount) if this process already maps `name`; nullptr otherwise.
+uint8_t *seg_ref(const std::string &name);
+void seg_register(const std::string &name, int32_t device, MemKind kind);
+void seg_release(const std::string &name);
+void seg_unlink(const std::string &name);
+
+// Whether process pid exists and is not a zombie.
+bool pid_alive(int32_t pid);
+// Remove segments of this mock whose owners are all dead.
+void sweep_stale_segments();
+
+double now_seconds();
+// Sleep/back-off helper for polling loops: spins briefly, then sleeps up to ~200 us.
+struct Backoff {
+    unsigned n = 0;
+    void pause();
+};
+
+// ---- the communicator ----------------------------------------------------------------------------
+struct OpArgs {
+    uint64_t magic;
+    uint8_t comm_engine;
+    bool engine_set;
+    bool alg_set;
+    char alg_config[128];
+};
+constexpr uint64_t kOpArgsMagic = 0x5347524150434b46ULL;
+
+struct Comm::Impl {
+    uint64_t world_id = 0;
+    uint32_t rank = 0;
+    uint32_t nranks = 0;
+    std::string name;
+    int32_t device = 0;
+    uint64_t window_bytes = 0;
+    std::vector<std::string> seg_names;   // window segment of each rank
+    std::vector<uint8_t *> windows;       // local mapping of each rank's window
+    std::vector<int32_t> pids;            // owner process of each rank's window
+    std::atomic<uint64_t> seq{0};
+    std::atomic<bool> closing{false};     // HcclCommDestroy started
+    std::atomic<bool> destroyed{false};   // windows unmapped
+    std::atomic<int> inflight{0};         // begin_use() without end_use() (queued tasks, kernels)
+    std::mutex mu;                        // op_ctx
+    std::map<uint8_t, OpResCtx *> op_ctx;
+};
+
+// Live-handle registries (thread-safe).
+void register_comm(Comm *c);
+bool comm_is_live(const Comm *c);
+Comm *find_comm_by_name(const std::string &name);
+void unregister_comm(Comm *c);
+size_t live_comm_count();
+
+void register_op_ctx(OpResCtx *ctx);
+void unregister_op_ctx(OpResCtx *ctx);
+void free_comm_op_ctxs(Comm *c);
+
+}  // namespace hccl
+}  // namespace aclmock

@@ -1,0 +1,106 @@
+// The mailbox primitives shared by HcclBarrier and the dispatch/combine kernels: publish an entry
+// into a peer's status area, wait for every rank's entry of one call, report mismatches and peers
+// that never arrive.
+#include <cinttypes>
+#include <cstring>
+
+#include "hccl/hccl_internal.h"
+
+namespace aclmock {
+namespace hccl {
+
+const char *op_tag_name(uint32_t tag) {
+    switch (tag) {
+        case kTagBarrier: return "HcclBarrier";
+        case kTagDispatch: return "MoeDistributeDispatchV5";
+        case kTagCombine: return "MoeDistributeCombineV5";
+        default: return "unknown op";
+    }
+}
+
+double exec_timeout_seconds() {
+    // Read at every wait so that a test may change it between calls. 0 or less: as HCCL, no limit.
+    double t = env_double("HCCL_EXEC_TIMEOUT", 120);
+    return t > 0 ? t : 1e12;
+}
+
+void Comm::publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields) {
+    Mailbox *mb = mailbox(dst, static_cast<int>(seq % 2));
+    if (!mb) return;   // destroyed, or dst out of range: the waits report it
+    MailboxEntry &e = mb->from[impl_->rank];
+    if (nfields > static_cast<uint32_t>(kMailboxFields)) nfields = kMailboxFields;
+    e.tag = tag;
+    e.nfields = nfields;
+    if (nfields && fields) memcpy(e.fields, fields, nfields * sizeof(int64_t));
+    e.seq.store(seq + 1, std::memory_order_release);
+}
+
+int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
+                   uint32_t nfields, const char *op_name) {
+    const char *op = op_name ? op_name : op_tag_name(tag);
+    const uint32_t me = impl_->rank, W = impl_->nranks;
+    if (nfields > static_cast<uint32_t>(kMailboxFields)) nfields = kMailboxFields;
+    Mailbox *mb = mailbox(me, static_cast<int>(seq % 2));
+    if (!mb || impl_->closing.load(std::memory_order_acquire))
+        return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: the communicator %s was destroyed", op, me,
+                    impl_->name.c_str());
+    const uint64_t want = seq + 1;
+    const double timeout = exec_timeout_seconds();
+    const double start = now_seconds();
+    std::vector<uint8_t> done(W, 0);
+    uint32_t remaining = W;
+    Backoff bo;
+    for (;;) {
+        for (uint32_t src = 0; src < W; ++src) {
+            if (done[src]) continue;
+            MailboxEntry &e = mb->from[src];
+            uint64_t s = e.seq.load(std::memory_order_acquire);
+            if (s < want) continue;
+            if (s > want)
+                return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                            "%s on rank %u: call-order mismatch: rank %u is already at collective call #%" PRIu64
+                            " (%s) while this rank waits for call #%" PRIu64 " (%s)",
+                            op, me, src, s - 1, op_tag_name(e.tag), seq, op_tag_name(tag));
+            if (e.tag != tag)
+                return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                            "%s on rank %u: call-order mismatch at collective call #%" PRIu64
+                            ": rank %u runs %s, rank %u runs %s",
+                            op, me, seq, src, op_tag_name(e.tag), me, op_tag_name(tag));
+            if (e.nfields != nfields)
+                return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                            "%s on rank %u: rank %u published %u parameters, rank %u has %u", op, me, src,
+                            e.nfields, me, nfields);
+            for (uint32_t i = 0; i < nfields; ++i) {
+                if (e.fields[i] == fields[i]) continue;
+                std::string fname = field_names && field_names[i] ? field_names[i] : format("parameter %u", i);
+                return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: %s: rank %u has %" PRId64
+                            ", rank %u has %" PRId64, op, me, fname.c_str(), src, e.fields[i], me, fields[i]);
+            }
+            done[src] = 1;
+            --remaining;
+        }
+        if (remaining == 0) return 0;
+        if (impl_->closing.load(std::memory_order_acquire))
+            return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                        "%s on rank %u: the communicator %s was destroyed while waiting", op, me,
+                        impl_->name.c_str());
+        double waited = now_seconds() - start;
+        if (waited > timeout) {
+            std::string list, dead;
+            for (uint32_t src = 0; src < W; ++src) {
+                if (done[src]) continue;
+                list += list.empty() ? "" : ", ";
+                list += std::to_string(src);
+                if (!peer_alive(src)) dead += format(" (rank %u: process %d is dead)", src, impl_->pids[src]);
+            }
+            return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
+                        "%s on rank %u: timed out after %.1fs waiting for ranks [%s] (HCCL_EXEC_TIMEOUT=%g, "
+                        "collective call #%" PRIu64 ")%s",
+                        op, me, waited, list.c_str(), timeout, seq, dead.c_str());
+        }
+        bo.pause();
+    }
+}
+
+}  // namespace hccl
+}  // namespace aclmock
