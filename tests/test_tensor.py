@@ -1,0 +1,103 @@
+"""Tensor: upload/download, borrowed memory, descriptors, zero-copy numpy and DLPack on the mock."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+from aclnn_py.dtypes import DataType
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16, np.int8, np.int32, np.int64,
+                                   np.bool_, ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e8m0fnu])
+def test_round_trip(acl, dtype):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((3, 5)).astype(dtype)
+    t = acl.Tensor.from_numpy(a)
+    assert t.shape == (3, 5) and t.dtype == acl.dtypes.from_numpy(dtype)
+    assert t.numpy().tobytes() == a.tobytes()
+
+
+def test_upload_on_stream(acl, device0):
+    with device0.create_stream() as s:
+        a = np.arange(100000, dtype=np.float32)
+        t = acl.Tensor.from_numpy(a, stream=s)
+        assert np.array_equal(t.numpy(stream=s), a)
+
+
+def test_empty_is_poisoned_and_zeros(acl):
+    t = acl.Tensor.empty((4, 4), np.uint8)
+    assert (t.numpy() == 0xA5).all()
+    z = acl.Tensor.zeros((4, 4), np.float32)
+    assert (z.numpy() == 0).all()
+    assert acl.Tensor.empty((0, 3), np.float32).numpy().shape == (0, 3)
+
+
+def test_from_address_borrowed_strided_view(acl):
+    base = acl.Tensor.from_numpy(np.arange(24, dtype=np.int32).reshape(4, 6))
+    col = acl.Tensor.from_address(base.ptr, (4, 2), np.int32, strides=(6, 1), offset=2, owner=base)
+    assert not col.is_contiguous
+    assert col.numpy().tolist() == [[2, 3], [8, 9], [14, 15], [20, 21]]
+    assert col.numpy_view().tolist() == [[2, 3], [8, 9], [14, 15], [20, 21]]
+    del base
+    assert col.numpy()[0, 0] == 2  # the owner is kept alive by the borrowed view
+
+
+def test_descriptor_cached_and_destroyed(acl, mock):
+    t = acl.Tensor.from_numpy(np.ones((2, 2), np.float32))
+    before = mock.stats()["tensors"]
+    d = t.descriptor()
+    assert t.descriptor() is d
+    assert mock.stats()["tensors"] == before + 1
+    ffi, lib = acl.backend().ffi, acl.backend().lib
+    dt = ffi.new("aclDataType *")
+    assert lib.aclGetDataType(d, dt) == 0 and dt[0] == int(DataType.FLOAT)
+    t.close()
+    assert mock.stats()["tensors"] == before
+
+
+def test_numpy_view_is_zero_copy(acl):
+    t = acl.Tensor.from_numpy(np.zeros(8, ml_dtypes.bfloat16))
+    v = t.numpy_view()
+    v[3] = 2.5
+    assert t.numpy()[3] == 2.5
+    del t
+    v[0] = 1.0  # the view keeps the memory alive
+    assert v[0] == 1.0
+
+
+def test_array_interface_and_dlpack(acl):
+    t = acl.Tensor.from_numpy(np.arange(6, dtype=np.float32).reshape(2, 3))
+    a = np.asarray(t)
+    assert a.tolist() == [[0, 1, 2], [3, 4, 5]]
+    a[0, 0] = 9
+    assert t.numpy()[0, 0] == 9
+    assert t.__dlpack_device__() == (1, 0)
+    d = np.from_dlpack(t)
+    assert d.tolist() == [[9, 1, 2], [3, 4, 5]]
+
+
+def test_packed_fp4_upload(acl):
+    vals = np.array([[0.5, 1.0, -2.0, 6.0]], dtype=ml_dtypes.float4_e2m1fn)
+    t = acl.Tensor.from_numpy(vals)
+    assert t.dtype == DataType.FLOAT4_E2M1 and t.shape == (1, 4) and t.nbytes == 2
+    assert t.numpy().shape == (1, 2) and t.numpy().dtype == np.uint8
+    assert t.unpack().astype(np.float32).tolist() == [[0.5, 1.0, -2.0, 6.0]]
+    raw = acl.Tensor.from_numpy(t.numpy(), dtype=DataType.FLOAT4_E2M1)
+    assert raw.shape == (1, 4) and raw.numpy().tobytes() == t.numpy().tobytes()
+
+
+def test_hifloat8_bytes(acl):
+    t = acl.Tensor.from_numpy(np.arange(4, dtype=np.uint8), dtype=DataType.HIFLOAT8)
+    assert t.dtype == DataType.HIFLOAT8 and t.numpy().tolist() == [0, 1, 2, 3]
+    with pytest.raises(TypeError):
+        acl.Tensor.from_numpy(np.zeros(4, np.float32), dtype=DataType.HIFLOAT8)
+
+
+def test_copy_from_size_mismatch(acl):
+    t = acl.Tensor.empty((4,), np.float32)
+    t.copy_from(np.arange(4, dtype=np.float32))
+    assert t.numpy().tolist() == [0, 1, 2, 3]
+    with pytest.raises(ValueError):
+        t.copy_from(np.arange(5, dtype=np.float32))
