@@ -167,7 +167,7 @@ int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &sl
         if (!s.present) continue;
         uint64_t n = view_extent_bytes(s.desc);
         if (n == 0) continue;
-        if (!check_device_range(s.desc.data, n, "range")) {
+        if (!check_device_range(s.desc.data, n, "data")) {
             std::string why = take_error();
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s %zu (shape %s, %s): %s", api,
                         ex.op_name().c_str(), what, i, shape_str(s.desc.view).c_str(),
