@@ -93,6 +93,46 @@ class WorkspacePool:
 workspaces = WorkspacePool()
 
 
+class KeepAlive:
+    """Keeps Python objects (uploaded inputs, outputs) alive until the stream has passed the point
+    where they were used, like a stream-ordered allocator: memory freed earlier would be read or
+    written by a queued kernel. An event is recorded after each launch; entries whose event has
+    completed are dropped on the next launch or ``reap``."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._pending: list[tuple[Any, Any]] = []   # (Event, objects)
+        self._free_events: list[Any] = []
+
+    def hold(self, stream: Any, objects: Any) -> None:
+        from ..runtime import Event
+
+        with self._lock:
+            ev = self._free_events.pop() if self._free_events else None
+        if ev is None:
+            ev = Event()
+        ev.record(stream)
+        with self._lock:
+            self._pending.append((ev, objects))
+        self.reap()
+
+    def reap(self) -> int:
+        """Drop entries whose stream work completed; returns how many are still pending."""
+        with self._lock:
+            pending = self._pending
+            keep = []
+            for ev, objs in pending:
+                if ev.query():
+                    self._free_events.append(ev)
+                else:
+                    keep.append((ev, objs))
+            self._pending = keep
+            return len(keep)
+
+
+keepalive = KeepAlive()
+
+
 class Prepared:
     """Phase 1 done: an executor, its workspace size, and the tensors it refers to.
 
@@ -130,6 +170,8 @@ class Prepared:
         if not self.repeatable:
             self._launched = True
         check_aclnn(ret, self._launch_name)
+        if not self.repeatable:  # a plan keeps its own tensors; a one-shot call must not free them early
+            keepalive.hold(stream, (self.inputs, self.outputs))
 
     def _rebind(self, api: str, index: int, tensor: Tensor, slots: list[Tensor | None]) -> None:
         b = _b()
