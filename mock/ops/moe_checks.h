@@ -1,0 +1,105 @@
+// Parameter rules shared by the mock MoeDistributeDispatchV5 and CombineV5 (SPEC §3, §5, §9.3),
+// with one message style (SPEC §0): "<param>: <rule> (got <value>)".
+//
+// Status codes: a required tensor/pointer that is NULL → ACLNN_ERR_PARAM_NULLPTR (161001), message
+// "<param>: must not be NULL"; every other broken rule → ACLNN_ERR_PARAM_INVALID (161002).
+// Parameter names in messages are the snake_case names of SPEC §3.1/§5 (x, expert_ids, scales,
+// x_active_mask, expert_scales, expand_x, ..., ep_world_size, moe_expert_num, ccl_buffer_size, ...),
+// so Python pre-checks can use the same wording.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aclnn/executor.h"
+#include "hccl/hccl_core.h"
+#include "ops/moe_window.h"
+
+#pragma GCC visibility push(hidden)  // nothing but the four aclnn entry points is exported
+
+namespace aclmock {
+namespace moe {
+
+// Attributes and derived sizes common to dispatch and combine (notation of SPEC §0).
+struct MoeParams {
+    // attributes as passed
+    int64_t W = 0, r = 0, E = 0, ccl = 0, tp_world = 0, tp_rank = 0, shard = 0;
+    int64_t S_attr = 0, R = 0, global_bs = 0, Z = 0, C = 0, Q = 0;
+    std::string comm_alg;
+    // derived
+    int64_t S = 0;           // normalised: 0 when R == 0 && S_attr == 1
+    int64_t P = 1;           // ranks per shared expert, R / S (1 when no shared ranks)
+    int64_t L = 0;           // E / (W - R)
+    int64_t BS = 0, H = 0, K = 0;
+    int64_t G = 0, maxBs = 0;
+    int64_t A = 0;           // expand_x row capacity (SPEC §2)
+    int64_t local_experts = 0;
+    int64_t recv_slots = 0;  // W*L on a MoE rank, W on a shared rank
+    bool shared_rank = false;
+    bool fullmesh_v2 = false;
+    int alg_code = 0;        // 0 "" / fullmesh_v1 (same kernel), 2 fullmesh_v2
+    bool soc950 = false;
+    aclDataType dtype = ACL_DT_UNDEFINED;   // x (dispatch) / expand_x (combine)
+};
+
+// 161002 with "<param>: <formatted rest>".
+int bad(const char *param, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+// 161001 "<param>: must not be NULL" when p is NULL, else 0.
+int need(const void *p, const char *param);
+// Live aclTensor, ND format, contiguous: else 161002.
+int check_tensor(const aclTensor *t, const char *param);
+
+std::vector<int64_t> dims(const aclTensor *t);
+std::string dims_str(const aclTensor *t);
+const char *format_name(aclFormat f);
+inline bool no_zero_dim(const aclTensor *t) {
+    for (int64_t d : t->view) if (d == 0) return false;
+    return true;
+}
+
+// 1-D int32 context (SPEC §3.1).
+int check_context_tensor(const aclTensor *ctx);
+// dtype must be one of `allowed` (n entries), with a message listing them.
+int check_dtype(const aclTensor *t, const char *param, const aclDataType *allowed, int n,
+                const char *where = nullptr);
+int check_rank(const aclTensor *t, const char *param, size_t nd);
+
+// Attribute rules of SPEC §3.2 shared by both ops (ranks, placement, expert counts, comm_alg).
+// Fills the derived fields that need no tensor shapes.
+int check_attrs(MoeParams &p);
+// Size rules: BS, H, K, K <= E+Z+C+Q, global_bs, fullmesh_v2 limits; derives G, maxBs, A, ...
+// `bs_param`/`h_param` name the tensors the sizes come from.
+int check_sizes(MoeParams &p, const char *bs_param, const char *h_param);
+// x_active_mask: bool, (BS,) or (BS,K), and no uneven BS (SPEC §3.1).
+int check_mask(const aclTensor *mask, const MoeParams &p);
+// A3: must be NULL (reserved); 950: not supported by the mock yet.
+int check_reserved(const aclTensor *t, const char *param, const MoeParams &p);
+
+// The context of SPEC §8 read from the context tensor's memory: the live op-resource context at
+// kfcContextAddr, its communicator matching ep_world_size / ep_rank_id, epRankId and the window
+// addresses matching. Phase 1: 161002 naming `context` (or the attribute). At run time the same
+// check runs with `code` = the kernel's failure code and `op` prefixed.
+int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code,
+                    const char *op);
+// SPEC §9.3 window check against ccl_buffer_size, and ccl_buffer_size <= the real window.
+int check_window(const MoeParams &p, const hccl::Comm *comm);
+
+// Workspace sizes (bytes), always > 0; the kernels use every part.
+struct DispatchWs {
+    uint64_t counts = 0, qrow = 0, tmp = 0, total = 0;
+};
+DispatchWs dispatch_ws(const MoeParams &p);
+struct CombineWs {
+    uint64_t sendcnt = 0, acc = 0, tmp = 0, total = 0;
+};
+CombineWs combine_ws(const MoeParams &p);
+
+// Failure code of a kernel that finds bad data at run time (call-order and parameter mismatches
+// reported by wait_all use their own codes).
+constexpr int kKernelFail = ACL_ERROR_RT_AICORE_EXCEPTION;
+
+}  // namespace moe
+}  // namespace aclmock
+
+#pragma GCC visibility pop
