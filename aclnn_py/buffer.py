@@ -12,8 +12,8 @@ from typing import Any, NamedTuple
 
 from . import errors
 from .ops._common import normalized_shared
-from .ops.moe_distribute_combine import moe_distribute_combine
-from .ops.moe_distribute_dispatch import moe_distribute_dispatch
+from .ops.moe_distribute_combine import CombinePlan, moe_distribute_combine
+from .ops.moe_distribute_dispatch import DispatchPlan, moe_distribute_dispatch
 from .ops._common import tensor_arg
 from .runtime import as_stream
 from .tensor import Tensor
@@ -167,6 +167,52 @@ class MoeDistributeBuffer:
             global_bs=num_max_dispatch_tokens_per_rank * self.world_size, comm_quant_mode=comm_quant_mode,
             comm_alg=comm_alg, zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
             const_expert_num=const_expert_num)
+
+    # ---- plans (repeated calls with fixed shapes) --------------------------------------------------
+    def plan_dispatch(self, num_tokens: int, hidden: int, num_experts: int, topk: int, *, x_dtype: Any,
+                      quant_mode: int = 0, comm_alg: str = "", with_weights: bool = False,
+                      mask_shape: tuple[int, ...] | None = None, smooth_scales_shape: tuple[int, ...] | None = None,
+                      zero_expert_num: int = 0, copy_expert_num: int = 0, const_expert_num: int = 0,
+                      shared_expert_num: int = 1, shared_expert_rank_num: int = 0, expert_token_nums_type: int = 1,
+                      num_max_dispatch_tokens_per_rank: int = 0, y_dtype: Any = None,
+                      stream: Any = None) -> DispatchPlan:
+        """A :class:`~aclnn_py.ops.DispatchPlan` on this communicator: one phase 1, then each call
+        ``plan(x, topk_idx, expert_scales=topk_weights, x_active_mask=..., scales=...)`` is a
+        launch (SPEC §1.1; host overhead measured in benchmarks/)."""
+        self.check_window(num_max_dispatch_tokens_per_rank or num_tokens, hidden, num_experts, topk,
+                          shared_expert_num, shared_expert_rank_num, comm_alg)
+        return DispatchPlan(
+            self.context, bs=num_tokens, hidden=hidden, topk=topk, x_dtype=x_dtype,
+            scales_shape=smooth_scales_shape, mask_shape=mask_shape, with_expert_scales=with_weights, stream=stream,
+            ep_world_size=self.world_size, ep_rank_id=self.rank_id, moe_expert_num=num_experts,
+            ccl_buffer_size=self.ccl_buffer_size, shared_expert_num=shared_expert_num,
+            shared_expert_rank_num=shared_expert_rank_num, quant_mode=quant_mode,
+            global_bs=num_max_dispatch_tokens_per_rank * self.world_size,
+            expert_token_nums_type=expert_token_nums_type, comm_alg=comm_alg, zero_expert_num=zero_expert_num,
+            copy_expert_num=copy_expert_num, const_expert_num=const_expert_num, y_dtype=y_dtype)
+
+    def plan_combine(self, dispatch_plan: DispatchPlan, *, with_weights: bool = False, comm_quant_mode: int = 0,
+                     comm_alg: str = "", mask_shape: tuple[int, ...] | None = None,
+                     with_shared_expert_x: bool = False, with_ori_x: bool = False, const_expert_num: int = 0,
+                     zero_expert_num: int = 0, copy_expert_num: int = 0, shared_expert_num: int = 1,
+                     shared_expert_rank_num: int = 0, num_experts: int = 0,
+                     num_max_dispatch_tokens_per_rank: int = 0, dtype: Any = None, stream: Any = None) -> CombinePlan:
+        """A :class:`~aclnn_py.ops.CombinePlan` sized from a dispatch plan's outputs: each call is
+        ``plan(expert_out, topk_idx, assist_info, ep_send_counts, topk_weights, ...)``."""
+        d = dispatch_plan.outputs
+        x_in = dispatch_plan._own_in[1]
+        bs, hidden = x_in.shape
+        topk = dispatch_plan._own_in[2].shape[1]
+        return CombinePlan(
+            self.context, a=d.expand_x.shape[0], bs=bs, hidden=hidden, topk=topk,
+            dtype=dtype if dtype is not None else x_in.dtype, assist_len=d.assist_info_for_combine.shape[0],
+            counts_len=d.ep_recv_counts.shape[0], with_expert_scales=with_weights, mask_shape=mask_shape,
+            with_shared_expert_x=with_shared_expert_x, with_ori_x=with_ori_x, const_experts=const_expert_num,
+            stream=stream, ep_world_size=self.world_size, ep_rank_id=self.rank_id, moe_expert_num=num_experts,
+            ccl_buffer_size=self.ccl_buffer_size, shared_expert_num=shared_expert_num,
+            shared_expert_rank_num=shared_expert_rank_num, global_bs=num_max_dispatch_tokens_per_rank * self.world_size,
+            comm_quant_mode=comm_quant_mode, comm_alg=comm_alg, zero_expert_num=zero_expert_num,
+            copy_expert_num=copy_expert_num)
 
     def synchronize(self, stream: Any = None) -> None:
         """Wait for `stream` (default: the current device's default stream); raises the failure of

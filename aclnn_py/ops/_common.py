@@ -237,4 +237,95 @@ def executor_cells() -> tuple[Any, Any]:
 
 _cells = threading.local()
 
-__all__ = ["DataType"]
+
+
+class Plan:
+    """A prepared op with fixed shapes, dtypes and attributes, launched many times (DESIGN.md §3.2).
+
+    One phase 1 with a repeatable executor (``aclSetAclOpExecutorRepeatable``); the plan owns a
+    device buffer per input and output and its workspace. Each call either copies host arrays into
+    those buffers (stream-ordered) or, for Tensors at other addresses, rebinds the executor's slot
+    with ``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr``, then launches. Nothing is
+    allocated per call. Inputs that were absent at plan time stay absent; a different shape or
+    dtype is refused (AclnnParamInvalid) — build another plan for it."""
+
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+
+    def __init__(self, prepared: Prepared):
+        self._prep = prepared
+        self._own_in = list(prepared.inputs)
+        self._own_out = list(prepared.outputs)
+        self._bound_in = [t.data_ptr if t is not None else 0 for t in self._own_in]
+        self._bound_out = [t.data_ptr if t is not None else 0 for t in self._own_out]
+        self._ws = DeviceMemory(prepared.workspace_size) if prepared.workspace_size else None
+        b = _b()
+        self._lib = b.lib
+        self._ffi = b.ffi
+        self._launch = getattr(b.lib, prepared._launch_name)
+        self._ws_ptr = b.ffi.cast("void *", self._ws.ptr if self._ws is not None else 0)
+        self._ws_size = prepared.workspace_size
+        self._executor = prepared._executor
+        self._op = prepared._launch_name
+
+    @property
+    def workspace_size(self) -> int:
+        return self._ws_size
+
+    def _refuse(self, message: str) -> Exception:
+        from ..errors import param_invalid
+
+        return param_invalid(self._op, message)
+
+    def _set(self, index: int, value: Any, stream: Any, output: bool) -> None:
+        own = (self._own_out if output else self._own_in)[index]
+        bound = self._bound_out if output else self._bound_in
+        name = (self.output_names if output else self.input_names)[index]
+        if own is None:
+            if value is not None:
+                raise self._refuse(f"{name}: this plan was built without it; build a plan with {name}")
+            return
+        if value is None:
+            if output:
+                target = own.data_ptr
+            else:
+                raise self._refuse(f"{name}: this plan was built with it; pass it on every call")
+        elif isinstance(value, Tensor):
+            if value.shape != own.shape or value.dtype != own.dtype or not value.is_contiguous:
+                raise self._refuse(f"{name}: the plan is fixed to shape {own.shape} {own.dtype.name} contiguous "
+                                   f"(got {value.shape} {value.dtype.name}"
+                                   f"{'' if value.is_contiguous else ' strided'})")
+            target = value.data_ptr
+        else:
+            arr = np.asarray(value)
+            if arr.shape != own.shape:
+                raise self._refuse(f"{name}: the plan is fixed to shape {own.shape} (got {arr.shape})")
+            target = own.data_ptr
+            own.copy_from(arr, stream)
+        if target != bound[index]:
+            api = "aclSetOutputTensorAddr" if output else "aclSetInputTensorAddr"
+            ret = getattr(self._lib, api)(self._executor, index, own.descriptor(), self._ffi.cast("void *", target))
+            check_aclnn(ret, api)
+            bound[index] = target
+
+    def _run(self, inputs: dict[int, Any], outputs: dict[int, Any], stream: Any) -> None:
+        for i, v in inputs.items():
+            self._set(i, v, stream, False)
+        for j, v in outputs.items():
+            self._set(j, v, stream, True)
+        check_aclnn(self._launch(self._ws_ptr, self._ws_size, self._executor, as_stream(stream)), self._op)
+
+    def close(self) -> None:
+        """Destroy the executor and free the plan's buffers (after the stream finished with them)."""
+        self._prep.close()
+        for t in self._own_in[1:] + self._own_out:  # input 0 is the caller's context tensor
+            if t is not None:
+                t.close()
+        if self._ws is not None:
+            self._ws.close()
+
+    def __enter__(self) -> "Plan":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

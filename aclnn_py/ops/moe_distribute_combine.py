@@ -11,7 +11,7 @@ from ..dtypes import DataType
 from ..errors import check_aclnn
 from ..runtime import _b
 from ..tensor import Tensor
-from ._common import Prepared, desc, executor_cells, out_tensor, tensor_arg
+from ._common import Plan, Prepared, desc, executor_cells, out_tensor, tensor_arg
 
 # Input order of the C function (aclSetInputTensorAddr indices).
 INPUTS = ("context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
@@ -88,3 +88,50 @@ def moe_distribute_combine(context: Tensor, expand_x: Any, expert_ids: Any, assi
                         stream=stream, **kwargs)
     p.launch(stream)
     return p.result
+
+
+class CombinePlan(Plan):
+    """Combine with fixed shapes and attributes, launched many times (repeatable executor).
+
+    ``a`` is the expand_x row capacity (dispatch's A), ``assist_len`` and ``counts_len`` the lengths
+    of dispatch's assist_info_for_combine and ep_recv_counts. Optional inputs present at plan time
+    are named by the ``with_*`` flags / shapes."""
+
+    input_names = INPUTS
+    output_names = OUTPUTS
+
+    def __init__(self, context: Tensor, *, a: int, bs: int, hidden: int, topk: int, dtype: Any,
+                 assist_len: int, counts_len: int, with_expert_scales: bool = False,
+                 mask_shape: tuple[int, ...] | None = None, with_shared_expert_x: bool = False,
+                 with_ori_x: bool = False, const_experts: int = 0, stream: Any = None, **attrs: Any):
+        ex = Tensor.zeros((a, hidden), dtype)
+        ids = Tensor.zeros((bs, topk), DataType.INT32)
+        assist = Tensor.zeros((assist_len,), DataType.INT32)
+        counts = Tensor.zeros((counts_len,), DataType.INT32)
+        es = Tensor.zeros((bs, topk) if with_expert_scales else (0,), DataType.FLOAT)
+        mask = Tensor.zeros(mask_shape, DataType.BOOL) if mask_shape is not None else None
+        sx = Tensor.zeros((bs, hidden), dtype) if with_shared_expert_x else None
+        ori = Tensor.zeros((bs, hidden), dtype) if with_ori_x else None
+        consts = [Tensor.zeros((const_experts, hidden), dtype) if const_experts else None for _ in range(3)]
+        prepared = prepare_combine(context, ex, ids, assist, counts, es, x_active_mask=mask, shared_expert_x=sx,
+                                   ori_x=ori, const_expert_alpha_1=consts[0], const_expert_alpha_2=consts[1],
+                                   const_expert_v=consts[2], stream=stream, repeatable=True,
+                                   const_expert_num=const_experts, **attrs)
+        super().__init__(prepared)
+        self.x_out = prepared.result
+        self._with_es = with_expert_scales
+
+    def __call__(self, expand_x: Any, expert_ids: Any, assist_info_for_combine: Any, ep_send_counts: Any,
+                 expert_scales: Any = None, *, x_active_mask: Any = None, shared_expert_x: Any = None,
+                 ori_x: Any = None, const_expert_alpha_1: Any = None, const_expert_alpha_2: Any = None,
+                 const_expert_v: Any = None, x_out: Tensor | None = None, stream: Any = None) -> Tensor:
+        """Phase 2 with this step's inputs (``aclnnMoeDistributeCombineV5``)."""
+        ins = {1: expand_x, 2: expert_ids, 3: assist_info_for_combine, 4: ep_send_counts, 7: x_active_mask,
+               12: shared_expert_x, 14: ori_x, 15: const_expert_alpha_1, 16: const_expert_alpha_2,
+               17: const_expert_v}
+        if self._with_es:
+            ins[5] = expert_scales
+        elif expert_scales is not None and np.asarray(getattr(expert_scales, "shape", (0,))).prod() != 0:
+            raise self._refuse("expert_scales: this plan was built unweighted; build one with_expert_scales")
+        self._run(ins, {} if x_out is None else {0: x_out}, stream)
+        return self.x_out if x_out is None else x_out

@@ -17,6 +17,7 @@ from ..runtime import _b
 from ..tensor import Tensor
 from ..errors import check_aclnn
 from ._common import (
+    Plan,
     Prepared,
     desc,
     executor_cells,
@@ -129,3 +130,36 @@ def moe_distribute_dispatch(context: Tensor, x: Any, expert_ids: Any, *, stream:
     p = prepare_dispatch(context, x, expert_ids, stream=stream, **kwargs)
     p.launch(stream)
     return p.result
+
+
+class DispatchPlan(Plan):
+    """Dispatch with fixed shapes and attributes, launched many times (repeatable executor).
+
+    Build it with the shapes (``bs``, ``hidden``, ``topk``), the x dtype, which optional inputs
+    exist, and the attributes of :func:`prepare_dispatch`; call it with this step's inputs (host
+    arrays are copied into the plan's buffers; Tensors are bound by address). The returned outputs
+    are the plan's own buffers, overwritten by the next call, unless ``outputs`` are given."""
+
+    input_names = INPUTS
+    output_names = OUTPUTS
+
+    def __init__(self, context: Tensor, *, bs: int, hidden: int, topk: int, x_dtype: Any,
+                 scales_shape: tuple[int, ...] | None = None, mask_shape: tuple[int, ...] | None = None,
+                 with_expert_scales: bool = False, stream: Any = None, **attrs: Any):
+        xt = Tensor.zeros((bs, hidden), x_dtype)
+        ids = Tensor.zeros((bs, topk), DataType.INT32)
+        scales = Tensor.zeros(scales_shape, DataType.FLOAT) if scales_shape is not None else None
+        mask = Tensor.zeros(mask_shape, DataType.BOOL) if mask_shape is not None else None
+        es = Tensor.zeros((bs, topk), DataType.FLOAT) if with_expert_scales else None
+        prepared = prepare_dispatch(context, xt, ids, scales=scales, x_active_mask=mask, expert_scales=es,
+                                    stream=stream, repeatable=True, **attrs)
+        super().__init__(prepared)
+        self.outputs = prepared.result
+
+    def __call__(self, x: Any, expert_ids: Any, *, scales: Any = None, x_active_mask: Any = None,
+                 expert_scales: Any = None, outputs: DispatchOutputs | None = None,
+                 stream: Any = None) -> DispatchOutputs:
+        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``)."""
+        outs = {} if outputs is None else dict(enumerate(outputs))
+        self._run({1: x, 2: expert_ids, 3: scales, 4: x_active_mask, 5: expert_scales}, outs, stream)
+        return self.outputs if outputs is None else outputs

@@ -1,0 +1,350 @@
+"""Run a function on N ranks: real processes (:func:`spawn`), threads of this process
+(:func:`run_threads`), or an MPI job (:func:`mpi_bootstrap`).
+
+Each rank calls ``fn(rank, world_size, root_bytes, *args)`` with the calling thread's device set to
+``rank`` (modulo the device count); ``root_bytes`` is the 4108-byte HCCL root info that every rank
+passes to :class:`aclnn_py.hccl.Communicator`. As on hardware, the root info is made by rank 0
+(whose process must stay alive while the world forms) and handed to the others out of band.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import multiprocessing as mp
+import multiprocessing.connection as mpc
+import os
+import pickle
+import signal
+import sys
+import threading
+import time
+import traceback
+from typing import Any, Callable, Sequence
+
+__all__ = ["spawn", "run_threads", "mpi_bootstrap", "RankError", "RemoteTraceback"]
+
+
+class RemoteTraceback(Exception):
+    """Carries the traceback text of an exception raised on another rank (set as ``__cause__``)."""
+
+    def __init__(self, tb: str):
+        super().__init__(tb)
+        self.tb = tb
+
+    def __str__(self) -> str:
+        return self.tb
+
+
+class RankError(RuntimeError):
+    """A rank failed in a way that cannot be re-raised as its own exception (it could not be
+    pickled, or the process died without raising)."""
+
+    def __init__(self, rank: int, message: str, tb: str = ""):
+        super().__init__(f"rank {rank}: {message}" + (f"\n\n{tb}" if tb else ""))
+        self.rank = rank
+        self.tb = tb
+
+
+def _set_device(rank: int) -> None:
+    from .runtime import Device, init
+
+    init()
+    count = Device.count()
+    Device(rank % max(count, 1)).set_current()
+
+
+def _annotate(exc: BaseException, rank: int, world_size: int, tb: str) -> BaseException:
+    exc.__cause__ = RemoteTraceback(tb)
+    if hasattr(exc, "add_note"):
+        exc.add_note(f"(raised on rank {rank} of {world_size}; its traceback is the cause above)")
+    exc.rank = rank  # type: ignore[attr-defined]
+    return exc
+
+
+# ---- processes -----------------------------------------------------------------------------------------
+def _die_with_parent(parent_pid: int) -> None:
+    """Linux: get SIGKILLed when the parent process goes away, so no rank outlives the launcher
+    (under forkserver the parent is the fork server, which exits with the launcher; parent_pid 0
+    skips the check that the parent is still the expected one)."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
+    except Exception:  # noqa: BLE001 - not Linux: the parent's cleanup still kills the ranks
+        pass
+    if parent_pid and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _pack_exception(exc: BaseException) -> tuple[Any, ...]:
+    """A picklable description of exc: the exception itself when it survives pickling, the
+    constructor arguments of an aclnn-py error, or just its type name and text."""
+    try:
+        pickle.loads(pickle.dumps(exc))
+        return ("pickled", pickle.dumps(exc))
+    except Exception:  # noqa: BLE001
+        pass
+    from .errors import AclnnPyError
+
+    if isinstance(exc, AclnnPyError):
+        try:
+            data = pickle.dumps((type(exc), exc.func, exc.code, exc.name, exc.message))
+            pickle.loads(data)
+            return ("aclnnpy", data)
+        except Exception:  # noqa: BLE001
+            pass
+    return ("text", f"{type(exc).__module__}.{type(exc).__qualname__}", str(exc))
+
+
+def _unpack_exception(packed: tuple[Any, ...], rank: int, tb: str) -> BaseException:
+    kind = packed[0]
+    try:
+        if kind == "pickled":
+            return pickle.loads(packed[1])
+        if kind == "aclnnpy":
+            cls, func, code, name, message = pickle.loads(packed[1])
+            return cls(func, code, name, message)
+    except Exception:  # noqa: BLE001 - fall through to a RankError
+        pass
+    if kind == "text":
+        return RankError(rank, f"{packed[1]}: {packed[2]}")
+    return RankError(rank, "failed with an exception that could not be transferred")
+
+
+def _child_main(rank: int, world_size: int, conn: Any, parent_pid: int, fn: Callable[..., Any],
+                args: tuple[Any, ...], set_device: bool, environ: dict[str, str]) -> None:
+    _die_with_parent(parent_pid)
+    # A forkserver child inherits the server's environment, not the launcher's current one.
+    for k in set(os.environ) - set(environ):
+        del os.environ[k]
+    os.environ.update(environ)
+    try:
+        if set_device:
+            _set_device(rank)
+        if rank == 0:
+            from .hccl import RootInfo
+
+            root = bytes(RootInfo.create())
+            conn.send(("root", root))
+        else:
+            msg = conn.recv()
+            if msg[0] != "root":
+                raise RuntimeError(f"launch protocol: expected the root info, got {msg[0]!r}")
+            root = msg[1]
+        result = fn(rank, world_size, root, *args)
+        conn.send(("ok", result))
+    except BaseException as exc:  # noqa: BLE001 - everything goes back to the parent
+        tb = traceback.format_exc()
+        try:
+            conn.send(("err", _pack_exception(exc), tb))
+        except Exception:  # noqa: BLE001 - e.g. the parent is gone
+            pass
+        conn.close()
+        os._exit(1)
+    conn.close()
+
+
+def _stop(procs: Sequence[Any], grace: float = 1.0) -> None:
+    """SIGTERM every live rank, SIGKILL what is left after `grace` seconds, and reap them all."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    end = time.monotonic() + grace
+    for p in procs:
+        p.join(max(end - time.monotonic(), 0))
+    for p in procs:
+        if p.is_alive():
+            p.kill()
+    for p in procs:
+        p.join()
+
+
+def spawn(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | None = 600.0,
+          start_method: str = "forkserver", set_device: bool = True) -> list[Any]:
+    """Run ``fn(rank, world_size, root_bytes, *args)`` in `world_size` new processes and return
+    their return values in rank order.
+
+    `fn`, `args` and the return values must be picklable (define `fn` at module level). If a rank
+    raises, the others are killed and its exception is re-raised here with the rank's traceback as
+    ``__cause__``; a rank that dies without raising (a signal, ``os._exit``) raises
+    :class:`RankError`; when `timeout` seconds pass first, every rank is killed and
+    :class:`TimeoutError` names the ranks still running. No rank outlives this call (and, on Linux,
+    none outlives this process). `start_method` is "forkserver" (default: a server process imports
+    the package once and forks each rank from it, so ranks start in milliseconds) or "spawn" (a
+    fresh interpreter per rank); "fork" is refused because the launching process may have threads
+    (the mock's stream workers). Each rank sees the launcher's environment as of this call.
+    """
+    world_size = int(world_size)
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1 (got {world_size})")
+    if start_method not in ("spawn", "forkserver"):
+        raise ValueError("start_method must be 'spawn' or 'forkserver' (fork after threads exist is unsafe)")
+    ctx = mp.get_context(start_method)
+    if start_method == "forkserver":
+        # The server imports the package once; each rank is then a fork of it (milliseconds instead
+        # of a fresh interpreter importing numpy and ml_dtypes). No backend is loaded in the server.
+        ctx.set_forkserver_preload(["aclnn_py", "aclnn_py.hccl", "aclnn_py.launch"])
+    procs: list[Any] = []
+    conns: list[Any] = []
+    try:
+        for r in range(world_size):
+            parent_end, child_end = ctx.Pipe(duplex=True)
+            p = ctx.Process(target=_child_main, name=f"aclnn_py-rank{r}",
+                            args=(r, world_size, child_end, os.getpid() if start_method == "spawn" else 0, fn, tuple(args), set_device,
+                                  dict(os.environ)),
+                            daemon=False)
+            p.start()
+            child_end.close()
+            procs.append(p)
+            conns.append(parent_end)
+        return _supervise(procs, conns, world_size, timeout)
+    finally:
+        _stop(procs)
+        for c in conns:
+            c.close()
+
+
+def _supervise(procs: list[Any], conns: list[Any], world_size: int, timeout: float | None) -> list[Any]:
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    results: list[Any] = [None] * world_size
+    done = [False] * world_size
+    eof = [False] * world_size
+    root: bytes | None = None
+    while not all(done):
+        waitables = [c for r, c in enumerate(conns) if not done[r] and not eof[r]]
+        waitables += [p.sentinel for r, p in enumerate(procs) if not done[r]]
+        remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+        mpc.wait(waitables, timeout=remaining)
+        for r in range(world_size):
+            if done[r]:
+                continue
+            while not eof[r] and conns[r].poll():
+                try:
+                    msg = conns[r].recv()
+                except (EOFError, OSError):
+                    eof[r] = True
+                    break
+                if msg[0] == "root":
+                    root = msg[1]
+                    for q in range(1, world_size):
+                        try:
+                            conns[q].send(("root", root))
+                        except (BrokenPipeError, OSError):
+                            pass  # that rank died: found below
+                elif msg[0] == "ok":
+                    results[r] = msg[1]
+                    done[r] = True
+                    break
+                elif msg[0] == "err":
+                    _packed, tb = msg[1], msg[2]
+                    raise _annotate(_unpack_exception(_packed, r, tb), r, world_size, tb)
+            if not done[r] and not procs[r].is_alive():
+                # drain anything sent right before it exited
+                while not eof[r] and conns[r].poll():
+                    try:
+                        msg = conns[r].recv()
+                    except (EOFError, OSError):
+                        break
+                    if msg[0] == "ok":
+                        results[r] = msg[1]
+                        done[r] = True
+                    elif msg[0] == "err":
+                        raise _annotate(_unpack_exception(msg[1], r, msg[2]), r, world_size, msg[2])
+                if not done[r]:
+                    code = procs[r].exitcode
+                    how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
+                           if code is not None and code < 0 else f"exited with code {code}")
+                    raise RankError(r, f"the process {how} without returning a result")
+        if deadline is not None and time.monotonic() >= deadline and not all(done):
+            running = [r for r in range(world_size) if not done[r]]
+            raise TimeoutError(f"spawn: ranks {running} of {world_size} did not finish within {timeout} s "
+                               f"(all ranks were killed)")
+    return results
+
+
+# ---- threads ---------------------------------------------------------------------------------------------
+def run_threads(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | None = 600.0,
+                set_device: bool = True) -> list[Any]:
+    """Run ``fn(rank, world_size, root_bytes, *args)`` on `world_size` threads of this process (each
+    with its device set to its rank) and return the return values in rank order.
+
+    The first rank to raise has its exception re-raised here (with its traceback as ``__cause__``);
+    TimeoutError names the ranks still running after `timeout` seconds. Threads cannot be killed:
+    ranks still running when this returns early are daemon threads that end on their own (their
+    HCCL waits give up after HCCL_EXEC_TIMEOUT / HCCL_CONNECT_TIMEOUT).
+    """
+    from .hccl import RootInfo
+    from .runtime import init
+
+    world_size = int(world_size)
+    if world_size < 1:
+        raise ValueError(f"world_size must be >= 1 (got {world_size})")
+    init()
+    root = bytes(RootInfo.create())
+    results: list[Any] = [None] * world_size
+    failures: list[tuple[int, BaseException, str]] = []
+    cond = threading.Condition()
+    finished = [False] * world_size
+
+    def body(rank: int) -> None:
+        try:
+            if set_device:
+                _set_device(rank)
+            results[rank] = fn(rank, world_size, root, *args)
+        except BaseException as exc:  # noqa: BLE001
+            with cond:
+                failures.append((rank, exc, traceback.format_exc()))
+        finally:
+            with cond:
+                finished[rank] = True
+                cond.notify_all()
+
+    threads = [threading.Thread(target=body, args=(r,), name=f"aclnn_py-rank{r}", daemon=True)
+               for r in range(world_size)]
+    for t in threads:
+        t.start()
+    deadline = None if timeout is None else time.monotonic() + float(timeout)
+    with cond:
+        while not all(finished) and not failures:
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                running = [r for r in range(world_size) if not finished[r]]
+                raise TimeoutError(f"run_threads: ranks {running} of {world_size} did not finish within "
+                                   f"{timeout} s")
+            cond.wait(remaining)
+        if failures:
+            rank, exc, tb = failures[0]
+            raise _annotate(exc, rank, world_size, tb)
+    for t in threads:
+        t.join()
+    return results
+
+
+# ---- MPI ----------------------------------------------------------------------------------------------------
+def mpi_bootstrap(comm: Any = None, set_device: bool = True) -> tuple[int, int, bytes]:
+    """For a job started by ``mpiexec``/``mpirun``: rank 0 makes the HCCL root info and broadcasts
+    it over MPI (mpi4py, the optional extra ``aclnn-py[mpi]``). Returns ``(rank, world_size,
+    root_bytes)``; with `set_device` the calling thread's device becomes the rank's index among the
+    ranks of its host (modulo the device count)."""
+    try:
+        from mpi4py import MPI
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("mpi_bootstrap needs mpi4py: pip install 'aclnn-py[mpi]'") from exc
+    from .hccl import RootInfo
+    from .runtime import init
+
+    world = comm if comm is not None else MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    init()
+    if set_device:
+        local = world.Split_type(MPI.COMM_TYPE_SHARED, key=rank)
+        try:
+            _set_device(local.Get_rank())
+        finally:
+            local.Free()
+    root = bytes(RootInfo.create()) if rank == 0 else None
+    root = world.bcast(root, root=0)
+    return rank, size, root
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit("aclnn_py.launch is a library module")
