@@ -156,7 +156,8 @@ class Communicator:
         if int(rank) == self.rank:
             return self.window_address, self.window_size
         addr, size = b.ffi.new("void **"), b.ffi.new("uint64_t *")
-        check_hccl(b.lib.HcclGetRemoteIpcHcclBuf(self._live(), int(rank), addr, size), "HcclGetRemoteIpcHcclBuf")
+        check_hccl(b.lib.HcclGetRemoteIpcHcclBuf(self._live(), int(rank), addr, size),
+                   "HcclGetRemoteIpcHcclBuf")
         return int(b.ffi.cast("uintptr_t", addr[0])), int(size[0])
 
     def barrier(self, stream: Any = None, wait: bool | None = None) -> None:
@@ -201,7 +202,8 @@ class Communicator:
                 pass
 
     def __repr__(self) -> str:
-        state = "closed" if self.handle is None else f"window 0x{self.window_address:x} ({self.window_size} bytes)"
+        state = ("closed" if self.handle is None
+                 else f"window 0x{self.window_address:x} ({self.window_size} bytes)")
         return f"Communicator(rank {getattr(self, 'rank', '?')}/{getattr(self, 'world_size', '?')}, {state})"
 
 
@@ -230,7 +232,8 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     check_hccl(lib.HcclKfcAllocOpArgs(args_cell), "HcclKfcAllocOpArgs")
     op_args = args_cell[0]
     try:
-        check_hccl(lib.HcclKfcOpArgsSetCommEngine(op_args, HCCL_COMM_ENGINE_AIV), "HcclKfcOpArgsSetCommEngine")
+        check_hccl(lib.HcclKfcOpArgsSetCommEngine(op_args, HCCL_COMM_ENGINE_AIV),
+                   "HcclKfcOpArgsSetCommEngine")
         alg = ffi.new("char[]", ALG_CONFIG_ALLTOALL.encode())
         check_hccl(lib.HcclKfcOpArgsSetAlgConfig(op_args, alg), "HcclKfcOpArgsSetAlgConfig")
         h = ffi.new("HcclComm *")
@@ -287,7 +290,8 @@ def parse_context(data: Any) -> dict[str, Any]:
         raise ValueError(f"a context has at least {16 + 8 * MAX_EP_RANKS} bytes (got {len(raw)})")
     rank, per_server, kfc = struct.unpack_from("<IIQ", raw, 0)
     windows = list(struct.unpack_from(f"<{MAX_EP_RANKS}Q", raw, 16))
-    return {"ep_rank_id": rank, "rank_size_per_server": per_server, "kfc_context_addr": kfc, "windows": windows}
+    return {"ep_rank_id": rank, "rank_size_per_server": per_server, "kfc_context_addr": kfc,
+            "windows": windows}
 
 
 __all__ = ["RootInfo", "Communicator", "build_context", "context_bytes", "parse_context", "error_string",

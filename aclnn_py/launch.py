@@ -188,8 +188,9 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | 
     try:
         for r in range(world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
+            parent_pid = os.getpid() if start_method == "spawn" else 0
             p = ctx.Process(target=_child_main, name=f"aclnn_py-rank{r}",
-                            args=(r, world_size, child_end, os.getpid() if start_method == "spawn" else 0, fn, tuple(args), set_device,
+                            args=(r, world_size, child_end, parent_pid, fn, tuple(args), set_device,
                                   dict(os.environ)),
                             daemon=False)
             p.start()
@@ -319,7 +320,7 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args: Any, timeout: fl
     return results
 
 
-# ---- MPI ----------------------------------------------------------------------------------------------------
+# ---- MPI ------------------------------------------------------------------------------------------
 def mpi_bootstrap(comm: Any = None, set_device: bool = True) -> tuple[int, int, bytes]:
     """For a job started by ``mpiexec``/``mpirun``: rank 0 makes the HCCL root info and broadcasts
     it over MPI (mpi4py, the optional extra ``aclnn-py[mpi]``). Returns ``(rank, world_size,

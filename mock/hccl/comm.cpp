@@ -77,6 +77,7 @@ static int get_comm(HcclComm handle, const char *fn, Comm **out) {
 
 // ---- Comm ------------------------------------------------------------------------------------------
 constexpr uint64_t kWindowMagic = 0x574f444e49574341ULL;   // "ACWINDOW"
+constexpr uint32_t kWindowLeft = 1;                        // WindowHeader.reserved after a clean destroy
 constexpr uint64_t kMailboxOffset = 4096;
 static_assert(kMailboxOffset + 2 * sizeof(Mailbox) <= kStatusAreaBytes, "status area layout");
 static_assert(sizeof(WindowHeader) <= kMailboxOffset, "window header fits its page");
@@ -448,6 +449,9 @@ extern "C" HcclResult HcclCommDestroy(HcclComm comm) {
     Backoff bo;
     while (m->inflight.load(std::memory_order_acquire) > 0 && now_seconds() < until) bo.pause();
     m->destroyed.store(true, std::memory_order_release);
+    // Tell the peers this rank left on purpose: its process may now exit without that being
+    // reported as a dead peer by HcclGetCommAsyncError.
+    if (WindowHeader *h = c->header(c->rank())) __atomic_store_n(&h->reserved, kWindowLeft, __ATOMIC_RELEASE);
     free_comm_op_ctxs(c);
     for (auto &n : m->seg_names)
         if (!n.empty()) seg_release(n);
@@ -489,7 +493,8 @@ extern "C" HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *asyncErro
         return static_cast<HcclResult>(fail(HCCL_E_PTR, "HcclGetCommAsyncError: asyncError is NULL"));
     std::vector<uint32_t> dead;
     for (uint32_t r = 0; r < c->nranks(); ++r)
-        if (!c->peer_alive(r)) dead.push_back(r);
+        if (!c->peer_alive(r) && __atomic_load_n(&c->header(r)->reserved, __ATOMIC_ACQUIRE) != kWindowLeft)
+            dead.push_back(r);
     if (dead.empty()) {
         *asyncError = HCCL_SUCCESS;
         return HCCL_SUCCESS;

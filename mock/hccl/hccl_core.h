@@ -47,7 +47,7 @@ struct WindowHeader {
     uint32_t rank;
     uint32_t nranks;
     int32_t pid;                      // process owning this window, for dead-peer reports
-    uint32_t reserved;
+    uint32_t reserved;                // mock: 1 once the owner destroyed its communicator cleanly
 };
 
 enum OpTag : uint32_t { kTagBarrier = 1, kTagDispatch = 2, kTagCombine = 3 };

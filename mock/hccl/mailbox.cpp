@@ -91,7 +91,10 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
                 if (done[src]) continue;
                 list += list.empty() ? "" : ", ";
                 list += std::to_string(src);
-                if (!peer_alive(src)) dead += format(" (rank %u: process %d is dead)", src, impl_->pids[src]);
+                if (__atomic_load_n(&header(src)->reserved, __ATOMIC_ACQUIRE) == 1)
+                    dead += format(" (rank %u destroyed its communicator)", src);
+                else if (!peer_alive(src))
+                    dead += format(" (rank %u: process %d is dead)", src, impl_->pids[src]);
             }
             return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
                         "%s on rank %u: timed out after %.1fs waiting for ranks [%s] (HCCL_EXEC_TIMEOUT=%g, "

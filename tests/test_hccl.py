@@ -1,0 +1,217 @@
+"""aclnn_py.hccl on the mock: worlds of processes and of threads, the context tensor (SPEC §8), data
+through peer windows, timeouts, dead peers, cleanup of /dev/shm, lazily backed windows."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import threading
+import time
+
+import hccl_ranks as hr
+import pytest
+
+MIB = 1 << 20
+
+
+# ---- healthy worlds ------------------------------------------------------------------------------
+@pytest.fixture
+def small_windows(monkeypatch):
+    monkeypatch.setenv("HCCL_BUFFSIZE", "2")
+
+
+def test_process_world_of_4(acl, small_windows):
+    from aclnn_py import launch
+
+    res = launch.spawn(hr.rank_world, 4, timeout=60)
+    assert len({r["pid"] for r in res}) == 4
+    assert len({r["name"] for r in res}) == 4
+
+
+def test_thread_world_of_8(acl, small_windows, mock):
+    from aclnn_py import launch
+
+    before = mock.stats()
+    res = launch.run_threads(hr.rank_world, 8, timeout=60)
+    assert len({r["name"] for r in res}) == 8
+    # threads of one process share one mapping per window
+    assert all(r["windows"] == res[0]["windows"] for r in res)
+    after = mock.stats()
+    assert after["communicators"] == before["communicators"]
+    assert after["mapped_windows"] == before["mapped_windows"]
+
+
+def test_thread_world_leaves_no_segments(acl, small_windows):
+    from aclnn_py import hccl, launch
+
+    roots = []
+
+    def fn(rank, world_size, root):
+        roots.append(root)
+        with hccl.Communicator(world_size, rank, root):
+            pass
+
+    launch.run_threads(fn, 3, timeout=30)
+    assert hr.shm_segments(roots[0]) == []
+
+
+# ---- errors --------------------------------------------------------------------------------------
+def test_argument_errors(acl):
+    from aclnn_py import hccl
+    from aclnn_py.errors import HcclError
+
+    root = hccl.RootInfo.create()
+    assert len(bytes(root)) == 4108
+    assert hccl.RootInfo.from_bytes(bytes(root)) == root
+    with pytest.raises(ValueError):
+        hccl.RootInfo(b"short")
+    with pytest.raises(ValueError):
+        hccl.Communicator(2, 2, root)
+    with pytest.raises(HcclError) as ei:
+        hccl.Communicator(2, 0, b"\0" * 4108)
+    assert ei.value.code == 1 and "HcclGetRootInfo" in ei.value.message
+    for code in list(range(25)) + [1041]:
+        assert hccl.error_string(code)
+    assert "TIMEOUT" in hccl.error_string(9)
+
+
+def test_duplicate_rank_and_size_mismatch(acl, small_windows):
+    from aclnn_py import hccl
+    from aclnn_py.errors import HcclError
+
+    root = hccl.RootInfo.create()
+    comms = {}
+    t = threading.Thread(target=lambda: comms.setdefault(0, hccl.Communicator(2, 0, root, device=0)))
+    t.start()
+    time.sleep(0.2)
+    with pytest.raises(HcclError, match="duplicate rank 0"):
+        hccl.Communicator(2, 0, root)
+    with pytest.raises(HcclError, match="nRanks mismatch"):
+        hccl.Communicator(3, 1, root)
+    c1 = hccl.Communicator(2, 1, root, device=1)
+    t.join()
+    c1.close()
+    c1.close()  # idempotent
+    comms[0].close()
+    with pytest.raises(ValueError, match="closed"):
+        c1.barrier()
+
+
+def test_destroyed_handle_is_an_error_not_a_crash(acl, raw, small_windows):
+    from aclnn_py import hccl
+    from aclnn_py.errors import HcclError, check_hccl
+
+    ffi, lib = raw
+    c = hccl.Communicator(1, 0, hccl.RootInfo.create())
+    h = c.handle
+    c.close()
+    cell = ffi.new("uint32_t *")
+    with pytest.raises(HcclError, match="not a live communicator"):
+        check_hccl(lib.HcclGetRankId(h, cell), "HcclGetRankId")
+    assert lib.HcclCommDestroy(h) == 1
+    assert lib.HcclBarrier(ffi.NULL, ffi.NULL) == 2
+
+
+@pytest.mark.parametrize("mode", ["processes", "threads"])
+def test_rank_that_never_joins(acl, small_windows, monkeypatch, mode):
+    from aclnn_py import launch
+
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "1")
+    run = launch.spawn if mode == "processes" else launch.run_threads
+    res = run(hr.never_join, 4, 3, timeout=30)
+    assert res[3] is None
+    for r in res[:3]:
+        assert r["code"] == 9, r
+        assert r["elapsed"] < 1 + 2.0
+        assert "[3]" in r["message"]
+    assert hr.shm_segments(res[0]["root"]) == []
+
+
+# ---- a rank SIGKILLed after joining --------------------------------------------------------------
+def test_rank_killed_after_joining(acl, small_windows, monkeypatch):
+    from aclnn_py import hccl
+
+    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "1")
+    W, victim = 4, 2
+    root = bytes(hccl.RootInfo.create())
+    ctx = mp.get_context("forkserver")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=hr.join_then_maybe_die, args=(r, W, root, victim, q, dict(os.environ)))
+             for r in range(W)]
+    for p in procs:
+        p.start()
+    try:
+        got = sorted(q.get(timeout=60) for _ in range(W - 1))
+    finally:
+        for p in procs:
+            p.join(30)
+            if p.is_alive():
+                p.kill()
+                p.join()
+    assert procs[victim].exitcode == -signal.SIGKILL
+    for rank, message, code, elapsed, async_err in got:
+        assert code == 507014, message
+        assert f"rank {victim}: process {procs[victim].pid} is dead" in message
+        assert elapsed < 1 + 3
+        assert async_err == 21  # HCCL_E_REMOTE
+    assert hr.shm_segments(root) == []
+
+
+# ---- stale segments of a world that died while forming -------------------------------------------
+def test_segments_of_a_dead_world_are_swept(acl, small_windows, monkeypatch):
+    from aclnn_py import hccl
+
+    monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "60")
+    root = bytes(hccl.RootInfo.create())
+    ctx = mp.get_context("forkserver")
+    p = ctx.Process(target=hr.join_alone, args=(root, dict(os.environ)))
+    p.start()
+    try:
+        deadline = time.monotonic() + 30
+        while len(hr.shm_segments(root)) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert len(hr.shm_segments(root)) == 2  # rendezvous + rank 0's window
+    finally:
+        p.kill()
+        p.join()
+    assert len(hr.shm_segments(root)) == 2
+    hccl.RootInfo.create()  # any new world sweeps segments whose processes are all dead
+    assert hr.shm_segments(root) == []
+
+
+# ---- lazily backed windows -----------------------------------------------------------------------
+def test_16_rank_world_with_default_windows_is_lazily_backed(acl, monkeypatch, mock):
+    from aclnn_py import hccl, launch
+
+    monkeypatch.delenv("HCCL_BUFFSIZE", raising=False)
+    before = hr.rss_kib()
+    hold = threading.Barrier(16)
+    peak = {}
+
+    def fn(rank, world_size, root):
+        with hccl.Communicator(world_size, rank, root) as comm:
+            assert comm.window_size == 400 * MIB
+            hccl.build_context(comm)
+            comm.barrier()
+            hold.wait()
+            if rank == 0:
+                peak.update(hr.rss_kib())
+                peak["mapped"] = mock.stats()["mapped_window_bytes"]
+            hold.wait()
+
+    launch.run_threads(fn, 16, timeout=60)
+    assert peak["mapped"] >= 16 * 400 * MIB          # 6.25 GiB of windows mapped ...
+    assert peak["RssShmem"] - before.get("RssShmem", 0) < 16 * 1024      # ... < 16 MiB of it resident
+    assert peak["VmRSS"] - before["VmRSS"] < 64 * 1024
+
+
+def test_16_process_world_with_default_windows(acl, monkeypatch):
+    from aclnn_py import launch
+
+    monkeypatch.delenv("HCCL_BUFFSIZE", raising=False)
+    res = launch.spawn(hr.rss_rank, 16, timeout=120)
+    for size, rss_growth, shmem in res:
+        assert size == 400 * MIB
+        assert rss_growth < 32 * 1024, res
+        assert shmem < 8 * 1024, res
