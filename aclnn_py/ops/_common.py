@@ -3,6 +3,7 @@ workspaces kept per stream, and the Prepared object that holds one executor."""
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 from typing import Any, Sequence
@@ -96,38 +97,39 @@ workspaces = WorkspacePool()
 class KeepAlive:
     """Keeps Python objects (uploaded inputs, outputs) alive until the stream has passed the point
     where they were used, like a stream-ordered allocator: memory freed earlier would be read or
-    written by a queued kernel. An event is recorded after each launch; entries whose event has
-    completed are dropped on the next launch or ``reap``."""
+    written by a queued kernel. An event is recorded after each launch; per stream, entries are
+    released oldest first once their event has completed (events on one stream complete in order)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: list[tuple[Any, Any]] = []   # (Event, objects)
+        self._pending: dict[int, collections.deque[tuple[Any, Any]]] = {}  # stream -> (Event, objects)
         self._free_events: list[Any] = []
 
     def hold(self, stream: Any, objects: Any) -> None:
         from ..runtime import Event
 
+        key = int(_b().ffi.cast("uintptr_t", as_stream(stream)))
         with self._lock:
             ev = self._free_events.pop() if self._free_events else None
         if ev is None:
             ev = Event()
         ev.record(stream)
         with self._lock:
-            self._pending.append((ev, objects))
-        self.reap()
+            q = self._pending.setdefault(key, collections.deque())
+            q.append((ev, objects))
+            self._release(q)
+
+    def _release(self, q: collections.deque[tuple[Any, Any]]) -> None:
+        while q and q[0][0].query():
+            ev, _ = q.popleft()
+            self._free_events.append(ev)
 
     def reap(self) -> int:
-        """Drop entries whose stream work completed; returns how many are still pending."""
+        """Release what completed; returns how many entries are still pending."""
         with self._lock:
-            pending = self._pending
-            keep = []
-            for ev, objs in pending:
-                if ev.query():
-                    self._free_events.append(ev)
-                else:
-                    keep.append((ev, objs))
-            self._pending = keep
-            return len(keep)
+            for q in self._pending.values():
+                self._release(q)
+            return sum(len(q) for q in self._pending.values())
 
 
 keepalive = KeepAlive()
