@@ -1,0 +1,191 @@
+"""aclnn_py.launch: spawn (processes), run_threads, mpi_bootstrap (under mpiexec)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import launch_ranks as lr
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _pids(pid_dir: Path) -> list[int]:
+    return [int(p.read_text()) for p in pid_dir.iterdir() if p.read_text()]
+
+
+def _gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except FileNotFoundError:
+        return True
+
+
+def _children(pid: int) -> list[tuple[int, str]]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+            cmd = (d / "cmdline").read_text(errors="replace").replace("\0", " ")
+        except OSError:
+            continue
+        if int(fields[1]) == pid and fields[0] not in ("Z", "X"):
+            out.append((int(d.name), cmd))
+    return out
+
+
+def _no_children_left() -> bool:
+    """No rank process is left: our only children are multiprocessing's fork server and resource
+    tracker (which live as long as this process), and the fork server has no children."""
+    for pid, cmd in _children(os.getpid()):
+        if "resource_tracker" in cmd:
+            continue
+        if "forkserver" in cmd:
+            if _children(pid):
+                return False
+            continue
+        return False
+    return True
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_spawn_returns_in_rank_order_with_device_set(acl, start_method):
+    from aclnn_py import launch
+
+    n = 4 if start_method == "forkserver" else 2
+    res = launch.spawn(lr.identify, n, "x", timeout=60, start_method=start_method)
+    assert [r["rank"] for r in res] == list(range(n))
+    assert [r["device"] for r in res] == list(range(n))
+    assert all(r["world_size"] == n and r["root_len"] == 4108 and r["tag"] == "x" for r in res)
+    assert len({r["pid"] for r in res}) == n and os.getpid() not in {r["pid"] for r in res}
+    assert len({r["root"] for r in res}) == 1
+
+
+def test_spawn_hccl_world(acl, monkeypatch):
+    from aclnn_py import launch
+
+    monkeypatch.setenv("HCCL_BUFFSIZE", "2")
+    names = launch.spawn(lr.barrier_world, 3, timeout=60)
+    assert len(set(names)) == 3
+
+
+def test_spawn_propagates_exception_and_kills_the_rest(acl, tmp_path):
+    from aclnn_py import launch
+
+    t0 = time.monotonic()
+    with pytest.raises(ValueError, match="boom on rank 2") as ei:
+        launch.spawn(lr.fail_on, 4, 2, str(tmp_path), timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert ei.value.rank == 2
+    assert isinstance(ei.value.__cause__, launch.RemoteTraceback)
+    assert "fail_on" in str(ei.value.__cause__)  # the rank's own traceback
+    pids = _pids(tmp_path)
+    assert len(pids) >= 1
+    assert all(_gone(p) for p in pids)
+    assert _no_children_left()
+
+
+def test_spawn_propagates_hccl_error_with_its_type(acl):
+    from aclnn_py import launch
+    from aclnn_py.errors import HcclError
+
+    with pytest.raises(HcclError) as ei:
+        launch.spawn(lr.hccl_error_on, 2, 1, timeout=60)
+    assert ei.value.code == 1 and ei.value.name == "HCCL_E_PARA"
+    assert "HcclGetRootInfo" in ei.value.message
+
+
+def test_spawn_rank_killed_by_signal(acl, tmp_path):
+    from aclnn_py import launch
+
+    with pytest.raises(launch.RankError, match="rank 1: .*SIGKILL"):
+        launch.spawn(lr.die_on, 3, 1, str(tmp_path), timeout=60)
+    assert all(_gone(p) for p in _pids(tmp_path))
+    assert _no_children_left()
+
+
+def test_spawn_timeout_kills_everything(acl, tmp_path):
+    from aclnn_py import launch
+
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1, 2\] of 3"):
+        launch.spawn(lr.sleep_forever, 3, str(tmp_path), timeout=1.5)
+    assert time.monotonic() - t0 < 10
+    pids = _pids(tmp_path)
+    assert all(_gone(p) for p in pids)
+    assert _no_children_left()
+
+
+def test_spawn_rejects_fork(acl):
+    from aclnn_py import launch
+
+    with pytest.raises(ValueError, match="fork"):
+        launch.spawn(lr.identify, 2, "x", start_method="fork")
+
+
+def test_run_threads(acl):
+    from aclnn_py import launch
+
+    res = launch.run_threads(lr.identify, 5, "t", timeout=30)
+    assert [r["rank"] for r in res] == list(range(5))
+    assert [r["device"] for r in res] == list(range(5))
+    assert {r["pid"] for r in res} == {os.getpid()}
+
+
+def test_run_threads_propagates_exception(acl):
+    from aclnn_py import launch
+
+    def fn(rank, world_size, root):
+        if rank == 1:
+            raise KeyError("thread boom")
+        return rank
+
+    with pytest.raises(KeyError, match="thread boom") as ei:
+        launch.run_threads(fn, 3, timeout=30)
+    assert ei.value.rank == 1
+    assert "thread boom" in str(ei.value.__cause__)
+
+
+def test_run_threads_timeout(acl):
+    import threading
+
+    from aclnn_py import launch
+
+    stop = threading.Event()
+
+    def fn(rank, world_size, root):
+        if rank == 0:
+            stop.wait(30)
+        return rank
+
+    try:
+        with pytest.raises(TimeoutError, match=r"ranks \[0\]"):
+            launch.run_threads(fn, 2, timeout=0.5)
+    finally:
+        stop.set()
+
+
+def test_mpi_bootstrap_under_mpiexec():
+    mpiexec = shutil.which("mpiexec")
+    if mpiexec is None:
+        pytest.skip("mpiexec is not installed (CI installs pip's mpich and mpi4py)")
+    pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'aclnn-py[mpi]')")
+    env = dict(os.environ, ACLNN_PY_BACKEND="mock", HCCL_BUFFSIZE="2")
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    res = subprocess.run([mpiexec, "-n", "4", sys.executable, str(REPO / "tests" / "helpers" / "mpi_world.py")],
+                         capture_output=True, text=True, timeout=120, env=env, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "MPI-OK 4" in res.stdout
