@@ -51,6 +51,9 @@ PYBIND11_MODULE(_mock, m) {
     m.def("set_soc", &set_soc_by_name, py::arg("name"), "Switch the SoC profile (Ascend910_93 | Ascend950).");
     m.def("poison", [] { return config().poison; }, "Whether new allocations are filled with 0xA5.");
     m.def("set_poison", &set_poison, py::arg("on"), "Turn the poison fill of new allocations on or off.");
+    m.def("set_skip_kernels", &set_skip_kernels, py::arg("on"),
+          "Benchmarks only: phase 2 checks and queues as usual but the kernels do nothing.");
+    m.def("skip_kernels", &skip_kernels);
     m.def("reload_config", &reload_config, "Re-read ACLNN_MOCK_* from the environment.");
     m.def("device_count", [] { return config().device_count; });
     m.def("clear_error", &clear_error, "Drop this thread's recent error message.");

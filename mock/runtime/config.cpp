@@ -3,6 +3,7 @@
 //   ACLNN_MOCK_SOC           Ascend910_93 (default) or Ascend950 (case-insensitive)
 //   ACLNN_MOCK_POISON        0/off/false/no disables the 0xA5 fill of new allocations
 // A value that is not understood falls back to the default and leaves a note (config_notes()).
+#include <atomic>
 #include <strings.h>
 
 #include <cerrno>
@@ -89,6 +90,13 @@ void set_poison(bool on) {
     std::lock_guard<std::mutex> lk(g_cfg_mu);
     g_cfg.poison = on;
 }
+
+namespace {
+std::atomic<bool> g_skip_kernels{false};
+}
+
+void set_skip_kernels(bool on) { g_skip_kernels.store(on, std::memory_order_relaxed); }
+bool skip_kernels() { return g_skip_kernels.load(std::memory_order_relaxed); }
 
 std::string config_notes() {
     ensure_loaded();

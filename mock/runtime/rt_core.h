@@ -40,6 +40,10 @@ ACLMOCK_API const Config &config();
 ACLMOCK_API void reload_config();                 // re-read the environment
 ACLMOCK_API void set_soc(Soc soc);
 ACLMOCK_API void set_poison(bool on);
+// Benchmark switch: when on, phase 2 of every op does all its checks and queues a task that does
+// nothing, so host overhead can be measured without the kernels' own work (never on by default).
+ACLMOCK_API void set_skip_kernels(bool on);
+ACLMOCK_API bool skip_kernels();
 ACLMOCK_API const char *soc_name(Soc soc);
 // A numeric environment variable, or dflt when unset/unparsable.
 ACLMOCK_API double env_double(const char *name, double dflt);
