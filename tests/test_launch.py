@@ -9,9 +9,8 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 import launch_ranks as lr
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -185,7 +184,8 @@ def test_mpi_bootstrap_under_mpiexec():
     pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'aclnn-py[mpi]')")
     env = dict(os.environ, ACLNN_PY_BACKEND="mock", HCCL_BUFFSIZE="2")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-    res = subprocess.run([mpiexec, "-n", "4", sys.executable, str(REPO / "tests" / "helpers" / "mpi_world.py")],
+    script = REPO / "tests" / "helpers" / "mpi_world.py"
+    res = subprocess.run([mpiexec, "-n", "4", sys.executable, str(script)],
                          capture_output=True, text=True, timeout=120, env=env, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
     assert "MPI-OK 4" in res.stdout
