@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Sequence
 
+from . import bench, demo
+
 ENV_VARS = (
     "ACLNN_PY_BACKEND", "ACLNN_PY_MOCK_ROOT", "ACLNN_PY_BUILD_DIR", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME",
     "ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH", "ACLNN_MOCK_SOC", "ACLNN_MOCK_DEVICE_COUNT",
@@ -58,18 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     d.add_argument("--backend", default=None, help='"mock", "cann" or a CANN root (default: auto)')
     d.add_argument("--strict", action="store_true", help="exit 1 when any bound symbol is missing")
     d.set_defaults(func=doctor)
-    try:
-        from . import demo as _demo
-
-        _demo.add_parser(sub)
-    except ImportError:
-        pass
-    try:
-        from . import bench as _bench
-
-        _bench.add_parser(sub)
-    except ImportError:
-        pass
+    demo.add_parser(sub)
+    bench.add_parser(sub)
     args = ap.parse_args(argv)
     return int(args.func(args))
 
