@@ -114,7 +114,8 @@ def _rank_main(rank: int, world_size: int, root: bytes, m: Model) -> dict[str, A
         expand_x = out.expand_x.numpy()[:n]
         scales = out.dynamic_scales.numpy()[:n] if m.quant_mode else None
         tok_nums = out.expert_token_nums.numpy()
-        y = expert_ffn(m, rank, expand_x, scales, tok_nums)
+        y = np.zeros(out.expand_x.shape, DTYPES[m.dtype])  # combine takes expand_x's (A, H) layout
+        y[:n] = expert_ffn(m, rank, expand_x, scales, tok_nums)
         t2 = time.perf_counter()
         x_out = buf.low_latency_combine(y, inp["ids"], inp["weights"], out.assist_info_for_combine,
                                         out.ep_recv_counts, num_experts=m.experts, x_active_mask=inp["mask"],
