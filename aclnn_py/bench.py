@@ -157,7 +157,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
                 c_ins = [ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, empty_w] + [None] * 13
                 paths: dict[str, dict[str, Callable[[], None]]] = {
                     "dispatch": {
-                        "ctypes": lambda: cb.dispatch(ctx, [x, ids] + [None] * 6, d_outs, d_attrs, b"", [0, 0, 0],
+                        "ctypes": lambda: cb.dispatch(ctx, [x, ids] + [None] * 5, d_outs, d_attrs, b"", [0, 0, 0],
                                                       sh, ws.ptr),
                         "per_call": lambda: moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d,
                                                                     **attrs),

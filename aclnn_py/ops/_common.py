@@ -241,6 +241,9 @@ _cells = threading.local()
 
 
 
+_NOT_A_TENSOR = object()  # marks a plan slot whose next call must be checked again
+
+
 class Plan:
     """A prepared op with fixed shapes, dtypes and attributes, launched many times (DESIGN.md §3.2).
 
@@ -269,6 +272,11 @@ class Plan:
         self._ws_size = prepared.workspace_size
         self._executor = prepared._executor
         self._op = prepared._launch_name
+        # what each slot was given last call; a present input starts "unset" so None is refused
+        self._last_in: list[Any] = [_NOT_A_TENSOR if t is not None else None for t in self._own_in]
+        self._last_out: list[Any] = [None] * len(self._own_out)
+        self._last_stream: Any = _NOT_A_TENSOR
+        self._last_stream_handle: Any = None
 
     @property
     def workspace_size(self) -> int:
@@ -280,6 +288,9 @@ class Plan:
         return param_invalid(self._op, message)
 
     def _set(self, index: int, value: Any, stream: Any, output: bool) -> None:
+        last = self._last_out if output else self._last_in
+        if value is last[index]:
+            return  # the same Tensor (or None) as last call: already checked and bound
         own = (self._own_out if output else self._own_in)[index]
         bound = self._bound_out if output else self._bound_in
         name = (self.output_names if output else self.input_names)[index]
@@ -287,11 +298,11 @@ class Plan:
             if value is not None:
                 raise self._refuse(f"{name}: this plan was built without it; build a plan with {name}")
             return
+        remember: Any = value
         if value is None:
-            if output:
-                target = own.data_ptr
-            else:
+            if not output:
                 raise self._refuse(f"{name}: this plan was built with it; pass it on every call")
+            target = own.data_ptr
         elif isinstance(value, Tensor):
             if value.shape != own.shape or value.dtype != own.dtype or not value.is_contiguous:
                 raise self._refuse(f"{name}: the plan is fixed to shape {own.shape} {own.dtype.name} contiguous "
@@ -304,18 +315,30 @@ class Plan:
                 raise self._refuse(f"{name}: the plan is fixed to shape {own.shape} (got {arr.shape})")
             target = own.data_ptr
             own.copy_from(arr, stream)
+            remember = _NOT_A_TENSOR  # host arrays are copied on every call
         if target != bound[index]:
             api = "aclSetOutputTensorAddr" if output else "aclSetInputTensorAddr"
             ret = getattr(self._lib, api)(self._executor, index, own.descriptor(), self._ffi.cast("void *", target))
             check_aclnn(ret, api)
             bound[index] = target
+        last[index] = remember
 
-    def _run(self, inputs: dict[int, Any], outputs: dict[int, Any], stream: Any) -> None:
-        for i, v in inputs.items():
+    def _run(self, in_slots: tuple[int, ...], in_values: tuple[Any, ...], out_values: Any, stream: Any) -> None:
+        """Bind this call's inputs (slot indices `in_slots`) and outputs, then launch phase 2."""
+        for i, v in zip(in_slots, in_values):
             self._set(i, v, stream, False)
-        for j, v in outputs.items():
-            self._set(j, v, stream, True)
-        check_aclnn(self._launch(self._ws_ptr, self._ws_size, self._executor, as_stream(stream)), self._op)
+        if out_values is not None:
+            for j, v in enumerate(out_values):
+                self._set(j, v, stream, True)
+        elif self._last_out[0] is not None:
+            for j in range(len(self._own_out)):
+                self._set(j, None, stream, True)
+        if stream is not self._last_stream:
+            self._last_stream_handle = as_stream(stream)
+            self._last_stream = stream
+        ret = self._launch(self._ws_ptr, self._ws_size, self._executor, self._last_stream_handle)
+        if ret:
+            check_aclnn(ret, self._op)
 
     def close(self) -> None:
         """Destroy the executor and free the plan's buffers (after the stream finished with them)."""

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -126,12 +127,15 @@ class CombinePlan(Plan):
                  ori_x: Any = None, const_expert_alpha_1: Any = None, const_expert_alpha_2: Any = None,
                  const_expert_v: Any = None, x_out: Tensor | None = None, stream: Any = None) -> Tensor:
         """Phase 2 with this step's inputs (``aclnnMoeDistributeCombineV5``)."""
-        ins = {1: expand_x, 2: expert_ids, 3: assist_info_for_combine, 4: ep_send_counts, 7: x_active_mask,
-               12: shared_expert_x, 14: ori_x, 15: const_expert_alpha_1, 16: const_expert_alpha_2,
-               17: const_expert_v}
-        if self._with_es:
-            ins[5] = expert_scales
-        elif expert_scales is not None and np.asarray(getattr(expert_scales, "shape", (0,))).prod() != 0:
+        if not self._with_es and expert_scales is not None and math.prod(getattr(expert_scales, "shape", (0,))):
             raise self._refuse("expert_scales: this plan was built unweighted; build one with_expert_scales")
-        self._run(ins, {} if x_out is None else {0: x_out}, stream)
+        values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts,
+                  expert_scales if self._with_es else None, x_active_mask, shared_expert_x, ori_x,
+                  const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
+        self._run(_PLAN_INPUT_SLOTS if self._with_es else _PLAN_INPUT_SLOTS_UNWEIGHTED,
+                  values if self._with_es else values[:4] + values[5:], None if x_out is None else (x_out,), stream)
         return self.x_out if x_out is None else x_out
+
+
+_PLAN_INPUT_SLOTS = (1, 2, 3, 4, 5, 7, 12, 14, 15, 16, 17)
+_PLAN_INPUT_SLOTS_UNWEIGHTED = (1, 2, 3, 4, 7, 12, 14, 15, 16, 17)

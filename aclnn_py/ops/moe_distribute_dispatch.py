@@ -160,6 +160,8 @@ class DispatchPlan(Plan):
                  expert_scales: Any = None, outputs: DispatchOutputs | None = None,
                  stream: Any = None) -> DispatchOutputs:
         """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``)."""
-        outs = {} if outputs is None else dict(enumerate(outputs))
-        self._run({1: x, 2: expert_ids, 3: scales, 4: x_active_mask, 5: expert_scales}, outs, stream)
+        self._run(_PLAN_INPUT_SLOTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
         return self.outputs if outputs is None else outputs
+
+
+_PLAN_INPUT_SLOTS = (1, 2, 3, 4, 5)
