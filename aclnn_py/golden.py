@@ -1,15 +1,18 @@
 """Independent numpy reference ("golden") of MoeDistributeDispatchV5 / MoeDistributeCombineV5.
 
-Profile: Ascend910_93 (A3).  The only source is ``SPEC.md`` (section numbers below refer to it);
-the module shares no code with the C++ mock and imports nothing from the rest of ``aclnn_py``.
+Profiles: Ascend910_93 (A3, the default) and Ascend950 (keyword ``soc="Ascend950"``).  The only
+source is ``SPEC.md`` (section numbers below refer to it); the module shares no code with the C++
+mock and imports nothing from the rest of ``aclnn_py`` except the self-contained ``casts`` module
+(low-precision formats; loaded from its path when this file is).
 
 Every function takes the inputs of *all* ranks (lists indexed by ep rank id) and returns the outputs
 of all ranks, exact to the bit:
 
 * :func:`dispatch` — SPEC §4 (placement §4.1, pair selection §4.2, payload §4.3, receiver order
-  §4.4, global_bs §4.5, quant modes 0 and 2 §4.6, and the §0 all-zero-row rule).
+  §4.4, global_bs §4.5, quant modes 0 and 2 §4.6, and the §0 all-zero-row rule); on the 950 also
+  quant modes 1, 3, 4, 5, fp8 outputs of mode 2, low-precision inputs (§4.6) and elastic_info (§4.7).
 * :func:`combine` — SPEC §6 (send §6.1, fp32 reduction order §6.2, comm quant 2 §6.3, special
-  experts, the §0 const-expert rule).
+  experts, the §0 const-expert rule); on the 950 also comm quant 3 / 4 (MXFP8) and elastic_info.
 * :func:`round_trip` — dispatch → user expert function → combine.
 * :func:`ccl_buffer_size_mb` (SPEC §9.2) and :func:`window_bytes_required` (SPEC §9.3).
 
@@ -20,7 +23,74 @@ ml_dtypes ``astype``).  Only the const-expert softmax uses float64, as SPEC §0 
 
 The golden interprets inputs; it does not re-implement every operator check (that is the mock's
 job), but raises :class:`ValueError` for inputs it cannot interpret (inconsistent shapes, E not
-divisible by W-R, ids out of range, unsupported modes, …).
+divisible by W-R, ids out of range, unsupported modes, a 950 feature on the A3 profile, …).
+
+Ascend 950: choices where SPEC leaves a detail open
+---------------------------------------------------
+
+The C++ mock implements the same list.  Formats and casts are defined in ``casts.py`` (its docstring
+gives the bit layouts, rounding, saturation and NaN/inf rules).
+
+Output types (SPEC §0 "dtype arguments", §10.4).  ``y_dtype`` / ``x_dtype`` accept an
+``aclnn_py.DataType`` member or its aclDataType int, a numpy / ml_dtypes dtype, or a name
+("int8", "hifloat8", "float8_e4m3fn", "float8_e5m2", "float4_e2m1", "float4_e1m2", "float16",
+"bfloat16").  expand_x is int8 for int8, an ml_dtypes ``float8_e4m3fn`` / ``float8_e5m2`` array for
+fp8, uint8 codes for hifloat8, and uint8 bytes of shape (N, H/2) for fp4 (two codes per byte, element
+2i in the low nibble).  dynamic_scales is float32 (N,) for modes 2, float32 (N, ceil(H/128)) for mode
+3, uint8 e8m0 bytes (N, align2(ceil(H/32))) for modes 4 / 5, and the forwarded per-token scales
+(N, dim1) in their own dtype for quant 0 with a low-precision x.
+
+1. **Mode 1 (§4.6, static).** ``scales`` is required: float32 (1,), (H,) or (E+S, H) / (E, H) (the
+   mode-2 row rule: row s for shared expert s, e + S for MoE expert e); hifloat8 takes only (1,).
+   ``y = float32(x) * scale`` (one fp32 multiply).  int8: ``q = rint(y)`` saturated to [-128, 127]
+   (the int32 → half → int8 chain, each step saturating).  hifloat8: ``casts.hif8_encode(y)`` —
+   ROUND = ties away from zero, **not saturating** (|y| ≥ 40960 → the ±inf code).
+   dynamic_scales is not written (None).
+2. **Mode 2 fp8 (§4.6).** ``ds = 448f / m`` (e4m3fn) or ``57344f / m`` (e5m2), ``q = fp8_rint(xf*ds)``
+   without saturation (irrelevant: |xf*ds| ≤ max·(1+2^-24) never rounds past max), scale ``1f/ds``.
+   Smooth scales exactly as on A3.  An all-zero row → scale 0, codes +0 (§0).
+3. **Mode 3 (§4.6).** Groups of 128 along H, the last one zero-padded (the padding only enters the
+   max); per group ``ds = fmax / max|g|``, ``q = fp8_rint(xf*ds)`` without saturation, scale
+   ``1/ds``; an all-zero group → scale 0, codes +0.  y_dtype fp8 only; smooth scales as mode 2.
+4. **Modes 1–3: non-finite input** (or a product that is NaN) and **a non-zero max so small that
+   fmax / max overflows to +inf** are refused (ValueError), as on A3: SPEC §12.3 leaves them
+   undefined and the mock tests avoid them.
+5. **Mode 4 (§4.6 MX).** Block exponent = max of ``casts.float32_exponent_field`` over the 32
+   elements (equal to the bf16 field, and to that of fp16 truncated to bf16); e8m0 = 0xFF when the
+   field is 255 (inf/nan), ``E - emax`` when ``E > emax``, else 0.  Element = sat-RNE cast of
+   ``x * 2^(127 - e8m0)``: for bf16 x the product is rounded to bf16 (``(float32(x) * m).astype(bf16)``),
+   for fp16 x it is a float32 multiply.  **A block whose scale is 0xFF has every element code 0**
+   (the scale alone makes the block NaN on decode).  The tail block is zero-padded; an odd block
+   count gets one padding scale byte 0.  fp4 outputs need H even (ValueError otherwise).
+6. **Mode 5 (§4.6 MX clip).** amax = max|float32(x)| per block (NaN if any NaN); e8m0 from SPEC's
+   steps 2–3 with ``t = max(amax, float32(1e-4)) * (1f / float32(fp8_max))`` (``1/fp8_max`` rounded
+   to float32 first); elements exactly as mode 4 (bf16 product in bf16, fp16 in fp32; 0xFF blocks →
+   code 0).  fp8 outputs only.
+7. **Low-precision inputs (§4.6 "0 + low-precision input").** quant 0 only; x is an ml_dtypes fp8
+   array, or uint8 with ``x_dtype`` hifloat8 / fp8 / fp4; fp4 x is packed uint8 (BS, H/2).  ``scales``
+   is required, one (BS_r, dim1) array per rank, 1 ≤ dim1 ≤ H, float32 or uint8 / float8_e8m0fnu
+   (same dtype and dim1 on every rank); row i of dynamic_scales is the source token's scale row,
+   byte for byte (shared-expert copies too).  y_dtype, if given, must equal x's type.  fp16/bf16 x
+   with quant 0 still rejects scales.
+8. **Comm quant 3 / 4 (§5, §6.3).** 3 = MXFP8 e5m2, 4 = MXFP8 e4m3fn: the sender quantises each
+   expand_x row exactly as dispatch mode 4 (block 32, e8m0, sat-RNE, 0xFF blocks → code 0); the
+   receiver dequantises ``decode(code) * 2^(e8m0-127)`` in float32 (exact; a 0xFF block gives NaN),
+   rounds it to the row dtype (RNE) and back to float32, then weights and accumulates as §6.2.
+9. **950 int8 comm quant (§6.3 "950 differences").** "rounded to the row dtype, then multiplied by w
+   in fp32" is the arithmetic the A3 receiver already performs (steps 1–3), so comm quant 2 gives
+   the same values on both profiles; the golden uses one code path.
+10. **elastic_info (§4.7, §2).** One int32 (4+2W,) array (or one per rank, all equal).  Present at all
+   (flag set or not): ``A = max(shared formula, MoE formula)`` on every rank, ``L := max(L, 1)``.
+   Flag ``[0] != 0``: ``[1], [2], [3]`` must equal W, R, E (the golden models a re-mapping of the
+   same world, not a smaller one) and ``[4+W : 4+2W]`` must be a permutation of 0 … W-1: logical
+   rank l (whose experts, shared/MoE role and slot layout follow §4.1/§4.4 with rank id l) is served
+   by physical rank ``table[l]``.  Senders keep their physical rank id everywhere (assist_info
+   triples, slot ``j*W + src``, shared replica ``src % P + s*P`` computed from the physical src, the
+   combine's return address).  ``[4 : 4+W]`` is not read.  Combine uses the same table to know each
+   physical rank's role (shared / MoE) and so its row count.
+11. **A3 refusals.** On ``soc="Ascend910_93"`` quant modes 1, 3, 4, 5, a y_dtype other than the
+   default, a non-fp16/bf16 x, comm quant 3 / 4 and a non-None elastic_info raise ValueError naming
+   the parameter.  performance_info (timing) is not modelled by the golden.
 """
 
 from __future__ import annotations
@@ -33,6 +103,19 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+try:
+    from . import casts as _casts
+except ImportError:  # loaded from its path (the tests do): load the sibling casts.py the same way
+    import importlib.util as _ilu
+    import sys as _sys
+    from pathlib import Path as _Path
+
+    _cname = __name__ + "_casts"
+    _cspec = _ilu.spec_from_file_location(_cname, _Path(__file__).with_name("casts.py"))
+    _casts = _ilu.module_from_spec(_cspec)
+    _sys.modules[_cname] = _casts
+    _cspec.loader.exec_module(_casts)
+
 __all__ = [
     "DispatchResult",
     "CombineResult",
@@ -44,6 +127,16 @@ __all__ = [
     "normalized_shared_expert_num",
     "quantize_per_token_int8",
     "comm_quant_int8_round_trip",
+    "SOC_A3",
+    "SOC_950",
+    "format_name",
+    "quantize_static",
+    "quantize_per_token",
+    "quantize_per_group",
+    "quantize_mx",
+    "mx_scale_columns",
+    "comm_quant_mx_round_trip",
+    "dynamic_scales_shape",
     "ccl_buffer_size_mb",
     "window_bytes_required",
 ]
@@ -125,11 +218,14 @@ def rows_capacity(
     global_bs: int,
     bs: int,
     topk: int,
+    elastic: bool = False,
 ) -> int:
-    """A, the expand_x row capacity of SPEC §2 (no elastic_info on A3).
+    """A, the expand_x row capacity of SPEC §2.
 
     * shared rank: ``A = maxBs * ceil(W / (R / S))``
     * MoE rank:    ``A = G * min(L, K)``
+    * ``elastic`` (elastic_info present, 950): ``A = max`` of both (the shared one only when R > 0),
+      with ``L := max(L, 1)``.
 
     with ``G = global_bs`` or ``bs * W`` when global_bs is 0, and ``maxBs = G / W``.
     """
@@ -139,9 +235,11 @@ def rows_capacity(
     g = _resolve_global_bs(global_bs, w, [bs])
     if not 0 <= rank < w:
         raise ValueError(f"rank: must be in [0, ep_world_size) (got {rank})")
+    shared_a = (g // w) * (-(-w // (shared_expert_rank_num // s))) if s else 0
+    if elastic:
+        return max(shared_a, g * min(max(n_local, 1), int(topk)))
     if rank < shared_expert_rank_num:
-        per_expert = shared_expert_rank_num // s
-        return (g // w) * (-(-w // per_expert))
+        return shared_a
     return g * min(n_local, int(topk))
 
 
@@ -173,9 +271,12 @@ class DispatchResult:
     """One rank's dispatch outputs (SPEC §4.4); rows beyond N are omitted (SPEC §0: unwritten)."""
 
     expand_x: np.ndarray
-    """(N, H): x's dtype for quant_mode 0, int8 for quant_mode 2."""
+    """(N, H): x's dtype for quant_mode 0, int8 for quant_mode 2; on the 950 as ``y_dtype`` says
+    (fp8 ml_dtypes arrays, uint8 HiF8 codes, packed fp4 uint8 (N, H/2))."""
     dynamic_scales: np.ndarray | None
-    """(N,) float32 per-row scales ``1/ds`` for quant_mode 2; None for quant_mode 0."""
+    """(N,) float32 per-row scales ``1/ds`` for quant_mode 2; None for quant_mode 0 and 1.
+    950: (N, ceil(H/128)) float32 for mode 3, (N, align2(ceil(H/32))) uint8 e8m0 for modes 4/5,
+    (N, dim1) forwarded per-token scales for quant 0 with a low-precision x."""
     assist_info_for_combine: np.ndarray
     """(3*N,) int32 triples (src_rank, src_token_index, k_slot)."""
     expert_token_nums: np.ndarray
@@ -190,6 +291,10 @@ class DispatchResult:
     """A of SPEC §2."""
     local_expert_num: int
     """1 on a shared rank, L on a MoE rank."""
+    y_dtype: str = ""
+    """Format name of expand_x ("float16", "bfloat16", "int8", "hifloat8", "float8_e4m3fn", …)."""
+    logical_rank: int = -1
+    """The logical rank this physical rank serves (itself unless elastic_info re-maps, §4.7)."""
 
 
 @dataclass
@@ -339,10 +444,10 @@ def _check_ids(cfg: _Cfg, rank: int, ids: np.ndarray, pair_valid: np.ndarray) ->
         )
 
 
-def _row_dtype(name: str, a: np.ndarray) -> np.dtype:
+def _row_dtype(name: str, a: np.ndarray, soc: str = "Ascend910_93") -> np.dtype:
     dt = np.asarray(a).dtype
     if dt not in _ROW_DTYPES:
-        raise ValueError(f"{name}: dtype must be float16 or bfloat16 on Ascend910_93 (got {dt})")
+        raise ValueError(f"{name}: dtype must be float16 or bfloat16 on {soc} (got {dt})")
     return dt
 
 
@@ -421,6 +526,276 @@ def comm_quant_int8_round_trip(rows: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------------------
+# Ascend 950: formats, quantisation modes 1, 3, 4, 5, fp8 mode 2, MX comm quant (SPEC §4.6, §6.3)
+# ---------------------------------------------------------------------------------------------------
+
+SOC_A3 = "Ascend910_93"
+SOC_950 = "Ascend950"
+_SOCS = (SOC_A3, SOC_950)
+
+_FMT_INT8 = "int8"
+_FMT_HIF8 = "hifloat8"
+_FMT_E4M3 = "float8_e4m3fn"
+_FMT_E5M2 = "float8_e5m2"
+_FMT_E2M1 = "float4_e2m1"
+_FMT_E1M2 = "float4_e1m2"
+_FMT_F16 = "float16"
+_FMT_BF16 = "bfloat16"
+_FP8 = (_FMT_E4M3, _FMT_E5M2)
+_FP4 = (_FMT_E2M1, _FMT_E1M2)
+_LOW_PRECISION_X = (_FMT_HIF8,) + _FP8 + _FP4
+
+# aclDataType values (ABI.md §1.1; aclnn_py.DataType is an IntEnum of them)
+_ACL_TO_FMT = {2: _FMT_INT8, 34: _FMT_HIF8, 35: _FMT_E5M2, 36: _FMT_E4M3, 40: _FMT_E2M1, 41: _FMT_E1M2,
+               1: _FMT_F16, 27: _FMT_BF16}
+_NP_TO_FMT = {np.dtype(np.int8): _FMT_INT8, np.dtype(ml_dtypes.float8_e4m3fn): _FMT_E4M3,
+              np.dtype(ml_dtypes.float8_e5m2): _FMT_E5M2, np.dtype(ml_dtypes.float4_e2m1fn): _FMT_E2M1,
+              FP16: _FMT_F16, BF16: _FMT_BF16}
+_NAME_ALIASES = {"hif8": _FMT_HIF8, "float8_e4m3": _FMT_E4M3, "fp8_e4m3fn": _FMT_E4M3, "fp8_e5m2": _FMT_E5M2,
+                 "float4_e2m1fn": _FMT_E2M1, "fp4_e2m1": _FMT_E2M1, "fp4_e1m2": _FMT_E1M2, "fp16": _FMT_F16,
+                 "half": _FMT_F16, "bf16": _FMT_BF16}
+_FMT_NAMES = set(_ACL_TO_FMT.values())
+
+
+def format_name(dtype: Any) -> str:
+    """Normalise a y_dtype / x_dtype argument to a format name (see the module docstring)."""
+    if isinstance(dtype, str):
+        n = _NAME_ALIASES.get(dtype.lower(), dtype.lower())
+        if n in _FMT_NAMES:
+            return n
+        raise ValueError(f"unknown data type name {dtype!r}")
+    if isinstance(dtype, (int, np.integer)) and not isinstance(dtype, bool):
+        try:
+            return _ACL_TO_FMT[int(dtype)]
+        except KeyError:
+            raise ValueError(f"aclDataType {int(dtype)} is not a dispatch input/output type") from None
+    try:
+        return _NP_TO_FMT[np.dtype(dtype)]
+    except (KeyError, TypeError):
+        raise ValueError(f"data type {dtype!r} is not a dispatch input/output type") from None
+
+
+def _minifloat(fmt: str) -> Any:
+    return _casts.MINIFLOATS[fmt]
+
+
+def _check_soc(soc: str) -> None:
+    if soc not in _SOCS:
+        raise ValueError(f"soc: must be {SOC_A3!r} or {SOC_950!r} (got {soc!r})")
+
+
+def _finite_or_raise(xf: np.ndarray, what: str) -> None:
+    if not np.isfinite(xf).all():
+        raise ValueError(f"{what}: non-finite value; its quantisation is undefined (SPEC §4.6, §12.3)")
+
+
+def _as_output(codes: np.ndarray, fmt: str) -> np.ndarray:
+    """uint8 codes (n, H) → the expand_x array of format ``fmt`` (module docstring)."""
+    if fmt in _FP8:
+        return codes.astype(np.uint8).view(_NP_FMT[fmt])
+    if fmt in _FP4:
+        return _casts.pack_fp4(codes)
+    return codes.astype(np.uint8)
+
+
+_NP_FMT = {_FMT_E4M3: np.dtype(ml_dtypes.float8_e4m3fn), _FMT_E5M2: np.dtype(ml_dtypes.float8_e5m2)}
+
+
+def _fp8_max(fmt: str) -> np.float32:
+    return F32(448.0) if fmt == _FMT_E4M3 else F32(57344.0)
+
+
+def _rint_to_int8_sat(y: np.ndarray) -> np.ndarray:
+    """``rint(y)`` → int32 → half → int8 with every step saturating = clip to [-128, 127]."""
+    return np.clip(np.rint(y), -128, 127).astype(np.int8)
+
+
+def quantize_static(xf: np.ndarray, scale: np.ndarray, y_dtype: Any = "int8") -> np.ndarray:
+    """Static quantisation (SPEC §4.6 quant_mode 1; module docstring choice 1).
+
+    ``xf`` (n, H) float32, ``scale`` broadcastable to it (float32).  int8: saturating
+    ``rint(xf*scale)``; hifloat8: ``hif8_encode(xf*scale)`` (ties away, inf on overflow).
+    Returns int8 or uint8 HiF8 codes."""
+    fmt = format_name(y_dtype)
+    y = np.asarray(xf, F32) * np.asarray(scale, F32)  # float32 multiply
+    if np.isnan(y).any():
+        raise ValueError("quant_mode 1: NaN input or product; its quantisation is undefined")
+    if fmt == _FMT_INT8:
+        return _rint_to_int8_sat(y)
+    if fmt == _FMT_HIF8:
+        return _casts.hif8_encode(y)
+    raise ValueError(f"y_dtype: quant_mode 1 outputs int8 or hifloat8 (got {fmt})")
+
+
+def quantize_per_token(xf: np.ndarray, y_dtype: Any = "int8") -> tuple[np.ndarray, np.ndarray]:
+    """Dynamic per-token quantisation (SPEC §4.6 quant_mode 2): int8 (the A3 rule,
+    :func:`quantize_per_token_int8`) or fp8 e4m3fn / e5m2 (``ds = fmax/m``, fp8 RNE without
+    saturation, scale ``1/ds``; all-zero row → scale 0, codes +0).  Returns (codes, scales (n,))."""
+    fmt = format_name(y_dtype)
+    if fmt == _FMT_INT8:
+        return quantize_per_token_int8(xf)
+    if fmt not in _FP8:
+        raise ValueError(f"y_dtype: quant_mode 2 outputs int8, float8_e4m3fn or float8_e5m2 (got {fmt})")
+    q, sc = _fp8_dynamic(np.asarray(xf, F32)[:, None, :], fmt, "quant_mode 2")
+    return _as_output(q[:, 0, :], fmt), sc[:, 0]
+
+
+def _fp8_dynamic(blk: np.ndarray, fmt: str, what: str) -> tuple[np.ndarray, np.ndarray]:
+    """(n, g, size) float32 (zero-padded) → fp8 codes (n, g, size), scales 1/ds (n, g)."""
+    _finite_or_raise(blk, what)
+    m = np.max(np.abs(blk), axis=2) if blk.shape[2] else np.zeros(blk.shape[:2], F32)
+    zero = m == F32(0)
+    with np.errstate(divide="ignore"):
+        ds = _fp8_max(fmt) / m  # float32 division; +inf for an all-zero row / group
+    if np.isinf(ds[~zero]).any():
+        raise ValueError(f"{what}: a max|x| so small that fmax/max overflows to +inf is not covered "
+                         "by SPEC §4.6/§0 (only an all-zero row/group is)")
+    ds_safe = np.where(zero, F32(0), ds).astype(F32)
+    y = blk * ds_safe[:, :, None]  # float32 multiply
+    q = _casts.encode(y, _minifloat(fmt), saturate=False)
+    q[zero] = 0
+    with np.errstate(divide="ignore"):
+        sc = (F32(1.0) / ds).astype(F32)  # 1/inf = 0 for an all-zero group (§0)
+    return q, sc
+
+
+def quantize_per_group(xf: np.ndarray, y_dtype: Any, group: int = 128) -> tuple[np.ndarray, np.ndarray]:
+    """Per-group dynamic fp8 quantisation (SPEC §4.6 quant_mode 3): groups of ``group`` along H, the
+    tail zero-padded.  Returns (fp8 array (n, H), float32 scales (n, ceil(H/group)))."""
+    fmt = format_name(y_dtype)
+    if fmt not in _FP8:
+        raise ValueError(f"y_dtype: quant_mode 3 outputs float8_e4m3fn or float8_e5m2 (got {fmt})")
+    xf = np.asarray(xf, F32)
+    n, h = xf.shape
+    ng = -(-h // group)
+    pad = np.zeros((n, ng * group), F32)
+    pad[:, :h] = xf
+    q, sc = _fp8_dynamic(pad.reshape(n, ng, group), fmt, "quant_mode 3")
+    return _as_output(q.reshape(n, ng * group)[:, :h], fmt), sc
+
+
+def mx_scale_columns(hidden: int) -> int:
+    """Columns of the e8m0 scales of MX quantisation: ``align2(ceil(H/32))`` (SPEC §4.6 mode 4)."""
+    nb = -(-int(hidden) // 32)
+    return nb + (nb & 1)
+
+
+def quantize_mx(rows: np.ndarray, y_dtype: Any, *, clip: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """MX quantisation of fp16 / bf16 rows (SPEC §4.6 quant_mode 4, or 5 with ``clip=True``;
+    module docstring choices 5, 6).  Returns (expand_x array, uint8 e8m0 scales (n, align2(ceil(H/32))))
+    — expand_x is fp8 (n, H) or packed fp4 uint8 (n, H/2)."""
+    fmt = format_name(y_dtype)
+    allowed = _FP8 if clip else _FP8 + _FP4
+    if fmt not in allowed:
+        raise ValueError(f"y_dtype: quant_mode {5 if clip else 4} outputs {' / '.join(allowed)} (got {fmt})")
+    codes, e8 = _mx_codes(rows, fmt, clip)
+    return _as_output(codes, fmt), e8
+
+
+def _mx_codes(rows: np.ndarray, fmt: str, clip: bool) -> tuple[np.ndarray, np.ndarray]:
+    rows = np.asarray(rows)
+    dt = rows.dtype
+    if dt not in _ROW_DTYPES:
+        raise ValueError(f"MX quantisation: rows must be float16 or bfloat16 (got {dt})")
+    n, h = rows.shape
+    if fmt in _FP4 and h % 2:
+        raise ValueError(f"H: must be even for packed fp4 output (got {h})")
+    mf = _minifloat(fmt)
+    nb = -(-h // 32)
+    xf = np.zeros((n, nb * 32), F32)
+    xf[:, :h] = rows.astype(F32)
+    blk = xf.reshape(n, nb, 32)
+    if not clip:
+        # §4.6 mode 4 steps 1-3: largest biased exponent field of the block
+        ef = _casts.float32_exponent_field(blk).max(axis=2)
+        e8 = np.where(ef == 255, 255, np.where(ef > mf.emax, ef - mf.emax, 0))
+    else:
+        # §4.6 mode 5 steps 1-3
+        with np.errstate(invalid="ignore"):
+            amax = np.max(np.abs(blk), axis=2)  # NaN propagates
+        bad = ~np.isfinite(amax)
+        inv = F32(1.0) / _fp8_max(fmt)  # float32-rounded reciprocal
+        t = np.maximum(np.where(bad, F32(0), amax), F32(1e-4)).astype(F32) * inv  # float32 multiply
+        tb = np.ascontiguousarray(t, F32).view(np.uint32).astype(np.int64)
+        ex, mn = (tb >> 23) & 0xFF, tb & 0x7FFFFF
+        up = ((ex > 0) & (ex < 254) & (mn > 0)) | ((ex == 0) & (mn > 0x400000))
+        e8 = np.where(bad, 255, np.where(amax == 0, 0, ex + up))
+    special = e8 == 255
+    mult = _casts.pow2_float32(127 - np.where(special, 127, e8))  # 2^(127-e8m0); e8m0=254 → 2^-127
+    prod = blk * mult[:, :, None]  # float32 multiply (exact but for underflow)
+    if dt == BF16:  # bf16 input: the product is a bf16 multiply (SPEC §4.6 mode 4 step 4)
+        prod = prod.astype(BF16).astype(F32)
+    codes = _casts.encode(prod, mf, saturate=True)
+    codes[special] = 0
+    scales = np.zeros((n, nb + (nb & 1)), np.uint8)
+    scales[:, :nb] = e8
+    return codes.reshape(n, nb * 32)[:, :h], scales
+
+
+def comm_quant_mx_round_trip(rows: np.ndarray, comm_quant_mode: int) -> np.ndarray:
+    """comm_quant_mode 3 (MXFP8 e5m2) / 4 (MXFP8 e4m3fn) transport (SPEC §6.3 "950 differences";
+    module docstring choice 8): float32 values the receiver accumulates (before weighting)."""
+    rows = np.asarray(rows)
+    dt = _row_dtype("expand_x", rows, soc=SOC_950)
+    fmt = {3: _FMT_E5M2, 4: _FMT_E4M3}[comm_quant_mode]
+    n, h = rows.shape
+    codes, e8 = _mx_codes(rows, fmt, clip=False)
+    nb = -(-h // 32)
+    vals = np.zeros((n, nb * 32), F32)
+    vals[:, :h] = _casts.decode(codes, _minifloat(fmt))
+    deq = vals.reshape(n, nb, 32) * _casts.e8m0_to_float32(e8[:, :nb])[:, :, None]  # exact; NaN for 0xFF
+    return deq.reshape(n, nb * 32)[:, :h].astype(dt).astype(F32)
+
+
+def dynamic_scales_shape(capacity: int, quant_mode: int, hidden: int, *, soc: str = SOC_A3,
+                         scales_dim1: int | None = None) -> tuple[tuple[int, ...], np.dtype] | None:
+    """Allocation (shape, dtype) of dynamic_scales (SPEC §2, §4.6, §10.4), or None for quant 0 with
+    fp16/bf16 x (allocated by the wrapper as (A,) float32 but never written) and for quant 1.
+
+    ``scales_dim1`` (with its dtype float32 assumed) applies to quant 0 with a low-precision x."""
+    _check_soc(soc)
+    a = int(capacity)
+    if quant_mode == 2:
+        return (a,), np.dtype(F32)
+    if soc == SOC_950:
+        if quant_mode == 3:
+            return (a, -(-int(hidden) // 128)), np.dtype(F32)
+        if quant_mode in (4, 5):
+            return (a, mx_scale_columns(hidden)), np.dtype(np.uint8)
+        if quant_mode == 0 and scales_dim1 is not None:
+            return (a, int(scales_dim1)), np.dtype(F32)
+    return None
+
+
+def _elastic_table(elastic_info: Any, w: int, r: int, e: int, soc: str) -> tuple[bool, np.ndarray]:
+    """(present, logical → physical table) from elastic_info (SPEC §4.7; module docstring choice 10)."""
+    ident = np.arange(w, dtype=np.int64)
+    if elastic_info is None:
+        return False, ident
+    if soc != SOC_950:
+        raise ValueError("elastic_info: reserved on Ascend910_93, must be None (SPEC §0)")
+    per = [np.asarray(a) for a in _per_rank("elastic_info", elastic_info, w)]
+    info = per[0]
+    for rank, a in enumerate(per):
+        if a.dtype != np.int32 or a.shape != (4 + 2 * w,):
+            raise ValueError(f"elastic_info[{rank}]: must be int32 of shape (4 + 2W,) = ({4 + 2 * w},) "
+                             f"(got {a.dtype} {a.shape})")
+        if not np.array_equal(a, info):
+            raise ValueError(f"elastic_info[{rank}]: differs from rank 0's")
+    if info[0] == 0:
+        return True, ident
+    if (int(info[1]), int(info[2]), int(info[3])) != (w, r, e):
+        raise ValueError(
+            "elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, moe_expert_num "
+            f"(got {int(info[1])}, {int(info[2])}, {int(info[3])} vs {w}, {r}, {e}; the golden models a "
+            "re-mapping of the same world)")
+    table = info[4 + w: 4 + 2 * w].astype(np.int64)
+    if not np.array_equal(np.sort(table), ident):
+        raise ValueError(f"elastic_info: the rank table [4+W:4+2W] must be a permutation of 0..W-1 (got {table.tolist()})")
+    return True, table
+
+
+# ---------------------------------------------------------------------------------------------------
 # Dispatch (SPEC §4)
 # ---------------------------------------------------------------------------------------------------
 
@@ -442,8 +817,12 @@ def dispatch(
     zero_expert_num: int = 0,
     copy_expert_num: int = 0,
     const_expert_num: int = 0,
+    y_dtype: Any = None,
+    x_dtype: Any = None,
+    elastic_info: np.ndarray | list[np.ndarray] | None = None,
+    soc: str = "Ascend910_93",
 ) -> list[DispatchResult]:
-    """Reference MoeDistributeDispatchV5 over all ranks (SPEC §4, A3).
+    """Reference MoeDistributeDispatchV5 over all ranks (SPEC §4; A3 by default, ``soc="Ascend950"``).
 
     ``x[r]`` is rank r's (BS_r, H) fp16/bf16 tokens and ``expert_ids[r]`` its (BS_r, K) int ids.
 
@@ -457,40 +836,81 @@ def dispatch(
       expert s, ``e + S`` for MoE expert e); all-zero row → scale 0, values 0 (§0).
     * comm_alg "", "fullmesh_v1", "fullmesh_v2" give identical outputs (§0).
 
-    ``scales`` is one float32 (E+S, H) / (E, H) array for every rank or a list of one per rank.
-    ``expert_scales`` is a list of (BS_r, K) float32 arrays; an array with a zero dim counts as absent.
-    Returns one :class:`DispatchResult` per rank.
+    Ascend950 (module docstring, choices 1–7, 10): quant modes 1, 3, 4, 5 and fp8 mode 2 with
+    ``y_dtype``; quant 0 with a low-precision x (``x_dtype`` for uint8 arrays) and per-token
+    ``scales`` forwarded as dynamic_scales; ``elastic_info``.
+
+    ``scales`` is one float32 array for every rank or a list of one per rank (per-token scales of a
+    low-precision x: a list).  ``expert_scales`` is a list of (BS_r, K) float32 arrays; an array with
+    a zero dim counts as absent.  Returns one :class:`DispatchResult` per rank.
     """
+    _check_soc(soc)
+    is950 = soc == SOC_950
     x = list(x)
     expert_ids = [np.asarray(a) for a in expert_ids]
     xs = [np.asarray(a) for a in x]
-    cfg = _make_cfg([a.shape for a in xs], expert_ids, moe_expert_num=moe_expert_num,
+    if not xs:
+        raise ValueError("x: need at least one rank")
+    # --- x's format (§3.1; 950: §4.6 low-precision inputs) ---
+    x_fmt, packed = _x_format(xs, x_dtype, soc)
+    shapes = [(a.shape[0], a.shape[1] * 2) if packed and a.ndim == 2 else a.shape for a in xs]
+    cfg = _make_cfg(shapes, expert_ids, moe_expert_num=moe_expert_num,
                     shared_expert_num=shared_expert_num, shared_expert_rank_num=shared_expert_rank_num,
                     global_bs=global_bs, comm_alg=comm_alg, zero_expert_num=zero_expert_num,
                     copy_expert_num=copy_expert_num, const_expert_num=const_expert_num, x_name="x")
-    dt = _row_dtype("x[0]", xs[0])
-    for rank, a in enumerate(xs):
-        if a.dtype != dt:
-            raise ValueError(f"x[{rank}]: dtype differs across ranks ({a.dtype} vs {dt})")
-    if quant_mode not in (0, 2):
+    dt = xs[0].dtype
+    if not is950 and quant_mode not in (0, 2):
         raise ValueError(f"quant_mode: must be 0 or 2 on Ascend910_93 (got {quant_mode})")
+    if quant_mode not in range(6):
+        raise ValueError(f"quant_mode: must be in [0, 5] on Ascend950 (got {quant_mode})")
     if expert_token_nums_type not in (0, 1):
         raise ValueError(f"expert_token_nums_type: must be 0 or 1 (got {expert_token_nums_type})")
+    low_x = x_fmt in _LOW_PRECISION_X
+    if low_x and quant_mode != 0:
+        raise ValueError(f"x: a {x_fmt} input needs quant_mode 0 (got {quant_mode}; SPEC §4.6)")
+    y_fmt = _y_format(y_dtype, quant_mode, x_fmt, soc)
+    if y_fmt in _FP4 and cfg.h % 2:
+        raise ValueError(f"x: H must be even for a packed fp4 output (got H={cfg.h}; SPEC §0)")
     w, k, h, e_num, s_num = cfg.w, cfg.k, cfg.h, cfg.e, cfg.s
+    elastic, table = _elastic_table(elastic_info, w, cfg.r, e_num, soc)
 
-    # smooth scales (§3.1, §4.6 step 2)
-    scale_rows = None
+    # scales: smooth (quant 2/3, §4.6 step 2), static (quant 1), per-token (quant 0, low-precision x)
+    scale_rows = None  # per rank: (E[+S], H) rows indexed by srow
+    static_row = None  # per rank: (1, 1) or (1, H) broadcast row
+    token_scales = None  # per rank: (BS, dim1) forwarded rows
     if scales is not None:
-        if quant_mode == 0:
+        if quant_mode == 0 and not low_x:
             raise ValueError("scales: must be absent when quant_mode is 0 (SPEC §3.2)")
+        if quant_mode in (4, 5):
+            raise ValueError(f"scales: must be absent for MX quant_mode {quant_mode} (SPEC §3.2)")
         want = (e_num + s_num, h) if cfg.r else (e_num, h)
-        per = _per_rank("scales", scales, w)
-        scale_rows = []
-        for rank, sa in enumerate(per):
-            sa = np.asarray(sa)
-            if sa.dtype != F32 or sa.shape != want:
-                raise ValueError(f"scales[{rank}]: must be float32 of shape {want} (got {sa.dtype} {sa.shape})")
-            scale_rows.append(sa)
+        if quant_mode == 0:
+            if isinstance(scales, np.ndarray):
+                raise ValueError("scales: per-token scales of a low-precision x need one array per rank")
+            token_scales = _token_scales(scales, cfg)
+        elif quant_mode == 1:
+            per = [np.asarray(a) for a in _per_rank("scales", scales, w)]
+            allowed = [(1,)] if y_fmt == _FMT_HIF8 else [(1,), (h,), want]
+            for rank, sa in enumerate(per):
+                if sa.dtype != F32 or sa.shape not in allowed:
+                    raise ValueError(f"scales[{rank}]: quant_mode 1 with {y_fmt} output needs float32 of shape "
+                                     f"{' or '.join(map(str, allowed))} (got {sa.dtype} {sa.shape}; SPEC §4.6)")
+            if per[0].shape == want and want not in [(1,), (h,)]:
+                scale_rows = per
+            else:
+                static_row = [sa.reshape(1, -1) for sa in per]
+        else:
+            per = _per_rank("scales", scales, w)
+            scale_rows = []
+            for rank, sa in enumerate(per):
+                sa = np.asarray(sa)
+                if sa.dtype != F32 or sa.shape != want:
+                    raise ValueError(f"scales[{rank}]: must be float32 of shape {want} (got {sa.dtype} {sa.shape})")
+                scale_rows.append(sa)
+    elif quant_mode == 1:
+        raise ValueError("scales: quant_mode 1 (static) needs scales (SPEC §3.2)")
+    elif quant_mode == 0 and low_x:
+        raise ValueError(f"scales: a {x_fmt} x needs per-token scales (BS, dim1 <= H) (SPEC §4.6)")
 
     # expert_scales presence (§3.1): present iff non-null and no dim is 0; all ranks alike
     weights = None
@@ -510,7 +930,7 @@ def dispatch(
 
     masks = _masks(cfg, x_active_mask)
 
-    # --- build every transmitted row as a record (§4.2, §4.3) ---
+    # --- build every transmitted row as a record (§4.2, §4.3); destinations are logical ranks ---
     rec_src, rec_t, rec_k, rec_dest, rec_slot, rec_order, rec_srow = ([] for _ in range(7))
     for src in range(w):
         ids = expert_ids[src].astype(np.int64)
@@ -543,8 +963,15 @@ def dispatch(
     a_src, a_t, a_k, a_dest = cat(rec_src), cat(rec_t), cat(rec_k), cat(rec_dest)
     a_slot, a_order, a_srow = cat(rec_slot), cat(rec_order), cat(rec_srow)
 
-    results = []
-    for dest in range(w):
+    def gather(per_rank: list[np.ndarray], src: np.ndarray, idx: np.ndarray, width: int, dtype: Any) -> np.ndarray:
+        out = np.empty((src.size, width), dtype)
+        for sr in np.unique(src):
+            m = src == sr
+            out[m] = per_rank[sr][idx[m]]
+        return out
+
+    results: list[DispatchResult | None] = [None] * w
+    for dest in range(w):  # logical rank; served by physical rank table[dest] (§4.7)
         shared_rank = dest < cfg.r
         n_slots = w if shared_rank else cfg.l * w
         sel = np.nonzero(a_dest == dest)[0]
@@ -552,7 +979,7 @@ def dispatch(
         src, t, kk, srow = a_src[sel], a_t[sel], a_k[sel], a_srow[sel]
         n = int(sel.size)
         cnt = np.bincount(a_slot[sel], minlength=n_slots)
-        cap = rows_capacity(w, dest, e_num, shared_expert_num, cfg.r, cfg.g, cfg.bss[0], k)
+        cap = rows_capacity(w, dest, e_num, shared_expert_num, cfg.r, cfg.g, cfg.bss[0], k, elastic=elastic)
         if n > cap:
             raise ValueError(
                 f"rank {dest}: receives {n} rows, more than its capacity A={cap} (SPEC §2; duplicate "
@@ -566,34 +993,101 @@ def dispatch(
             etn = per_expert if expert_token_nums_type == 1 else np.cumsum(per_expert).astype(np.int64)
         assist = np.stack([src, t, kk], axis=1).reshape(-1).astype(np.int32)
 
-        rows = np.empty((n, h), dt)
-        for sr in np.unique(src):
-            m = src == sr
-            rows[m] = xs[sr][t[m]]
+        rows = gather(xs, src, t, xs[0].shape[1], dt)
         dyn = None
         if quant_mode == 0:
             expand_x = rows
+            if token_scales is not None:
+                dyn = gather(token_scales, src, t, token_scales[0].shape[1], token_scales[0].dtype)
         else:
             xf = rows.astype(F32)
-            if scale_rows is not None:
-                sm = np.empty((n, h), F32)
-                for sr in np.unique(src):
-                    m = src == sr
-                    sm[m] = scale_rows[sr][srow[m]]
-                xf = xf * sm  # float32 multiply
-            expand_x, dyn = quantize_per_token_int8(xf)
+            if quant_mode in (2, 3) and scale_rows is not None:
+                xf = xf * gather(scale_rows, src, srow, h, F32)  # float32 multiply (smoothing)
+            if quant_mode == 1:
+                sc = gather(scale_rows, src, srow, h, F32) if scale_rows is not None else (
+                    gather(static_row, src, np.zeros_like(src), static_row[0].shape[1], F32))
+                expand_x = quantize_static(xf, sc, y_fmt)
+            elif quant_mode == 2 and y_fmt == _FMT_INT8:
+                expand_x, dyn = quantize_per_token_int8(xf)  # the A3 path
+            elif quant_mode == 2:
+                expand_x, dyn = quantize_per_token(xf, y_fmt)
+            elif quant_mode == 3:
+                expand_x, dyn = quantize_per_group(xf, y_fmt)
+            else:
+                expand_x, dyn = quantize_mx(rows, y_fmt, clip=quant_mode == 5)
         exp_scales = None
         if weights is not None and not shared_rank:
             exp_scales = np.empty(n, F32)
             for sr in np.unique(src):
                 m = src == sr
                 exp_scales[m] = weights[sr][t[m], kk[m]]
-        results.append(DispatchResult(
+        results[int(table[dest])] = DispatchResult(
             expand_x=expand_x, dynamic_scales=dyn, assist_info_for_combine=assist,
             expert_token_nums=etn, ep_recv_counts=ep_recv, expand_scales=exp_scales, num_rows=n,
-            capacity=cap, local_expert_num=1 if shared_rank else cfg.l,
-        ))
-    return results
+            capacity=cap, local_expert_num=1 if shared_rank else cfg.l, y_dtype=y_fmt,
+            logical_rank=dest,
+        )
+    return results  # type: ignore[return-value]
+
+
+def _x_format(xs: list[np.ndarray], x_dtype: Any, soc: str) -> tuple[str, bool]:
+    """(format name of x, packed fp4?) — fp16/bf16 on A3; the 950 adds hif8/fp8/fp4 (SPEC §3.1, §4.6)."""
+    dt = xs[0].dtype
+    for rank, a in enumerate(xs):
+        if a.dtype != dt:
+            raise ValueError(f"x[{rank}]: dtype differs across ranks ({a.dtype} vs {dt})")
+        if a.ndim != 2:
+            raise ValueError(f"x[{rank}]: must be 2-D (got shape {a.shape})")
+    declared = None if x_dtype is None else format_name(x_dtype)
+    if soc != SOC_950:
+        if declared is not None and declared not in (_FMT_F16, _FMT_BF16):
+            raise ValueError(f"x_dtype: {declared} inputs need Ascend950 (Ascend910_93 takes float16/bfloat16)")
+        _row_dtype("x[0]", xs[0])
+        fmt = _NP_TO_FMT[dt]
+        if declared is not None and declared != fmt:
+            raise ValueError(f"x_dtype: {declared} does not match x's dtype {dt}")
+        return fmt, False
+    if dt == np.uint8:
+        if declared is None or declared not in _LOW_PRECISION_X:
+            raise ValueError("x_dtype: a uint8 x needs x_dtype hifloat8 / float8_* / float4_* (SPEC §0)")
+        return declared, declared in _FP4
+    fmt = _NP_TO_FMT.get(dt)
+    if fmt is None or fmt == _FMT_INT8 or fmt == _FMT_E2M1:
+        raise ValueError(f"x: dtype {dt} is not a dispatch input on Ascend950 (fp4 x is packed uint8 with x_dtype)")
+    if declared is not None and declared != fmt:
+        raise ValueError(f"x_dtype: {declared} does not match x's dtype {dt}")
+    return fmt, False
+
+
+def _y_format(y_dtype: Any, quant_mode: int, x_fmt: str, soc: str) -> str:
+    """expand_x's format: x's for quant 0, int8 otherwise, y_dtype overriding (SPEC §10.4, §4.6)."""
+    default = x_fmt if quant_mode == 0 else _FMT_INT8
+    fmt = default if y_dtype is None else format_name(y_dtype)
+    if soc != SOC_950:
+        if fmt != default:
+            raise ValueError(f"y_dtype: {fmt} output needs Ascend950 (quant_mode {quant_mode} on Ascend910_93 "
+                             f"outputs {default})")
+        return fmt
+    allowed = {0: (x_fmt,), 1: (_FMT_INT8, _FMT_HIF8), 2: (_FMT_INT8,) + _FP8, 3: _FP8, 4: _FP8 + _FP4,
+               5: _FP8}[quant_mode]
+    if fmt not in allowed:
+        raise ValueError(f"y_dtype: quant_mode {quant_mode} outputs {' / '.join(allowed)} (got {fmt}; SPEC §4.6)")
+    return fmt
+
+
+def _token_scales(scales: Any, cfg: _Cfg) -> list[np.ndarray]:
+    """Per-token scales of a low-precision x: (BS_r, dim1 <= H), float32 or e8m0 bytes (SPEC §4.6)."""
+    per = [np.asarray(a) for a in _per_rank("scales", scales, cfg.w)]
+    ok_dt = (np.dtype(F32), np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e8m0fnu))
+    d0 = per[0].dtype
+    dim1 = per[0].shape[1] if per[0].ndim == 2 else -1
+    for rank, a in enumerate(per):
+        if a.ndim != 2 or a.shape[0] != cfg.bss[rank] or not 1 <= a.shape[1] <= cfg.h or a.dtype not in ok_dt:
+            raise ValueError(f"scales[{rank}]: must be float32 or e8m0 (BS, dim1) with 1 <= dim1 <= H = {cfg.h} "
+                             f"and BS = {cfg.bss[rank]} (got {a.dtype} {a.shape}; SPEC §4.6)")
+        if a.dtype != d0 or a.shape[1] != dim1:
+            raise ValueError(f"scales[{rank}]: dtype/dim1 differ across ranks")
+    return per
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -623,8 +1117,10 @@ def combine(
     zero_expert_num: int = 0,
     copy_expert_num: int = 0,
     const_expert_num: int = 0,
+    elastic_info: np.ndarray | list[np.ndarray] | None = None,
+    soc: str = "Ascend910_93",
 ) -> list[CombineResult]:
-    """Reference MoeDistributeCombineV5 over all ranks (SPEC §6, A3).
+    """Reference MoeDistributeCombineV5 over all ranks (SPEC §6; A3 by default, ``soc="Ascend950"``).
 
     Send (§6.1): rank e sends ``expand_x[e][i]`` for ``i < N`` (``N`` = last prefix count of
     ``ep_send_counts[e]``) to rank ``src`` slot ``t*(K+S) + k`` from the triple in assist_info;
@@ -637,7 +1133,11 @@ def combine(
     ``x_out = cast(acc)`` with round-half-to-even.  Unprocessed rows are zero and ``written`` False.
 
     Arrays of the const-expert parameters may be given once for all ranks or one per rank.
+
+    Ascend950 (module docstring, choices 8–10): comm_quant_mode 3 (MXFP8 e5m2) and 4 (MXFP8
+    e4m3fn); ``elastic_info`` tells each physical rank's role (shared / MoE) when it re-maps ranks.
     """
+    _check_soc(soc)
     ex = [np.asarray(a) for a in expand_x]
     expert_ids = [np.asarray(a) for a in expert_ids]
     w = len(ex)
@@ -646,7 +1146,7 @@ def combine(
     for name, lst in (("assist_info_for_combine", assist_info_for_combine), ("ep_send_counts", ep_send_counts)):
         if len(lst) != w:
             raise ValueError(f"{name}: expected {w} arrays (one per rank), got {len(lst)}")
-    dt = _row_dtype("expand_x[0]", ex[0])
+    dt = _row_dtype("expand_x[0]", ex[0], soc)
     h = None
     for rank, a in enumerate(ex):
         if a.dtype != dt:
@@ -663,8 +1163,11 @@ def combine(
                     shared_expert_rank_num=shared_expert_rank_num, global_bs=global_bs, comm_alg=comm_alg,
                     zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
                     const_expert_num=const_expert_num, x_name="expert_ids")
-    if comm_quant_mode not in (0, 2):
-        raise ValueError(f"comm_quant_mode: must be 0 or 2 on Ascend910_93 (got {comm_quant_mode})")
+    if comm_quant_mode not in ((0, 2, 3, 4) if soc == SOC_950 else (0, 2)):
+        allowed = "0, 2, 3 or 4" if soc == SOC_950 else "0 or 2"
+        raise ValueError(f"comm_quant_mode: must be {allowed} on {soc} (got {comm_quant_mode})")
+    _, table = _elastic_table(elastic_info, cfg.w, cfg.r, cfg.e, soc)
+    logical_of = np.argsort(table)  # physical rank → the logical rank it serves (§4.7)
     k, s_num, e_num = cfg.k, cfg.s, cfg.e
     ks = k + s_num
 
@@ -724,7 +1227,7 @@ def combine(
     slot_row = [np.full((bs, ks), -1, np.int64) for bs in cfg.bss]
     base = 0
     for e_rank in range(w):
-        shared_rank = e_rank < cfg.r
+        shared_rank = logical_of[e_rank] < cfg.r
         cnts = np.asarray(ep_send_counts[e_rank]).reshape(-1)
         need = w if shared_rank else cfg.l * w
         if cnts.size < need:
@@ -737,7 +1240,12 @@ def combine(
             raise ValueError(f"assist_info_for_combine[{e_rank}]: needs >= {3 * n} entries (got {info.size})")
         trip = info[: 3 * n].astype(np.int64).reshape(n, 3)
         rows = ex[e_rank][:n]
-        vals.append(comm_quant_int8_round_trip(rows) if comm_quant_mode == 2 else rows.astype(F32))
+        if comm_quant_mode == 2:
+            vals.append(comm_quant_int8_round_trip(rows))  # same values on A3 and 950 (choice 9)
+        elif comm_quant_mode in (3, 4):
+            vals.append(comm_quant_mx_round_trip(rows, comm_quant_mode))
+        else:
+            vals.append(rows.astype(F32))
         src, t, kk = trip[:, 0], trip[:, 1], trip[:, 2]
         bs_of = np.array(cfg.bss, np.int64)
         ok = (src >= 0) & (src < w) & (kk >= 0) & (kk < ks) & (t >= 0)
@@ -846,12 +1354,12 @@ def _const_expert_rows(ori_f: np.ndarray, c: np.ndarray, alpha1: np.ndarray, alp
 # Round trip
 # ---------------------------------------------------------------------------------------------------
 
-_DISPATCH_ONLY = {"scales", "quant_mode", "expert_token_nums_type"}
+_DISPATCH_ONLY = {"scales", "quant_mode", "expert_token_nums_type", "y_dtype", "x_dtype"}
 _COMBINE_ONLY = {"shared_expert_x", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
                  "const_expert_v", "comm_quant_mode"}
 _COMMON = {"moe_expert_num", "x_active_mask", "expert_scales", "shared_expert_num",
            "shared_expert_rank_num", "global_bs", "comm_alg", "zero_expert_num", "copy_expert_num",
-           "const_expert_num"}
+           "const_expert_num", "elastic_info", "soc"}
 
 
 def round_trip(
