@@ -161,13 +161,17 @@ aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, acl
     return ACLNN_SUCCESS;
 }
 
-int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &slots, const char *what) {
+// Checks every bound tensor's data range against the memory registry and pins its block until the
+// launch has run (so aclrtFree of it waits instead of freeing memory under the kernel).
+int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &slots, const char *what,
+                PinSet &pins) {
     for (size_t i = 0; i < slots.size(); ++i) {
         const Slot &s = slots[i];
         if (!s.present) continue;
         uint64_t n = view_extent_bytes(s.desc);
         if (n == 0) continue;
-        if (!check_device_range(s.desc.data, n, "data")) {
+        if (!s.desc.data || !pins.pin(s.desc.data, n, "data")) {
+            if (!s.desc.data) set_error("data: address is NULL");
             std::string why = take_error();
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s %zu (shape %s, %s): %s", api,
                         ex.op_name().c_str(), what, i, shape_str(s.desc.view).c_str(),
@@ -249,6 +253,13 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         need = ex->workspace_size;
     }
     const char *op = ex->op_name().c_str();
+    // Decision (docs/reliability.md): phase 1 is host-only and works without aclInit; a launch needs
+    // the runtime initialised, as CANN loads the kernels at aclInit.
+    if (!acl_initialized())
+        return fail(ACLNN_ERR_RUNTIME_ERROR,
+                    "%s: %s: the runtime is not initialised (aclInit was not called, or aclFinalize was "
+                    "called); call aclInit before launching an op", api, op);
+    auto pins = std::make_shared<PinSet>();
     if (need > 0) {
         if (!workspace)
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s needs a workspace of %llu bytes but workspace is NULL",
@@ -258,13 +269,13 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
                         "%s: %s: workspaceSize must be >= %llu (the size phase 1 returned) (got %llu)",
                         api, op, static_cast<unsigned long long>(need),
                         static_cast<unsigned long long>(workspace_size));
-        if (!check_device_range(workspace, need, "workspace")) {
+        if (!pins->pin(workspace, need, "workspace")) {
             std::string why = take_error();
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, op, why.c_str());
         }
     }
-    if (int rc = check_slots(api, *ex, ins, "input")) return rc;
-    if (int rc = check_slots(api, *ex, outs, "output")) return rc;
+    if (int rc = check_slots(api, *ex, ins, "input", *pins)) return rc;
+    if (int rc = check_slots(api, *ex, outs, "output", *pins)) return rc;
 
     aclError err = ACL_SUCCESS;
     Stream *s = resolve_stream(stream, &err, api);
@@ -277,8 +288,10 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
     if (skip_kernels())
         err = enqueue(s, [ex]() -> int { return 0; }, task_name.c_str());
     else
-        err = enqueue(s, [ex, ins = std::move(ins), outs = std::move(outs), workspace, s]() -> int {
-            return ex->run(ins, outs, workspace, s);
+        err = enqueue(s, [ex, ins = std::move(ins), outs = std::move(outs), workspace, s, pins]() -> int {
+            int rc = ex->run(ins, outs, workspace, s);
+            pins->release();
+            return rc;
         }, task_name.c_str());
     if (err) {
         std::string why = take_error();

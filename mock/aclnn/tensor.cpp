@@ -13,6 +13,8 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <climits>
+#include <cstdint>
 #include <mutex>
 #include <unordered_set>
 
@@ -23,6 +25,7 @@
 
 namespace aclmock {
 namespace {
+constexpr uint64_t kMaxViewBytes = uint64_t(1) << 62;
 bool valid_dtype(int dt);
 // An address inside this library, for pin_library_of.
 void valid_dtype_fn() {}
@@ -77,9 +80,12 @@ TensorStats tensor_stats() {
     return st;
 }
 
+// Sizes saturate instead of wrapping (aclCreateTensor already refuses views beyond kMaxViewBytes,
+// this keeps the arithmetic defined for any descriptor).
 int64_t numel(const aclTensor &t) {
     int64_t n = 1;
-    for (int64_t d : t.view) n *= d;
+    for (int64_t d : t.view)
+        if (d < 0 || __builtin_mul_overflow(n, d, &n)) return INT64_MAX;
     return n;
 }
 
@@ -91,9 +97,15 @@ uint64_t view_extent_bytes(const aclTensor &t) {
     uint64_t last = static_cast<uint64_t>(t.offset);
     for (size_t i = 0; i < t.view.size(); ++i) {
         int64_t st = i < t.strides.size() ? t.strides[i] : 0;
-        last += static_cast<uint64_t>(t.view[i] - 1) * static_cast<uint64_t>(st);
+        uint64_t step;
+        if (__builtin_mul_overflow(static_cast<uint64_t>(t.view[i] - 1), static_cast<uint64_t>(st), &step) ||
+            __builtin_add_overflow(last, step, &last))
+            return UINT64_MAX;
     }
-    return ((last + 1) * static_cast<uint64_t>(bits) + 7) / 8;
+    uint64_t bitsum;
+    if (__builtin_mul_overflow(last + 1, static_cast<uint64_t>(bits), &bitsum) || bitsum > UINT64_MAX - 7)
+        return UINT64_MAX;
+    return (bitsum + 7) / 8;
 }
 
 bool is_contiguous(const aclTensor &t) {
@@ -179,14 +191,30 @@ ACLMOCK_API aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDim
     t->magic = kTensorMagic;
     t->view.assign(viewDims, viewDims + viewDimsNum);
     t->strides.resize(viewDimsNum);
+    bool too_big = false;
     if (stride) {
         t->strides.assign(stride, stride + viewDimsNum);
     } else {
         int64_t acc = 1;
         for (uint64_t i = viewDimsNum; i-- > 0;) {
             t->strides[i] = acc;
-            acc *= viewDims[i] > 0 ? viewDims[i] : 1;
+            if (__builtin_mul_overflow(acc, viewDims[i] > 0 ? viewDims[i] : 1, &acc)) {
+                acc = INT64_MAX;
+                too_big = true;
+            }
         }
+    }
+    t->offset = offset;
+    t->dtype = dataType;
+    // Decision: a view that addresses more than 2^62 bytes (or whose size overflows) describes no
+    // memory any device has; refusing it here keeps every size computation downstream defined.
+    const uint64_t extent = view_extent_bytes(*t);
+    if (too_big || static_cast<uint64_t>(numel(*t)) > kMaxViewBytes || extent > kMaxViewBytes) {
+        delete t;
+        fail(ACLNN_ERR_PARAM_INVALID, "%s: the view (shape %s, offset %lld) addresses more than 2^62 bytes "
+             "(or its size overflows)", api, shape_str(std::vector<int64_t>(viewDims, viewDims + viewDimsNum)).c_str(),
+             static_cast<long long>(offset));
+        return nullptr;
     }
     t->offset = offset;
     t->dtype = dataType;

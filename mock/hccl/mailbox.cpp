@@ -1,8 +1,13 @@
 // The mailbox primitives shared by HcclBarrier and the dispatch/combine kernels: publish an entry
 // into a peer's status area, wait for every rank's entry of one call, report mismatches and peers
 // that never arrive.
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
 #include <cinttypes>
 #include <cstring>
+#include <thread>
 
 #include "hccl/hccl_internal.h"
 
@@ -24,7 +29,32 @@ double exec_timeout_seconds() {
     return t > 0 ? t : 1e12;
 }
 
+// ---- fault injection hook (aclnn_py._mock.inject_fault; the registry is in the runtime) -----------
+// Consulted once per collective call, at its first publish, on the thread running the call: Delay
+// sleeps there, Crash SIGKILLs the process there (after a kernel wrote its data, before any peer
+// sees its entry), Skip makes the call publish nothing and fail at once on this rank.
+namespace {
+struct CallFault {
+    const Comm *comm = nullptr;
+    uint64_t seq = UINT64_MAX;
+    FaultKind kind = FaultKind::None;
+};
+thread_local CallFault t_call_fault;
+
+FaultKind call_fault(const Comm *c, uint32_t rank, uint64_t seq, uint32_t tag) {
+    if (t_call_fault.comm == c && t_call_fault.seq == seq) return t_call_fault.kind;
+    const char *op = tag == kTagDispatch ? "dispatch" : tag == kTagCombine ? "combine" : "barrier";
+    FaultHit h = take_fault(op, static_cast<int>(rank));
+    t_call_fault = CallFault{c, seq, h.kind};
+    if (h.kind == FaultKind::Delay && h.seconds > 0)
+        std::this_thread::sleep_for(std::chrono::duration<double>(h.seconds));
+    if (h.kind == FaultKind::Crash) kill(getpid(), SIGKILL);
+    return h.kind;
+}
+}  // namespace
+
 void Comm::publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields) {
+    if (call_fault(this, impl_->rank, seq, tag) == FaultKind::Skip) return;
     Mailbox *mb = mailbox(dst, static_cast<int>(seq % 2));
     if (!mb) return;   // destroyed, or dst out of range: the waits report it
     MailboxEntry &e = mb->from[impl_->rank];
@@ -44,6 +74,9 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
     if (!mb || impl_->closing.load(std::memory_order_acquire))
         return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: the communicator %s was destroyed", op, me,
                     impl_->name.c_str());
+    if (call_fault(this, me, seq, tag) == FaultKind::Skip)
+        return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: injected fault: this rank skipped collective "
+                    "call #%" PRIu64, op, me, seq);
     const uint64_t want = seq + 1;
     const double timeout = exec_timeout_seconds();
     const double start = now_seconds();

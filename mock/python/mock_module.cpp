@@ -26,6 +26,12 @@ static py::dict stats() {
     TensorStats t = tensor_stats();
     d["tensors"] = t.live_tensors;
     d["executors"] = t.live_executors;
+    PinStats ps = pin_stats();
+    d["pinned_blocks"] = ps.pinned_blocks;
+    d["free_waits"] = ps.free_waits;
+    FaultStats fs = fault_stats();
+    d["faults_armed"] = fs.armed;
+    d["faults_fired"] = fs.fired;
     hccl::HcclStats h = hccl::hccl_stats();
     d["communicators"] = h.live_comms;
     d["mapped_windows"] = h.mapped_windows;
@@ -54,6 +60,37 @@ PYBIND11_MODULE(_mock, m) {
     m.def("set_skip_kernels", &set_skip_kernels, py::arg("on"),
           "Benchmarks only: phase 2 checks and queues as usual but the kernels do nothing.");
     m.def("skip_kernels", &skip_kernels);
+    m.def(
+        "inject_fault",
+        [](const std::string &op, int rank, const std::string &kind, double seconds, int count) {
+            if (op != "dispatch" && op != "combine" && op != "barrier")
+                throw py::value_error("inject_fault: op must be 'dispatch', 'combine' or 'barrier' (got '" + op + "')");
+            FaultKind k;
+            if (kind == "skip") k = FaultKind::Skip;
+            else if (kind == "delay") k = FaultKind::Delay;
+            else if (kind == "crash") k = FaultKind::Crash;
+            else throw py::value_error("inject_fault: kind must be 'skip', 'delay' or 'crash' (got '" + kind + "')");
+            if (k == FaultKind::Delay && !(seconds > 0))
+                throw py::value_error("inject_fault: a delay needs seconds > 0");
+            if (count == 0 || count < -1) throw py::value_error("inject_fault: count must be >= 1, or -1 for always");
+            inject_fault(op, rank, k, seconds, count);
+        },
+        py::arg("op"), py::arg("rank") = -1, py::arg("kind") = "skip", py::arg("seconds") = 0.0,
+        py::arg("count") = 1,
+        "Arm a fault for the next `count` collective calls `op` ('dispatch' | 'combine' | 'barrier') of "
+        "communicator rank `rank` (-1: any) in this process: 'skip' (the rank never takes part; its own "
+        "call fails at once, its peers time out naming it), 'delay' (sleep `seconds` before taking part) "
+        "or 'crash' (SIGKILL this process in the middle of the call: use it in process worlds).");
+    m.def("clear_faults", &clear_faults, "Disarm every fault of this process.");
+    m.def(
+        "fault_stats", [] {
+            FaultStats fs = fault_stats();
+            py::dict d;
+            d["armed"] = fs.armed;
+            d["fired"] = fs.fired;
+            return d;
+        },
+        "Armed faults and how many times a fault fired in this process.");
     m.def("reload_config", &reload_config, "Re-read ACLNN_MOCK_* from the environment.");
     m.def("device_count", [] { return config().device_count; });
     m.def("clear_error", &clear_error, "Drop this thread's recent error message.");

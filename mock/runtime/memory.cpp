@@ -16,6 +16,7 @@
 // * aclrtMemcpyAsync is stream-ordered. As on CANN it is truly asynchronous only when every host
 //   end is pinned (aclrtMallocHost) or device memory; with a pageable host end it returns after the
 //   copy has run (unless called from a task on the same stream, where it cannot wait).
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -33,10 +34,14 @@ constexpr int kMaxDevices = 1024;
 struct Entry {
     MemBlock b;
     bool owned = false;  // allocated by aclrtMalloc/aclrtMallocHost (we free it)
+    int pins = 0;        // queued stream work that will touch this block (PinSet)
 };
 
 struct Registry {
     std::shared_mutex mu;
+    std::condition_variable_any unpinned;  // notified when a block's pin count drops to 0
+    size_t pinned_blocks = 0;
+    uint64_t free_waits = 0;
     std::map<uintptr_t, Entry> blocks;
     size_t live_allocations = 0;
     size_t live_bytes = 0;
@@ -103,9 +108,19 @@ void register_block(void *base, size_t size, int32_t device, MemKind kind) {
 // released with aclrtFree/aclrtFreeHost (false here).
 bool unregister_block(void *base) {
     Registry &r = reg();
+    const uintptr_t a = reinterpret_cast<uintptr_t>(base);
     std::unique_lock<std::shared_mutex> lk(r.mu);
-    auto it = r.blocks.find(reinterpret_cast<uintptr_t>(base));
+    auto it = r.blocks.find(a);
     if (it == r.blocks.end() || it->second.owned) return false;
+    if (it->second.pins > 0 && !on_any_stream_worker()) {
+        ++r.free_waits;
+        r.unpinned.wait(lk, [&] {
+            auto j = r.blocks.find(a);
+            return j == r.blocks.end() || j->second.pins == 0;
+        });
+        it = r.blocks.find(a);
+        if (it == r.blocks.end() || it->second.owned) return false;
+    }
     r.blocks.erase(it);
     return true;
 }
@@ -157,6 +172,54 @@ MemStats mem_stats() {
     MemStats s;
     s.live_allocations = r.live_allocations;
     s.live_bytes = r.live_bytes;
+    return s;
+}
+
+PinSet::~PinSet() { release(); }
+
+bool PinSet::pin(const void *p, size_t n, const char *what, bool any_kind) {
+    if (!p || n == 0) return true;
+    Registry &r = reg();
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    std::unique_lock<std::shared_mutex> lk(r.mu);
+    auto it = r.blocks.upper_bound(a);
+    Entry *e = nullptr;
+    if (it != r.blocks.begin()) {
+        --it;
+        if (a - it->second.b.base < it->second.b.size) e = &it->second;
+    }
+    if (!e || (!any_kind && !device_kind(e->b.kind)) || n > e->b.size - (a - e->b.base)) {
+        lk.unlock();
+        std::string why = device_range_problem(p, n);
+        if (why.empty()) why = format("address %p (+%zu bytes) is not in a registered block", p, n);
+        set_error(format("%s: %s", what ? what : "range", why.c_str()));
+        return false;
+    }
+    if (e->pins++ == 0) ++r.pinned_blocks;
+    bases_.push_back(e->b.base);
+    return true;
+}
+
+void PinSet::release() {
+    if (bases_.empty()) return;
+    Registry &r = reg();
+    {
+        std::unique_lock<std::shared_mutex> lk(r.mu);
+        for (uintptr_t b : bases_) {
+            auto it = r.blocks.find(b);
+            if (it != r.blocks.end() && it->second.pins > 0 && --it->second.pins == 0) --r.pinned_blocks;
+        }
+    }
+    bases_.clear();
+    r.unpinned.notify_all();
+}
+
+PinStats pin_stats() {
+    Registry &r = reg();
+    std::shared_lock<std::shared_mutex> lk(r.mu);
+    PinStats s;
+    s.pinned_blocks = r.pinned_blocks;
+    s.free_waits = r.free_waits;
     return s;
 }
 
@@ -258,6 +321,20 @@ aclError do_free(const char *api, void *p, MemKind want) {
     {
         std::unique_lock<std::shared_mutex> lk(r.mu);
         auto it = r.blocks.find(a);
+        if (it != r.blocks.end() && it->second.owned && it->second.b.kind == want && it->second.pins > 0) {
+            // Work queued on a stream still uses this block: wait until it has run (an implicit
+            // synchronisation), unless this thread is a stream worker, which could wait for itself.
+            if (on_any_stream_worker())
+                return fail(ACL_ERROR_RT_MEMORY_FREE,
+                            "%s: %p is still used by work queued on a stream, and this call runs on a "
+                            "stream task, which cannot wait for it", api, p);
+            ++r.free_waits;
+            r.unpinned.wait(lk, [&] {
+                auto j = r.blocks.find(a);
+                return j == r.blocks.end() || j->second.pins == 0;
+            });
+            it = r.blocks.find(a);
+        }
         if (it != r.blocks.end() && it->second.owned && it->second.b.kind == want) {
             const MemBlock b = it->second.b;
             r.blocks.erase(it);
@@ -386,9 +463,16 @@ ACLMOCK_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src
     aclError err = ACL_SUCCESS;
     Stream *s = resolve_stream(stream, &err, "aclrtMemcpyAsync");
     if (!s) return err;
+    // Registered ends stay allocated until the copy has run (aclrtFree waits for it).
+    auto pins = std::make_shared<PinSet>();
+    if (count && find_block_at(dst, nullptr) && !pins->pin(dst, count, "aclrtMemcpyAsync: dst", true))
+        return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
+    if (count && find_block_at(src, nullptr) && !pins->pin(src, count, "aclrtMemcpyAsync: src", true))
+        return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
     uint64_t ticket = 0;
-    err = enqueue_ticket(s, [dst, src, count]() -> int {
+    err = enqueue_ticket(s, [dst, src, count, pins]() -> int {
         if (count) std::memmove(dst, src, count);
+        pins->release();
         return ACL_SUCCESS;
     }, "aclrtMemcpyAsync", &ticket);
     if (err) return err;
@@ -408,8 +492,12 @@ ACLMOCK_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t val
     aclError err = ACL_SUCCESS;
     Stream *s = resolve_stream(stream, &err, "aclrtMemsetAsync");
     if (!s) return err;
-    return enqueue(s, [devPtr, value, count]() -> int {
+    auto pins = std::make_shared<PinSet>();
+    if (!pins->pin(devPtr, count, "aclrtMemsetAsync: devPtr"))
+        return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
+    return enqueue(s, [devPtr, value, count, pins]() -> int {
         if (count) std::memset(devPtr, value & 0xff, count);
+        pins->release();
         return ACL_SUCCESS;
     }, "aclrtMemsetAsync");
 }

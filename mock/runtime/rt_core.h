@@ -111,6 +111,59 @@ struct StreamStats {
 ACLMOCK_API bool on_stream_worker(const Stream *s);
 ACLMOCK_API StreamStats stream_stats();
 
+// True when the calling thread is the worker of any stream (a task is running on it).
+ACLMOCK_API bool on_any_stream_worker();
+
+// ---- memory in use by queued work ----------------------------------------------------------------
+// Work queued on a stream (a kernel launch, an async copy or memset) pins the blocks it will touch
+// when it is enqueued and unpins them when it has run. aclrtFree / aclrtFreeHost of a pinned block
+// waits until the work has run (an implicit synchronisation), so memory never disappears under a
+// kernel; called from a stream task it fails instead (207002) because it would wait for itself.
+class PinSet {
+public:
+    PinSet() = default;
+    PinSet(const PinSet &) = delete;
+    PinSet &operator=(const PinSet &) = delete;
+    ~PinSet();
+    // Checks that [p, p+n) lies inside one registered device-addressable block (or any registered
+    // block when `any_kind`) and pins it. False (message set, "<what>: ...") when it does not;
+    // n == 0 or p == NULL pins nothing and succeeds.
+    bool pin(const void *p, size_t n, const char *what, bool any_kind = false);
+    void release();
+
+private:
+    std::vector<uintptr_t> bases_;
+};
+struct PinStats {
+    size_t pinned_blocks = 0;   // blocks with pending work
+    uint64_t free_waits = 0;    // frees that had to wait for pending work
+};
+ACLMOCK_API PinStats pin_stats();
+
+// ---- fault injection (aclnn_py._mock.inject_fault) -----------------------------------------------
+// A process-wide table of armed faults, consulted by the HCCL mailbox once per collective call
+// (op "dispatch", "combine" or "barrier"; rank = the calling communicator's rank).
+//   Skip:  the rank never takes part in that call (publishes nothing; its own call fails at once)
+//   Delay: the rank sleeps `seconds` before taking part
+//   Crash: the rank's process is SIGKILLed in the middle of the call (after publishing to some
+//          peers); meant for process worlds
+enum class FaultKind { None = 0, Skip, Delay, Crash };
+struct FaultHit {
+    FaultKind kind = FaultKind::None;
+    double seconds = 0;
+};
+// rank -1 matches any rank; count -1 fires every time.
+ACLMOCK_API void inject_fault(const std::string &op, int rank, FaultKind kind, double seconds, int count);
+ACLMOCK_API void clear_faults();
+// Consumes one firing of the first fault that matches (kind None when none does).
+ACLMOCK_API FaultHit take_fault(const char *op, int rank);
+struct FaultStats {
+    size_t armed = 0;
+    uint64_t fired = 0;
+};
+ACLMOCK_API FaultStats fault_stats();
+ACLMOCK_API const char *fault_kind_name(FaultKind k);
+
 // ---- reset for tests ---------------------------------------------------------------------------
 // Drops the recent error message of this thread; used by the control module between tests.
 ACLMOCK_API void clear_error();

@@ -283,6 +283,8 @@ int32_t stream_device(const Stream *s) { return s ? s->device : -1; }
 
 bool on_stream_worker(const Stream *s) { return s && t_worker_of == s; }
 
+bool on_any_stream_worker() { return t_worker_of != nullptr; }
+
 StreamStats stream_stats() {
     Registry &r = reg();
     std::lock_guard<std::mutex> lk(r.mu);

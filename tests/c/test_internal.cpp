@@ -200,10 +200,29 @@ void test_registry_and_stats() {
 
 }  // namespace
 
+// Launches need aclInit (docs/reliability.md); phase 1 does not.
+void test_launch_needs_init() {
+    void *a = nullptr, *b = nullptr;
+    CHECK_EQ(aclrtMalloc(&a, 256, ACL_MEM_MALLOC_HUGE_FIRST), 0);
+    CHECK_EQ(aclrtMalloc(&b, 256, ACL_MEM_MALLOC_HUGE_FIRST), 0);
+    aclTensor *src = make_tensor(a, 64), *dst = make_tensor(b, 64);
+    aclOpExecutor *ex = make_copy_executor(src, dst, 0);
+    CHECK(ex != nullptr);
+    CHECK_ERR(launch_executor(ex, nullptr, 0, nullptr, "aclnnMockCopy"), ACLNN_ERR_RUNTIME_ERROR, "MockCopy", "aclInit");
+    CHECK_EQ(tensor_stats().live_executors, 0);   // consumed all the same
+    CHECK_EQ(aclDestroyTensor(src), 0);
+    CHECK_EQ(aclDestroyTensor(dst), 0);
+    CHECK_EQ(aclrtFree(a), 0);
+    CHECK_EQ(aclrtFree(b), 0);
+}
+
 int main() {
     CHECK_EQ(aclrtSetDevice(0), 0);
+    test_launch_needs_init();
+    CHECK_EQ(aclInit(nullptr), 0);
     test_copy_executor();
     test_registry_and_stats();
+    CHECK_EQ(aclFinalize(), 0);
     CHECK_EQ(aclrtResetDevice(0), 0);
     return report();
 }
