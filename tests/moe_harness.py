@@ -70,8 +70,11 @@ def random_case(rng: np.random.Generator, W: int, seed: int, combine: bool = Fal
         Q = Q  # const experts are dropped by dispatch like the others
     E = L * (W - R)
     K = int(rng.integers(1, min(kmax, E + Z + C + Q) + 1))
-    # BS skewed small, 1..64 (H = 7168 keeps BS lower to bound runtime)
-    bsmax = 64 if H < 7168 else 24
+    # BS skewed small, 1..64; larger worlds and H = 7168 keep BS lower to bound the runtime (the
+    # golden's cost grows with W * BS * K * H)
+    bsmax = 64 if W <= 4 else (40 if W <= 8 else 20)
+    if H == 7168:
+        bsmax = min(bsmax, 24 if W <= 4 else 12)
     bs = int(min(bsmax, 1 + rng.geometric(0.08)))
     uneven = rng.random() < 0.25
     if uneven:
