@@ -182,7 +182,9 @@ def _resolve_request(backend: str | os.PathLike[str] | None) -> tuple[str, Path]
     req = backend if backend is not None else os.environ.get(ENV_BACKEND) or None
     if req is None:
         root = find_cann_root()
-        return ("cann", root) if root is not None else ("mock", mock_root())
+        if root is None:
+            return "mock", mock_root()
+        return (_kind_of(root), root)  # ASCEND_HOME_PATH may point at the mock root itself
     if isinstance(req, str) and req == "mock":
         return "mock", mock_root()
     if isinstance(req, str) and req == "cann":
@@ -194,11 +196,15 @@ def _resolve_request(backend: str | os.PathLike[str] | None) -> tuple[str, Path]
     root = Path(req)
     if not (root / "lib64" / "libascendcl.so").exists():
         raise errors.BackendError(f"{root} is not a CANN root: {root / 'lib64' / 'libascendcl.so'} does not exist")
+    return _kind_of(root), root
+
+
+def _kind_of(root: Path) -> str:
+    """The backend kind of a CANN root: "mock" for the package's mock root, else "cann"."""
     try:
-        kind = "mock" if root.resolve() == mock_root().resolve() else "cann"
+        return "mock" if root.resolve() == mock_root().resolve() else "cann"
     except errors.BackendError:
-        kind = "cann"
-    return kind, root
+        return "cann"
 
 
 def _load(kind: str, root: Path) -> Backend:
