@@ -90,6 +90,16 @@ class AclnnPyError(Exception):
         detail = f": {self.message}" if self.message else ""
         super().__init__(f"{func} failed with {name} ({code}){detail}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        # picklable, so a rank's error crosses process boundaries (aclnn_py.launch) with its type
+        return (_rebuild, (type(self), self.func, self.code, self.name, self.message))
+
+
+def _rebuild(cls: type[AclnnPyError], func: str, code: int, name: str, message: str) -> AclnnPyError:
+    obj = cls.__new__(cls)
+    AclnnPyError.__init__(obj, func, code, name, message)
+    return obj
+
 
 class BackendError(RuntimeError):
     """No usable backend: CANN not found, a library that cannot be loaded, a backend switch."""
