@@ -617,7 +617,8 @@ def quantize_static(xf: np.ndarray, scale: np.ndarray, y_dtype: Any = "int8") ->
     ``rint(xf*scale)``; hifloat8: ``hif8_encode(xf*scale)`` (ties away, inf on overflow).
     Returns int8 or uint8 HiF8 codes."""
     fmt = format_name(y_dtype)
-    y = np.asarray(xf, F32) * np.asarray(scale, F32)  # float32 multiply
+    _finite_or_raise(np.asarray(xf, F32), "quant_mode 1")
+    y = np.asarray(xf, F32) * np.asarray(scale, F32)  # float32 multiply (overflow → ±inf saturates)
     if np.isnan(y).any():
         raise ValueError("quant_mode 1: NaN input or product; its quantisation is undefined")
     if fmt == _FMT_INT8:

@@ -366,14 +366,14 @@ def test_low_precision_rules():
 
 
 @pytest.mark.parametrize("kw,match,ok950", [
-    (dict(quant_mode=1, scales=np.ones(1, F32)), "quant_mode", True),
-    (dict(quant_mode=3, y_dtype=E4M3), "quant_mode", True),
-    (dict(quant_mode=4, y_dtype=E4M3), "quant_mode", True),
-    (dict(quant_mode=5, y_dtype=E4M3), "quant_mode", True),
-    (dict(quant_mode=2, y_dtype=E4M3), "y_dtype", True),
-    (dict(quant_mode=0, y_dtype=np.int8), "y_dtype", False),
-    (dict(elastic_info=np.zeros(8, np.int32)), "elastic_info", True),
-    (dict(x_dtype="hifloat8"), "x_dtype", False),
+    ({"quant_mode": 1, "scales": np.ones(1, F32)}, "quant_mode", True),
+    ({"quant_mode": 3, "y_dtype": E4M3}, "quant_mode", True),
+    ({"quant_mode": 4, "y_dtype": E4M3}, "quant_mode", True),
+    ({"quant_mode": 5, "y_dtype": E4M3}, "quant_mode", True),
+    ({"quant_mode": 2, "y_dtype": E4M3}, "y_dtype", True),
+    ({"quant_mode": 0, "y_dtype": np.int8}, "y_dtype", False),
+    ({"elastic_info": np.zeros(8, np.int32)}, "elastic_info", True),
+    ({"x_dtype": "hifloat8"}, "x_dtype", False),
 ])
 def test_a3_refuses_950_dispatch_features(kw, match, ok950):
     x = [np.ones((1, 32), BF16)] * 2
@@ -417,7 +417,7 @@ def test_950_without_new_features_equals_a3():
                 assert ra.dynamic_scales.tobytes() == rb.dynamic_scales.tobytes()
     # comm quant 2: same values on both profiles (golden docstring choice 9)
     ew = [rng.uniform(0, 1, (3, 1)).astype(F32) for _ in range(2)]
-    fn = lambda r, d: d.expand_x  # noqa: E731
+    fn = lambda r, d: d.expand_x
     _, ca = golden.round_trip(x, ids, fn, moe_expert_num=4, comm_quant_mode=2, expert_scales=ew)
     _, cb = golden.round_trip(x, ids, fn, moe_expert_num=4, comm_quant_mode=2, expert_scales=ew, soc=SOC)
     for ra, rb in zip(ca, cb):
@@ -498,7 +498,7 @@ def test_elastic_shared_ranks_and_capacity():
     w, bs, h = 3, 2, 8
     x = [np.full((bs, h), 10 * r, BF16) for r in range(w)]
     ids = [np.array([[0, 2], [1, 3]], np.int32)] * w
-    kw = dict(moe_expert_num=4, shared_expert_num=1, shared_expert_rank_num=1, soc=SOC)
+    kw = {"moe_expert_num": 4, "shared_expert_num": 1, "shared_expert_rank_num": 1, "soc": SOC}
     plain = golden.dispatch(x, ids, **kw)
     assert [r.capacity for r in plain] == [6, 12, 12]
     junk = elastic(w, 9, 9, [7, 7, 7], flag=0)  # flag clear: table and counts not read
@@ -589,7 +589,7 @@ def test_property_dispatch_950_modes(seed):
     mag = np.exp2(rng.integers(-6, 6, (bs, 1)))
     x = [(rng.standard_normal((bs, h)) * mag).astype(dt) for _ in range(w)]
     ids = [np.stack([rng.choice(e, k, replace=False) for _ in range(bs)]).astype(np.int32) for _ in range(w)]
-    base = dict(moe_expert_num=e, shared_expert_num=s, shared_expert_rank_num=r, soc=SOC)
+    base = {"moe_expert_num": e, "shared_expert_num": s, "shared_expert_rank_num": r, "soc": SOC}
     for qm, y in [(2, "float8_e4m3fn"), (2, "float8_e5m2"), (3, "float8_e4m3fn"), (3, "float8_e5m2"),
                   (4, "float8_e4m3fn"), (4, "float8_e5m2"), (4, "float4_e2m1"), (4, "float4_e1m2"),
                   (5, "float8_e4m3fn"), (5, "float8_e5m2")]:
@@ -645,7 +645,7 @@ def test_property_mode1_and_comm_quant(seed):
         assert (np.abs(got - xf) <= 2.0 ** (ex - mb - 1) + 2.0**-23).all()
     # comm quant 3 / 4 stay within the MXFP8 bound of the unquantised combine (K=2 terms)
     ew = [rng.uniform(0, 1, (bs, k)).astype(F32) for _ in range(w)]
-    fn = lambda r, dd: dd.expand_x  # noqa: E731
+    fn = lambda r, dd: dd.expand_x
     _, ref = golden.round_trip(x, ids, fn, moe_expert_num=e, expert_scales=ew, soc=SOC)
     for cq, mb in ((3, 2), (4, 3)):
         _, got = golden.round_trip(x, ids, fn, moe_expert_num=e, expert_scales=ew, comm_quant_mode=cq, soc=SOC)
