@@ -129,3 +129,70 @@ def test_c_client_reports_op_errors(c_client: Path, tmp_path: Path) -> None:
                          text=True, timeout=60, env=_cann_env(), check=False)
     assert res.returncode == 1
     assert "aclnnMoeDistributeDispatchV5GetWorkspaceSize" in res.stderr and "161002" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------ C++ server
+
+def _package_path(env: dict[str, str]) -> str:
+    """PYTHONPATH for the embedded interpreter: wherever this test process imported aclnn_py from
+    (the installed package, or the source tree in a development checkout)."""
+    where = str(Path(aclnn_py.__file__).resolve().parents[1])
+    return os.pathsep.join(filter(None, [where, env.get("PYTHONPATH")]))
+
+
+@pytest.fixture(scope="module")
+def cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    _need_toolchain(cxx=True)
+    build = tmp_path_factory.mktemp("cpp_embed")
+    env = _cann_env()
+    cmd = ["cmake", "-S", str(EXAMPLES / "cpp_embed"), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+           f"-DPython3_EXECUTABLE={sys.executable}"]
+    if shutil.which("ninja"):
+        cmd += ["-G", "Ninja"]
+    res = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if res.returncode != 0 and "Development.Embed" in res.stdout + res.stderr:
+        pytest.skip(f"this Python has no embeddable libpython ({sysconfig.get_config_var('LDLIBRARY')})")
+    assert res.returncode == 0, res.stdout + res.stderr
+    res = subprocess.run(["cmake", "--build", str(build), "-j2"], capture_output=True, text=True, env=env,
+                         check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    return build / "cpp_embed_server"
+
+
+def test_cpp_server_two_threads_match_golden(cpp_server: Path, tmp_path: Path) -> None:
+    """Two serving threads (= ranks 0 and 1) each run 3 requests through the embedded interpreter on
+    memory and streams the server allocated; every x_out equals the golden bit for bit."""
+    requests, world, experts = 3, 2, 8
+    env = _cann_env()
+    env["PYTHONPATH"] = _package_path(env)
+    res = subprocess.run([str(cpp_server), str(tmp_path), str(requests)], capture_output=True, text=True,
+                         timeout=180, env=env, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert lines[-1] == f"OK {requests * world} requests"
+    assert len([ln for ln in lines if ln.startswith("request ")]) == requests * world
+
+    def load(req: int, rank: int, name: str) -> np.ndarray:
+        a = np.load(tmp_path / f"req{req}_rank{rank}_{name}.npy")
+        return a.view(bfloat16) if a.dtype == np.uint16 else a
+
+    for req in range(requests):
+        xs = [load(req, r, "x") for r in range(world)]
+        ids = [load(req, r, "expert_ids") for r in range(world)]
+        ws = [load(req, r, "weights") for r in range(world)]
+        _, g_comb = golden.round_trip(xs, ids, lambda r, d: expert_reference(r, d.expand_x, d.expert_token_nums),
+                                      moe_expert_num=experts, expert_scales=ws)
+        for r in range(world):
+            assert load(req, r, "x_out").tobytes() == g_comb[r].x_out.tobytes(), (req, r)
+    # requests differ (the inputs are a function of the request number)
+    assert load(0, 0, "x_out").tobytes() != load(1, 0, "x_out").tobytes()
+
+
+def test_cpp_server_reports_python_errors(cpp_server: Path, tmp_path: Path) -> None:
+    """A model module that fails to import is reported by the server, not a crash."""
+    (tmp_path / "moe_model.py").write_text("raise RuntimeError('model failed to load')\n")
+    env = _cann_env()
+    env["PYTHONPATH"] = _package_path(env)
+    res = subprocess.run([str(cpp_server), str(tmp_path), "1", str(tmp_path)], capture_output=True, text=True,
+                         timeout=60, env=env, check=False)
+    assert res.returncode == 1 and "model failed to load" in res.stderr
