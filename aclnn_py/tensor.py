@@ -74,7 +74,7 @@ class Tensor:
         alive by the Tensor until then). `dtype` records an element type the array cannot hold, e.g.
         DataType.HIFLOAT8 for uint8 bytes, or a packed 4-bit type for already-packed uint8 bytes
         (logical last dimension = 2 × bytes)."""
-        arr = np.ascontiguousarray(array)
+        arr = np.asarray(array, order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
         if dtype is None:
             dt = as_datatype(arr.dtype)
             shape = arr.shape
@@ -269,18 +269,56 @@ class Tensor:
             "strides": None if self.is_contiguous else tuple(s * nd.itemsize for s in self.strides),
         }
 
-    def __dlpack__(self, *, stream: Any = None, max_version: Any = None, dl_device: Any = None,
-                   copy: Any = None) -> Any:
-        """DLPack export (mock: a CPU tensor over the same memory)."""
-        view = self.numpy_view()
-        kwargs: dict[str, Any] = {}
-        if max_version is not None:
-            kwargs["max_version"] = max_version
-        return view.__dlpack__(**kwargs)
+    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
+        """DLPack export (mock only: a zero-copy kDLCPU tensor over the device memory; versioned
+        capsule when ``max_version >= (1, 0)``). bf16, fp8 and packed fp4 keep their DLPack 1.1 type
+        codes. ``copy=True`` exports a fresh copy. `stream` must be None or -1 (CPU semantics: the
+        caller synchronises the streams that write the tensor before exporting)."""
+        from . import dlpack
+
+        self._require_host_visible()
+        if stream not in (None, -1):
+            raise BufferError("a kDLCPU export takes no stream (synchronise the producing stream first)")
+        if dl_device is not None and tuple(dl_device) != (dlpack.KDL_CPU, 0):
+            raise BufferError(f"cannot export to DLPack device {tuple(dl_device)} (only (kDLCPU, 0))")
+        if copy:
+            clone = Tensor.from_numpy(self.numpy(), dtype=self.dtype)
+            return dlpack.export(clone, max_version, copied=True)
+        return dlpack.export(self, max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         self._require_host_visible()
         return (1, 0)  # kDLCPU
+
+    @classmethod
+    def from_dlpack(cls, obj: Any, device: int | None = None) -> Tensor:
+        """Import any DLPack producer (or a capsule).
+
+        Zero-copy when the producer's memory is device memory of the loaded mock — another Tensor's
+        export, or aclrtMalloc memory of C code in this process: the result borrows it and keeps the
+        producer alive. Otherwise (any other host memory, and always on real CANN) the data is
+        copied into new device memory on `device`'s current context. Only kDLCPU producers are
+        accepted (DLPack has no Ascend device type)."""
+        from . import dlpack
+
+        if isinstance(obj, Tensor):
+            return cls(obj.ptr, obj.shape, obj.dtype, obj.strides, obj.offset, owner=obj, device=obj.device)
+        ptr, shape, dt, strides, dev_type, keep = dlpack.import_capsule(obj)
+        if dev_type != dlpack.KDL_CPU:
+            keep.release()
+            raise BufferError(f"DLPack device type {dev_type} is not supported (only kDLCPU = 1)")
+        lo = sum((d - 1) * st for d, st in zip(shape, strides) if st < 0)
+        contiguous_ok = not dt.packed or tuple(strides) == contiguous_strides(shape)
+        nbytes = _nbytes(dt, shape) if dt.packed else (
+            (sum((d - 1) * st for d, st in zip(shape, strides) if st > 0) + 1) * dt.bits // 8 if all(shape) else 0)
+        if lo == 0 and contiguous_ok and nbytes and dlpack.is_mock_device_memory(ptr, nbytes):
+            return cls(ptr, shape, dt, strides, owner=keep, device=device)
+        try:
+            host = np.asarray(dlpack.host_array(ptr, shape, dt, strides), order="C")
+            return cls.from_numpy(host, device=device, dtype=dt)
+        finally:
+            keep.release()
 
     def __repr__(self) -> str:
         return (f"Tensor(0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype.name}"
