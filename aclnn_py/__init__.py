@@ -29,7 +29,7 @@ from .errors import (  # noqa: E402
     HcclError,
     MissingSymbolError,
 )
-from .runtime import DeviceMemory, Device, Event, Stream, init, soc_name  # noqa: E402
+from .runtime import Device, DeviceMemory, Event, Stream, init, soc_name  # noqa: E402
 from .tensor import Tensor  # noqa: E402
 
 __version__ = "0.1.0"

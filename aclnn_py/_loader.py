@@ -12,9 +12,10 @@ from __future__ import annotations
 import os
 import platform
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from . import errors
 

@@ -11,10 +11,9 @@ import math
 from typing import Any, NamedTuple
 
 from . import errors
-from .ops._common import normalized_shared
+from .ops._common import normalized_shared, tensor_arg
 from .ops.moe_distribute_combine import CombinePlan, moe_distribute_combine
 from .ops.moe_distribute_dispatch import DispatchPlan, moe_distribute_dispatch
-from .ops._common import tensor_arg
 from .runtime import as_stream
 from .tensor import Tensor
 

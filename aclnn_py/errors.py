@@ -6,7 +6,8 @@ library's own message (``aclGetRecentErrMsg``, read on the failing thread right 
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 ACL_CODES: dict[int, str] = {
     0: "ACL_SUCCESS",

@@ -19,7 +19,8 @@ import sys
 import threading
 import time
 import traceback
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 __all__ = ["spawn", "run_threads", "mpi_bootstrap", "RankError", "RemoteTraceback"]
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import ctypes
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -186,8 +187,8 @@ class Tensor:
         types come back as uint8 bytes, (…, last/2); HIFLOAT8 and other types without a numpy type
         as uint8."""
         if stream is not None:
-            from .runtime import as_stream
             from .errors import check_acl
+            from .runtime import as_stream
 
             check_acl(_b().lib.aclrtSynchronizeStream(as_stream(stream)), "aclrtSynchronizeStream")
         if self.dtype.packed:

@@ -16,7 +16,7 @@ CONTEXT_BYTES = 16400
 
 def world_id_hex(root: bytes) -> str:
     """The mock's world id inside the root info (bytes 16..24), as it appears in /dev/shm names."""
-    return "%016x" % struct.unpack_from("<Q", root, 16)[0]
+    return f"{struct.unpack_from('<Q', root, 16)[0]:016x}"
 
 
 def shm_segments(root: bytes) -> list[str]:

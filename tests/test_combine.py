@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
+import moe_harness as mh
 import numpy as np
 import pytest
-
-import moe_harness as mh
 
 MATRIX = {2: 90, 3: 70, 4: 60, 8: 50, 16: 30}
 CHUNK = 20

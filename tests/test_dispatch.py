@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import time
 
+import moe_harness as mh
 import numpy as np
 import pytest
-
-import moe_harness as mh
 
 # 300 configurations in worlds of 20 (one world runs many calls): W -> number of configurations
 MATRIX = {2: 80, 3: 60, 4: 60, 8: 60, 16: 40}
@@ -78,7 +77,7 @@ def _zero_row_body(rank, world_size, root):
     from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import DispatchOutputs, prepare_dispatch
 
-    bs, h, k = 4, 1024, 2
+    bs, h = 4, 1024
     x = np.ones((bs, h), np.float16)
     x[1] = 0                      # all-zero row
     ids = np.array([[0, 1]] * bs, np.int32)   # experts 0 (rank 0) and 1 (rank 1)
@@ -263,7 +262,7 @@ def test_peer_that_never_calls_times_out(acl, monkeypatch):
 
 def _mismatch_body(rank, world_size, root, cases, inputs, combine_on):
     """Rank r runs dispatch with cases[r] (or, when rank == combine_on, a combine)."""
-    from aclnn_py import Device, Tensor
+    from aclnn_py import Device
     from aclnn_py.errors import AclError
     from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import prepare_combine, prepare_dispatch

@@ -150,7 +150,7 @@ def test_rank_killed_after_joining(acl, small_windows, monkeypatch):
                 p.kill()
                 p.join()
     assert procs[victim].exitcode == -signal.SIGKILL
-    for rank, message, code, elapsed, async_err in got:
+    for _rank, message, code, elapsed, async_err in got:
         assert code == 507014, message
         assert f"rank {victim}: process {procs[victim].pid} is dead" in message
         assert elapsed < 1 + 3

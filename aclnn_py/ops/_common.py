@@ -6,12 +6,13 @@ from __future__ import annotations
 import collections
 import math
 import threading
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
 from .. import _loader
-from ..dtypes import DataType, as_datatype
+from ..dtypes import as_datatype
 from ..errors import check_aclnn
 from ..runtime import DeviceMemory, Stream, _b, as_stream
 from ..tensor import Tensor
@@ -349,7 +350,7 @@ class Plan:
         if self._ws is not None:
             self._ws.close()
 
-    def __enter__(self) -> "Plan":
+    def __enter__(self) -> Plan:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -13,9 +13,9 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from ..dtypes import DataType, as_datatype
+from ..errors import check_aclnn
 from ..runtime import _b
 from ..tensor import Tensor
-from ..errors import check_aclnn
 from ._common import (
     Plan,
     Prepared,
