@@ -8,11 +8,15 @@
 //   creation time; the ops check it against the memory registry at launch.
 // * Every live tensor is in a registry, so destroyed or garbage handles are recognised without
 //   being dereferenced: getters return ACLNN_ERR_PARAM_INVALID (161002) for them (161001 for NULL
-//   arguments), aclDestroyTensor(NULL) is 0, destroying a dead handle is 161002.
+//   arguments), aclDestroyTensor(NULL) is 0, destroying a dead handle is 161002. The memory of the
+//   last 16 Ki destroyed descriptors is held back (quarantine), so a dangling pointer is not
+//   reused for a new descriptor and mistaken for it.
+// * A view that addresses more than 2^62 bytes, or whose size overflows int64, is refused (161002).
 // * aclnnInit/aclnnFinalize always succeed; repeated calls are harmless.
 #include <pthread.h>
 
 #include <atomic>
+#include <deque>
 #include <climits>
 #include <cstdint>
 #include <mutex>
@@ -30,9 +34,15 @@ bool valid_dtype(int dt);
 // An address inside this library, for pin_library_of.
 void valid_dtype_fn() {}
 
+// Destroyed descriptors are not freed at once: the most recent kQuarantine stay allocated (their
+// contents released), so a dangling aclTensor* cannot come back as the address of a new, live
+// descriptor for a while, and is reported as destroyed instead of being taken for another tensor.
+constexpr size_t kQuarantine = 16384;
+
 struct TensorRegistry {
     std::mutex mu;
     std::unordered_set<const aclTensor *> live;
+    std::deque<aclTensor *> quarantine;
 };
 
 TensorRegistry &treg() {
@@ -239,7 +249,19 @@ ACLMOCK_API aclnnStatus aclDestroyTensor(const aclTensor *tensor) {
     }
     aclTensor *t = const_cast<aclTensor *>(tensor);
     t->magic = 0;
-    delete t;
+    std::vector<int64_t>().swap(t->view);
+    std::vector<int64_t>().swap(t->strides);
+    std::vector<int64_t>().swap(t->storage);
+    aclTensor *old = nullptr;
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        r.quarantine.push_back(t);
+        if (r.quarantine.size() > kQuarantine) {
+            old = r.quarantine.front();
+            r.quarantine.pop_front();
+        }
+    }
+    delete old;
     return ACLNN_SUCCESS;
 }
 
