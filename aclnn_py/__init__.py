@@ -11,12 +11,13 @@ Quick start::
 from __future__ import annotations
 
 import os as _os
+from typing import Any
 
 # Development hook: run from the source tree against a CMake build directory's compiled parts
 # (`ACLNN_PY_BUILD_DIR=<build>/aclnn_py`): its _aclnn/_mock modules and mock_root are found there.
 _build_dir = _os.environ.get("ACLNN_PY_BUILD_DIR")
 if _build_dir:
-    __path__.append(_build_dir)  # type: ignore[name-defined]  # noqa: F821
+    __path__.append(_build_dir)
 
 from . import dtypes, errors  # noqa: E402
 from ._loader import Backend, backend, mock_root  # noqa: E402
@@ -41,7 +42,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):  # lazily imported submodules that pull in more of the package
+def __getattr__(name: str) -> Any:  # lazily imported submodules that pull in more of the package
     if name in ("hccl", "launch", "golden", "ops"):
         import importlib
 

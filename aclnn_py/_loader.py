@@ -209,8 +209,9 @@ def _kind_of(root: Path) -> str:
 
 
 def _load(kind: str, root: Path) -> Backend:
-    from . import _aclnn  # the compiled cffi module
+    import importlib
 
+    _aclnn: Any = importlib.import_module(f"{__package__}._aclnn")  # the compiled cffi module
     ffi, raw = _aclnn.ffi, _aclnn.lib
     plan = library_plan(root)
     handles: dict[Path, Any] = {}

@@ -63,7 +63,7 @@ class CtypesBinding:
         dims = (ctypes.c_int64 * n)(*t.shape)
         strides = (ctypes.c_int64 * n)(*t.strides)
         storage = (ctypes.c_int64 * 1)(t.size)
-        return self.meta.aclCreateTensor(dims, n, int(t.dtype), strides, 0, 2, storage, 1, t.ptr)
+        return int(self.meta.aclCreateTensor(dims, n, int(t.dtype), strides, 0, 2, storage, 1, t.ptr))
 
     def dispatch(self, ctx: Any, ins: list[Any], outs: list[Any], attrs: list[int], alg: bytes,
                  special: list[int], stream: int, ws: int) -> None:
@@ -104,7 +104,7 @@ class CtypesBinding:
 # measurement helpers
 
 
-def measure(fn: Callable[[], None], calls: int, repeats: int) -> dict[str, float]:
+def measure(fn: Callable[[], object], calls: int, repeats: int) -> dict[str, float]:
     """Median and spread (min, max) of µs per call over `repeats` batches of `calls` calls."""
     per_call = []
     for _ in range(repeats):
@@ -128,7 +128,8 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
     bs, h, k, e = 1, 1024, 1, world_size
     with Communicator(world_size, rank, root) as comm:
         ctx, ccl = build_context(comm)
-        attrs = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=e, ccl_buffer_size=ccl)
+        attrs: dict[str, Any] = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=e,
+                                     ccl_buffer_size=ccl)
         x = acl.Tensor.from_numpy(np.ones((bs, h), bf16))
         ids = acl.Tensor.from_numpy(np.full((bs, k), rank % e, np.int32))
         # one real round so combine has meaningful inputs
@@ -156,7 +157,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
                 d_outs = list(d)
                 c_out = acl.Tensor.empty((bs, h), bf16)
                 c_ins = [ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, empty_w] + [None] * 13
-                paths: dict[str, dict[str, Callable[[], None]]] = {
+                paths: dict[str, dict[str, Callable[[], object]]] = {
                     "dispatch": {
                         "ctypes": lambda: cb.dispatch(ctx, [x, ids] + [None] * 5, d_outs, d_attrs, b"", [0, 0, 0],
                                                       sh, ws.ptr),
@@ -198,7 +199,8 @@ def host_overhead(calls: int = 2000, repeats: int = 7) -> dict[str, Any]:
     """Host µs per call of dispatch and combine for the ctypes baseline, per-call path and plan."""
     from aclnn_py.launch import run_threads
 
-    return run_threads(_host_overhead_rank, 2, calls, repeats, timeout=600)[0]
+    result: dict[str, Any] = run_threads(_host_overhead_rank, 2, calls, repeats, timeout=600)[0]
+    return result
 
 
 # ------------------------------------------------------------------------------------------------

@@ -199,9 +199,10 @@ class MoeDistributeBuffer:
         """A :class:`~aclnn_py.ops.CombinePlan` sized from a dispatch plan's outputs: each call is
         ``plan(expert_out, topk_idx, assist_info, ep_send_counts, topk_weights, ...)``."""
         d = dispatch_plan.outputs
-        x_in = dispatch_plan._own_in[1]
+        x_in, ids_in = dispatch_plan._own_in[1], dispatch_plan._own_in[2]
+        assert x_in is not None and ids_in is not None  # required inputs of every plan
         bs, hidden = x_in.shape
-        topk = dispatch_plan._own_in[2].shape[1]
+        topk = ids_in.shape[1]
         return CombinePlan(
             self.context, a=d.expand_x.shape[0], bs=bs, hidden=hidden, topk=topk,
             dtype=dtype if dtype is not None else x_in.dtype, assist_len=d.assist_info_for_combine.shape[0],

@@ -177,7 +177,8 @@ def decode(codes: np.ndarray, fmt: MiniFloat) -> np.ndarray:
     """Codes (one per byte; the low ``fmt.bits`` bits are used) → float32 values."""
     c = np.asarray(codes).astype(np.int64) & ((1 << fmt.bits) - 1)
     mag = _decode_magnitudes(fmt)[c & (fmt.sign_bit - 1)]
-    return np.where(c & fmt.sign_bit, -mag, mag).astype(F32)
+    result: np.ndarray = np.where(c & fmt.sign_bit, -mag, mag).astype(F32)
+    return result
 
 
 def encode(x: np.ndarray, fmt: MiniFloat, *, saturate: bool = True) -> np.ndarray:
@@ -296,7 +297,8 @@ del _pos, _order
 
 def hif8_table() -> np.ndarray:
     """float32 value of each of the 256 HiF8 codes (NaN for 0x80, ±inf for 0x6F / 0xEF)."""
-    return _HIF8_F32.copy()
+    result: np.ndarray = _HIF8_F32.copy()
+    return result
 
 
 def hif8_decode(codes: np.ndarray) -> np.ndarray:
@@ -341,7 +343,8 @@ def float32_exponent_field(x: np.ndarray) -> np.ndarray:
     the fp16 value truncated to bf16 (truncation keeps the exponent), as SPEC §4.6 mode 4 step 1
     prescribes."""
     b = np.ascontiguousarray(np.asarray(x, dtype=F32)).view(np.uint32)
-    return ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
+    result: np.ndarray = ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
+    return result
 
 
 def pow2_float32(e: np.ndarray) -> np.ndarray:

@@ -151,8 +151,8 @@ def run(m: Model, threads: bool = False, timeout: float = 300.0) -> tuple[bool, 
     results = launcher(_rank_main, m.world_size, m, timeout=timeout)
     wall = time.perf_counter() - t0
     inputs = [rank_inputs(m, r) for r in range(m.world_size)]
-    xs = [i["x"] for i in inputs]
-    ids = [i["ids"] for i in inputs]
+    xs: list[np.ndarray] = [i["x"] for i in inputs]  # type: ignore[misc]  # always present
+    ids: list[np.ndarray] = [i["ids"] for i in inputs]  # type: ignore[misc]
     ws = None if not m.weights else [i["weights"] for i in inputs]
     masks = None if m.mask == "none" else [i["mask"] for i in inputs]
 
@@ -172,7 +172,7 @@ def run(m: Model, threads: bool = False, timeout: float = 300.0) -> tuple[bool, 
     for r, (res, gd, gc) in enumerate(zip(results, g_disp, g_comb)):
         dd = max(_max_diff(res["expand_x"], gd.expand_x), _max_diff(res["assist"], gd.assist_info_for_combine),
                  _max_diff(res["ep_recv_counts"], gd.ep_recv_counts))
-        if m.quant_mode:
+        if m.quant_mode and gd.dynamic_scales is not None:
             dd = max(dd, _max_diff(res["dynamic_scales"], gd.dynamic_scales))
         written = gc.written
         cd = _max_diff(res["x_out"][written], gc.x_out[written])

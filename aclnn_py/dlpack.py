@@ -102,7 +102,7 @@ def _release(addr: int | None) -> None:
             _live.pop(addr, None)
 
 
-@_Deleter
+@_Deleter  # type: ignore[untyped-decorator]
 def _deleter(addr: int | None) -> None:  # called by the consumer when it is done
     _release(addr)
 
@@ -110,7 +110,7 @@ def _deleter(addr: int | None) -> None:  # called by the consumer when it is don
 _CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
 
 
-@_CapsuleDestructor
+@_CapsuleDestructor  # type: ignore[untyped-decorator]
 def _capsule_destructor(capsule: int | None) -> None:
     """Frees an export nobody consumed (the capsule still has its original name)."""
     if capsule is None:
@@ -231,7 +231,7 @@ def host_array(ptr: int, shape: tuple[int, ...], dt: DataType, strides: tuple[in
         nbytes = (math.prod(shape) + 1) // 2
         byte_shape = shape[:-1] + ((shape[-1] + 1) // 2,) if shape else ()
         raw = (ctypes.c_uint8 * max(nbytes, 1)).from_address(ptr)
-        return np.frombuffer(raw, np.uint8, count=nbytes).reshape(byte_shape)
+        return np.frombuffer(memoryview(raw).cast("B"), np.uint8, count=nbytes).reshape(byte_shape)
     try:
         nd = to_numpy(dt)
     except TypeError:  # a byte-sized type without a numpy type: its bytes
@@ -241,8 +241,9 @@ def host_array(ptr: int, shape: tuple[int, ...], dt: DataType, strides: tuple[in
     lo, hi = _element_extent(shape, strides)
     item = nd.itemsize
     raw = (ctypes.c_uint8 * ((hi - lo + 1) * item)).from_address(ptr + lo * item)
-    base = np.frombuffer(raw, np.uint8).view(nd)
-    return np.lib.stride_tricks.as_strided(base[-lo:], shape, tuple(s * item for s in strides))
+    base = np.frombuffer(memoryview(raw).cast("B"), np.uint8).view(nd)
+    view: np.ndarray = np.lib.stride_tricks.as_strided(base[-lo:], shape, tuple(s * item for s in strides))
+    return view
 
 
 def is_mock_device_memory(ptr: int, nbytes: int) -> bool:

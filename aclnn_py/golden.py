@@ -112,6 +112,7 @@ except ImportError:  # loaded from its path (the tests do): load the sibling cas
 
     _cname = __name__ + "_casts"
     _cspec = _ilu.spec_from_file_location(_cname, _Path(__file__).with_name("casts.py"))
+    assert _cspec is not None and _cspec.loader is not None
     _casts = _ilu.module_from_spec(_cspec)
     _sys.modules[_cname] = _casts
     _cspec.loader.exec_module(_casts)
@@ -343,7 +344,8 @@ def _per_rank(name: str, value: Any, w: int) -> list[Any]:
     value = list(value)
     if len(value) != w:
         raise ValueError(f"{name}: expected one array per rank ({w}), got {len(value)}")
-    return value
+    result: list[Any] = value
+    return result
 
 
 def _make_cfg(
@@ -406,7 +408,7 @@ def _make_cfg(
 
 def _masks(cfg: _Cfg, x_active_mask: list[np.ndarray] | None) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per rank: (token_valid (BS,), pair_valid (BS,K)) per SPEC §4.2 / §6.2."""
-    out = []
+    out: list[tuple[Any, Any]] = []
     if isinstance(x_active_mask, np.ndarray):
         raise ValueError("x_active_mask: expected a list with one mask per rank")
     masks = _per_rank("x_active_mask", x_active_mask, cfg.w)
@@ -458,7 +460,8 @@ def _row_dtype(name: str, a: np.ndarray, soc: str = "Ascend910_93") -> np.dtype:
 
 def _rint_to_int8(y: np.ndarray) -> np.ndarray:
     """``q = rint(y)`` → int32 → half (exact) → int8 (SPEC §4.6 step 6, §6.3 step 6)."""
-    return np.rint(y).astype(np.int32).astype(np.float16).astype(np.int8)
+    result: np.ndarray = np.rint(y).astype(np.int32).astype(np.float16).astype(np.int8)
+    return result
 
 
 def quantize_per_token_int8(xf: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -522,7 +525,8 @@ def comm_quant_int8_round_trip(rows: np.ndarray) -> np.ndarray:
     deq = q.astype(np.float16).astype(F32) * sc_t.astype(F32)[:, :, None]  # float32 multiply
     deq = np.where(zero[:, :, None], F32(0), deq).astype(F32)
     out = deq.reshape(n, nb * 8)[:, :h]
-    return out.astype(dt).astype(F32)
+    result: np.ndarray = out.astype(dt).astype(F32)
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -602,12 +606,14 @@ _NP_FMT = {_FMT_E4M3: np.dtype(ml_dtypes.float8_e4m3fn), _FMT_E5M2: np.dtype(ml_
 
 
 def _fp8_max(fmt: str) -> np.float32:
-    return F32(448.0) if fmt == _FMT_E4M3 else F32(57344.0)
+    result: np.float32 = F32(448.0) if fmt == _FMT_E4M3 else F32(57344.0)
+    return result
 
 
 def _rint_to_int8_sat(y: np.ndarray) -> np.ndarray:
     """``rint(y)`` → int32 → half → int8 with every step saturating = clip to [-128, 127]."""
-    return np.clip(np.rint(y), -128, 127).astype(np.int8)
+    result: np.ndarray = np.clip(np.rint(y), -128, 127).astype(np.int8)
+    return result
 
 
 def quantize_static(xf: np.ndarray, scale: np.ndarray, y_dtype: Any = "int8") -> np.ndarray:
@@ -745,7 +751,8 @@ def comm_quant_mx_round_trip(rows: np.ndarray, comm_quant_mode: int) -> np.ndarr
     vals = np.zeros((n, nb * 32), F32)
     vals[:, :h] = _casts.decode(codes, _minifloat(fmt))
     deq = vals.reshape(n, nb, 32) * _casts.e8m0_to_float32(e8[:, :nb])[:, :, None]  # exact; NaN for 0xFF
-    return deq.reshape(n, nb * 32)[:, :h].astype(dt).astype(F32)
+    result: np.ndarray = deq.reshape(n, nb * 32)[:, :h].astype(dt).astype(F32)
+    return result
 
 
 def dynamic_scales_shape(capacity: int, quant_mode: int, hidden: int, *, soc: str = SOC_A3,
@@ -876,9 +883,9 @@ def dispatch(
     elastic, table = _elastic_table(elastic_info, w, cfg.r, e_num, soc)
 
     # scales: smooth (quant 2/3, §4.6 step 2), static (quant 1), per-token (quant 0, low-precision x)
-    scale_rows = None  # per rank: (E[+S], H) rows indexed by srow
-    static_row = None  # per rank: (1, 1) or (1, H) broadcast row
-    token_scales = None  # per rank: (BS, dim1) forwarded rows
+    scale_rows: Any = None  # per rank: (E[+S], H) rows indexed by srow
+    static_row: Any = None  # per rank: (1, 1) or (1, H) broadcast row
+    token_scales: Any = None  # per rank: (BS, dim1) forwarded rows
     if scales is not None:
         if quant_mode == 0 and not low_x:
             raise ValueError("scales: must be absent when quant_mode is 0 (SPEC §3.2)")
@@ -896,7 +903,7 @@ def dispatch(
                 if sa.dtype != F32 or sa.shape not in allowed:
                     raise ValueError(f"scales[{rank}]: quant_mode 1 with {y_fmt} output needs float32 of shape "
                                      f"{' or '.join(map(str, allowed))} (got {sa.dtype} {sa.shape}; SPEC §4.6)")
-            if per[0].shape == want and want not in [(1,), (h,)]:
+            if per[0].shape == want and tuple(want) not in [(1,), (h,)]:
                 scale_rows = per
             else:
                 static_row = [sa.reshape(1, -1) for sa in per]
@@ -922,6 +929,7 @@ def dispatch(
             raise ValueError("expert_scales: given on some ranks but absent/empty on others")
         if all(present):
             for rank, a in enumerate(es):
+                assert a is not None  # all present
                 if a.dtype != F32 or a.shape != (cfg.bss[rank], k):
                     raise ValueError(
                         f"expert_scales[{rank}]: must be float32 (BS, K) = ({cfg.bss[rank]}, {k}) "
@@ -933,6 +941,8 @@ def dispatch(
 
     # --- build every transmitted row as a record (§4.2, §4.3); destinations are logical ranks ---
     rec_src, rec_t, rec_k, rec_dest, rec_slot, rec_order, rec_srow = ([] for _ in range(7))
+    src: Any  # a rank number here, an array of ranks further down
+    t: Any
     for src in range(w):
         ids = expert_ids[src].astype(np.int64)
         tok_valid, pair_valid = masks[src]
@@ -1052,12 +1062,12 @@ def _x_format(xs: list[np.ndarray], x_dtype: Any, soc: str) -> tuple[str, bool]:
         if declared is None or declared not in _LOW_PRECISION_X:
             raise ValueError("x_dtype: a uint8 x needs x_dtype hifloat8 / float8_* / float4_* (SPEC §0)")
         return declared, declared in _FP4
-    fmt = _NP_TO_FMT.get(dt)
-    if fmt is None or fmt == _FMT_INT8 or fmt == _FMT_E2M1:
+    fmt950 = _NP_TO_FMT.get(dt)
+    if fmt950 is None or fmt950 == _FMT_INT8 or fmt950 == _FMT_E2M1:
         raise ValueError(f"x: dtype {dt} is not a dispatch input on Ascend950 (fp4 x is packed uint8 with x_dtype)")
-    if declared is not None and declared != fmt:
+    if declared is not None and declared != fmt950:
         raise ValueError(f"x_dtype: {declared} does not match x's dtype {dt}")
-    return fmt, False
+    return fmt950, False
 
 
 def _y_format(y_dtype: Any, quant_mode: int, x_fmt: str, soc: str) -> str:
@@ -1148,7 +1158,7 @@ def combine(
         if len(lst) != w:
             raise ValueError(f"{name}: expected {w} arrays (one per rank), got {len(lst)}")
     dt = _row_dtype("expand_x[0]", ex[0], soc)
-    h = None
+    h: Any = None
     for rank, a in enumerate(ex):
         if a.dtype != dt:
             raise ValueError(f"expand_x[{rank}]: dtype differs across ranks ({a.dtype} vs {dt})")
@@ -1187,7 +1197,7 @@ def combine(
                     f"(got {a.dtype} {a.shape})"
                 )
             weights[rank] = a
-    sx_list: list[np.ndarray | None] = [None] * w
+    sx_list: list[Any] = [None] * w
     if shared_expert_x is not None:
         if cfg.r:
             raise ValueError("shared_expert_x: only allowed when shared_expert_rank_num == 0 (SPEC §5)")
@@ -1202,7 +1212,7 @@ def combine(
                     f"(got {a.dtype} {a.shape})"
                 )
             sx_list[rank] = a
-    ori_list: list[np.ndarray | None] = [None] * w
+    ori_list: list[Any] = [None] * w
     if cfg.c or cfg.q:
         if ori_x is None:
             raise ValueError("ori_x: required when copy_expert_num > 0 or const_expert_num > 0 (SPEC §5)")
@@ -1247,6 +1257,7 @@ def combine(
             vals.append(comm_quant_mx_round_trip(rows, comm_quant_mode))
         else:
             vals.append(rows.astype(F32))
+        kk: Any  # an array here, a slot number further down
         src, t, kk = trip[:, 0], trip[:, 1], trip[:, 2]
         bs_of = np.array(cfg.bss, np.int64)
         ok = (src >= 0) & (src < w) & (kk >= 0) & (kk < ks) & (t >= 0)
@@ -1276,7 +1287,7 @@ def combine(
         proc = np.nonzero(tok_valid)[0]
         acc = np.zeros((proc.size, h), F32)
         wt = weights[rank]
-        ori_f = ori_list[rank][proc].astype(F32) if ori_list[rank] is not None else None
+        ori_f: Any = ori_list[rank][proc].astype(F32) if ori_list[rank] is not None else None
         sr = slot_row[rank]
         for kk in range(k):
             idk = ids[proc, kk]
@@ -1348,7 +1359,8 @@ def _const_expert_rows(ori_f: np.ndarray, c: np.ndarray, alpha1: np.ndarray, alp
         den = e1 + e2
         p1[i] = e1 / den  # rounded to float32 on assignment (RNE)
         p2[i] = e2 / den
-    return (p1[:, None] * ori_f) + (p2[:, None] * cvf)  # float32 throughout
+    result: np.ndarray = (p1[:, None] * ori_f) + (p2[:, None] * cvf)  # float32 throughout
+    return result
 
 
 # ---------------------------------------------------------------------------------------------------

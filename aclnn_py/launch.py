@@ -100,10 +100,12 @@ def _unpack_exception(packed: tuple[Any, ...], rank: int, tb: str) -> BaseExcept
     kind = packed[0]
     try:
         if kind == "pickled":
-            return pickle.loads(packed[1])
+            exc: BaseException = pickle.loads(packed[1])
+            return exc
         if kind == "aclnnpy":
             cls, func, code, name, message = pickle.loads(packed[1])
-            return cls(func, code, name, message)
+            made: BaseException = cls(func, code, name, message)
+            return made
     except Exception:  # noqa: BLE001 - fall through to a RankError
         pass
     if kind == "text":
@@ -179,7 +181,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | 
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
     if start_method not in ("spawn", "forkserver"):
         raise ValueError("start_method must be 'spawn' or 'forkserver' (fork after threads exist is unsafe)")
-    ctx = mp.get_context(start_method)
+    ctx: Any = mp.get_context(start_method)
     if start_method == "forkserver":
         # The server imports the package once; each rank is then a fork of it (milliseconds instead
         # of a fresh interpreter importing numpy and ml_dtypes). No backend is loaded in the server.

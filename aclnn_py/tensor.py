@@ -247,14 +247,16 @@ class Tensor:
         extent = max(self._extent_bytes(), 1)
         raw = (ctypes.c_char * extent).from_address(self.ptr)
         raw._aclnn_owner = self  # type: ignore[attr-defined]  # numpy keeps `raw` as base
-        flat = np.frombuffer(raw, dtype=np.uint8)
+        flat = np.frombuffer(memoryview(raw).cast("B"), dtype=np.uint8)
         if self.dtype.packed:
             shape = self.shape[:-1] + ((self.shape[-1] + 1) // 2,)
             return flat[self._offset_bytes():self._offset_bytes() + math.prod(shape)].reshape(shape)
         base = flat[self._offset_bytes():].view(np.uint8)
         usable = (base.size // nd.itemsize) * nd.itemsize
         typed = base[:usable].view(nd)
-        return np.lib.stride_tricks.as_strided(typed, self.shape, tuple(s * nd.itemsize for s in self.strides))
+        view: np.ndarray = np.lib.stride_tricks.as_strided(typed, self.shape,
+                                                           tuple(s * nd.itemsize for s in self.strides))
+        return view
 
     @property
     def __array_interface__(self) -> dict[str, Any]:
