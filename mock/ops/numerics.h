@@ -33,35 +33,34 @@ inline float fp16_to_f32(uint16_t h) {
     return u2f(o);
 }
 
+// Both casts are written as computations followed by selects (no branches) so row loops vectorise.
 inline uint16_t f32_to_bf16(float f) {
     uint32_t u = f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return uint16_t((u >> 16) & 0x8000u) | 0x7fc0u;
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return uint16_t(u >> 16);
+    uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t qnan = ((u >> 16) & 0x8000u) | 0x7fc0u;
+    return uint16_t(((u & 0x7fffffffu) > 0x7f800000u) ? qnan : rounded);
 }
 
 inline uint16_t f32_to_fp16(float f) {
     uint32_t u = f2u(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t a = u & 0x7fffffffu;
-    uint32_t o;
-    if (a >= 0x47800000u) {                       // >= 65536: inf, NaN or overflow
-        if (a > 0x7f800000u) {
-            uint32_t m = (a & 0x7fffffu) >> 13;
-            o = 0x7c00u | (m ? m : 1u);
-        } else {
-            o = 0x7c00u;
-        }
-    } else if (a < 0x38800000u) {                 // < 2^-14: fp16 subnormal or zero
-        // adding 0.5 lines the fp16 subnormal ulp (2^-24) up with the float ulp of 0.5, so the
-        // float add rounds half to even exactly where fp16 would
-        float r = u2f(a) + 0.5f;
-        o = f2u(r) - 0x3f000000u;
-    } else {
-        uint32_t odd = (a >> 13) & 1u;
-        a += 0xc8000fffu + odd;                   // rebias exponent (-112 << 23) and round
-        o = a >> 13;                              // (a carry into the exponent is correct: 65504 -> inf)
-    }
+    // normal range: rebias the exponent (-112 << 23) and round half to even on bit 13 (a carry
+    // into the exponent is correct: 65520 -> inf)
+    uint32_t normal = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    // below 2^-14: adding 0.5 lines the fp16 subnormal ulp (2^-24) up with the float ulp of 0.5, so
+    // the float add rounds half to even exactly where fp16 would
+    uint32_t sub = f2u(u2f(a) + 0.5f) - 0x3f000000u;
+    // NaN keeps its top mantissa bits (numpy), never becoming inf
+    uint32_t m = (a & 0x7fffffu) >> 13;
+    uint32_t nan = 0x7c00u | m | uint32_t(m == 0);
+    // selects as bit masks (GCC if-converts these reliably)
+    uint32_t is_sub = 0u - uint32_t(a < 0x38800000u);
+    uint32_t is_inf = 0u - uint32_t(a >= 0x47800000u);   // >= 65536 (and inf): inf
+    uint32_t is_nan = 0u - uint32_t(a > 0x7f800000u);
+    uint32_t o = (sub & is_sub) | (normal & ~is_sub);
+    o = (0x7c00u & is_inf) | (o & ~is_inf);
+    o = (nan & is_nan) | (o & ~is_nan);
     return uint16_t(o | sign);
 }
 
