@@ -5,7 +5,7 @@
 // Decisions:
 // * Executor handles are opaque numbers looked up in a registry (never dereferenced), and never
 //   reused, so a consumed, destroyed or garbage handle is reported with a message instead of
-//   crashing. The most recent 64 Ki dead handles remember why they died, for a precise message.
+//   crashing. The most recent 4096 dead handles remember why they died, for a precise message.
 // * NULL executor: 561103 (ACLNN_ERR_INNER_NULLPTR) from every executor call, including phase 2.
 //   Unknown/consumed/destroyed executor: 161002.
 // * A normal executor that was never launched may be destroyed with aclDestroyAclOpExecutor.
@@ -25,7 +25,7 @@
 namespace aclmock {
 namespace {
 constexpr uintptr_t kExecHandleBase = 0x5a7d000000000000ULL;
-constexpr size_t kDeadMemory = 65536;
+constexpr size_t kDeadMemory = 4096;
 
 enum class Death : char { Consumed, Destroyed };
 

@@ -9,7 +9,7 @@
 // * Every live tensor is in a registry, so destroyed or garbage handles are recognised without
 //   being dereferenced: getters return ACLNN_ERR_PARAM_INVALID (161002) for them (161001 for NULL
 //   arguments), aclDestroyTensor(NULL) is 0, destroying a dead handle is 161002. The memory of the
-//   last 16 Ki destroyed descriptors is held back (quarantine), so a dangling pointer is not
+//   last 4096 destroyed descriptors is held back (quarantine), so a dangling pointer is not
 //   reused for a new descriptor and mistaken for it.
 // * A view that addresses more than 2^62 bytes, or whose size overflows int64, is refused (161002).
 // * aclnnInit/aclnnFinalize always succeed; repeated calls are harmless.
@@ -37,7 +37,7 @@ void valid_dtype_fn() {}
 // Destroyed descriptors are not freed at once: the most recent kQuarantine stay allocated (their
 // contents released), so a dangling aclTensor* cannot come back as the address of a new, live
 // descriptor for a while, and is reported as destroyed instead of being taken for another tensor.
-constexpr size_t kQuarantine = 16384;
+constexpr size_t kQuarantine = 4096;
 
 struct TensorRegistry {
     std::mutex mu;
