@@ -109,7 +109,7 @@ int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &o
         if (p.comm_quant == 0) {
             std::memcpy(d, row, size_t(H) * 2);
         } else {
-            comm_quant_row(row, bf16, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff), H);
+            comm_quant_row(row, bf16, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff), tmp, H);
         }
         ++sendcnt[src];
     }

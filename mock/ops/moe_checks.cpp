@@ -1,5 +1,6 @@
 // Shared parameter rules of the mock MoE ops; see moe_checks.h.
 #include "ops/moe_checks.h"
+#include "ops/numerics.h"
 
 #include <cinttypes>
 #include <climits>
@@ -304,7 +305,7 @@ CombineWs combine_ws(const MoeParams &p) {
     w.sendcnt = 0;
     w.acc = align_up(uint64_t(p.W) * 4, 64);
     w.tmp = w.acc + align_up(uint64_t(p.H) * 4, 64);
-    w.total = w.tmp + uint64_t(p.H) * 4;
+    w.total = w.tmp + comm_quant_tmp_floats(p.H) * 4;   // >= H floats (dequantised / const rows)
     return w;
 }
 

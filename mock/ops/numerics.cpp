@@ -41,6 +41,9 @@ void acc_add_row_w_t(float *__restrict acc, const uint16_t *__restrict src, floa
     }
 }
 
+typedef float v4f __attribute__((vector_size(16)));
+typedef uint32_t v4u __attribute__((vector_size(16)));
+
 inline bool finite_pos(float m) { return m <= 3.4028234663852886e38f; }   // false for inf / NaN
 
 }  // namespace
@@ -105,61 +108,72 @@ float quant_int8_row(const uint16_t *x, bool bf16, const float *smooth, int8_t *
     return scale;
 }
 
-void comm_quant_row(const uint16_t *x, bool bf16, int8_t *q, uint16_t *scales, int64_t n) {
+void comm_quant_row(const uint16_t *x, bool bf16, int8_t *__restrict q, uint16_t *__restrict scales,
+                    float *__restrict tmp, int64_t n) {
+    // tmp: n floats of the row, one float per 8-element block (the unrounded fp32 scale sc), one
+    // divisor per element
     const int64_t nsc = int64_t(comm_quant_scale_count(n));
+    const int64_t nfull = n / 8;
     const float inv127 = 1.0f / 127.0f;
-    for (int64_t b = 0; b < nsc; ++b) {
-        const int64_t lo = b * 8;
-        const int64_t hi = lo + 8 < n ? lo + 8 : n;
-        if (lo >= n) {            // zero padding block: scale 0
-            scales[b] = 0;
-            continue;
-        }
-        float xf[8];
+    float *__restrict sc = tmp + align_up(uint64_t(n), 16);
+    float *__restrict dv = sc + align_up(uint64_t(nsc), 16);
+    row_to_f32(x, bf16, tmp, n);
+    uint32_t nonfinite = 0;                      // exponent all ones somewhere (inf / NaN)
+    for (int64_t h = 0; h < n; ++h) nonfinite |= ((f2u(tmp[h]) & 0x7f800000u) + 0x00800000u) >> 31;
+    const bool nan = nonfinite != 0;
+    for (int64_t b = 0; b < nfull; ++b) {        // block max |x|, 2 x 4 lanes then across the lanes
+        v4u ua, ub;
+        std::memcpy(&ua, tmp + b * 8, 16);
+        std::memcpy(&ub, tmp + b * 8 + 4, 16);
+        v4f a = (v4f)(ua & 0x7fffffffu), c = (v4f)(ub & 0x7fffffffu);
+        v4f m = a > c ? a : c;
+        float m01 = m[0] > m[1] ? m[0] : m[1], m23 = m[2] > m[3] ? m[2] : m[3];
+        sc[b] = (m01 > m23 ? m01 : m23) * inv127;
+    }
+    for (int64_t b = nfull; b < nsc; ++b) {      // the tail block is zero-padded, later ones all padding
         float bm = 0.0f;
-        for (int64_t h = lo; h < hi; ++h) {
-            float v = to_f32(x[h], bf16);
-            xf[h - lo] = v;
-            float a = std::fabs(v);
+        for (int64_t h = b * 8; h < b * 8 + 8 && h < n; ++h) {
+            float a = std::fabs(tmp[h]);
             bm = a > bm ? a : bm;
         }
-        float sc = bm * inv127;
-        scales[b] = from_f32(sc, bf16);
-        if (sc == 0.0f) {         // all-zero block: scale 0, values 0 (SPEC §0)
-            for (int64_t h = lo; h < hi; ++h) q[h] = 0;
-            continue;
+        sc[b] = bm * inv127;
+    }
+    bool finite = !nan;
+    for (int64_t b = 0; b < nsc; ++b) finite &= sc[b] <= 3.4028234663852886e38f;
+    for (int64_t b = 0; b < nsc; ++b) scales[b] = from_f32(sc[b], bf16);
+    if (finite) {
+        // q = int8(rint(xf / sc)), dividing by the unrounded fp32 sc: |xf / sc| <= 127.00002. An
+        // all-zero block (sc = 0) divides its zeros by 1 instead: values 0 (SPEC §0).
+        for (int64_t b = 0; b < nfull; ++b) {
+            const float d = sc[b] > 0.0f ? sc[b] : 1.0f;
+            for (int i = 0; i < 8; ++i) dv[b * 8 + i] = d;
         }
-        for (int64_t h = lo; h < hi; ++h) {
-            float y = xf[h - lo] / sc;
-            if (!(std::fabs(y) <= 127.0f)) y = (y != y) ? 0.0f : (y > 0 ? 127.0f : -127.0f);
-            q[h] = int8_t(int32_t(rint_small(y)));
-        }
+        for (int64_t h = nfull * 8; h < n; ++h) dv[h] = sc[h / 8] > 0.0f ? sc[h / 8] : 1.0f;
+        for (int64_t h = 0; h < n; ++h) q[h] = int8_t(int32_t(rint_small(tmp[h] / dv[h])));
+        return;
+    }
+    // inf/NaN in the row (undefined on hardware): NaN quotients give 0, the rest rint + clamp
+    for (int64_t h = 0; h < n; ++h) {
+        float y = tmp[h] / sc[h / 8];
+        if (y != y) y = 0.0f;
+        y = y > 127.0f ? 127.0f : (y < -127.0f ? -127.0f : y);
+        q[h] = int8_t(int32_t(rint_small(y)));
     }
 }
 
 void comm_dequant_row(const int8_t *__restrict q, const uint16_t *__restrict scales, bool bf16,
                       float *__restrict v, int64_t n) {
+    // v first holds each element's block scale (as float), then the dequantised value
     const int64_t nfull = n / 8;
-    if (bf16) {
-        for (int64_t b = 0; b < nfull; ++b) {
-            const float s = bf16_to_f32(scales[b]);
-            for (int i = 0; i < 8; ++i) {
-                float d = float(q[b * 8 + i]) * s;
-                v[b * 8 + i] = bf16_to_f32(f32_to_bf16(d));
-            }
-        }
-    } else {
-        for (int64_t b = 0; b < nfull; ++b) {
-            const float s = fp16_to_f32(scales[b]);
-            for (int i = 0; i < 8; ++i) {
-                float d = float(q[b * 8 + i]) * s;
-                v[b * 8 + i] = fp16_to_f32(f32_to_fp16(d));
-            }
-        }
+    for (int64_t b = 0; b < nfull; ++b) {
+        const float s = to_f32(scales[b], bf16);
+        for (int i = 0; i < 8; ++i) v[b * 8 + i] = s;
     }
-    for (int64_t h = nfull * 8; h < n; ++h) {
-        float d = float(q[h]) * to_f32(scales[h / 8], bf16);
-        v[h] = to_f32(from_f32(d, bf16), bf16);
+    for (int64_t h = nfull * 8; h < n; ++h) v[h] = to_f32(scales[h / 8], bf16);
+    if (bf16) {
+        for (int64_t h = 0; h < n; ++h) v[h] = bf16_to_f32(f32_to_bf16(float(q[h]) * v[h]));
+    } else {
+        for (int64_t h = 0; h < n; ++h) v[h] = fp16_to_f32(f32_to_fp16(float(q[h]) * v[h]));
     }
 }
 

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ops/moe_window.h"
+
 #pragma GCC visibility push(hidden)  // nothing but the four aclnn entry points is exported
 
 namespace aclmock {
@@ -91,7 +93,12 @@ void acc_add_f32_w(float *acc, const float *v, float w, int64_t n);
 float quant_int8_row(const uint16_t *x, bool bf16, const float *smooth, int8_t *q, float *tmp, int64_t n);
 
 // SPEC §6.3 sender: int8 data and comm_quant_scale_count(n) block scales in the row dtype.
-void comm_quant_row(const uint16_t *x, bool bf16, int8_t *q, uint16_t *scales, int64_t n);
+// `tmp` holds comm_quant_tmp_floats(n) floats of scratch.
+void comm_quant_row(const uint16_t *x, bool bf16, int8_t *q, uint16_t *scales, float *tmp, int64_t n);
+inline uint64_t comm_quant_tmp_floats(int64_t n) {
+    // the row as floats, the block scales, one divisor per element
+    return align_up(uint64_t(n), 16) + align_up(comm_quant_scale_count(n), 16) + uint64_t(n);
+}
 // SPEC §6.3 receiver: v[h] = float(round_to_row_dtype(float(q[h]) * float(scale of its block))).
 void comm_dequant_row(const int8_t *q, const uint16_t *scales, bool bf16, float *v, int64_t n);
 
