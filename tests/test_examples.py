@@ -196,3 +196,23 @@ def test_cpp_server_reports_python_errors(cpp_server: Path, tmp_path: Path) -> N
     res = subprocess.run([str(cpp_server), str(tmp_path), "1", str(tmp_path)], capture_output=True, text=True,
                          timeout=60, env=env, check=False)
     assert res.returncode == 1 and "model failed to load" in res.stderr
+
+
+# ------------------------------------------------------------------------------------------ README
+
+def test_readme_example(tmp_path: Path) -> None:
+    """The README's runnable round, as a user would paste it into a file."""
+    import re
+
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"<!-- tested by tests/test_examples.py::test_readme_example -->\n```python\n(.*?)```", text, re.S)
+    assert m, "the README lost its tested example"
+    script = tmp_path / "readme_example.py"
+    script.write_text(m.group(1))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = _package_path(env)
+    res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
+                         cwd=tmp_path, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    lines = res.stdout.strip().splitlines()
+    assert len(lines) == 2 and all(ln.endswith("combine gives x * sum(weights): True") for ln in lines), lines

@@ -1,0 +1,140 @@
+"""Generate docs/api.md from the docstrings and signatures of aclnn-py's public modules.
+
+    python docs/gen_api.py            # rewrites docs/api.md
+    python docs/gen_api.py --check    # exit 1 when docs/api.md is out of date
+
+Only the standard library is used; the package is imported, no backend is loaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "docs" / "api.md"
+
+# module -> public names in reading order (None: the module's __all__)
+MODULES: list[tuple[str, list[str] | None]] = [
+    ("aclnn_py", ["init", "backend", "mock_root", "soc_name", "Backend"]),
+    ("aclnn_py.runtime", ["Device", "Stream", "Event", "DeviceMemory", "as_stream", "version"]),
+    ("aclnn_py.tensor", ["Tensor", "as_tensor", "contiguous_strides"]),
+    ("aclnn_py.dtypes", ["DataType", "as_datatype", "to_numpy", "from_numpy", "pack_nibbles", "unpack_nibbles"]),
+    ("aclnn_py.errors", ["AclnnPyError", "BackendError", "MissingSymbolError", "AclError", "AclTimeoutError",
+                         "AclnnError", "AclnnParamNullptr", "AclnnParamInvalid", "AclnnRuntimeError",
+                         "AclnnInnerError", "HcclError", "HcclTimeoutError"]),
+    ("aclnn_py.hccl", None),
+    ("aclnn_py.buffer", ["MoeDistributeBuffer", "LowLatencyDispatchResult", "window_requirement"]),
+    ("aclnn_py.ops.moe_distribute_dispatch", ["moe_distribute_dispatch", "prepare_dispatch", "PreparedDispatch",
+                                              "DispatchOutputs", "DispatchPlan", "expand_x_dtype"]),
+    ("aclnn_py.ops.moe_distribute_combine", ["moe_distribute_combine", "prepare_combine", "PreparedCombine",
+                                             "CombinePlan"]),
+    ("aclnn_py.launch", None),
+    ("aclnn_py.golden", None),
+    ("aclnn_py.casts", None),
+    ("aclnn_py.dlpack", ["export", "import_capsule", "is_mock_device_memory", "ImportedMemory"]),
+]
+
+
+def _doc(obj: Any) -> str:
+    return inspect.cleandoc(obj.__doc__) if obj.__doc__ else "*(no docstring)*"
+
+
+def _signature(name: str, obj: Any) -> str:
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return name
+    params = []
+    for p in sig.parameters.values():  # annotations as written (they are strings: PEP 563)
+        text = p.name if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) else ("*" if p.kind == p.VAR_POSITIONAL
+                                                                                else "**") + p.name
+        if p.annotation is not p.empty:
+            text += f": {p.annotation if isinstance(p.annotation, str) else inspect.formatannotation(p.annotation)}"
+        if p.default is not p.empty:
+            text += f" = {p.default!r}" if not inspect.isclass(p.default) else f" = {p.default.__name__}"
+        params.append((p.kind, text))
+    parts: list[str] = []
+    seen_kwonly = False
+    for i, (kind, text) in enumerate(params):
+        if kind == inspect.Parameter.KEYWORD_ONLY and not seen_kwonly:
+            if not any(k == inspect.Parameter.VAR_POSITIONAL for k, _ in params[:i]):
+                parts.append("*")
+            seen_kwonly = True
+        parts.append(text)
+    ret = sig.return_annotation
+    tail = "" if ret is sig.empty else f" -> {ret if isinstance(ret, str) else inspect.formatannotation(ret)}"
+    return f"{name}({', '.join(parts)}){tail}"
+
+
+def _members(cls: type) -> list[tuple[str, Any]]:
+    out = []
+    for name, value in cls.__dict__.items():
+        if name.startswith("_") and name not in ("__init__", "__call__", "__dlpack__", "__acl_stream__"):
+            continue
+        if isinstance(value, (staticmethod, classmethod)):
+            value = value.__func__
+        if isinstance(value, property) or inspect.isfunction(value):
+            out.append((name, value))
+    return out
+
+
+def _render_class(name: str, cls: type, lines: list[str]) -> None:
+    lines += [f"### class `{name}`", ""]
+    if issubclass(cls, tuple) and hasattr(cls, "_fields"):
+        lines += [f"Named tuple: `({', '.join(cls._fields)})`", ""]
+    lines += [_doc(cls), ""]
+    for mname, member in _members(cls):
+        if isinstance(member, property):
+            lines += [f"- **`{name}.{mname}`** (property) — " + (_doc(member).split("\n")[0] if member.__doc__ else ""),
+                      ""]
+            continue
+        if not member.__doc__ and mname == "__init__":
+            continue
+        lines += [f"#### `{name}.{_signature(mname, member)}`", "", _doc(member), ""]
+
+
+def render() -> str:
+    lines = ["# API reference", "",
+             "Generated from the docstrings by `docs/gen_api.py` — edit the docstrings, then run "
+             "`python docs/gen_api.py`. Signatures are shown as written in the source.", ""]
+    lines += ["Modules: " + ", ".join(f"[`{m}`](#{m.replace('.', '')})" for m, _ in MODULES), ""]
+    for modname, names in MODULES:
+        mod = importlib.import_module(modname)
+        lines += [f"## {modname}", "", _doc(mod), ""]
+        for name in names if names is not None else list(getattr(mod, "__all__", [])):
+            obj = getattr(mod, name, None)
+            if obj is None:
+                continue
+            if inspect.isclass(obj):
+                _render_class(name, obj, lines)
+            elif callable(obj):
+                lines += [f"### `{_signature(name, obj)}`", "", _doc(obj), ""]
+            else:
+                lines += [f"### `{name}` = `{obj!r}`", ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="fail when docs/api.md differs from the docstrings")
+    args = ap.parse_args()
+    sys.path.insert(0, str(ROOT))
+    text = render()
+    if args.check:
+        current = OUT.read_text() if OUT.exists() else ""
+        if current != text:
+            print("docs/api.md is out of date: run python docs/gen_api.py")
+            return 1
+        return 0
+    OUT.write_text(text)
+    print(f"wrote {OUT} ({len(text.splitlines())} lines)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
