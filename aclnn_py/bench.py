@@ -65,39 +65,31 @@ class CtypesBinding:
         storage = (ctypes.c_int64 * 1)(t.size)
         return int(self.meta.aclCreateTensor(dims, n, int(t.dtype), strides, 0, 2, storage, 1, t.ptr))
 
-    def dispatch(self, ctx: Any, ins: list[Any], outs: list[Any], attrs: list[int], alg: bytes,
-                 special: list[int], stream: int, ws: int) -> None:
-        descs_in = [self.tensor(t) if t is not None else None for t in [ctx] + ins]
-        descs_out = [self.tensor(t) for t in outs]
-        wsize = ctypes.c_uint64()
-        ex = ctypes.c_void_p()
-        ret = self.ops.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
-            *descs_in, *attrs, alg, *special, *descs_out, ctypes.byref(wsize), ctypes.byref(ex))
-        if ret:
-            raise RuntimeError(f"ctypes dispatch phase 1 failed: {ret}")
-        ret = self.ops.aclnnMoeDistributeDispatchV5(ws, wsize.value, ex, stream)
-        if ret:
-            raise RuntimeError(f"ctypes dispatch phase 2 failed: {ret}")
-        for dsc in descs_in + descs_out:
-            if dsc:
-                self.meta.aclDestroyTensor(dsc)
-
-    def combine(self, ins: list[Any], outs: list[Any], attrs: list[int], alg: bytes, special: list[int],
-                stream: int, ws: int) -> None:
+    def _two_phase(self, op: str, ins: list[Any], outs: list[Any], attrs: list[int], alg: bytes,
+                   special: list[int], stream: int, ws: int) -> None:
+        """Descriptors created per call, phase 1, phase 2, descriptors destroyed."""
         descs_in = [self.tensor(t) if t is not None else None for t in ins]
         descs_out = [self.tensor(t) for t in outs]
         wsize = ctypes.c_uint64()
         ex = ctypes.c_void_p()
-        ret = self.ops.aclnnMoeDistributeCombineV5GetWorkspaceSize(
+        ret = getattr(self.ops, f"aclnn{op}GetWorkspaceSize")(
             *descs_in, *attrs, alg, *special, *descs_out, ctypes.byref(wsize), ctypes.byref(ex))
         if ret:
-            raise RuntimeError(f"ctypes combine phase 1 failed: {ret}")
-        ret = self.ops.aclnnMoeDistributeCombineV5(ws, wsize.value, ex, stream)
+            raise RuntimeError(f"ctypes {op} phase 1 failed: {ret}")
+        ret = getattr(self.ops, f"aclnn{op}")(ws, wsize.value, ex, stream)
         if ret:
-            raise RuntimeError(f"ctypes combine phase 2 failed: {ret}")
+            raise RuntimeError(f"ctypes {op} phase 2 failed: {ret}")
         for dsc in descs_in + descs_out:
             if dsc:
                 self.meta.aclDestroyTensor(dsc)
+
+    def dispatch(self, ins: list[Any], outs: list[Any], attrs: list[int], alg: bytes, special: list[int],
+                 stream: int, ws: int) -> None:
+        self._two_phase("MoeDistributeDispatchV5", ins, outs, attrs, alg, special, stream, ws)
+
+    def combine(self, ins: list[Any], outs: list[Any], attrs: list[int], alg: bytes, special: list[int],
+                stream: int, ws: int) -> None:
+        self._two_phase("MoeDistributeCombineV5", ins, outs, attrs, alg, special, stream, ws)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -159,7 +151,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
                 c_ins = [ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, empty_w] + [None] * 13
                 paths: dict[str, dict[str, Callable[[], object]]] = {
                     "dispatch": {
-                        "ctypes": lambda: cb.dispatch(ctx, [x, ids] + [None] * 5, d_outs, d_attrs, b"", [0, 0, 0],
+                        "ctypes": lambda: cb.dispatch([ctx, x, ids] + [None] * 5, d_outs, d_attrs, b"", [0, 0, 0],
                                                       sh, ws.ptr),
                         "per_call": lambda: moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d,
                                                                     **attrs),
