@@ -219,4 +219,8 @@ class MoeDistributeBuffer:
         a kernel on it, e.g. a timeout naming the peers that never arrived."""
         from .runtime import _b
 
+        from .ops._common import keepalive
+
+        keepalive.flush(stream)
         errors.check_acl(_b().lib.aclrtSynchronizeStream(as_stream(stream)), "aclrtSynchronizeStream")
+        keepalive.reap()

@@ -151,7 +151,7 @@ class Stream:
     """An ACL stream. ``Stream()`` creates one on the current device; ``Stream.default()`` is the
     current device's default stream (the NULL handle); ``Stream.from_handle(h)`` borrows."""
 
-    __slots__ = ("handle", "_owned", "__weakref__")
+    __slots__ = ("handle", "_owned", "_addr", "__weakref__")
 
     def __init__(self, _handle: Any = None, _owned: bool = True):
         b = _b()
@@ -161,6 +161,7 @@ class Stream:
             _handle = cell[0]
         self.handle = _handle
         self._owned = _owned
+        self._addr = int(b.ffi.cast("uintptr_t", _handle))
 
     @classmethod
     def default(cls) -> Stream:
@@ -174,7 +175,7 @@ class Stream:
 
     @property
     def address(self) -> int:
-        return int(_b().ffi.cast("uintptr_t", self.handle))
+        return self._addr
 
     def __acl_stream__(self) -> tuple[int, int]:
         return (_STREAM_PROTOCOL_VERSION, self.address)
@@ -221,6 +222,15 @@ class Stream:
     def __repr__(self) -> str:
         kind = "owned" if self._owned else "borrowed"
         return f"Stream(0x{self.address:x}, {kind})" if self.handle is not None else "Stream(closed)"
+
+
+def stream_key(stream: Any) -> int:
+    """The handle of `stream` (as :func:`as_stream` takes it) as an int, 0 for the default stream."""
+    if isinstance(stream, Stream):
+        return stream._addr if stream.handle is not None else 0
+    if stream is None:
+        return 0
+    return int(_b().ffi.cast("uintptr_t", as_stream(stream)))
 
 
 def as_stream(stream: Any) -> Any:

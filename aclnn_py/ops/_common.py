@@ -14,7 +14,7 @@ import numpy as np
 from .. import _loader
 from ..dtypes import as_datatype
 from ..errors import check_aclnn
-from ..runtime import DeviceMemory, Stream, _b, as_stream
+from ..runtime import DeviceMemory, Stream, _b, as_stream, stream_key
 from ..tensor import Tensor
 
 
@@ -29,7 +29,19 @@ def tensor_arg(value: Any, stream: Any = None, dtype: Any = None) -> Tensor | No
 
 def desc(t: Tensor | None) -> Any:
     """The aclTensor* of an optional tensor (NULL for None)."""
-    return t.descriptor() if t is not None else _b().ffi.NULL
+    if t is None:
+        return _b().ffi.NULL
+    d = t._desc
+    return d if d is not None else t.descriptor()
+
+
+def empty_weights() -> Tensor:
+    """A (0,) float32 tensor: combine's "no expert_scales" (unweighted sum, SPEC §6.2). One per
+    thread, made once; its memory is never read."""
+    t = getattr(_cells, "empty_weights", None)
+    if t is None:
+        t = _cells.empty_weights = Tensor.empty((0,), np.float32)
+    return t
 
 
 def normalized_shared(shared_expert_num: int, shared_expert_rank_num: int) -> int:
@@ -72,7 +84,7 @@ class WorkspacePool:
     def get(self, size: int, stream: Any) -> DeviceMemory | None:
         if size == 0:
             return None
-        key = int(_b().ffi.cast("uintptr_t", as_stream(stream)))
+        key = stream_key(stream)
         with self._lock:
             mem = self._blocks.get(key)
             if mem is not None and mem.size >= size:
@@ -98,39 +110,64 @@ workspaces = WorkspacePool()
 class KeepAlive:
     """Keeps Python objects (uploaded inputs, outputs) alive until the stream has passed the point
     where they were used, like a stream-ordered allocator: memory freed earlier would be read or
-    written by a queued kernel. An event is recorded after each launch; per stream, entries are
-    released oldest first once their event has completed (events on one stream complete in order)."""
+    written by a queued kernel.
+
+    Per stream, launches are grouped: every ``batch``-th launch records an event that closes the
+    group of objects held since the previous one; groups are released oldest first once their event
+    has completed (events on one stream complete in order). An open group is never released early,
+    only later; ``flush`` closes it at once (``MoeDistributeBuffer.synchronize`` does)."""
+
+    batch = 8
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._pending: dict[int, collections.deque[tuple[Any, Any]]] = {}  # stream -> (Event, objects)
+        self._open: dict[int, list[Any]] = {}
+        self._closed: dict[int, collections.deque[tuple[Any, list[Any]]]] = {}
         self._free_events: list[Any] = []
 
     def hold(self, stream: Any, objects: Any) -> None:
+        key = stream_key(stream)
+        with self._lock:
+            group = self._open.setdefault(key, [])
+            group.append(objects)
+            full = len(group) >= self.batch
+        if full:
+            self._close(key, stream)
+
+    def flush(self, stream: Any) -> None:
+        """Close `stream`'s open group now (release happens once the stream passes this point)."""
+        key = stream_key(stream)
+        with self._lock:
+            has_open = bool(self._open.get(key))
+        if has_open:
+            self._close(key, stream)
+
+    def _close(self, key: int, stream: Any) -> None:
         from ..runtime import Event
 
-        key = int(_b().ffi.cast("uintptr_t", as_stream(stream)))
         with self._lock:
             ev = self._free_events.pop() if self._free_events else None
         if ev is None:
             ev = Event()
         ev.record(stream)
         with self._lock:
-            q = self._pending.setdefault(key, collections.deque())
-            q.append((ev, objects))
+            group = self._open.pop(key, [])
+            q = self._closed.setdefault(key, collections.deque())
+            q.append((ev, group))
             self._release(q)
 
-    def _release(self, q: collections.deque[tuple[Any, Any]]) -> None:
+    def _release(self, q: collections.deque[tuple[Any, list[Any]]]) -> None:
         while q and q[0][0].query():
             ev, _ = q.popleft()
             self._free_events.append(ev)
 
     def reap(self) -> int:
-        """Release what completed; returns how many entries are still pending."""
+        """Release the closed groups that completed; returns how many launches are still held."""
         with self._lock:
-            for q in self._pending.values():
+            for q in self._closed.values():
                 self._release(q)
-            return sum(len(q) for q in self._pending.values())
+            return sum(len(g) for q in self._closed.values() for _, g in q) + sum(
+                len(g) for g in self._open.values())
 
 
 keepalive = KeepAlive()

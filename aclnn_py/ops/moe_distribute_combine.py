@@ -12,7 +12,7 @@ from ..dtypes import DataType
 from ..errors import check_aclnn
 from ..runtime import _b
 from ..tensor import Tensor
-from ._common import Plan, Prepared, desc, executor_cells, out_tensor, tensor_arg
+from ._common import Plan, Prepared, desc, empty_weights, executor_cells, out_tensor, tensor_arg
 
 # Input order of the C function (aclSetInputTensorAddr indices).
 INPUTS = ("context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
@@ -55,7 +55,7 @@ def prepare_combine(
     ids = tensor_arg(expert_ids, stream)
     assert ex_t is not None and ids is not None
     if expert_scales is None:
-        expert_scales = np.zeros((0,), np.float32)
+        expert_scales = empty_weights()
     bs = ids.shape[0] if ids.ndim >= 1 else 0
     h = ex_t.shape[1] if ex_t.ndim >= 2 else 0
     out_dt = DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype
@@ -69,7 +69,7 @@ def prepare_combine(
            tensor_arg(const_expert_v, stream), tensor_arg(performance_info, stream)]
     ws, ex = executor_cells()
     ret = lib.aclnnMoeDistributeCombineV5GetWorkspaceSize(
-        *(desc(t) for t in ins),
+        *[desc(t) for t in ins],
         ep_world_size, ep_rank_id, moe_expert_num, ccl_buffer_size, tp_world_size, tp_rank_id,
         expert_shard_type, shared_expert_num, shared_expert_rank_num, global_bs, out_dtype, comm_quant_mode,
         group_list_type, comm_alg.encode() if comm_alg is not None else ffi.NULL,

@@ -83,20 +83,42 @@ def prepare_dispatch(
     xt = tensor_arg(x, stream)
     ids = tensor_arg(expert_ids, stream)
     assert xt is not None and ids is not None
-    given: dict[str, Tensor] = {}
+    es = tensor_arg(expert_scales, stream)
     if isinstance(outputs, DispatchOutputs):
-        given = outputs._asdict()
-    elif outputs:
-        given = dict(outputs)
+        outs = outputs  # the caller's buffers as they are: nothing to size or allocate
+    else:
+        outs = _allocate_outputs(xt, ids, es, outputs or {}, ep_world_size, ep_rank_id, moe_expert_num,
+                                 shared_expert_num, shared_expert_rank_num, global_bs, quant_mode, tp_world_size,
+                                 y_dtype)
+    ins = [context, xt, ids, tensor_arg(scales, stream), tensor_arg(x_active_mask, stream, np.bool_), es,
+           tensor_arg(elastic_info, stream), tensor_arg(performance_info, stream)]
+    ws, ex = executor_cells()
+    ret = lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
+        *[desc(t) for t in ins],
+        ep_world_size, ep_rank_id, moe_expert_num, ccl_buffer_size, tp_world_size, tp_rank_id,
+        expert_shard_type, shared_expert_num, shared_expert_rank_num, quant_mode, global_bs,
+        expert_token_nums_type, comm_alg.encode() if comm_alg is not None else ffi.NULL,
+        zero_expert_num, copy_expert_num, const_expert_num,
+        *[desc(t) for t in outs], ws, ex)
+    check_aclnn(ret, "aclnnMoeDistributeDispatchV5GetWorkspaceSize")
+    executor = ex[0]
+    if repeatable:
+        check_aclnn(lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
+    return PreparedDispatch(executor, int(ws[0]), ins, outs, repeatable)
+
+
+def _allocate_outputs(xt: Tensor, ids: Tensor, es: Tensor | None, given: dict[str, Tensor], ep_world_size: int,
+                      ep_rank_id: int, moe_expert_num: int, shared_expert_num: int, shared_expert_rank_num: int,
+                      global_bs: int, quant_mode: int, tp_world_size: int, y_dtype: Any) -> DispatchOutputs:
+    """The outputs of SPEC §2 (caller-provided ones in `given` are used as they are)."""
     bs = xt.shape[0] if xt.ndim >= 1 else 0
     h = xt.shape[1] if xt.ndim >= 2 else 0
     k = ids.shape[1] if ids.ndim >= 2 else 0
     a = rows_capacity(ep_world_size, ep_rank_id, moe_expert_num, shared_expert_num, shared_expert_rank_num,
                       global_bs, bs, k)
     lnum = local_expert_num(ep_world_size, ep_rank_id, moe_expert_num, shared_expert_rank_num)
-    es = tensor_arg(expert_scales, stream)
     has_es = es is not None and all(d > 0 for d in es.shape)
-    outs = DispatchOutputs(
+    return DispatchOutputs(
         expand_x=out_tensor(given.get("expand_x"), (a, h), expand_x_dtype(xt.dtype, quant_mode, y_dtype)),
         dynamic_scales=out_tensor(given.get("dynamic_scales"), (a,), DataType.FLOAT),
         assist_info_for_combine=out_tensor(given.get("assist_info_for_combine"), (max(bs * k, a * 128),),
@@ -106,21 +128,6 @@ def prepare_dispatch(
         tp_recv_counts=out_tensor(given.get("tp_recv_counts"), (tp_world_size,), DataType.INT32),
         expand_scales=out_tensor(given.get("expand_scales"), (a if has_es else 0,), DataType.FLOAT),
     )
-    ins = [context, xt, ids, tensor_arg(scales, stream), tensor_arg(x_active_mask, stream, np.bool_), es,
-           tensor_arg(elastic_info, stream), tensor_arg(performance_info, stream)]
-    ws, ex = executor_cells()
-    ret = lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
-        *(desc(t) for t in ins),
-        ep_world_size, ep_rank_id, moe_expert_num, ccl_buffer_size, tp_world_size, tp_rank_id,
-        expert_shard_type, shared_expert_num, shared_expert_rank_num, quant_mode, global_bs,
-        expert_token_nums_type, comm_alg.encode() if comm_alg is not None else ffi.NULL,
-        zero_expert_num, copy_expert_num, const_expert_num,
-        *(t.descriptor() for t in outs), ws, ex)
-    check_aclnn(ret, "aclnnMoeDistributeDispatchV5GetWorkspaceSize")
-    executor = ex[0]
-    if repeatable:
-        check_aclnn(lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
-    return PreparedDispatch(executor, int(ws[0]), ins, outs, repeatable)
 
 
 def moe_distribute_dispatch(context: Tensor, x: Any, expert_ids: Any, *, stream: Any = None,
