@@ -10,8 +10,9 @@ import numpy as np
 
 from ..dtypes import DataType
 from ..errors import check_aclnn
-from ..runtime import _b
+from ..runtime import _b, soc_name
 from ..tensor import Tensor
+from ._checks import check_common
 from ._common import Plan, Prepared, desc, empty_weights, executor_cells, out_tensor, tensor_arg
 
 # Input order of the C function (aclSetInputTensorAddr indices).
@@ -44,7 +45,7 @@ def prepare_combine(
     shared_expert_num: int = 1, shared_expert_rank_num: int = 0, global_bs: int = 0, out_dtype: int = 0,
     comm_quant_mode: int = 0, group_list_type: int = 0, comm_alg: str = "", zero_expert_num: int = 0,
     copy_expert_num: int = 0, const_expert_num: int = 0, x_out: Tensor | None = None,
-    stream: Any = None, repeatable: bool = False,
+    stream: Any = None, repeatable: bool = False, precheck: bool = True,
 ) -> PreparedCombine:
     """Phase 1 (``aclnnMoeDistributeCombineV5GetWorkspaceSize``). `expert_scales` None becomes an
     empty (0,) float32 tensor: combine is then unweighted (SPEC §6.2). x_out is (BS, H) in
@@ -54,6 +55,12 @@ def prepare_combine(
     ex_t = tensor_arg(expand_x, stream)
     ids = tensor_arg(expert_ids, stream)
     assert ex_t is not None and ids is not None
+    if precheck and ex_t.ndim == 2 and ids.ndim == 2:
+        check_common("aclnnMoeDistributeCombineV5GetWorkspaceSize", soc_name(), w=ep_world_size, r=ep_rank_id,
+                     e=moe_expert_num, ccl=ccl_buffer_size, tp_world=tp_world_size, shard=expert_shard_type,
+                     s_attr=shared_expert_num, shared_ranks=shared_expert_rank_num, global_bs=global_bs,
+                     z=zero_expert_num, c=copy_expert_num, q=const_expert_num, comm_alg=comm_alg, bs=ids.shape[0],
+                     h=ex_t.shape[1], k=ids.shape[1], bs_param="expert_ids", h_param="expand_x")
     if expert_scales is None:
         expert_scales = empty_weights()
     bs = ids.shape[0] if ids.ndim >= 1 else 0

@@ -14,8 +14,9 @@ import numpy as np
 
 from ..dtypes import DataType, as_datatype
 from ..errors import check_aclnn
-from ..runtime import _b
+from ..runtime import _b, soc_name
 from ..tensor import Tensor
+from ._checks import check_common
 from ._common import (
     Plan,
     Prepared,
@@ -73,16 +74,24 @@ def prepare_dispatch(
     global_bs: int = 0, expert_token_nums_type: int = 1, comm_alg: str = "",
     zero_expert_num: int = 0, copy_expert_num: int = 0, const_expert_num: int = 0,
     y_dtype: Any = None, outputs: DispatchOutputs | dict[str, Tensor] | None = None,
-    stream: Any = None, repeatable: bool = False,
+    stream: Any = None, repeatable: bool = False, precheck: bool = True,
 ) -> PreparedDispatch:
     """Phase 1 (``aclnnMoeDistributeDispatchV5GetWorkspaceSize``): convert inputs, allocate the
     outputs of SPEC §2 (or take `outputs`), size the workspace and create the executor. With
-    `repeatable`, the executor is made repeatable (``aclSetAclOpExecutorRepeatable``)."""
+    `repeatable`, the executor is made repeatable (``aclSetAclOpExecutorRepeatable``). With
+    `precheck` the attribute, size and window rules (SPEC §3.2, §9.3) are checked in Python first,
+    with the C side's wording."""
     b = _b()
     ffi, lib = b.ffi, b.lib
     xt = tensor_arg(x, stream)
     ids = tensor_arg(expert_ids, stream)
     assert xt is not None and ids is not None
+    if precheck and xt.ndim == 2 and ids.ndim == 2:
+        check_common("aclnnMoeDistributeDispatchV5GetWorkspaceSize", soc_name(), w=ep_world_size, r=ep_rank_id,
+                     e=moe_expert_num, ccl=ccl_buffer_size, tp_world=tp_world_size, shard=expert_shard_type,
+                     s_attr=shared_expert_num, shared_ranks=shared_expert_rank_num, global_bs=global_bs,
+                     z=zero_expert_num, c=copy_expert_num, q=const_expert_num, comm_alg=comm_alg, bs=xt.shape[0],
+                     h=xt.shape[1], k=ids.shape[1], bs_param="x", h_param="x")
     es = tensor_arg(expert_scales, stream)
     if isinstance(outputs, DispatchOutputs):
         outs = outputs  # the caller's buffers as they are: nothing to size or allocate
