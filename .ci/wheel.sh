@@ -10,6 +10,7 @@ REPO=$PWD
 
 PY=${PYTHON:-python3}
 WORK=${ACLNN_WHEEL_WORK:-$(mktemp -d /tmp/aclnn-py-wheel.XXXXXX)}
+[ -n "${ACLNN_WHEEL_KEEP:-}" ] || trap 'rm -rf "$WORK"' EXIT   # ACLNN_WHEEL_KEEP=1 keeps the venvs
 unset ACLNN_PY_BUILD_DIR ACLNN_PY_MOCK_ROOT ACLNN_PY_BACKEND PYTHONPATH ASCEND_HOME_PATH
 start=$(date +%s)
 
