@@ -217,9 +217,8 @@ class MoeDistributeBuffer:
     def synchronize(self, stream: Any = None) -> None:
         """Wait for `stream` (default: the current device's default stream); raises the failure of
         a kernel on it, e.g. a timeout naming the peers that never arrived."""
-        from .runtime import _b
-
         from .ops._common import keepalive
+        from .runtime import _b
 
         keepalive.flush(stream)
         errors.check_acl(_b().lib.aclrtSynchronizeStream(as_stream(stream)), "aclrtSynchronizeStream")
