@@ -178,6 +178,13 @@ def test_host_pointer_or_bad_address_as_tensor_data(acl, world):
         assert launch_raw(acl, p, workspace=mem.ptr) == PARAM_INVALID
         m = msg(acl)
         assert "input 1" in m and text in m, m
+    # a device address that is not aligned to the element size
+    mem = acl.DeviceMemory(BS * H * 2 + 64)
+    bad = acl.Tensor.from_address(mem.ptr + 1, (BS, H), "bfloat16", owner=mem)
+    p = prepare_with_x(acl, world, 0, bad)
+    ws = acl.DeviceMemory(p.workspace_size)
+    assert launch_raw(acl, p, workspace=ws.ptr) == PARAM_INVALID
+    assert "not aligned to its element size (2 bytes)" in msg(acl)
     # the context is read at phase 1: host memory there is refused at once
     ctx_host = acl.Tensor.from_address(host.ctypes.data, (4100,), np.int32, owner=host)
     assert _phase1_with(acl, world, 0, {"context": ctx_host.descriptor()}) == PARAM_INVALID

@@ -177,6 +177,16 @@ int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &sl
                         ex.op_name().c_str(), what, i, shape_str(s.desc.view).c_str(),
                         dtype_name(s.desc.dtype), why.c_str());
         }
+        // Element 0 must be naturally aligned (devices cannot load misaligned elements; the kernels
+        // read them as typed values).
+        const int bits = dtype_bits(s.desc.dtype);
+        const uintptr_t align = bits >= 8 ? static_cast<uintptr_t>(bits >= 64 ? 8 : bits / 8) : 1;
+        const uintptr_t at = reinterpret_cast<uintptr_t>(view_ptr(s.desc));
+        if (at % align != 0)
+            return fail(ACLNN_ERR_PARAM_INVALID,
+                        "%s: %s %s %zu (shape %s, %s): address %p is not aligned to its element size "
+                        "(%zu bytes)", api, ex.op_name().c_str(), what, i, shape_str(s.desc.view).c_str(),
+                        dtype_name(s.desc.dtype), reinterpret_cast<void *>(at), static_cast<size_t>(align));
     }
     return ACLNN_SUCCESS;
 }

@@ -3,7 +3,8 @@
 // Decisions:
 // * aclCreateTensor returns NULL (with a message) for: a NULL dims pointer with count > 0, a
 //   negative view or storage dim, a negative stride (views never reach below the storage base
-//   here), a negative offset, an aclDataType value that does not exist. Unknown format values are
+//   here), a negative offset, an aclDataType value that does not exist, a format outside
+//   [-1, 127] (what the aclFormat enum can hold). Unknown format values inside that range are
 //   accepted (formats are only labels to the mock). tensorData may be NULL or any address at
 //   creation time; the ops check it against the memory registry at launch.
 // * Every live tensor is in a registry, so destroyed or garbage handles are recognised without
@@ -172,6 +173,12 @@ ACLMOCK_API aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDim
     }
     if (!valid_dtype(static_cast<int>(dataType))) {
         fail(ACLNN_ERR_PARAM_INVALID, "%s: dataType %d is not an aclDataType", api, static_cast<int>(dataType));
+        return nullptr;
+    }
+    // Decision: format values beyond what the aclFormat enum can hold are refused (storing them in
+    // the descriptor would be undefined behaviour in C++); unknown values inside it are labels.
+    if (static_cast<int>(format) < ACL_FORMAT_UNDEFINED || static_cast<int>(format) > 127) {
+        fail(ACLNN_ERR_PARAM_INVALID, "%s: format %d is not an aclFormat", api, static_cast<int>(format));
         return nullptr;
     }
     if (offset < 0) {
