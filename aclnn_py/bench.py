@@ -114,7 +114,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
     from aclnn_py.ops import CombinePlan, DispatchPlan, moe_distribute_combine, moe_distribute_dispatch
     from aclnn_py.ops._common import keepalive
 
-    dev = acl.Device(rank).set_current()
+    dev = acl.Device.current()  # the launcher made rank % device_count current
     stream = dev.create_stream()
     bf16 = acl.dtypes.bfloat16
     bs, h, k, e = 1, 1024, 1, world_size
@@ -217,7 +217,7 @@ def _round_rank(rank: int, world_size: int, root: bytes, m: dict[str, int], roun
     from aclnn_py.buffer import MoeDistributeBuffer
     from aclnn_py.hccl import Communicator
 
-    dev = acl.Device(rank).set_current()
+    dev = acl.Device.current()  # the launcher made rank % device_count current
     stream = dev.create_stream()
     x, ids, w = _round_inputs(m, rank)
     bf16 = acl.dtypes.bfloat16

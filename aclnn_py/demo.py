@@ -97,11 +97,11 @@ def _rank_main(rank: int, world_size: int, root: bytes, m: Model) -> dict[str, A
     from .hccl import Communicator
     from .runtime import Device
 
-    Device(rank).set_current()
+    dev = Device.current()  # the launcher made rank % device_count current
     inp = rank_inputs(m, rank)
     with Communicator(world_size, rank, root) as comm:
         buf = MoeDistributeBuffer(comm)
-        stream = Device(rank).create_stream()
+        stream = dev.create_stream()
         t0 = time.perf_counter()
         out = buf.low_latency_dispatch(inp["x"], inp["ids"], m.experts, topk_weights=inp["weights"],
                                        x_active_mask=inp["mask"], quant_mode=m.quant_mode,
