@@ -2,6 +2,7 @@
 // the mock libraries hold (it links them), for tests and diagnostics: live allocations, streams,
 // tensors, executors and communicators; the SoC profile and poison settings; a copy executor for
 // testing the two-phase contract without the MoE ops.
+#include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
@@ -9,6 +10,7 @@
 
 #include "aclnn/executor.h"
 #include "hccl/hccl_core.h"
+#include "ops/lowp.h"
 #include "runtime/rt_core.h"
 
 namespace py = pybind11;
@@ -47,6 +49,46 @@ static void set_soc_by_name(const std::string &name) {
     } else {
         throw py::value_error("unknown SoC profile '" + name + "' (expected Ascend910_93 or Ascend950)");
     }
+}
+
+// Test hook of the 950 casts (mock/ops/lowp.h, the same inline code the kernels run).
+static moe::Fmt lowp_format(const std::string &name) {
+    if (name == "float8_e4m3fn") return moe::Fmt::E4M3;
+    if (name == "float8_e5m2") return moe::Fmt::E5M2;
+    if (name == "float4_e2m1") return moe::Fmt::E2M1;
+    if (name == "float4_e1m2") return moe::Fmt::E1M2;
+    if (name == "hifloat8") return moe::Fmt::HiF8;
+    if (name == "float8_e8m0") return moe::Fmt::None;
+    throw py::value_error("unknown low-precision format '" + name + "'");
+}
+
+static py::array_t<uint8_t> lowp_encode(const std::string &name, py::array_t<float, py::array::c_style | py::array::forcecast> x,
+                                        bool saturate) {
+    const moe::Fmt f = lowp_format(name);
+    if (f == moe::Fmt::None) throw py::value_error("lowp_encode: float8_e8m0 has no encoder here");
+    if (!saturate && (f == moe::Fmt::E2M1 || f == moe::Fmt::E1M2))
+        throw py::value_error("lowp_encode: fp4 casts must saturate");
+    if (saturate && f == moe::Fmt::HiF8) throw py::value_error("lowp_encode: the HiF8 cast does not saturate");
+    py::array_t<uint8_t> out(x.request().shape);
+    const float *src = x.data();
+    uint8_t *dst = out.mutable_data();
+    const py::ssize_t n = x.size();
+    {
+        py::gil_scoped_release nogil;
+        for (py::ssize_t i = 0; i < n; ++i) dst[i] = moe::encode_fmt(f, src[i], saturate);
+    }
+    return out;
+}
+
+static py::array_t<float> lowp_decode(const std::string &name, py::array_t<uint8_t, py::array::c_style | py::array::forcecast> c) {
+    const moe::Fmt f = lowp_format(name);
+    if (f == moe::Fmt::HiF8) throw py::value_error("lowp_decode: the mock never decodes HiF8");
+    py::array_t<float> out(c.request().shape);
+    const uint8_t *src = c.data();
+    float *dst = out.mutable_data();
+    for (py::ssize_t i = 0; i < c.size(); ++i)
+        dst[i] = f == moe::Fmt::None ? moe::e8m0_to_f32(src[i]) : moe::decode_fmt(f, src[i]);
+    return out;
 }
 
 PYBIND11_MODULE(_mock, m) {
@@ -115,4 +157,9 @@ PYBIND11_MODULE(_mock, m) {
         },
         py::arg("executor"), py::arg("workspace"), py::arg("workspace_size"), py::arg("stream") = 0,
         "Phase 2 of the test copy op; returns the aclnnStatus.");
+    m.def("lowp_encode", &lowp_encode, py::arg("format"), py::arg("values"), py::arg("saturate"),
+          "Test hook: float32 values -> codes (uint8) with the mock's 950 cast of `format` (float8_e4m3fn, "
+          "float8_e5m2, float4_e2m1, float4_e1m2: RNE, saturating or not; hifloat8: ties away, saturate=False).");
+    m.def("lowp_decode", &lowp_decode, py::arg("format"), py::arg("codes"),
+          "Test hook: codes -> float32 with the mock's decoder (fp8 / fp4 formats and float8_e8m0).");
 }

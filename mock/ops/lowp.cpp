@@ -1,0 +1,168 @@
+// Row kernels of the Ascend 950 quantisation modes; see lowp.h. Plain loops over H with selects
+// (no data-dependent branches inside the element loops) so GCC vectorises them; -ffp-contract=off
+// keeps every multiply separately rounded (SPEC §0).
+#include "ops/lowp.h"
+
+#include <cstring>
+
+#pragma GCC optimize("vect-cost-model=dynamic")
+
+namespace aclmock {
+namespace moe {
+
+namespace {
+
+template <bool BF16>
+inline float cvt_in(uint16_t v) { return BF16 ? bf16_to_f32(v) : fp16_to_f32(v); }
+
+template <bool BF16>
+void load_row(const uint16_t *__restrict x, const float *__restrict smooth, float *__restrict t, int64_t H) {
+    for (int64_t h = 0; h < H; ++h) t[h] = cvt_in<BF16>(x[h]);
+    if (smooth)
+        for (int64_t h = 0; h < H; ++h) t[h] = t[h] * smooth[h];
+}
+void load(const uint16_t *x, bool bf16, const float *smooth, float *t, int64_t H) {
+    bf16 ? load_row<true>(x, smooth, t, H) : load_row<false>(x, smooth, t, H);
+}
+
+inline uint32_t exp_field(float v) { return (f2u(v) >> 23) & 0xffu; }
+
+template <class F>
+void encode_nosat(const float *__restrict y, float ds, uint8_t *__restrict c, int64_t n) {
+    for (int64_t h = 0; h < n; ++h) {
+        float p = y[h] * ds;
+        c[h] = mf_encode<F, false>(p);
+    }
+}
+
+template <class F, bool BF16>
+void mx_row_t(const float *__restrict t, const uint8_t *__restrict e8, uint8_t *__restrict c, int64_t H) {
+    // x * 2^(127 - e8m0): a float32 multiply; bf16 rows round the product to bf16 (SPEC §4.6 mode 4
+    // step 4); then the saturating RNE cast. A 0xFF block (inf/NaN inside) gets code 0.
+    for (int64_t h = 0; h < H; ++h) {
+        const uint32_t s = e8[h >> 5];
+        const float mult = pow2f(127 - int32_t(s == 0xff ? 127u : s));
+        float p = t[h] * mult;
+        if (BF16) p = bf16_to_f32(f32_to_bf16(p));
+        const uint8_t q = mf_encode<F, true>(p);
+        c[h] = s == 0xff ? uint8_t(0) : q;
+    }
+}
+
+template <class F>
+void mx_codes(const float *t, const uint8_t *e8, bool bf16, uint8_t *c, int64_t H) {
+    bf16 ? mx_row_t<F, true>(t, e8, c, H) : mx_row_t<F, false>(t, e8, c, H);
+}
+
+template <class F, bool BF16>
+void mx_dequant_t(const uint8_t *__restrict c, const uint8_t *__restrict e8, float *__restrict v, int64_t H) {
+    for (int64_t h = 0; h < H; ++h) {
+        const float d = mf_decode<F>(c[h]) * e8m0_to_f32(e8[h >> 5]);   // exact (a power of two)
+        v[h] = BF16 ? bf16_to_f32(f32_to_bf16(d)) : fp16_to_f32(f32_to_fp16(d));
+    }
+}
+
+}  // namespace
+
+void static_quant_row(const uint16_t *x, bool bf16, const float *scale, bool scalar, Fmt fmt, uint8_t *out,
+                      float *tmp, int64_t H) {
+    load(x, bf16, nullptr, tmp, H);
+    if (scalar) {
+        const float s = scale[0];
+        for (int64_t h = 0; h < H; ++h) tmp[h] = tmp[h] * s;
+    } else {
+        for (int64_t h = 0; h < H; ++h) tmp[h] = tmp[h] * scale[h];
+    }
+    if (fmt == Fmt::HiF8) {
+        for (int64_t h = 0; h < H; ++h) out[h] = hif8_encode(tmp[h]);
+        return;
+    }
+    // int8: rint, saturating to [-128, 127] (clamping first is the same for integral bounds); NaN -> 0
+    int8_t *q = reinterpret_cast<int8_t *>(out);
+    for (int64_t h = 0; h < H; ++h) {
+        float y = tmp[h];
+        y = y != y ? 0.0f : y;
+        y = y > 127.0f ? 127.0f : (y < -128.0f ? -128.0f : y);
+        q[h] = int8_t(int32_t(rint_small(y)));
+    }
+}
+
+void fp8_dynamic_row(const uint16_t *x, bool bf16, const float *smooth, Fmt fmt, int64_t group, uint8_t *codes,
+                     float *scales, float *tmp, int64_t H) {
+    load(x, bf16, smooth, tmp, H);
+    const float fmax = fp8_max(fmt);
+    const int64_t ng = (H + group - 1) / group;
+    for (int64_t g = 0; g < ng; ++g) {
+        const int64_t lo = g * group, hi = lo + group < H ? lo + group : H;
+        float m = 0.0f;   // the zero padding of the tail group only enters the max
+        for (int64_t h = lo; h < hi; ++h) {
+            const float a = u2f(f2u(tmp[h]) & 0x7fffffffu);
+            m = a > m ? a : m;
+        }
+        const float ds = fmax / m;
+        scales[g] = 1.0f / ds;
+        if (!(ds <= 3.4028234663852886e38f)) {
+            // max 0 (or fmax/max overflowing): ds = +inf, scale 1/ds = 0, codes +0 (SPEC §0)
+            std::memset(codes + lo, 0, size_t(hi - lo));
+            continue;
+        }
+        if (fmt == Fmt::E4M3)
+            encode_nosat<E4M3T>(tmp + lo, ds, codes + lo, hi - lo);
+        else
+            encode_nosat<E5M2T>(tmp + lo, ds, codes + lo, hi - lo);
+    }
+}
+
+void mx_quant_row(const uint16_t *x, bool bf16, Fmt fmt, bool clip, uint8_t *codes, uint8_t *e8, float *tmp,
+                  int64_t H) {
+    const int64_t nb = mx_blocks(H);
+    load(x, bf16, nullptr, tmp, H);
+    uint8_t *c = reinterpret_cast<uint8_t *>(tmp + align_up(uint64_t(H), 128));   // unpacked codes
+    const int32_t emax = fmt_emax(fmt);
+    const float inv = 1.0f / fp8_max(fmt);   // mode 5: the float32-rounded reciprocal
+    const float floor_t = float(1e-4);        // float32(1e-4), rounded from the double like numpy
+    for (int64_t b = 0; b < nb; ++b) {
+        const int64_t lo = b * 32, hi = lo + 32 < H ? lo + 32 : H;   // the tail's zero padding adds nothing
+        uint32_t ef = 0;
+        float amax = 0.0f;
+        for (int64_t h = lo; h < hi; ++h) {
+            const uint32_t f = exp_field(tmp[h]);
+            ef = f > ef ? f : ef;
+            const float a = u2f(f2u(tmp[h]) & 0x7fffffffu);
+            amax = a > amax ? a : amax;
+        }
+        uint32_t s;
+        if (ef == 255) {
+            s = 255;                                                    // inf / NaN in the block
+        } else if (!clip) {
+            s = int32_t(ef) > emax ? ef - uint32_t(emax) : 0;          // SPEC §4.6 mode 4 step 3
+        } else if (amax == 0.0f) {
+            s = 0;
+        } else {                                                        // SPEC §4.6 mode 5 step 3
+            const float t = (amax > floor_t ? amax : floor_t) * inv;
+            const uint32_t tb = f2u(t), ex = (tb >> 23) & 0xffu, mn = tb & 0x7fffffu;
+            const bool up = (ex > 0 && ex < 254 && mn > 0) || (ex == 0 && mn > 0x400000u);
+            s = ex + (up ? 1u : 0u);
+        }
+        e8[b] = uint8_t(s);
+    }
+    switch (fmt) {
+    case Fmt::E4M3: mx_codes<E4M3T>(tmp, e8, bf16, codes, H); break;
+    case Fmt::E5M2: mx_codes<E5M2T>(tmp, e8, bf16, codes, H); break;
+    case Fmt::E2M1: mx_codes<E2M1T>(tmp, e8, bf16, c, H); break;
+    case Fmt::E1M2: mx_codes<E1M2T>(tmp, e8, bf16, c, H); break;
+    default: break;
+    }
+    if (is_fp4(fmt))
+        for (int64_t i = 0; i < H / 2; ++i) codes[i] = uint8_t((c[2 * i] & 0x0f) | ((c[2 * i + 1] & 0x0f) << 4));
+}
+
+void mx_dequant_row(const uint8_t *codes, const uint8_t *e8, Fmt fmt, bool bf16, float *v, int64_t H) {
+    if (fmt == Fmt::E4M3)
+        bf16 ? mx_dequant_t<E4M3T, true>(codes, e8, v, H) : mx_dequant_t<E4M3T, false>(codes, e8, v, H);
+    else
+        bf16 ? mx_dequant_t<E5M2T, true>(codes, e8, v, H) : mx_dequant_t<E5M2T, false>(codes, e8, v, H);
+}
+
+}  // namespace moe
+}  // namespace aclmock
