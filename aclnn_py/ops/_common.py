@@ -85,12 +85,16 @@ class WorkspacePool:
         if size == 0:
             return None
         key = stream_key(stream)
+        if key == 0:  # the NULL handle names each device's own default stream: one block per device
+            from ..runtime import Device
+
+            key = -1 - Device.current().id
         with self._lock:
             mem = self._blocks.get(key)
             if mem is not None and mem.size >= size:
                 return mem
         if mem is not None:
-            Stream.from_handle(key).synchronize() if key else Stream.default().synchronize()
+            Stream.from_handle(key).synchronize() if key > 0 else Stream.default().synchronize()
             mem.close()
         mem = DeviceMemory(size)
         with self._lock:
