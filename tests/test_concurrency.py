@@ -12,9 +12,8 @@ import os
 import threading
 import time
 
-import pytest
-
 import fault_ranks as fr
+import pytest
 
 ROUNDS = int(os.environ.get("ACLNN_SOAK_ROUNDS", "1000"))
 
@@ -71,7 +70,7 @@ def _serial(acl, seed: int) -> dict:
     acl.Device(0).set_current()
     try:
         disp = []
-        for r, (comm, ctx, ccl) in enumerate(world):
+        for r, (_comm, ctx, ccl) in enumerate(world):
             x, ids, w = fr.inputs(r, seed)
             p = prepare_dispatch(ctx, x, ids, ep_world_size=2, ep_rank_id=r, moe_expert_num=fr.E,
                                  ccl_buffer_size=ccl, stream=streams[r])
@@ -80,7 +79,7 @@ def _serial(acl, seed: int) -> dict:
         for s in streams:
             s.synchronize()
         comb = []
-        for r, (comm, ctx, ccl) in enumerate(world):
+        for r, (_comm, ctx, ccl) in enumerate(world):
             p, ids, w = disp[r]
             o = p.result
             q = prepare_combine(ctx, o.expand_x, ids, o.assist_info_for_combine, o.ep_recv_counts, w,

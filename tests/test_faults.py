@@ -14,9 +14,8 @@ import signal
 import struct
 import time
 
-import pytest
-
 import fault_ranks as fr
+import pytest
 
 TIMEOUT = 1.0            # HCCL_EXEC_TIMEOUT of these tests (s)
 MARGIN = 1.5             # what a survivor may take beyond it
