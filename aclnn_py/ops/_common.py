@@ -73,6 +73,17 @@ def rows_capacity(ep_world_size: int, ep_rank_id: int, moe_expert_num: int, shar
     return g * min(l_, topk)
 
 
+def stream_identity(stream: Any) -> int:
+    """A key naming one stream of the process: its handle, or for the default stream (the NULL
+    handle, which names each device's own default stream) -1 - the current device."""
+    key = stream_key(stream)
+    if key == 0:
+        from ..runtime import Device
+
+        key = -1 - Device.current().id
+    return key
+
+
 class WorkspacePool:
     """One growing workspace per (thread, stream): consecutive launches on a stream are ordered, so
     they may share it. Growing synchronises the stream before the old block is freed."""
@@ -84,11 +95,7 @@ class WorkspacePool:
     def get(self, size: int, stream: Any) -> DeviceMemory | None:
         if size == 0:
             return None
-        key = stream_key(stream)
-        if key == 0:  # the NULL handle names each device's own default stream: one block per device
-            from ..runtime import Device
-
-            key = -1 - Device.current().id
+        key = stream_identity(stream)
         with self._lock:
             mem = self._blocks.get(key)
             if mem is not None and mem.size >= size:
@@ -130,7 +137,7 @@ class KeepAlive:
         self._free_events: list[Any] = []
 
     def hold(self, stream: Any, objects: Any) -> None:
-        key = stream_key(stream)
+        key = stream_identity(stream)
         with self._lock:
             group = self._open.setdefault(key, [])
             group.append(objects)
@@ -140,7 +147,7 @@ class KeepAlive:
 
     def flush(self, stream: Any) -> None:
         """Close `stream`'s open group now (release happens once the stream passes this point)."""
-        key = stream_key(stream)
+        key = stream_identity(stream)
         with self._lock:
             has_open = bool(self._open.get(key))
         if has_open:
