@@ -336,15 +336,7 @@ def soc950(mock):
     mock.set_soc("Ascend910_93")
 
 
-def test_950_features_not_yet_supported(world, soc950):
-    for q in (1, 3, 4, 5):
-        expect(DispatchCall(world, quant=q), INVALID, f"quant_mode: {q} is not supported by the mock yet on Ascend950")
-    expect(DispatchCall(world, quant=6), INVALID, "quant_mode: must be in [0, 5] on Ascend950 (got 6)")
-    expect(_c(world, x=RawDesc((4, 1024), 36)), INVALID, "x: low-precision inputs are not supported by the mock yet")
-    expect(_c(world, elastic_info=np.zeros(8, np.int32)), INVALID,
-           "elastic_info: is not supported by the mock yet on Ascend950")
-    expect(_c(world, performance_info=np.zeros(2, np.int64)), INVALID,
-           "performance_info: is not supported by the mock yet on Ascend950")
+# every 950-only rule and every A3 refusal of a 950 feature: tests/test_moe_checks_950.py
 
 
 def test_950_limits(world, soc950):

@@ -48,10 +48,34 @@ class DispatchOutputs(NamedTuple):
 
 
 def expand_x_dtype(x_dtype: DataType, quant_mode: int, y_dtype: Any = None) -> DataType:
-    """expand_x's type: x's for quant 0, int8 otherwise; y_dtype overrides (SPEC §10.4)."""
+    """expand_x's type: x's for quant 0, int8 otherwise; y_dtype overrides (SPEC §10.4, §1.1: the
+    operator reads y_dtype from expand_x's dtype). ``y_dtype`` is an :class:`~aclnn_py.DataType`
+    (or its aclDataType int), a numpy / ml_dtypes dtype, or a DataType name ("HIFLOAT8",
+    "float4_e2m1", ...): HiFloat8 and the fp4 types have no numpy dtype of their own (SPEC §0)."""
     if y_dtype is not None:
+        if isinstance(y_dtype, str) and y_dtype.upper() in DataType.__members__:
+            return DataType[y_dtype.upper()]
         return as_datatype(y_dtype)
     return x_dtype if quant_mode == 0 else DataType.INT8
+
+
+_LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E5M2, DataType.FLOAT4_E2M1,
+                    DataType.FLOAT4_E1M2)
+
+
+def dynamic_scales_layout(a: int, h: int, quant_mode: int, x_dtype: DataType,
+                          scales: Tensor | None) -> tuple[tuple[int, ...], DataType]:
+    """(shape, dtype) of dynamic_scales (SPEC §2, §4.6, §10.4): (A,) float32 for modes 0-2, (A, ceil(H/128))
+    float32 for mode 3, (A, align2(ceil(H/32))) e8m0 bytes for the MX modes 4 / 5, and (A, dim1) in
+    the scales' dtype for quant 0 with a low-precision x (its per-token scales are forwarded)."""
+    if quant_mode == 3:
+        return (a, -(-h // 128)), DataType.FLOAT
+    if quant_mode in (4, 5):
+        nb = -(-h // 32)
+        return (a, nb + (nb & 1)), DataType.FLOAT8_E8M0
+    if quant_mode == 0 and x_dtype in _LOW_PRECISION_X and scales is not None and scales.ndim == 2:
+        return (a, scales.shape[1]), scales.dtype
+    return (a,), DataType.FLOAT
 
 
 class PreparedDispatch(Prepared):
@@ -93,14 +117,16 @@ def prepare_dispatch(
                      z=zero_expert_num, c=copy_expert_num, q=const_expert_num, comm_alg=comm_alg, bs=xt.shape[0],
                      h=xt.shape[1], k=ids.shape[1], bs_param="x", h_param="x")
     es = tensor_arg(expert_scales, stream)
+    sc = tensor_arg(scales, stream)
+    el = tensor_arg(elastic_info, stream)
     if isinstance(outputs, DispatchOutputs):
         outs = outputs  # the caller's buffers as they are: nothing to size or allocate
     else:
         outs = _allocate_outputs(xt, ids, es, outputs or {}, ep_world_size, ep_rank_id, moe_expert_num,
                                  shared_expert_num, shared_expert_rank_num, global_bs, quant_mode, tp_world_size,
-                                 y_dtype)
-    ins = [context, xt, ids, tensor_arg(scales, stream), tensor_arg(x_active_mask, stream, np.bool_), es,
-           tensor_arg(elastic_info, stream), tensor_arg(performance_info, stream)]
+                                 y_dtype, sc, el is not None)
+    ins = [context, xt, ids, sc, tensor_arg(x_active_mask, stream, np.bool_), es, el,
+           tensor_arg(performance_info, stream)]
     ws, ex = executor_cells()
     ret = lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
         *[desc(t) for t in ins],
@@ -118,18 +144,31 @@ def prepare_dispatch(
 
 def _allocate_outputs(xt: Tensor, ids: Tensor, es: Tensor | None, given: dict[str, Tensor], ep_world_size: int,
                       ep_rank_id: int, moe_expert_num: int, shared_expert_num: int, shared_expert_rank_num: int,
-                      global_bs: int, quant_mode: int, tp_world_size: int, y_dtype: Any) -> DispatchOutputs:
-    """The outputs of SPEC §2 (caller-provided ones in `given` are used as they are)."""
+                      global_bs: int, quant_mode: int, tp_world_size: int, y_dtype: Any,
+                      scales: Tensor | None = None, elastic: bool = False) -> DispatchOutputs:
+    """The outputs of SPEC §2 (caller-provided ones in `given` are used as they are). expand_x is
+    (A, H) elements of its type (a packed fp4 expand_x is (A, H/2) bytes on the device, SPEC §0);
+    dynamic_scales as :func:`dynamic_scales_layout`. With elastic_info (Ascend950, SPEC §2, §4.7)
+    every rank may serve either role: A = max(shared, MoE formula), L entries of expert_token_nums,
+    W*L of ep_recv_counts."""
     bs = xt.shape[0] if xt.ndim >= 1 else 0
     h = xt.shape[1] if xt.ndim >= 2 else 0
     k = ids.shape[1] if ids.ndim >= 2 else 0
-    a = rows_capacity(ep_world_size, ep_rank_id, moe_expert_num, shared_expert_num, shared_expert_rank_num,
-                      global_bs, bs, k)
-    lnum = local_expert_num(ep_world_size, ep_rank_id, moe_expert_num, shared_expert_rank_num)
+    w, r = ep_world_size, shared_expert_rank_num
+    if elastic and 0 <= r < w:
+        moe_a = rows_capacity(w, w - 1, moe_expert_num, shared_expert_num, r, global_bs, bs, k)
+        shared_a = (rows_capacity(w, 0, moe_expert_num, shared_expert_num, r, global_bs, bs, k)
+                    if r > 0 else 0)
+        a = max(moe_a, shared_a)
+        lnum = local_expert_num(w, w - 1, moe_expert_num, r)
+    else:
+        a = rows_capacity(w, ep_rank_id, moe_expert_num, shared_expert_num, r, global_bs, bs, k)
+        lnum = local_expert_num(w, ep_rank_id, moe_expert_num, r)
     has_es = es is not None and all(d > 0 for d in es.shape)
+    ds_shape, ds_dtype = dynamic_scales_layout(a, h, quant_mode, xt.dtype, scales)
     return DispatchOutputs(
         expand_x=out_tensor(given.get("expand_x"), (a, h), expand_x_dtype(xt.dtype, quant_mode, y_dtype)),
-        dynamic_scales=out_tensor(given.get("dynamic_scales"), (a,), DataType.FLOAT),
+        dynamic_scales=out_tensor(given.get("dynamic_scales"), ds_shape, ds_dtype),
         assist_info_for_combine=out_tensor(given.get("assist_info_for_combine"), (max(bs * k, a * 128),),
                                            DataType.INT32),
         expert_token_nums=out_tensor(given.get("expert_token_nums"), (lnum,), DataType.INT64),

@@ -1,9 +1,14 @@
 // aclnnMoeDistributeCombineV5 on the mock (SPEC §1.2, §5, §6; window layout in moe_window.h).
+// Ascend950 profile (SPEC §6.3, §4.7): comm quant 3 / 4 (MXFP8 e5m2 / e4m3fn, block 32, e8m0
+// scales; golden.py choice 8), the fused int8 dequantisation (the same values as A3, choice 9),
+// elastic_info (choice 10) and performance_info.
 #include <cinttypes>
 #include <cstring>
 #include <memory>
+#include <vector>
 
 #include "aclnnop/aclnn_moe_distribute_combine_v5.h"
+#include "ops/lowp.h"
 #include "ops/moe_checks.h"
 #include "ops/numerics.h"
 
@@ -29,6 +34,8 @@ struct CombineParams : MoeParams {
     int mask_dims = 0;
     bool has_shared_x = false;
     int64_t expand_rows = 0;       // expand_x dim0
+    bool has_elastic = false;
+    bool has_perf = false;
 };
 
 class CombineExecutor final : public Executor {
@@ -66,6 +73,7 @@ int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &o
     const Layout lay = make_layout(W, p.L, maxBs, H, K, S, p.fullmesh_v2);
     const uint64_t tc = lay.tc, coff = lay.combine_offset;
     const uint64_t qsoff = comm_quant_scale_offset(H);
+    const Fmt mxfmt = p.comm_quant == 3 ? Fmt::E5M2 : Fmt::E4M3;   // comm quant 3 / 4 (SPEC §5)
 
     const uint16_t *ex = ptr<const uint16_t>(in, kExpandX);
     const int32_t *ids = ptr<const int32_t>(in, kIds);
@@ -89,10 +97,14 @@ int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &o
 
     // ---- send phase (SPEC §6.1) ------------------------------------------------------------------
     std::string err;
-    int64_t N = send_counts[p.recv_slots - 1];
+    // elastic_info (SPEC §4.7): this physical rank's role (and so its row count) is its logical rank's
+    std::vector<int32_t> table, logical;
+    elastic_table(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &table, &logical, &err);
+    const int64_t recv_slots = logical[size_t(r)] < p.R ? W : W * p.L;
+    int64_t N = send_counts[recv_slots - 1];
     if (N < 0 || N > p.expand_rows) {
         err = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is outside [0, expand_x dim 0 = %" PRId64 "]",
-                     p.recv_slots - 1, N, p.expand_rows);
+                     recv_slots - 1, N, p.expand_rows);
         N = N < 0 ? 0 : p.expand_rows;
     }
     for (int64_t i = 0; i < N; ++i) {
@@ -108,8 +120,11 @@ int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &o
         const uint16_t *row = ex + i * H;
         if (p.comm_quant == 0) {
             std::memcpy(d, row, size_t(H) * 2);
-        } else {
+        } else if (p.comm_quant == 2) {
             comm_quant_row(row, bf16, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff), tmp, H);
+        } else {
+            // MXFP8: H codes, then ceil(H/32) e8m0 bytes at align(H, 32)
+            mx_quant_row(row, bf16, mxfmt, false, d, d + qsoff, tmp, H);
         }
         ++sendcnt[src];
     }
@@ -117,13 +132,19 @@ int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &o
     static const char *const names[] = {"ep_world_size", "moe_expert_num", "maxBs (global_bs / ep_world_size)",
                                          "K (expert_ids dim 1)", "H (expand_x dim 1)", "shared_expert_num",
                                          "shared_expert_rank_num", "comm_quant_mode", "zero_expert_num",
-                                         "copy_expert_num", "const_expert_num", "expand_x dtype", "comm_alg"};
+                                         "copy_expert_num", "const_expert_num", "expand_x dtype", "comm_alg",
+                                         "elastic_info (2 + 4 * a hash of its table)"};
     const int64_t fields[] = {W, E, maxBs, K, H, S, p.R, p.comm_quant, p.Z, p.C, p.Q, int64_t(p.dtype),
-                              int64_t(p.alg_code)};
+                              int64_t(p.alg_code), p.has_elastic ? 2 + 4 * table_hash(table) : 0};
     constexpr uint32_t nf = sizeof(fields) / sizeof(fields[0]);
     static_assert(nf <= hccl::kMailboxFields, "mailbox fields");
+    const uint64_t stamps = perf_stamp_offset(lay);
+    if (p.soc950)
+        for (int64_t m = 0; m < W; ++m) write_perf_stamp(comm->data_half(uint32_t(m), half) + stamps, r);
     for (int64_t m = 0; m < W; ++m) comm->publish(uint32_t(m), seq, hccl::kTagCombine, fields, nf);
+    const int64_t t_ready = monotonic_ns();
     if (int rc = comm->wait_all(seq, hccl::kTagCombine, fields, names, nf, kOp)) return rc;
+    if (p.has_perf) add_perf(ptr<int64_t>(in, kPerf), comm->data_half(uint32_t(r), half) + stamps, W, t_ready);
 
     // ---- receive and reduce (SPEC §6.2) ---------------------------------------------------------
     const int32_t *mc = comm->mailbox(uint32_t(r), half)->counts;
@@ -146,8 +167,13 @@ int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &o
             const uint16_t *row = reinterpret_cast<const uint16_t *>(s);
             weighted ? acc_add_row_w(acc, row, bf16, wt, H) : acc_add_row(acc, row, bf16, H);
         } else {
-            comm_dequant_row(reinterpret_cast<const int8_t *>(s), reinterpret_cast<const uint16_t *>(s + qsoff), bf16,
-                             tmp, H);
+            // dequantised, rounded to the row dtype, then weighted in fp32 (SPEC §6.3; on the 950 the
+            // int8 dequantisation is fused with the weighting in this order, golden choice 9)
+            if (p.comm_quant == 2)
+                comm_dequant_row(reinterpret_cast<const int8_t *>(s), reinterpret_cast<const uint16_t *>(s + qsoff),
+                                 bf16, tmp, H);
+            else
+                mx_dequant_row(s, s + qsoff, mxfmt, bf16, tmp, H);
             weighted ? acc_add_f32_w(acc, tmp, wt, H) : acc_add_f32(acc, tmp, H);
         }
     };
@@ -255,10 +281,7 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5GetWorkspaceSize(
     p.comm_quant = commQuantMode;
     if (int rc = check_attrs(p)) return rc;
     if (p.soc950) {
-        if (p.comm_quant == 3 || p.comm_quant == 4)
-            return bad("comm_quant_mode", "%" PRId64 " (MXFP8) is not supported by the mock yet on Ascend950, "
-                       "only 0 and 2 (got %" PRId64 ")", p.comm_quant, p.comm_quant);
-        if (p.comm_quant != 0 && p.comm_quant != 2)
+        if (p.comm_quant != 0 && p.comm_quant != 2 && p.comm_quant != 3 && p.comm_quant != 4)
             return bad("comm_quant_mode", "must be 0, 2, 3 or 4 on Ascend950 (got %" PRId64 ")", p.comm_quant);
     } else if (p.comm_quant != 0 && p.comm_quant != 2) {
         return bad("comm_quant_mode", "must be 0 or 2 on Ascend910_93 (got %" PRId64 ")", p.comm_quant);
@@ -279,6 +302,10 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5GetWorkspaceSize(
     p.K = expertIds->view[1];
     p.H = expandX->view[1];
     if (int rc = check_sizes(p, "expert_ids", "expand_x")) return rc;
+    // 950: elastic_info makes A the larger of both roles' (SPEC §2); A3 refuses both further down
+    if (int rc = check_elastic_perf(elasticInfoOptional, performanceInfoOptional, p)) return rc;
+    p.has_elastic = p.soc950 && elasticInfoOptional != nullptr;
+    p.has_perf = p.soc950 && performanceInfoOptional != nullptr;
     if (expandX->view[0] < p.A)
         return bad("expand_x", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, expandX->view[0]);
     p.expand_rows = expandX->view[0];
@@ -291,7 +318,7 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5GetWorkspaceSize(
     if (int rc = check_rank(epSendCounts, "ep_send_counts", 1)) return rc;
     if (epSendCounts->view[0] < p.recv_slots)
         return bad("ep_send_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
-                   p.shared_rank ? "ep_world_size on a shared-expert rank" : "ep_world_size * L", p.recv_slots,
+                   p.shared_rank && !p.has_elastic ? "ep_world_size on a shared-expert rank" : "ep_world_size * L", p.recv_slots,
                    epSendCounts->view[0]);
     if (int rc = check_dtype(expertScales, "expert_scales", f32, 1)) return rc;
     if (no_zero_dim(expertScales)) {

@@ -1,11 +1,13 @@
 // Shared parameter rules of the mock MoE ops; see moe_checks.h.
 #include "ops/moe_checks.h"
+#include "ops/lowp.h"
 #include "ops/numerics.h"
 
 #include <cinttypes>
 #include <climits>
 #include <cstdarg>
 #include <cstring>
+#include <ctime>
 
 namespace aclmock {
 namespace moe {
@@ -203,10 +205,90 @@ int check_mask(const aclTensor *mask, const MoeParams &p) {
 }
 
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p) {
-    if (!t) return 0;
-    if (p.soc950)
-        return bad(param, "is not supported by the mock yet on Ascend950 (got a %s tensor)", dims_str(t).c_str());
+    if (!t || p.soc950) return 0;
     return bad(param, "is reserved on Ascend910_93 and must be NULL (got a %s tensor)", dims_str(t).c_str());
+}
+
+int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p) {
+    static const aclDataType i32[] = {ACL_INT32};
+    static const aclDataType i64[] = {ACL_INT64};
+    if (!p.soc950) return 0;   // A3: reserved (check_reserved)
+    if (elastic) {
+        if (int rc = check_dtype(elastic, "elastic_info", i32, 1)) return rc;
+        if (elastic->view.size() != 1 || elastic->view[0] != 4 + 2 * p.W)
+            return bad("elastic_info", "shape must be (4 + 2 * ep_world_size,) = (%" PRId64 ",) (got %s)",
+                       4 + 2 * p.W, dims_str(elastic).c_str());
+        const int64_t shared_a = p.S > 0 ? p.maxBs * ((p.W + p.P - 1) / p.P) : 0;
+        const int64_t moe_a = p.G * (p.L < p.K ? p.L : p.K);
+        p.A = shared_a > moe_a ? shared_a : moe_a;
+        p.local_experts = p.L;
+        p.recv_slots = p.W * p.L;
+    }
+    if (perf) {
+        if (int rc = check_dtype(perf, "performance_info", i64, 1)) return rc;
+        if (perf->view.size() != 1 || perf->view[0] != p.W)
+            return bad("performance_info", "shape must be (ep_world_size,) = (%" PRId64 ",) (got %s)", p.W,
+                       dims_str(perf).c_str());
+    }
+    return 0;
+}
+
+void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
+                   std::vector<int32_t> *logical, std::string *err) {
+    const int64_t W = p.W;
+    table->resize(size_t(W));
+    logical->assign(size_t(W), -1);
+    for (int64_t i = 0; i < W; ++i) (*table)[size_t(i)] = int32_t(i);
+    if (!info || info[0] == 0) {
+        *logical = *table;
+        return;
+    }
+    std::string e;
+    if (info[1] != W || info[2] != p.R || info[3] != p.E) {
+        e = format("elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, moe_expert_num "
+                   "(got %d, %d, %d vs %" PRId64 ", %" PRId64 ", %" PRId64 "; the mock models a re-mapping of "
+                   "the same world)", info[1], info[2], info[3], W, p.R, p.E);
+    } else {
+        for (int64_t l = 0; l < W && e.empty(); ++l) {
+            const int32_t ph = info[4 + W + l];
+            if (ph < 0 || ph >= W || (*logical)[size_t(ph)] >= 0)
+                e = format("elastic_info: the rank table [4+W, 4+2W) must be a permutation of 0..%" PRId64
+                           " (entry %" PRId64 " is %d)", W - 1, l, ph);
+            else
+                (*logical)[size_t(ph)] = int32_t(l);
+        }
+    }
+    if (!e.empty()) {
+        if (err->empty()) *err = e;
+        *logical = *table;
+        return;
+    }
+    for (int64_t l = 0; l < W; ++l) (*table)[size_t(l)] = info[4 + W + l];
+}
+
+int64_t table_hash(const std::vector<int32_t> &table) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t v : table) h = (h ^ uint64_t(uint32_t(v))) * 1099511628211ull;
+    return int64_t(h & 0xfffffull);
+}
+
+int64_t monotonic_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void write_perf_stamp(uint8_t *area, int64_t src) {
+    const int64_t now = monotonic_ns();
+    std::memcpy(area + uint64_t(src) * 512, &now, 8);
+}
+
+void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready) {
+    for (int64_t src = 0; src < W; ++src) {
+        int64_t stamp;
+        std::memcpy(&stamp, area + uint64_t(src) * 512, 8);
+        perf[src] += stamp > t_ready ? (stamp - t_ready) / 1000 : 0;
+    }
 }
 
 namespace {
@@ -301,8 +383,9 @@ DispatchWs dispatch_ws(const MoeParams &p) {
     DispatchWs w;
     w.counts = 0;
     w.qrow = align_up(uint64_t(p.E > 0 ? p.E : 1) * 4, 64);
-    w.tmp = w.qrow + align_up(uint64_t(p.H), 64);
-    w.total = w.tmp + uint64_t(p.H) * 4;
+    // one staged window row payload (+ the 4-byte dynamic scale after it)
+    w.tmp = w.qrow + align_up(dispatch_payload_bytes(p.H) + kScaleSlotBytes, 64);
+    w.total = w.tmp + lowp_tmp_floats(p.H) * 4;
     return w;
 }
 
@@ -311,7 +394,8 @@ CombineWs combine_ws(const MoeParams &p) {
     w.sendcnt = 0;
     w.acc = align_up(uint64_t(p.W) * 4, 64);
     w.tmp = w.acc + align_up(uint64_t(p.H) * 4, 64);
-    w.total = w.tmp + comm_quant_tmp_floats(p.H) * 4;   // >= H floats (dequantised / const rows)
+    const uint64_t a = comm_quant_tmp_floats(p.H), b = lowp_tmp_floats(p.H);
+    w.total = w.tmp + (a > b ? a : b) * 4;   // >= H floats (dequantised / const rows, MX scratch)
     return w;
 }
 

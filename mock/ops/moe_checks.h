@@ -73,8 +73,30 @@ int check_attrs(MoeParams &p);
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param);
 // x_active_mask: bool, (BS,) or (BS,K), and no uneven BS (SPEC §3.1).
 int check_mask(const aclTensor *mask, const MoeParams &p);
-// A3: must be NULL (reserved); 950: not supported by the mock yet.
+// A3: must be NULL (reserved). 950: accepted here, checked by check_elastic_perf.
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p);
+// 950 (SPEC §3.1, §4.7): elastic_info int32 (4 + 2W,), performance_info int64 (W,). With elastic_info
+// every rank may serve either role (the table is read at run time), so A = max of the shared and MoE
+// formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L (SPEC §2, §3.2).
+int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p);
+
+// elastic_info at run time (golden.py choice 10): `table[l]` = the physical rank serving logical rank
+// l, `logical` its inverse. Identity without elastic_info or with flag [0] == 0. With the flag set,
+// [1], [2], [3] must equal W, R, E and [4+W, 4+2W) must be a permutation of 0..W-1; otherwise *err
+// is set (first error only) and the identity is used so the protocol still completes.
+void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
+                   std::vector<int32_t> *logical, std::string *err);
+// A small hash of a rank table, published so that ranks with different tables fail loudly.
+int64_t table_hash(const std::vector<int32_t> &table);
+
+// performance_info (SPEC §0, §3.1): each sender stamps CLOCK_MONOTONIC (ns, system-wide) into the
+// receiver's window just before it publishes; the receiver adds max(0, stamp - t_ready) / 1000 µs per
+// source rank, t_ready being when it started to wait. The stamps live in the W*1024 bytes the 950's
+// window check reserves (W*512 per data half, 8 bytes per source rank at src*512).
+inline uint64_t perf_stamp_offset(const Layout &l) { return l.dispatch_region + l.combine_region; }
+int64_t monotonic_ns();
+void write_perf_stamp(uint8_t *area, int64_t src);
+void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready);
 
 // The context of SPEC §8 read from the context tensor's memory: the live op-resource context at
 // kfcContextAddr, its communicator matching ep_world_size / ep_rank_id, epRankId and the window
