@@ -44,6 +44,8 @@ class Case950:
     perf: bool = False               # performance_info passed (dispatch and combine)
 
     def __getattr__(self, name: str) -> Any:   # the A3 fields
+        if name.startswith("__") or name == "base":   # unpickling looks up attributes before __dict__ exists
+            raise AttributeError(name)
         return getattr(self.base, name)
 
     def __repr__(self) -> str:

@@ -256,9 +256,13 @@ int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &
     constexpr uint32_t nf = sizeof(fields) / sizeof(fields[0]);
     static_assert(nf <= hccl::kMailboxFields, "mailbox fields");
     const uint64_t stamps = perf_stamp_offset(lay);
-    if (p.soc950)
-        for (int64_t m = 0; m < W; ++m) write_perf_stamp(comm->data_half(uint32_t(m), half) + stamps, r);
-    for (int64_t m = 0; m < W; ++m) comm->publish(uint32_t(m), seq, hccl::kTagDispatch, fields, nf);
+    // publish to this rank first (a delay injected into this call happens there), then to every peer,
+    // each entry preceded by this rank's time stamp for the peer's performance_info
+    comm->publish(uint32_t(r), seq, hccl::kTagDispatch, fields, nf);
+    for (int64_t m = 0; m < W; ++m) {
+        if (p.soc950) write_perf_stamp(comm->data_half(uint32_t(m), half) + stamps, r);
+        if (m != r) comm->publish(uint32_t(m), seq, hccl::kTagDispatch, fields, nf);
+    }
     const int64_t t_ready = monotonic_ns();
     if (int rc = comm->wait_all(seq, hccl::kTagDispatch, fields, names, nf, kOp)) return rc;
 
