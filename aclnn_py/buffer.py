@@ -119,7 +119,14 @@ class MoeDistributeBuffer:
     ) -> LowLatencyDispatchResult:
         """Dispatch this rank's tokens to their experts' ranks (SPEC §4, §10.2). Arrays are uploaded
         on `stream`; the results are device Tensors valid after ``synchronize(stream)``.
-        ``global_bs = num_max_dispatch_tokens_per_rank * world_size`` as CANN passes it."""
+        ``global_bs = num_max_dispatch_tokens_per_rank * world_size`` as CANN passes it.
+
+        Ascend 950 (SPEC §0 "dtype arguments", §4.6): ``y_dtype`` selects expand_x's type (int8,
+        ``DataType.HIFLOAT8``, ``ml_dtypes.float8_e4m3fn`` / ``float8_e5m2``, ``DataType.FLOAT4_E2M1`` /
+        ``FLOAT4_E1M2`` — a packed fp4 expand_x downloads as (A, H/2) bytes); ``x_dtype`` records the
+        element type of a low-precision x given as uint8 codes (HiFloat8, or packed fp4 of shape
+        (BS, H/2)); ``x_smooth_scales_dtype`` that of ``x_smooth_scale`` (e.g. ``DataType.FLOAT8_E8M0``
+        for per-token e8m0 bytes). Each takes a numpy / ml_dtypes dtype or an ``aclnn_py.DataType``."""
         xt = tensor_arg(x, stream, x_dtype)
         ids = tensor_arg(topk_idx, stream)
         assert xt is not None and ids is not None
