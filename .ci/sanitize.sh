@@ -22,6 +22,9 @@ JOBS=${SANITIZE_JOBS:-2}
 FUZZ_EXAMPLES=${SANITIZE_FUZZ_EXAMPLES:-5000}
 SUITES=${SANITIZE_SUITES:-"tests/test_c_runtime.py tests/test_hccl_c.py tests/test_fuzz_abi.py tests/test_misuse.py tests/test_faults.py tests/test_concurrency.py tests/test_dispatch.py tests/test_combine.py"}
 
+# the build needs pybind11 (a build requirement of the package, so not always in the environment)
+"$PY" -c "import pybind11" 2>/dev/null || "$PY" -m pip install -q "pybind11>=2.12"
+
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)
 echo "== building the mock with ASan + UBSan into $BUILD"
