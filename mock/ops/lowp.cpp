@@ -39,13 +39,22 @@ template <class F, bool BF16>
 void mx_row_t(const float *__restrict t, const uint8_t *__restrict e8, uint8_t *__restrict c, int64_t H) {
     // x * 2^(127 - e8m0): a float32 multiply; bf16 rows round the product to bf16 (SPEC §4.6 mode 4
     // step 4); then the saturating RNE cast. A 0xFF block (inf/NaN inside) gets code 0.
-    for (int64_t h = 0; h < H; ++h) {
-        const uint32_t s = e8[h >> 5];
-        const float mult = pow2f(127 - int32_t(s == 0xff ? 127u : s));
-        float p = t[h] * mult;
-        if (BF16) p = bf16_to_f32(f32_to_bf16(p));
-        const uint8_t q = mf_encode<F, true>(p);
-        c[h] = s == 0xff ? uint8_t(0) : q;
+    const int64_t nb = mx_blocks(H);
+    for (int64_t b = 0; b < nb; ++b) {
+        const int64_t lo = b * 32, n = lo + 32 < H ? 32 : H - lo;
+        const uint32_t s = e8[b];
+        if (s == 0xff) {
+            std::memset(c + lo, 0, size_t(n));
+            continue;
+        }
+        const float mult = pow2f(127 - int32_t(s));
+        const float *__restrict tb = t + lo;
+        uint8_t *__restrict cb = c + lo;
+        for (int64_t h = 0; h < n; ++h) {
+            float p = tb[h] * mult;
+            if (BF16) p = bf16_to_f32(f32_to_bf16(p));
+            cb[h] = mf_encode<F, true>(p);
+        }
     }
 }
 
@@ -56,10 +65,28 @@ void mx_codes(const float *t, const uint8_t *e8, bool bf16, uint8_t *c, int64_t 
 
 template <class F, bool BF16>
 void mx_dequant_t(const uint8_t *__restrict c, const uint8_t *__restrict e8, float *__restrict v, int64_t H) {
-    for (int64_t h = 0; h < H; ++h) {
-        const float d = mf_decode<F>(c[h]) * e8m0_to_f32(e8[h >> 5]);   // exact (a power of two)
-        v[h] = BF16 ? bf16_to_f32(f32_to_bf16(d)) : fp16_to_f32(f32_to_fp16(d));
+    const int64_t nb = mx_blocks(H);
+    for (int64_t b = 0; b < nb; ++b) {
+        const int64_t lo = b * 32, n = lo + 32 < H ? 32 : H - lo;
+        const float scale = e8m0_to_f32(e8[b]);
+        const uint8_t *__restrict cb = c + lo;
+        float *__restrict vb = v + lo;
+        for (int64_t h = 0; h < n; ++h) {
+            const float d = mf_decode<F>(cb[h]) * scale;   // exact (a power of two)
+            vb[h] = BF16 ? bf16_to_f32(f32_to_bf16(d)) : fp16_to_f32(f32_to_fp16(d));
+        }
     }
+}
+
+// max |t[h]| over [lo, hi) as float bits (non-negative floats order like their bits; NaN bits are
+// above inf's, so a NaN shows as a NaN max)
+inline float abs_max(const float *__restrict t, int64_t n) {
+    uint32_t m = 0;
+    for (int64_t h = 0; h < n; ++h) {
+        const uint32_t a = f2u(t[h]) & 0x7fffffffu;
+        m = a > m ? a : m;
+    }
+    return u2f(m);
 }
 
 }  // namespace
@@ -80,10 +107,11 @@ void static_quant_row(const uint16_t *x, bool bf16, const float *scale, bool sca
     // int8: rint, saturating to [-128, 127] (clamping first is the same for integral bounds); NaN -> 0
     int8_t *q = reinterpret_cast<int8_t *>(out);
     for (int64_t h = 0; h < H; ++h) {
-        float y = tmp[h];
-        y = y != y ? 0.0f : y;
-        y = y > 127.0f ? 127.0f : (y < -128.0f ? -128.0f : y);
-        q[h] = int8_t(int32_t(rint_small(y)));
+        uint32_t y = f2u(tmp[h]);
+        y &= mask_if(tmp[h] == tmp[h]);                                  // NaN -> 0
+        y = sel(mask_if(u2f(y) > 127.0f), f2u(127.0f), y);
+        y = sel(mask_if(u2f(y) < -128.0f), f2u(-128.0f), y);
+        q[h] = int8_t(int32_t(rint_small(u2f(y))));
     }
 }
 
@@ -94,11 +122,7 @@ void fp8_dynamic_row(const uint16_t *x, bool bf16, const float *smooth, Fmt fmt,
     const int64_t ng = (H + group - 1) / group;
     for (int64_t g = 0; g < ng; ++g) {
         const int64_t lo = g * group, hi = lo + group < H ? lo + group : H;
-        float m = 0.0f;   // the zero padding of the tail group only enters the max
-        for (int64_t h = lo; h < hi; ++h) {
-            const float a = u2f(f2u(tmp[h]) & 0x7fffffffu);
-            m = a > m ? a : m;
-        }
+        const float m = abs_max(tmp + lo, hi - lo);   // the tail group's zero padding only enters the max
         const float ds = fmax / m;
         scales[g] = 1.0f / ds;
         if (!(ds <= 3.4028234663852886e38f)) {
@@ -124,13 +148,11 @@ void mx_quant_row(const uint16_t *x, bool bf16, Fmt fmt, bool clip, uint8_t *cod
     for (int64_t b = 0; b < nb; ++b) {
         const int64_t lo = b * 32, hi = lo + 32 < H ? lo + 32 : H;   // the tail's zero padding adds nothing
         uint32_t ef = 0;
-        float amax = 0.0f;
         for (int64_t h = lo; h < hi; ++h) {
             const uint32_t f = exp_field(tmp[h]);
             ef = f > ef ? f : ef;
-            const float a = u2f(f2u(tmp[h]) & 0x7fffffffu);
-            amax = a > amax ? a : amax;
         }
+        const float amax = abs_max(tmp + lo, hi - lo);   // finite when ef < 255
         uint32_t s;
         if (ef == 255) {
             s = 255;                                                    // inf / NaN in the block

@@ -51,47 +51,51 @@ struct E5M2T { static constexpr int mbits = 2, emin = -14, max_code = 0x7b, inf_
 struct E2M1T { static constexpr int mbits = 1, emin = 0, max_code = 0x7, inf_code = -1, nan_code = -1, sign = 0x8; };
 struct E1M2T { static constexpr int mbits = 2, emin = 0, max_code = 0x7, inf_code = -1, nan_code = -1, sign = 0x8; };
 
+// Selects are written as bit masks (all ones / all zeros) so GCC if-converts them and the row loops
+// vectorise (SSE2 has no blend; a ternary on floats would otherwise stay a branch).
+inline uint32_t mask_if(bool c) { return 0u - uint32_t(c); }
+inline uint32_t sel(uint32_t m, uint32_t a, uint32_t b) { return (a & m) | (b & ~m); }
+
 template <class F, bool SAT>
 inline uint8_t mf_encode(float x) {
     static_assert(SAT || F::inf_code >= 0 || F::nan_code >= 0, "a format without inf/NaN must saturate");
     const uint32_t u = f2u(x);
     const uint32_t au = u & 0x7fffffffu;
-    const bool neg = (u >> 31) != 0;
-    const bool nan = au > 0x7f800000u;
-    const bool inf = au == 0x7f800000u;
+    const uint32_t sign = (u >> 31) * uint32_t(F::sign);
+    const uint32_t nan = mask_if(au > 0x7f800000u);
+    const uint32_t inf = mask_if(au == 0x7f800000u);
     // binade of |x| (floor(log2)), clamped to the format's subnormal binade; float32 subnormals are
     // far below every format's smallest subnormal, so clamping their -127 is right too
     int32_t e = int32_t(au >> 23) - 127;
     e = e < F::emin ? F::emin : e;
     e = e > 127 ? 127 : e;                                   // inf/NaN: replaced below
     // |x| * 2^(mbits - e) < 2^(mbits+1) is exact (a power-of-two scaling of a float, no underflow)
-    float y = u2f(au) * u2f(uint32_t(F::mbits - e + 127) << 23);
-    y = (nan || inf) ? 0.0f : y;
+    const float y = u2f(f2u(u2f(au) * u2f(uint32_t(F::mbits - e + 127) << 23)) & ~(nan | inf));
     const int32_t n = int32_t(rint_small(y));                // ties to even; a carry moves up a binade
-    int32_t code = ((e - F::emin) << F::mbits) + n;
-    const bool over = inf || code > F::max_code;
-    int32_t special = SAT ? F::max_code : (F::inf_code >= 0 ? F::inf_code : F::nan_code);
-    code = over ? special : code;
-    code |= neg ? F::sign : 0;
-    const int32_t nan_code = F::nan_code >= 0 ? (F::nan_code | (neg ? F::sign : 0)) : 0;
-    return uint8_t(nan ? nan_code : code);
+    const int32_t code = ((e - F::emin) << F::mbits) + n;
+    const uint32_t over = inf | mask_if(code > F::max_code);
+    constexpr uint32_t special = SAT ? uint32_t(F::max_code) : uint32_t(F::inf_code >= 0 ? F::inf_code : F::nan_code);
+    uint32_t c = sel(over, special, uint32_t(code)) | sign;
+    const uint32_t nan_code = F::nan_code >= 0 ? (uint32_t(F::nan_code) | sign) : 0u;
+    c = sel(nan, nan_code, c);
+    return uint8_t(c);
 }
 
 // fp8 code -> float32 (exact; NaN codes give a quiet NaN with the code's sign).
 template <class F>
 inline float mf_decode(uint32_t c) {
     constexpr int ebits = (F::sign == 0x80 ? 7 : 3) - F::mbits;
-    const uint32_t s = (c & F::sign) ? 0x80000000u : 0u;
+    const uint32_t s = mask_if((c & F::sign) != 0) & 0x80000000u;
     const uint32_t mag = c & (F::sign - 1);
     const uint32_t ef = mag >> F::mbits, m = mag & ((1u << F::mbits) - 1);
     const float sub = float(int32_t(m)) * pow2f(F::emin - F::mbits);
     const uint32_t nrm = (uint32_t(int32_t(ef) - 1 + F::emin + 127) << 23) | (m << (23 - F::mbits));
-    uint32_t v = ef == 0 ? f2u(sub) : nrm;
+    uint32_t v = sel(mask_if(ef == 0), f2u(sub), nrm);
     if (F::inf_code >= 0) {   // IEEE-like: top exponent = inf / NaN
-        const bool top = ef == (1u << ebits) - 1;
-        v = top ? (m == 0 ? 0x7f800000u : 0x7fc00000u) : v;
+        const uint32_t top = mask_if(ef == (1u << ebits) - 1);
+        v = sel(top, sel(mask_if(m == 0), 0x7f800000u, 0x7fc00000u), v);
     } else if (F::nan_code >= 0) {
-        v = mag == uint32_t(F::nan_code) ? 0x7fc00000u : v;
+        v = sel(mask_if(mag == uint32_t(F::nan_code)), 0x7fc00000u, v);
     }
     return u2f(v | s);
 }
