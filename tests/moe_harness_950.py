@@ -367,7 +367,7 @@ def run_world(cases: list[Case950], combine: bool, timeout: float = 300.0) -> li
     # performance_info only ever grows
     for r in range(W):
         prev = np.zeros(W, np.int64)
-        for i, c in enumerate(cases):
+        for i in range(len(cases)):
             for key in ("perf_after_dispatch", "perf_after_combine"):
                 p = results[r][i].get(key)
                 if p is not None:

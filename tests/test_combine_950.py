@@ -93,7 +93,7 @@ def test_mxfp8_transport_of_extreme_rows(acl, cq, dtype):
     rng = np.random.default_rng(cq * 10 + len(dtype))
     bs, h = 6, 1056                       # 33 blocks of 32: a tail and an odd block count
     ys = []
-    for r in range(2):
+    for _ in range(2):
         y = rng.standard_normal((bs, h), dtype=np.float32)
         y[0] = 0                                              # all-zero blocks: scale 0
         y[1] *= 2.0**-20 if dtype == "fp16" else 2.0**-110    # subnormal products

@@ -192,7 +192,7 @@ def test_performance_info_accumulates_wait_per_source_rank(acl):
     from aclnn_py.launch import run_threads
 
     res = run_threads(_perf_body, 2, 4, 0.3, timeout=60)
-    for rank, seen in enumerate(res):
+    for seen in res:
         for a, b in zip(seen, seen[1:]):
             assert (b >= a).all(), seen                       # only grows
         assert all(p.shape == (2,) and p.dtype == np.int64 for p in seen)
