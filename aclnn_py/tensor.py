@@ -207,9 +207,9 @@ class Tensor:
         raw = np.empty(self._extent_bytes(), np.uint8)
         if raw.nbytes:
             memcpy_d2h(raw, self.ptr, raw.nbytes)
-        item = nd.itemsize
-        view = np.lib.stride_tricks.as_strided(
-            raw[self._offset_bytes():].view(nd), self.shape, tuple(s * item for s in self.strides))
+        # np.ndarray keeps ml_dtypes types (as_strided would turn them into plain '<f1' etc.)
+        view = np.ndarray(self.shape, dtype=nd, buffer=raw, offset=self._offset_bytes(),
+                          strides=tuple(s * nd.itemsize for s in self.strides))
         return np.array(view)
 
     def unpack(self) -> np.ndarray:
@@ -251,11 +251,10 @@ class Tensor:
         if self.dtype.packed:
             shape = self.shape[:-1] + ((self.shape[-1] + 1) // 2,)
             return flat[self._offset_bytes():self._offset_bytes() + math.prod(shape)].reshape(shape)
-        base = flat[self._offset_bytes():].view(np.uint8)
-        usable = (base.size // nd.itemsize) * nd.itemsize
-        typed = base[:usable].view(nd)
-        view: np.ndarray = np.lib.stride_tricks.as_strided(typed, self.shape,
-                                                           tuple(s * nd.itemsize for s in self.strides))
+        # np.ndarray keeps ml_dtypes types (as_strided would turn them into plain '<f1' etc.); its
+        # base is `flat`, whose base is `raw`, which holds the Tensor
+        view: np.ndarray = np.ndarray(self.shape, dtype=nd, buffer=flat, offset=self._offset_bytes(),
+                                      strides=tuple(s * nd.itemsize for s in self.strides))
         return view
 
     @property

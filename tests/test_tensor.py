@@ -101,3 +101,16 @@ def test_copy_from_size_mismatch(acl):
     assert t.numpy().tolist() == [0, 1, 2, 3]
     with pytest.raises(ValueError):
         t.copy_from(np.arange(5, dtype=np.float32))
+
+
+@pytest.mark.parametrize("dtype", [ml_dtypes.float8_e4m3fn, ml_dtypes.float8_e5m2, ml_dtypes.float8_e8m0fnu,
+                                   ml_dtypes.bfloat16])
+def test_low_precision_views_keep_their_dtype(acl, dtype):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4).astype(dtype)
+    t = acl.Tensor.from_numpy(a)
+    v = t.numpy_view()
+    assert v.dtype == np.dtype(dtype) and v.tobytes() == a.tobytes()
+    col = acl.Tensor.from_address(t.ptr, (3, 2), t.dtype, strides=(4, 1), offset=1, owner=t)
+    assert col.numpy().dtype == np.dtype(dtype)
+    assert col.numpy().tobytes() == np.ascontiguousarray(a[:, 1:3]).tobytes()
+    assert col.numpy_view().tobytes() == np.ascontiguousarray(a[:, 1:3]).tobytes()
