@@ -178,6 +178,7 @@ class MoeDistributeBuffer:
     def plan_dispatch(self, num_tokens: int, hidden: int, num_experts: int, topk: int, *, x_dtype: Any,
                       quant_mode: int = 0, comm_alg: str = "", with_weights: bool = False,
                       mask_shape: tuple[int, ...] | None = None, smooth_scales_shape: tuple[int, ...] | None = None,
+                      x_smooth_scales_dtype: Any = None,
                       zero_expert_num: int = 0, copy_expert_num: int = 0, const_expert_num: int = 0,
                       shared_expert_num: int = 1, shared_expert_rank_num: int = 0, expert_token_nums_type: int = 1,
                       num_max_dispatch_tokens_per_rank: int = 0, y_dtype: Any = None,
@@ -189,7 +190,8 @@ class MoeDistributeBuffer:
                           shared_expert_num, shared_expert_rank_num, comm_alg)
         return DispatchPlan(
             self.context, bs=num_tokens, hidden=hidden, topk=topk, x_dtype=x_dtype,
-            scales_shape=smooth_scales_shape, mask_shape=mask_shape, with_expert_scales=with_weights, stream=stream,
+            scales_shape=smooth_scales_shape, scales_dtype=x_smooth_scales_dtype, mask_shape=mask_shape,
+            with_expert_scales=with_weights, stream=stream,
             ep_world_size=self.world_size, ep_rank_id=self.rank_id, moe_expert_num=num_experts,
             ccl_buffer_size=self.ccl_buffer_size, shared_expert_num=shared_expert_num,
             shared_expert_rank_num=shared_expert_rank_num, quant_mode=quant_mode,

@@ -199,11 +199,13 @@ class DispatchPlan(Plan):
     output_names = OUTPUTS
 
     def __init__(self, context: Tensor, *, bs: int, hidden: int, topk: int, x_dtype: Any,
-                 scales_shape: tuple[int, ...] | None = None, mask_shape: tuple[int, ...] | None = None,
-                 with_expert_scales: bool = False, stream: Any = None, **attrs: Any):
+                 scales_shape: tuple[int, ...] | None = None, scales_dtype: Any = None,
+                 mask_shape: tuple[int, ...] | None = None, with_expert_scales: bool = False, stream: Any = None,
+                 **attrs: Any):
         xt = Tensor.zeros((bs, hidden), x_dtype)
         ids = Tensor.zeros((bs, topk), DataType.INT32)
-        scales = Tensor.zeros(scales_shape, DataType.FLOAT) if scales_shape is not None else None
+        scales = (Tensor.zeros(scales_shape, scales_dtype if scales_dtype is not None else DataType.FLOAT)
+                  if scales_shape is not None else None)
         mask = Tensor.zeros(mask_shape, DataType.BOOL) if mask_shape is not None else None
         es = Tensor.zeros((bs, topk), DataType.FLOAT) if with_expert_scales else None
         prepared = prepare_dispatch(context, xt, ids, scales=scales, x_active_mask=mask, expert_scales=es,
