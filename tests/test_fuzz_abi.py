@@ -482,6 +482,8 @@ def _seeded(f: Any) -> Any:
     return seed(int(SEED))(f) if SEED is not None else f
 
 
+# pytest-timeout: ~20 ms per case at worst (a sanitizer build on a busy machine), at least 300 s
+@pytest.mark.timeout(max(300, EXAMPLES // 50))
 @_seeded
 @_settings
 @given(d=st.data())
