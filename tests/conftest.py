@@ -15,6 +15,17 @@ os.environ.setdefault("PYTHONSAFEPATH", "1")
 import pytest  # noqa: E402
 
 
+def package_pythonpath(env: dict[str, str]) -> str:
+    """PYTHONPATH for a child interpreter: wherever this test process imported aclnn_py from (the
+    installed package, or the source tree in a development checkout), then env's own."""
+    from pathlib import Path
+
+    import aclnn_py
+
+    where = str(Path(aclnn_py.__file__).resolve().parents[1])
+    return os.pathsep.join(filter(None, [where, env.get("PYTHONPATH")]))
+
+
 @pytest.fixture(scope="session")
 def acl():
     """The package, initialised on the mock backend with device 0 current on this thread."""

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import package_pythonpath
 
 import aclnn_py
 from aclnn_py import golden
@@ -133,12 +134,6 @@ def test_c_client_reports_op_errors(c_client: Path, tmp_path: Path) -> None:
 
 # ------------------------------------------------------------------------------------------ C++ server
 
-def _package_path(env: dict[str, str]) -> str:
-    """PYTHONPATH for the embedded interpreter: wherever this test process imported aclnn_py from
-    (the installed package, or the source tree in a development checkout)."""
-    where = str(Path(aclnn_py.__file__).resolve().parents[1])
-    return os.pathsep.join(filter(None, [where, env.get("PYTHONPATH")]))
-
 
 @pytest.fixture(scope="module")
 def cpp_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -164,7 +159,7 @@ def test_cpp_server_two_threads_match_golden(cpp_server: Path, tmp_path: Path) -
     memory and streams the server allocated; every x_out equals the golden bit for bit."""
     requests, world, experts = 3, 2, 8
     env = _cann_env()
-    env["PYTHONPATH"] = _package_path(env)
+    env["PYTHONPATH"] = package_pythonpath(env)
     res = subprocess.run([str(cpp_server), str(tmp_path), str(requests)], capture_output=True, text=True,
                          timeout=180, env=env, check=False)
     assert res.returncode == 0, res.stdout + res.stderr
@@ -192,7 +187,7 @@ def test_cpp_server_reports_python_errors(cpp_server: Path, tmp_path: Path) -> N
     """A model module that fails to import is reported by the server, not a crash."""
     (tmp_path / "moe_model.py").write_text("raise RuntimeError('model failed to load')\n")
     env = _cann_env()
-    env["PYTHONPATH"] = _package_path(env)
+    env["PYTHONPATH"] = package_pythonpath(env)
     res = subprocess.run([str(cpp_server), str(tmp_path), "1", str(tmp_path)], capture_output=True, text=True,
                          timeout=60, env=env, check=False)
     assert res.returncode == 1 and "model failed to load" in res.stderr
@@ -210,7 +205,7 @@ def test_readme_example(tmp_path: Path) -> None:
     script = tmp_path / "readme_example.py"
     script.write_text(m.group(1))
     env = dict(os.environ)
-    env["PYTHONPATH"] = _package_path(env)
+    env["PYTHONPATH"] = package_pythonpath(env)
     res = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env,
                          cwd=tmp_path, check=False)
     assert res.returncode == 0, res.stdout + res.stderr

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import launch_ranks as lr
 import pytest
+from conftest import package_pythonpath
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -183,7 +184,7 @@ def test_mpi_bootstrap_under_mpiexec():
         pytest.skip("mpiexec is not installed (CI installs pip's mpich and mpi4py)")
     pytest.importorskip("mpi4py", reason="mpi4py is not installed (pip install 'aclnn-py[mpi]')")
     env = dict(os.environ, ACLNN_PY_BACKEND="mock", HCCL_BUFFSIZE="2")
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = package_pythonpath(env)
     script = REPO / "tests" / "helpers" / "mpi_world.py"
     res = subprocess.run([mpiexec, "-n", "4", sys.executable, str(script)],
                          capture_output=True, text=True, timeout=120, env=env, check=False)

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import package_pythonpath
 
 PARAM_NULLPTR, PARAM_INVALID, RUNTIME_ERROR, INNER_NULLPTR = 161001, 161002, 361001, 561103
 ACL_INVALID_PARAM, RT_INVALID_HANDLE, RT_MEMORY_FREE = 100000, 107017, 207002
@@ -364,7 +365,8 @@ print(repr(out))
 
 
 def test_calls_before_init_and_after_finalize(acl):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = dict(os.environ)
+    env["PYTHONPATH"] = package_pythonpath(env)
     r = subprocess.run([sys.executable, "-c", INIT_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
     assert r.returncode == 0, r.stderr
     out = eval(r.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
