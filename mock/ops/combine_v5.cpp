@@ -47,16 +47,6 @@ private:
     CombineParams p_;
 };
 
-struct UseGuard {
-    hccl::Comm *c;
-    ~UseGuard() { c->end_use(); }
-};
-
-template <class T>
-T *ptr(const std::vector<Slot> &v, int i) {
-    return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
-}
-
 int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     const CombineParams &p = p_;
     hccl::Comm *comm = nullptr;

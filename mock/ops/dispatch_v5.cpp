@@ -70,16 +70,6 @@ private:
     DispatchParams p_;
 };
 
-struct UseGuard {
-    hccl::Comm *c;
-    ~UseGuard() { c->end_use(); }
-};
-
-template <class T>
-T *ptr(const std::vector<Slot> &v, int i) {
-    return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
-}
-
 int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     const DispatchParams &p = p_;
     hccl::Comm *comm = nullptr;

@@ -121,6 +121,18 @@ CombineWs combine_ws(const MoeParams &p);
 // reported by wait_all use their own codes).
 constexpr int kKernelFail = ACL_ERROR_RT_AICORE_EXCEPTION;
 
+// Ends a kernel's use of its communicator (Comm::begin_use) on every return path.
+struct UseGuard {
+    hccl::Comm *c;
+    ~UseGuard() { c->end_use(); }
+};
+
+// Typed address of slot i's view, or nullptr for an absent optional tensor.
+template <class T>
+T *ptr(const std::vector<Slot> &v, int i) {
+    return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
+}
+
 }  // namespace moe
 }  // namespace aclmock
 
