@@ -194,12 +194,12 @@ def test_back_to_back_rounds_do_not_grow(acl, mock):
     (rss_a, st_a, h_a), (rss_b, st_b, h_b) = samples[warm], samples[ROUNDS - 1]
     # Objects of the last few rounds may still be held until their stream passes (KeepAlive), so
     # the counts may differ by what a few rounds hold; a leak grows with the number of rounds.
-    slack = 24
+    slack = 48
     for k in ("allocations", "tensors", "executors", "streams", "events", "communicators", "mapped_windows"):
         assert st_b[k] <= st_a[k] + slack, f"{k} grew from round {warm} to {ROUNDS - 1}: {st_a[k]} -> {st_b[k]}"
     assert h_b["fds"] <= h_a["fds"] and h_b["os_threads"] <= h_a["os_threads"], (h_a, h_b)
     if "libasan" not in os.environ.get("LD_PRELOAD", ""):   # ASan keeps freed memory in quarantine
-        assert rss_b - rss_a < 8 * 1024, f"RSS grew by {rss_b - rss_a} KiB over {ROUNDS - 1 - warm} rounds"
+        assert rss_b - rss_a < 16 * 1024, f"RSS grew by {rss_b - rss_a} KiB over {ROUNDS - 1 - warm} rounds"
     # after the world is gone and the per-stream caches are dropped, everything is back to the start
     keepalive.reap()
     workspaces.clear()
