@@ -374,8 +374,10 @@ class Plan:
 
     def _run(self, in_slots: tuple[int, ...], in_values: tuple[Any, ...], out_values: Any, stream: Any) -> None:
         """Bind this call's inputs (slot indices `in_slots`) and outputs, then launch phase 2."""
+        last = self._last_in
         for i, v in zip(in_slots, in_values):
-            self._set(i, v, stream, False)
+            if v is not last[i]:  # unchanged slots cost one identity test, no call
+                self._set(i, v, stream, False)
         if out_values is not None:
             for j, v in enumerate(out_values):
                 self._set(j, v, stream, True)

@@ -32,6 +32,9 @@ enum class Death : char { Consumed, Destroyed };
 struct Entry {
     std::shared_ptr<Executor> exec;
     std::mutex mu;  // guards exec's slots and flags against concurrent rebinding / launch
+    // Immutable copies of the slots handed to queued launches; rebuilt only after a rebind, so a
+    // repeated launch of an unchanged executor copies nothing.
+    std::shared_ptr<const std::vector<Slot>> snap_in, snap_out;
 };
 
 struct ExecRegistry {
@@ -158,6 +161,8 @@ aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, acl
         return fail(ACLNN_ERR_PARAM_INVALID, "%s: addr must be 32-byte aligned (got %p)", api, addr);
     slot.desc.data = addr;
     tensor->data = addr;
+    e->snap_in.reset();  // the next launch takes a fresh copy of the slots
+    e->snap_out.reset();
     return ACLNN_SUCCESS;
 }
 
@@ -254,12 +259,14 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
     if (!e) return not_live(api, handle);
 
     std::shared_ptr<Executor> ex = e->exec;
-    std::vector<Slot> ins, outs;
+    std::shared_ptr<const std::vector<Slot>> ins, outs;
     uint64_t need;
     {
         std::lock_guard<std::mutex> g(e->mu);
-        ins = ex->inputs;
-        outs = ex->outputs;
+        if (!e->snap_in) e->snap_in = std::make_shared<const std::vector<Slot>>(ex->inputs);
+        if (!e->snap_out) e->snap_out = std::make_shared<const std::vector<Slot>>(ex->outputs);
+        ins = e->snap_in;
+        outs = e->snap_out;
         need = ex->workspace_size;
     }
     const char *op = ex->op_name().c_str();
@@ -284,8 +291,8 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, op, why.c_str());
         }
     }
-    if (int rc = check_slots(api, *ex, ins, "input", *pins)) return rc;
-    if (int rc = check_slots(api, *ex, outs, "output", *pins)) return rc;
+    if (int rc = check_slots(api, *ex, *ins, "input", *pins)) return rc;
+    if (int rc = check_slots(api, *ex, *outs, "output", *pins)) return rc;
 
     aclError err = ACL_SUCCESS;
     Stream *s = resolve_stream(stream, &err, api);
@@ -294,15 +301,14 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         return fail(err == ACL_ERROR_RT_INVALID_HANDLE ? ACLNN_ERR_PARAM_INVALID : ACLNN_ERR_RUNTIME_ERROR,
                     "%s", why.c_str());
     }
-    std::string task_name = std::string(api);
     if (skip_kernels())
-        err = enqueue(s, [ex]() -> int { return 0; }, task_name.c_str());
+        err = enqueue(s, [ex]() -> int { return 0; }, api);
     else
         err = enqueue(s, [ex, ins = std::move(ins), outs = std::move(outs), workspace, s, pins]() -> int {
-            int rc = ex->run(ins, outs, workspace, s);
+            int rc = ex->run(*ins, *outs, workspace, s);
             pins->release();
             return rc;
-        }, task_name.c_str());
+        }, api);
     if (err) {
         std::string why = take_error();
         return fail(ACLNN_ERR_RUNTIME_ERROR, "%s", why.c_str());
