@@ -12,3 +12,5 @@ echo "== ruff"
 "$PY" -m ruff check --output-format concise aclnn_py tests examples build_ffi.py
 echo "== mypy"
 "$PY" -m mypy
+echo "== docs/api.md up to date"
+"$PY" docs/gen_api.py --check
