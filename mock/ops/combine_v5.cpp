@@ -50,9 +50,7 @@ private:
 int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     const CombineParams &p = p_;
     hccl::Comm *comm = nullptr;
-    if (int rc = resolve_context(in[kCtx].desc, p, &comm, kKernelFail, kOp)) return rc;
-    if (!comm->begin_use())
-        return fail(kKernelFail, "%s: rank %" PRId64 ": the communicator is being destroyed", kOp, p.r);
+    if (int rc = begin_kernel(in[kCtx].desc, p, kOp, &comm)) return rc;
     UseGuard guard{comm};
 
     const uint64_t seq = comm->next_seq();

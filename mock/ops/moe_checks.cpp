@@ -357,6 +357,13 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
     return 0;
 }
 
+int begin_kernel(const aclTensor &ctx, const MoeParams &p, const char *op, hccl::Comm **comm) {
+    if (int rc = resolve_context(ctx, p, comm, kKernelFail, op)) return rc;
+    if (!(*comm)->begin_use())
+        return fail(kKernelFail, "%s: rank %" PRId64 ": the communicator is being destroyed", op, p.r);
+    return 0;
+}
+
 int check_window(const MoeParams &p, const hccl::Comm *comm) {
     if (p.ccl < 0) return bad("ccl_buffer_size", "must be >= 0 (got %" PRId64 ")", p.ccl);
     Layout l = make_layout(p.W, p.L, p.maxBs, p.H, p.K, p.S, p.fullmesh_v2);

@@ -127,6 +127,10 @@ struct UseGuard {
     ~UseGuard() { c->end_use(); }
 };
 
+// Start of a kernel: the context resolved and checked (as resolve_context, with the kernel's
+// failure code) and the communicator held for the call (Comm::begin_use; pair with UseGuard).
+int begin_kernel(const aclTensor &ctx, const MoeParams &p, const char *op, hccl::Comm **comm);
+
 // Typed address of slot i's view, or nullptr for an absent optional tensor.
 template <class T>
 T *ptr(const std::vector<Slot> &v, int i) {
