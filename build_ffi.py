@@ -148,6 +148,9 @@ void *aclnnpy_dlsym(void *handle, const char *name);
 const char *aclnnpy_dlerror(void);
 const char *aclnnpy_last_missing(void);
 uintptr_t aclnnpy_address_of(int index);
+void aclnnpy_dlpack_deleter(void *managed);
+void aclnnpy_dlpack_deleter_versioned(void *managed);
+void aclnnpy_dlpack_capsule_destructor(void *capsule);
 """
     )
 
@@ -195,6 +198,7 @@ uintptr_t aclnnpy_address_of(int index);
         "void *aclnnpy_dlsym(void *handle, const char *name) { return dlsym(handle, name); }\n"
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
+    src.append((Path(__file__).resolve().parent / "build_ffi_dlpack.c").read_text())
     return "\n".join(cdef), "\n".join(src)
 
 

@@ -2,53 +2,65 @@
 
 Quick start::
 
+    import numpy as np
     import aclnn_py as acl
+
     acl.init()                      # real CANN when found, else the mock (or "mock" / "cann" / a path)
-    dev = acl.Device(0); dev.set_current()
+    acl.Device(0).set_current()
     t = acl.Tensor.from_numpy(np.arange(8, dtype=np.float32))
+    print(t.numpy())
+
+The operators: :class:`MoeDistributeBuffer` (CANN's Python API) or :mod:`aclnn_py.ops` (the two-phase C
+calls); multi-rank worlds: :mod:`aclnn_py.hccl` and :mod:`aclnn_py.launch`; the numpy reference:
+:mod:`aclnn_py.golden`. Documentation: docs/ in the repository.
 """
 
 from __future__ import annotations
 
-import os as _os
-from typing import Any
+from ._package import origin as _origin
+from ._version import __version__
 
-# Development hook: run from the source tree against a CMake build directory's compiled parts
-# (`ACLNN_PY_BUILD_DIR=<build>/aclnn_py`): its _aclnn/_mock modules and mock_root are found there.
-_build_dir = _os.environ.get("ACLNN_PY_BUILD_DIR")
-if _build_dir:
-    __path__.append(_build_dir)
+# In a source checkout the compiled parts live elsewhere (the installed build of this version, or a
+# CMake build tree): make them importable as submodules of this package.
+if _origin().compiled_dir is not None and _origin().compiled_dir != _origin().package_dir:
+    __path__.append(str(_origin().compiled_dir))
 
-from . import dtypes, errors  # noqa: E402
+from . import dtypes, errors, golden, hccl, launch, ops  # noqa: E402
 from ._loader import Backend, backend, mock_root  # noqa: E402
+from .buffer import LowLatencyDispatchResult, MoeDistributeBuffer  # noqa: E402
 from .dtypes import DataType  # noqa: E402
 from .errors import (  # noqa: E402
     AclError,
     AclnnError,
+    AclnnInnerError,
+    AclnnParamInvalid,
+    AclnnParamNullptr,
     AclnnPyError,
+    AclnnRuntimeError,
+    AclTimeoutError,
     BackendError,
+    ClosedError,
     HcclError,
+    HcclTimeoutError,
     MissingSymbolError,
 )
-from .runtime import Device, DeviceMemory, Event, Stream, init, soc_name  # noqa: E402
+from .ops import MoeConfig  # noqa: E402
+from .runtime import (  # noqa: E402
+    Device,
+    DeviceMemory,
+    Event,
+    Stream,
+    StreamLike,
+    current_stream,
+    init,
+    soc_name,
+)
 from .tensor import Tensor  # noqa: E402
 
-__version__ = "0.1.0"
-
 __all__ = [
-    "AclError", "AclnnError", "AclnnPyError", "Backend", "BackendError", "DataType", "Device",
-    "DeviceMemory", "Event", "HcclError", "MissingSymbolError", "Stream", "Tensor", "backend",
-    "dtypes", "errors", "init", "mock_root", "soc_name",
+    "AclError", "AclTimeoutError", "AclnnError", "AclnnInnerError", "AclnnParamInvalid", "AclnnParamNullptr",
+    "AclnnPyError", "AclnnRuntimeError", "Backend", "BackendError", "ClosedError", "DataType", "Device",
+    "DeviceMemory", "Event", "HcclError", "HcclTimeoutError", "LowLatencyDispatchResult", "MissingSymbolError",
+    "MoeConfig", "MoeDistributeBuffer", "Stream", "StreamLike", "Tensor", "__version__", "backend",
+    "current_stream", "dtypes", "errors", "golden", "hccl", "init", "launch", "mock_root", "ops", "soc_name",
 ]
-
-
-def __getattr__(name: str) -> Any:  # lazily imported submodules that pull in more of the package
-    if name in ("hccl", "launch", "golden", "ops"):
-        import importlib
-
-        return importlib.import_module(f".{name}", __name__)
-    if name == "MoeDistributeBuffer":
-        from .buffer import MoeDistributeBuffer
-
-        return MoeDistributeBuffer
-    raise AttributeError(f"module 'aclnn_py' has no attribute {name!r}")

@@ -1,14 +1,15 @@
 """Find and load a backend — the real CANN libraries or the mock CANN root — and bind its symbols.
 
 ``aclnn_py._aclnn`` holds one trampoline per C function of ``include/`` (see build_ffi.py); this
-module dlopens the backend's libraries in CANN's search order (ABI.md §5) and points each trampoline
-at the symbol it finds. Symbols a backend lacks stay bound to stubs; calling them through
+module dlopens the backend's libraries in CANN's search order (custom op packages, vendors, then the
+built-in op libraries; libhcomm before libhccl) and points each trampoline at the symbol it finds. Symbols a backend lacks stay bound to stubs; calling them through
 :data:`Backend.lib` raises :class:`~aclnn_py.errors.MissingSymbolError` naming the symbol and the
 libraries searched.
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import platform
 import threading
@@ -17,15 +18,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import errors
+from . import _package, errors
 
-#: Functions of libnnopbase.so (ABI.md §0); every other non-HCCL, non-op name is libascendcl.so's.
+#: Functions of libnnopbase.so; every other non-HCCL, non-op name is libascendcl.so's.
 _META_FUNCTIONS = frozenset(
     """aclnnInit aclnnFinalize aclCreateTensor aclDestroyTensor aclGetDataType aclGetFormat
     aclGetViewOffset aclSetRawTensorAddr aclGetRawTensorAddr aclSetAclOpExecutorRepeatable
     aclDestroyAclOpExecutor aclSetInputTensorAddr aclSetOutputTensorAddr aclSetTensorAddr""".split()
 )
-#: HCCL communicator-management calls: libhcomm.so first on CANN >= 8.5 (ABI.md §3.3).
+#: HCCL communicator-management calls: libhcomm.so first on CANN >= 8.5.
 _HCOMM_FUNCTIONS = frozenset(
     """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetCommName HcclGetRankId
     HcclGetRankSize HcclGetCommAsyncError HcclGetErrorString HcclCommGetHandleWithName
@@ -54,20 +55,14 @@ def mock_root() -> Path:
     env = os.environ.get(ENV_MOCK_ROOT)
     if env:
         return Path(env)
-    import aclnn_py
-
-    for entry in reversed(list(aclnn_py.__path__)):  # a dev build dir is appended last: prefer it
-        cand = Path(entry) / "mock_root"
-        if (cand / "lib64").is_dir():
-            return cand
-    raise errors.BackendError(
-        "the mock CANN root was not found in the aclnn_py package; reinstall with `pip install .` "
-        f"or set {ENV_MOCK_ROOT}"
-    )
+    where = _package.origin()
+    if where.compiled_dir is None:
+        raise errors.BackendError(f"the mock CANN root was not found: {where.problem}")
+    return where.compiled_dir / "mock_root"
 
 
 def cann_candidates(environ: dict[str, str] | None = None) -> list[Path]:
-    """Real-CANN roots to try, in order (ABI.md §5.1): $ASCEND_HOME_PATH, $ASCEND_TOOLKIT_HOME,
+    """Real-CANN roots to try, in order: $ASCEND_HOME_PATH, $ASCEND_TOOLKIT_HOME,
     /usr/local/Ascend/cann, /usr/local/Ascend/ascend-toolkit/latest."""
     env = os.environ if environ is None else environ
     out: list[Path] = []
@@ -101,7 +96,7 @@ def _vendor_order(vendors_dir: Path) -> list[str]:
 
 
 def op_library_candidates(root: Path, environ: dict[str, str] | None = None) -> list[Path]:
-    """Where the aclnn operator symbols are looked up, first match wins (ABI.md §5.3–5.4):
+    """Where the aclnn operator symbols are looked up, first match wins (CANN's own order):
     $ASCEND_CUSTOM_OPP_PATH entries, opp/vendors/* (config.ini order), lib64/libopapi_*.so,
     lib64/libopapi.so, the legacy built-in libopapi.so."""
     env = os.environ if environ is None else environ
@@ -174,6 +169,10 @@ class Backend:
     def is_mock(self) -> bool:
         return self.kind == "mock"
 
+    def __repr__(self) -> str:
+        present = sum(1 for where in self.symbols.values() if where)
+        return f"Backend({self.kind!r}, root={str(self.root)!r}, {present}/{len(self.symbols)} symbols bound)"
+
 
 _lock = threading.Lock()
 _backend: Backend | None = None
@@ -209,9 +208,11 @@ def _kind_of(root: Path) -> str:
 
 
 def _load(kind: str, root: Path) -> Backend:
-    import importlib
-
-    _aclnn: Any = importlib.import_module(f"{__package__}._aclnn")  # the compiled cffi module
+    try:
+        _aclnn: Any = importlib.import_module(f"{__package__}._aclnn")  # the compiled cffi module
+    except ImportError as exc:
+        problem = _package.origin().problem or str(exc)
+        raise errors.BackendError(f"the compiled binding aclnn_py._aclnn cannot be imported: {problem}") from exc
     ffi, raw = _aclnn.ffi, _aclnn.lib
     plan = library_plan(root)
     handles: dict[Path, Any] = {}
@@ -247,7 +248,17 @@ def _load(kind: str, root: Path) -> Backend:
                 break
         if symbols[name] is None:
             missing[name] = ", ".join(str(p) for p in search) or f"no {group} library under {root}"
-    return Backend(kind=kind, root=root, ffi=ffi, lib=_Lib(raw, missing), libraries=loaded, symbols=symbols)
+    lib = _Lib(raw, missing)
+    errors.set_message_reader(lambda: _recent_message(ffi, lib))
+    return Backend(kind=kind, root=root, ffi=ffi, lib=lib, libraries=loaded, symbols=symbols)
+
+
+def _recent_message(ffi: Any, lib: Any) -> str | None:
+    try:
+        p = lib.aclGetRecentErrMsg()
+    except errors.MissingSymbolError:
+        return None
+    return None if p == ffi.NULL else str(ffi.string(p).decode(errors="replace"))
 
 
 def load(backend: str | os.PathLike[str] | None = None) -> Backend:

@@ -1,4 +1,5 @@
-"""DLPack exchange for :class:`~aclnn_py.tensor.Tensor` (the producer and consumer sides).
+"""DLPack exchange at the level of raw memory (the producer and consumer sides of
+:class:`~aclnn_py.Tensor`'s ``__dlpack__`` / ``from_dlpack``).
 
 Export (``Tensor.__dlpack__`` / ``__dlpack_device__``): on the mock, device memory is host memory,
 so a Tensor is exported zero-copy as a ``kDLCPU`` tensor — legacy ``"dltensor"`` capsules, or
@@ -19,14 +20,12 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from .dtypes import DataType, to_numpy
-
-if TYPE_CHECKING:
-    from .tensor import Tensor
+from .runtime import initialized
 
 KDL_CPU = 1
 DLPACK_VERSION = (1, 1)
@@ -93,60 +92,76 @@ _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 # ------------------------------------------------------------------------------------------ export
 
 _live_lock = threading.Lock()
-_live: dict[int, Any] = {}   # address of the managed struct -> what keeps it and the Tensor alive
+_live: dict[int, Any] = {}   # address of the managed struct -> (done flag, what keeps it and the memory)
 
 
-def _release(addr: int | None) -> None:
-    if addr is not None:
-        with _live_lock:
-            _live.pop(addr, None)
+class _Deleters:
+    """Addresses of the C deleters and capsule destructor compiled into the binding: they run no Python
+    code (a consumer may call a deleter with an exception pending), they only set the export's done
+    flag and schedule :func:`sweep`."""
+
+    def __init__(self) -> None:
+        import importlib
+
+        mod = importlib.import_module(f"{__package__}._aclnn")
+        self.ffi = mod.ffi
+
+        def address(name: str) -> int:
+            return int(mod.ffi.cast("uintptr_t", mod.ffi.addressof(mod.lib, name)))
+
+        self.legacy = _Deleter(address("aclnnpy_dlpack_deleter"))
+        self.versioned = _Deleter(address("aclnnpy_dlpack_deleter_versioned"))
+        self.capsule = address("aclnnpy_dlpack_capsule_destructor")
 
 
-@_Deleter  # type: ignore[untyped-decorator]
-def _deleter(addr: int | None) -> None:  # called by the consumer when it is done
-    _release(addr)
+_deleters: _Deleters | None = None
 
 
-_CapsuleDestructor = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+def _c_deleters() -> _Deleters:
+    global _deleters
+    if _deleters is None:
+        _deleters = _Deleters()
+    return _deleters
 
 
-@_CapsuleDestructor  # type: ignore[untyped-decorator]
-def _capsule_destructor(capsule: int | None) -> None:
-    """Frees an export nobody consumed (the capsule still has its original name)."""
-    if capsule is None:
-        return
-    obj = ctypes.cast(capsule, ctypes.py_object)
-    for name in (_NAME, _NAME_VERSIONED):
-        if _api.PyCapsule_IsValid(obj, name):
-            _release(_api.PyCapsule_GetPointer(obj, name))
-            return
+def sweep() -> int:
+    """Release the exports their consumers are done with; returns how many exports are still live.
+    Runs by itself shortly after a consumer calls the deleter."""
+    with _live_lock:
+        for addr in [a for a, entry in _live.items() if entry[0][0]]:
+            del _live[addr]
+        return len(_live)
 
 
-def export(tensor: Tensor, max_version: tuple[int, int] | None = None, copied: bool = False) -> Any:
-    """A DLPack capsule over `tensor`'s memory as a kDLCPU tensor (mock memory is host memory)."""
-    code_bits = _TO_DL.get(tensor.dtype)
+def export(ptr: int, shape: tuple[int, ...], dtype: DataType, strides: tuple[int, ...], byte_offset: int,
+           keep: object, max_version: tuple[int, int] | None = None, copied: bool = False) -> Any:
+    """A DLPack capsule over the memory at `ptr` (+ `byte_offset`) as a kDLCPU tensor (mock memory is
+    host memory). `keep` is held until the consumer is done (or the capsule is dropped unconsumed)."""
+    code_bits = _TO_DL.get(dtype)
     if code_bits is None:
-        raise BufferError(f"{tensor.dtype.name} has no DLPack type code")
-    if tensor.dtype.packed and not tensor.is_contiguous:
+        raise BufferError(f"{dtype.name} has no DLPack type code")
+    if dtype.packed and tuple(strides) != _contiguous(shape):
         raise BufferError("a strided packed 4-bit tensor cannot be exported")
-    n = tensor.ndim
-    shape = (ctypes.c_int64 * max(n, 1))(*tensor.shape)
-    strides = (ctypes.c_int64 * max(n, 1))(*tensor.strides)
-    dl = _DLTensor(data=tensor.ptr, device=_DLDevice(KDL_CPU, 0), ndim=n,
-                   dtype=_DLDataType(code_bits[0], code_bits[1], 1), shape=shape, strides=strides,
-                   byte_offset=tensor._offset_bytes())
+    c = _c_deleters()
+    done = c.ffi.new("int64_t *")
+    n = len(shape)
+    c_shape = (ctypes.c_int64 * max(n, 1))(*shape)
+    c_strides = (ctypes.c_int64 * max(n, 1))(*strides)
+    dl = _DLTensor(data=ptr, device=_DLDevice(KDL_CPU, 0), ndim=n,
+                   dtype=_DLDataType(code_bits[0], code_bits[1], 1), shape=c_shape, strides=c_strides,
+                   byte_offset=byte_offset)
+    ctx = int(c.ffi.cast("uintptr_t", done))
     versioned = max_version is not None and tuple(max_version)[0] >= 1
     managed: _DLManagedTensor | _DLManagedTensorVersioned
     if versioned:
-        managed = _DLManagedTensorVersioned(version=_DLPackVersion(*DLPACK_VERSION), manager_ctx=None,
-                                            deleter=_deleter, flags=FLAG_IS_COPIED if copied else 0, dl_tensor=dl)
+        managed = _DLManagedTensorVersioned(version=_DLPackVersion(*DLPACK_VERSION), manager_ctx=ctx,
+                                            deleter=c.versioned, flags=FLAG_IS_COPIED if copied else 0, dl_tensor=dl)
     else:
-        managed = _DLManagedTensor(dl_tensor=dl, manager_ctx=None, deleter=_deleter)
+        managed = _DLManagedTensor(dl_tensor=dl, manager_ctx=ctx, deleter=c.legacy)
     addr = ctypes.addressof(managed)
     with _live_lock:
-        _live[addr] = (managed, shape, strides, tensor)
-    return _api.PyCapsule_New(addr, _NAME_VERSIONED if versioned else _NAME,
-                              ctypes.cast(_capsule_destructor, ctypes.c_void_p))
+        _live[addr] = (done, managed, c_shape, c_strides, keep)
+    return _api.PyCapsule_New(addr, _NAME_VERSIONED if versioned else _NAME, c.capsule)
 
 
 # ------------------------------------------------------------------------------------------ import
@@ -216,9 +231,7 @@ def import_capsule(obj: Any) -> tuple[int, tuple[int, ...], DataType, tuple[int,
     if dl.strides:
         strides = tuple(int(dl.strides[i]) for i in range(dl.ndim))
     else:
-        from .tensor import contiguous_strides
-
-        strides = contiguous_strides(shape)
+        strides = _contiguous(shape)
     ptr = int(dl.data or 0) + int(dl.byte_offset)
     return ptr, shape, dt, strides, int(dl.device.device_type), keep
 
@@ -252,9 +265,7 @@ def is_mock_device_memory(ptr: int, nbytes: int) -> bool:
     The mock validates both ends of every device-side copy against its memory registry, so a one-byte
     device-to-host copy from the first and from the last byte answers the question through the
     ordinary C ABI; a refused probe's error message is cleared."""
-    from .runtime import _b
-
-    b = _b()
+    b = initialized()
     if not b.is_mock or ptr == 0:
         return False
     cell = b.ffi.new("unsigned char[1]")
@@ -267,10 +278,13 @@ def is_mock_device_memory(ptr: int, nbytes: int) -> bool:
 
 
 def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
-    from .tensor import contiguous_strides
-
-    return contiguous_strides(shape)
+    strides = []
+    acc = 1
+    for d in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(d), 1)
+    return tuple(reversed(strides))
 
 
 __all__ = ["DLPACK_VERSION", "KDL_CPU", "ImportedMemory", "export", "host_array", "import_capsule",
-           "is_mock_device_memory"]
+           "is_mock_device_memory", "sweep"]

@@ -1,4 +1,4 @@
-"""aclDataType ↔ numpy / ml_dtypes (ABI.md §1.1).
+"""aclDataType ↔ numpy / ml_dtypes (CANN's ``aclDataType`` numbering of acl_base.h).
 
 Every aclDataType that numpy can hold maps to a numpy dtype. Sub-byte types (INT4, FLOAT4_E2M1,
 FLOAT4_E1M2, UINT1) are *packed* on the device — two 4-bit values per byte, low nibble first — while
@@ -10,10 +10,11 @@ on the Tensor.
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, TypeAlias, cast
 
 import ml_dtypes
 import numpy as np
+import numpy.typing as npt
 
 
 class DataType(enum.IntEnum):
@@ -61,6 +62,11 @@ class DataType(enum.IntEnum):
     @property
     def numpy_dtype(self) -> np.dtype[Any]:
         """The numpy dtype that holds one element (uint8 for types without a numpy type)."""
+        return to_numpy(self)
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        """The same as :attr:`numpy_dtype`, so ``np.dtype(data_type)`` converts."""
         return to_numpy(self)
 
 
@@ -115,7 +121,8 @@ _FROM_NUMPY: dict[np.dtype[Any], DataType] = {
     dt: acl for acl, dt in _TO_NUMPY.items() if dt != np.dtype(np.uint8) or acl == DataType.UINT8
 }
 
-DTypeLike = Any  # DataType | np.dtype | type | str
+#: What dtype parameters accept: a DataType, an aclDataType int, or a numpy / ml_dtypes dtype or name.
+DTypeLike: TypeAlias = DataType | int | npt.DTypeLike
 
 
 def to_numpy(dtype: DTypeLike) -> np.dtype[Any]:
@@ -125,7 +132,7 @@ def to_numpy(dtype: DTypeLike) -> np.dtype[Any]:
             return _TO_NUMPY[dtype]
         except KeyError:
             raise TypeError(f"aclDataType {dtype.name} has no numpy representation") from None
-    return np.dtype(dtype)
+    return np.dtype(cast("npt.DTypeLike", dtype))
 
 
 def from_numpy(dtype: DTypeLike) -> DataType:
@@ -134,7 +141,7 @@ def from_numpy(dtype: DTypeLike) -> DataType:
         return dtype
     if isinstance(dtype, int) and not isinstance(dtype, bool):
         return DataType(dtype)
-    nd = np.dtype(dtype)
+    nd = np.dtype(cast("npt.DTypeLike", dtype))
     try:
         return _FROM_NUMPY[nd]
     except KeyError:
@@ -171,7 +178,7 @@ def unpack_nibbles(packed: np.ndarray, dtype: DTypeLike = np.uint8) -> np.ndarra
     out = np.empty(p.shape[:-1] + (p.shape[-1] * 2,), dtype=np.uint8)
     out[..., 0::2] = p & 0x0F
     out[..., 1::2] = p >> 4
-    nd = np.dtype(dtype)
+    nd = to_numpy(dtype)
     if nd == int4:
         return ((out.astype(np.int8) << 4) >> 4).astype(int4)
     return out.view(nd) if nd.itemsize == 1 else out.astype(nd)

@@ -1,82 +1,32 @@
-"""Status codes of the C API as Python exceptions (DESIGN.md §3.5, ABI.md §2).
+"""Status codes of the C API as Python exceptions.
 
-Every exception carries the C function that failed, the numeric code, its symbolic name and the
-library's own message (``aclGetRecentErrMsg``, read on the failing thread right after the call).
+Every exception for a failed C call carries the C function, the numeric code, its symbolic name and
+the library's own message (``aclGetRecentErrMsg``, read on the failing thread right after the call).
+The symbolic names come from the constants of the bound headers (``include/``), so they are never
+restated here. Errors that are not C statuses — a closed object, no usable backend — have their own
+classes.
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 from typing import Any
 
-ACL_CODES: dict[int, str] = {
-    0: "ACL_SUCCESS",
-    100000: "ACL_ERROR_INVALID_PARAM",
-    100001: "ACL_ERROR_UNINITIALIZE",
-    100002: "ACL_ERROR_REPEAT_INITIALIZE",
-    100037: "ACL_ERROR_REPEAT_FINALIZE",
-    200000: "ACL_ERROR_BAD_ALLOC",
-    200001: "ACL_ERROR_API_NOT_SUPPORT",
-    200002: "ACL_ERROR_INVALID_DEVICE",
-    200003: "ACL_ERROR_MEMORY_ADDRESS_UNALIGNED",
-    200004: "ACL_ERROR_RESOURCE_NOT_MATCH",
-    200005: "ACL_ERROR_INVALID_RESOURCE_HANDLE",
-    200006: "ACL_ERROR_FEATURE_UNSUPPORTED",
-    300000: "ACL_ERROR_STORAGE_OVER_LIMIT",
-    500000: "ACL_ERROR_INTERNAL_ERROR",
-    500001: "ACL_ERROR_FAILURE",
-    500003: "ACL_ERROR_RT_FAILURE",
-    107000: "ACL_ERROR_RT_PARAM_INVALID",
-    107001: "ACL_ERROR_RT_INVALID_DEVICEID",
-    107002: "ACL_ERROR_RT_CONTEXT_NULL",
-    107003: "ACL_ERROR_RT_STREAM_CONTEXT",
-    107008: "ACL_ERROR_RT_ADDR_UNALIGNED",
-    107016: "ACL_ERROR_RT_INVALID_MEMORY_TYPE",
-    107017: "ACL_ERROR_RT_INVALID_HANDLE",
-    107019: "ACL_ERROR_RT_WAIT_TIMEOUT",
-    107020: "ACL_ERROR_RT_TASK_TIMEOUT",
-    207000: "ACL_ERROR_RT_FEATURE_NOT_SUPPORT",
-    207001: "ACL_ERROR_RT_MEMORY_ALLOCATION",
-    207002: "ACL_ERROR_RT_MEMORY_FREE",
-    207004: "ACL_ERROR_RT_NO_DEVICE",
-    207020: "ACL_ERROR_RT_TIMEOUT",
-    507000: "ACL_ERROR_RT_INTERNAL_ERROR",
-    507004: "ACL_ERROR_RT_STREAM_NOT_COMPLETE",
-    507006: "ACL_ERROR_RT_EVENT_NOT_COMPLETE",
-    507014: "ACL_ERROR_RT_AICORE_TIMEOUT",
-    507015: "ACL_ERROR_RT_AICORE_EXCEPTION",
-    507046: "ACL_ERROR_RT_STREAM_SYNC_TIMEOUT",
-    507047: "ACL_ERROR_RT_EVENT_SYNC_TIMEOUT",
-}
+__all__ = [
+    "AclError", "AclTimeoutError", "AclnnError", "AclnnInnerError", "AclnnParamInvalid", "AclnnParamNullptr",
+    "AclnnPyError", "AclnnRuntimeError", "BackendError", "ClosedError", "HcclError", "HcclTimeoutError",
+    "MissingSymbolError", "check_acl", "recent_message", "check_aclnn", "check_hccl", "param_invalid", "param_nullptr",
+    "status_name",
+]
 
-ACLNN_CODES: dict[int, str] = {
-    0: "ACLNN_SUCCESS",
-    161001: "ACLNN_ERR_PARAM_NULLPTR",
-    161002: "ACLNN_ERR_PARAM_INVALID",
-    361001: "ACLNN_ERR_RUNTIME_ERROR",
-    561000: "ACLNN_ERR_INNER",
-    561001: "ACLNN_ERR_INNER_INFERSHAPE_ERROR",
-    561002: "ACLNN_ERR_INNER_TILING_ERROR",
-    561003: "ACLNN_ERR_INNER_FIND_KERNEL_ERROR",
-    561101: "ACLNN_ERR_INNER_CREATE_EXECUTOR",
-    561102: "ACLNN_ERR_INNER_NOT_TRANS_EXECUTOR",
-    561103: "ACLNN_ERR_INNER_NULLPTR",
-    561104: "ACLNN_ERR_INNER_WRONG_ATTR_INFO_SIZE",
-    561105: "ACLNN_ERR_INNER_KEY_CONFLICT",
-    561106: "ACLNN_ERR_INNER_INVALID_IMPL_MODE",
-    561107: "ACLNN_ERR_INNER_OPP_PATH_NOT_FOUND",
-}
+ACL_SUCCESS = 0
+ACLNN_ERR_PARAM_NULLPTR = 161001
+ACLNN_ERR_PARAM_INVALID = 161002
+ACLNN_ERR_RUNTIME_ERROR = 361001
+HCCL_E_TIMEOUT = 9
 
-HCCL_CODES: dict[int, str] = {
-    0: "HCCL_SUCCESS", 1: "HCCL_E_PARA", 2: "HCCL_E_PTR", 3: "HCCL_E_MEMORY", 4: "HCCL_E_INTERNAL",
-    5: "HCCL_E_NOT_SUPPORT", 6: "HCCL_E_NOT_FOUND", 7: "HCCL_E_UNAVAIL", 8: "HCCL_E_SYSCALL",
-    9: "HCCL_E_TIMEOUT", 10: "HCCL_E_OPEN_FILE_FAILURE", 11: "HCCL_E_TCP_CONNECT",
-    12: "HCCL_E_ROCE_CONNECT", 13: "HCCL_E_TCP_TRANSFER", 14: "HCCL_E_ROCE_TRANSFER",
-    15: "HCCL_E_RUNTIME", 16: "HCCL_E_DRV", 17: "HCCL_E_PROFILING", 18: "HCCL_E_CCE",
-    19: "HCCL_E_NETWORK", 20: "HCCL_E_AGAIN", 21: "HCCL_E_REMOTE", 22: "HCCL_E_SUSPENDING",
-    23: "HCCL_E_OPRETRY_FAIL", 24: "HCCL_E_OOM", 1041: "HCCL_E_IN_STATUS",
-}
-
+# Runtime codes that mean "a wait ran out": a kernel waiting for peers, a timed stream/event sync.
 _TIMEOUT_CODES = frozenset({107019, 107020, 207020, 507014, 507046, 507047})
 
 
@@ -103,7 +53,21 @@ def _rebuild(cls: type[AclnnPyError], func: str, code: int, name: str, message: 
 
 
 class BackendError(RuntimeError):
-    """No usable backend: CANN not found, a library that cannot be loaded, a backend switch."""
+    """No usable backend: CANN not found, a library that cannot be loaded, a backend switch, an
+    installed CANN whose headers do not match the bound prototypes."""
+
+
+class ClosedError(ValueError):
+    """An operation on an object that was closed (a Stream, Event, DeviceMemory, Tensor, Communicator,
+    executor or plan). Like I/O on a closed file, it is a ValueError."""
+
+    def __init__(self, obj: str, operation: str):
+        self.object = obj
+        self.operation = operation
+        super().__init__(f"{obj} is closed: cannot {operation}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (ClosedError, (self.object, self.operation))
 
 
 class MissingSymbolError(AclnnPyError):
@@ -114,14 +78,17 @@ class MissingSymbolError(AclnnPyError):
         self.searched = searched
         super().__init__(symbol, -1, "MISSING_SYMBOL", f"symbol {symbol} not found in: {searched}")
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (MissingSymbolError, (self.symbol, self.searched))
+
 
 class AclError(AclnnPyError):
     """An ACL runtime call (``aclError``) failed."""
 
-    Timeout: type[AclError]
+    Timeout: type[AclTimeoutError]
 
 
-class AclTimeoutError(AclError):
+class AclTimeoutError(AclError, TimeoutError):
     """A stream/event wait or a kernel timed out (507014, 507046, 507047, …)."""
 
 
@@ -131,18 +98,18 @@ AclError.Timeout = AclTimeoutError
 class AclnnError(AclnnPyError):
     """An aclnn call (``aclnnStatus``) failed."""
 
-    ParamNullptr: type[AclnnError]
-    ParamInvalid: type[AclnnError]
-    RuntimeError: type[AclnnError]
-    InnerError: type[AclnnError]
+    ParamNullptr: type[AclnnParamNullptr]
+    ParamInvalid: type[AclnnParamInvalid]
+    RuntimeError: type[AclnnRuntimeError]
+    InnerError: type[AclnnInnerError]
 
 
-class AclnnParamNullptr(AclnnError):
+class AclnnParamNullptr(AclnnError, ValueError):
     """161001: a required pointer or tensor is NULL."""
 
 
 class AclnnParamInvalid(AclnnError, ValueError):
-    """161002: an argument breaks a rule of SPEC §3/§5/§9.3 or ABI.md §4."""
+    """161002: an argument breaks a rule of the operator (docs/operators.md lists them)."""
 
 
 class AclnnRuntimeError(AclnnError):
@@ -162,7 +129,7 @@ AclnnError.InnerError = AclnnInnerError
 class HcclError(AclnnPyError):
     """An HCCL call (``HcclResult``) failed."""
 
-    Timeout: type[HcclError]
+    Timeout: type[HcclTimeoutError]
 
 
 class HcclTimeoutError(HcclError, TimeoutError):
@@ -171,48 +138,84 @@ class HcclTimeoutError(HcclError, TimeoutError):
 
 HcclError.Timeout = HcclTimeoutError
 
+# ---- symbolic names, read from the bound headers' constants -------------------------------------------
 
-def _recent_message() -> str | None:
-    from ._loader import loaded
+_names: dict[str, dict[int, str]] | None = None
 
-    b = loaded()
-    if b is None:
-        return None
+
+def _load_names() -> dict[str, dict[int, str]]:
+    """{"acl": …, "aclnn": …, "hccl": …}: code → name, from the compiled module's constants (the
+    #defines and enums of include/). Empty maps when the compiled module cannot be imported."""
+    global _names
+    if _names is not None:
+        return _names
+    families: dict[str, dict[int, str]] = {"acl": {}, "aclnn": {}, "hccl": {}}
     try:
-        p = b.lib.aclGetRecentErrMsg()
-    except MissingSymbolError:
-        return None
-    return None if p == b.ffi.NULL else b.ffi.string(p).decode(errors="replace")
+        lib = importlib.import_module(f"{__package__}._aclnn").lib
+    except ImportError:
+        return families  # not cached: a later call may find the compiled parts
+    for name in sorted(dir(lib)):
+        family = ("aclnn" if name.startswith("ACLNN_") else
+                  "acl" if name.startswith(("ACL_ERROR_", "ACL_RT_SUCCESS", "ACL_SUCCESS")) else
+                  "hccl" if name.startswith(("HCCL_E_", "HCCL_SUCCESS")) else None)
+        if family is None:
+            continue
+        value = getattr(lib, name)
+        if isinstance(value, int):
+            families[family].setdefault(value, name)
+    families["acl"][0] = "ACL_SUCCESS"
+    _names = families
+    return families
+
+
+def status_name(code: int, family: str = "acl") -> str:
+    """The symbolic name of a status code of `family` ("acl", "aclnn" or "hccl")."""
+    fallback = {"acl": "ACL_ERROR", "aclnn": "ACLNN_ERR", "hccl": "HCCL_E"}[family]
+    return _load_names()[family].get(code, f"{fallback}_{code}")
+
+
+# ---- the library's message ------------------------------------------------------------------------------
+
+#: Reads ``aclGetRecentErrMsg`` of the loaded backend; installed by the loader once a backend is loaded.
+_read_message: Callable[[], str | None] = lambda: None
+
+
+def set_message_reader(reader: Callable[[], str | None]) -> None:
+    global _read_message
+    _read_message = reader
+
+
+def recent_message() -> str | None:
+    """The loaded backend's ``aclGetRecentErrMsg`` for this thread (clear-on-read), or None."""
+    return _read_message()
 
 
 def acl_error(ret: int, func: str, message: str | None = None) -> AclError:
-    name = ACL_CODES.get(ret, f"ACL_ERROR_{ret}")
     cls = AclTimeoutError if ret in _TIMEOUT_CODES else AclError
-    return cls(func, ret, name, message if message is not None else _recent_message())
+    return cls(func, ret, status_name(ret, "acl"), message if message is not None else _read_message())
 
 
-def aclnn_error(ret: int, func: str, message: str | None = None) -> AclnnError:
-    if ret in ACL_CODES and ret not in ACLNN_CODES:  # an op's phase 2 may forward a runtime code
-        return acl_error(ret, func, message)  # type: ignore[return-value]
-    name = ACLNN_CODES.get(ret, f"ACLNN_ERR_{ret}")
+def aclnn_error(ret: int, func: str, message: str | None = None) -> AclError | AclnnError:
+    names = _load_names()
+    if ret in names["acl"] and ret not in names["aclnn"]:  # an op's phase 2 may forward a runtime code
+        return acl_error(ret, func, message)
     cls: type[AclnnError]
-    if ret == 161001:
+    if ret == ACLNN_ERR_PARAM_NULLPTR:
         cls = AclnnParamNullptr
-    elif ret == 161002:
+    elif ret == ACLNN_ERR_PARAM_INVALID:
         cls = AclnnParamInvalid
-    elif ret == 361001:
+    elif ret == ACLNN_ERR_RUNTIME_ERROR:
         cls = AclnnRuntimeError
     elif 561000 <= ret < 562000:
         cls = AclnnInnerError
     else:
         cls = AclnnError
-    return cls(func, ret, name, message if message is not None else _recent_message())
+    return cls(func, ret, status_name(ret, "aclnn"), message if message is not None else _read_message())
 
 
 def hccl_error(ret: int, func: str, message: str | None = None) -> HcclError:
-    name = HCCL_CODES.get(ret, f"HCCL_E_{ret}")
-    cls = HcclTimeoutError if ret == 9 else HcclError
-    return cls(func, ret, name, message if message is not None else _recent_message())
+    cls = HcclTimeoutError if ret == HCCL_E_TIMEOUT else HcclError
+    return cls(func, ret, status_name(ret, "hccl"), message if message is not None else _read_message())
 
 
 def check_acl(ret: int, func: str) -> None:
@@ -235,16 +238,11 @@ def check_hccl(ret: int, func: str) -> None:
 
 def param_invalid(func: str, message: str) -> AclnnParamInvalid:
     """The exception a Python pre-check raises: the same class, code and wording as the C side."""
-    return AclnnParamInvalid(func, 161002, "ACLNN_ERR_PARAM_INVALID", message)
+    return AclnnParamInvalid(func, ACLNN_ERR_PARAM_INVALID, "ACLNN_ERR_PARAM_INVALID", message)
 
 
 def param_nullptr(func: str, message: str) -> AclnnParamNullptr:
-    return AclnnParamNullptr(func, 161001, "ACLNN_ERR_PARAM_NULLPTR", message)
+    return AclnnParamNullptr(func, ACLNN_ERR_PARAM_NULLPTR, "ACLNN_ERR_PARAM_NULLPTR", message)
 
 
-Checker = Callable[[int, str], None]
-__all__: list[Any] = [
-    "AclnnPyError", "BackendError", "MissingSymbolError", "AclError", "AclTimeoutError", "AclnnError",
-    "AclnnParamNullptr", "AclnnParamInvalid", "AclnnRuntimeError", "AclnnInnerError", "HcclError",
-    "HcclTimeoutError", "check_acl", "check_aclnn", "check_hccl", "param_invalid", "param_nullptr",
-]
+_recent_message = recent_message  # the operator suites' name for it; removed once they are merged

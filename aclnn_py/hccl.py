@@ -1,4 +1,4 @@
-"""HCCL communicators, root info and the MoE context tensor (ABI.md §0 and §3.3, SPEC §8).
+"""HCCL communicators, root info and the MoE context tensor (docs/concepts.md, "Communicators and windows").
 
 A world of ``world_size`` ranks is formed from one :class:`RootInfo` made on one rank (or by a
 launcher) and handed to every rank out of band (``bytes(root)``, 4108 bytes)::
@@ -14,12 +14,14 @@ On the mock, ranks may be threads of one process or separate processes; each ran
 from __future__ import annotations
 
 import struct
+import threading
 from typing import Any
 
 import numpy as np
 
-from .errors import HcclError, check_hccl
-from .runtime import _b, as_stream
+from .dtypes import DataType
+from .errors import HcclError, check_hccl, hccl_error, recent_message
+from .runtime import Device, Resource, StreamArg, initialized, resolve_stream
 from .tensor import Tensor
 
 ROOT_INFO_BYTES = 4108
@@ -28,7 +30,7 @@ HCCL_COMM_ENGINE_AIV = 4
 HCCL_OP_TYPE_ALLTOALL = 8
 ALG_CONFIG_ALLTOALL = "AlltoAll=level0:fullmesh;level1:pairwise"
 
-#: Bytes of the context struct (SPEC §8): epRankId, rankSizePerServer, kfcContextAddr,
+#: Bytes of the context struct CANN's builder fills: epRankId, rankSizePerServer, kfcContextAddr,
 #: epHcclBuffer_[1024], hcommHandle_[1024].
 CONTEXT_BYTES = 4 + 4 + 8 + 8 * 1024 + 8 * 1024
 CONTEXT_INT32 = CONTEXT_BYTES // 4          # 4100
@@ -52,7 +54,7 @@ class RootInfo:
     @classmethod
     def create(cls) -> RootInfo:
         """``HcclGetRootInfo``: a new world id (call on one rank only, then broadcast the bytes)."""
-        b = _b()
+        b = initialized()
         cell = b.ffi.new("HcclRootInfo *")
         check_hccl(b.lib.HcclGetRootInfo(cell), "HcclGetRootInfo")
         return cls(b.ffi.buffer(cell)[:])
@@ -74,158 +76,183 @@ class RootInfo:
         return f"RootInfo({self._data[:32].hex()}…)"
 
 
-def _as_root(root: Any) -> RootInfo:
+def _as_root(root: RootInfo | bytes | bytearray | memoryview) -> RootInfo:
     if isinstance(root, RootInfo):
         return root
     if isinstance(root, (bytes, bytearray, memoryview)):
         return RootInfo(root)
-    raise TypeError(f"root must be a RootInfo or its {ROOT_INFO_BYTES} bytes, got {type(root)!r}")
+    raise TypeError(f"root: expected a RootInfo or its {ROOT_INFO_BYTES} bytes, got {type(root).__name__}")
 
 
-class Communicator:
+def _int_arg(value: object, param: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f"{param}: expected an int, got {type(value).__name__} {value!r}")
+    return int(value)
+
+
+#: How often the caller of a blocking join wakes to run Python signal handlers (Ctrl-C).
+_JOIN_POLL_S = 0.1
+
+
+def _join(world_size: int, rank: int, root: RootInfo, device: int | None) -> Any:
+    """``HcclCommInitRootInfo`` on a helper thread while this thread waits interruptibly: Ctrl-C
+    raises KeyboardInterrupt here within about 100 ms. An abandoned join that succeeds later destroys
+    its communicator, so nothing is left behind."""
+    b = initialized()
+    ffi, lib = b.ffi, b.lib
+    lock = threading.Lock()
+    outcome: dict[str, Any] = {}
+    abandoned = False
+
+    def run() -> None:
+        if device is not None:
+            lib.aclrtSetDevice(device)  # the windows belong to the device current at creation
+        cell = ffi.new("HcclRootInfo *")
+        ffi.memmove(cell, bytes(root), ROOT_INFO_BYTES)
+        out = ffi.new("HcclComm *")
+        ret = lib.HcclCommInitRootInfo(world_size, cell, rank, out)
+        message = recent_message() if ret else None  # error messages are per thread: read it here
+        with lock:
+            if abandoned:
+                if ret == 0:
+                    lib.HcclCommDestroy(out[0])
+            else:
+                outcome.update(ret=ret, handle=out[0], message=message)
+        if device is not None:
+            lib.aclrtResetDevice(device)
+
+    worker = threading.Thread(target=run, name=f"aclnn_py-join-rank{rank}", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(_JOIN_POLL_S)
+    except BaseException:
+        with lock:
+            abandoned = True
+            if outcome.get("ret") == 0:
+                lib.HcclCommDestroy(outcome["handle"])
+        raise
+    if outcome["ret"]:
+        raise hccl_error(outcome["ret"], "HcclCommInitRootInfo", outcome["message"])
+    return outcome["handle"]
+
+
+class Communicator(Resource):
     """One rank's HCCL communicator (``HcclCommInitRootInfo`` … ``HcclCommDestroy``).
 
     ``Communicator(world_size, rank, root)`` returns once every rank of the world has joined, or
-    raises :class:`~aclnn_py.errors.HcclError` (``HcclError.Timeout`` after
-    ``HCCL_CONNECT_TIMEOUT`` seconds, naming the ranks that never joined). `device`, when given, is
-    made the calling thread's current device first; the windows belong to the device current at
-    creation. Use it as a context manager or call :meth:`close`.
+    raises :class:`~aclnn_py.HcclError` (:class:`~aclnn_py.HcclTimeoutError` after
+    ``HCCL_CONNECT_TIMEOUT`` seconds, naming the ranks that never joined). The wait is interruptible
+    (Ctrl-C). `device`, when given, is made the calling thread's current device first; the windows
+    belong to the device current at creation. Use it as a context manager or call :meth:`close`.
     """
 
-    __slots__ = ("handle", "rank", "world_size", "name", "device", "window_address", "window_size",
+    __slots__ = ("_cdata", "rank", "world_size", "name", "device", "window_address", "window_size",
                  "__weakref__")
 
-    def __init__(self, world_size: int, rank: int, root: Any, device: int | None = None):
-        b = _b()
-        ffi, lib = b.ffi, b.lib
-        world_size, rank = int(world_size), int(rank)
+    def __init__(self, world_size: int, rank: int, root: RootInfo | bytes | bytearray | memoryview,
+                 device: int | None = None):
+        world_size, rank = _int_arg(world_size, "world_size"), _int_arg(rank, "rank")
         if world_size < 1:
-            raise ValueError(f"world_size must be >= 1 (got {world_size})")
+            raise ValueError(f"world_size: must be >= 1 (got {world_size})")
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, {world_size}) (got {rank})")
+            raise ValueError(f"rank: must be in [0, world_size) (got {rank} with world_size {world_size})")
         info = _as_root(root)
         if device is not None:
-            from .runtime import Device
-
-            Device(device).set_current()
-        self.handle = None
-        cell = ffi.new("HcclRootInfo *")
-        ffi.memmove(cell, bytes(info), ROOT_INFO_BYTES)
-        out = ffi.new("HcclComm *")
-        check_hccl(lib.HcclCommInitRootInfo(world_size, cell, rank, out), "HcclCommInitRootInfo")
-        self.handle = out[0]
+            Device(_int_arg(device, "device")).set_current()
+        current = Device.current().id
+        self._cdata = _join(world_size, rank, info, current)
+        self._open = True
+        b = initialized()
+        ffi, lib = b.ffi, b.lib
         try:
             name = ffi.new(f"char[{COMM_NAME_MAX_LENGTH}]")
-            check_hccl(lib.HcclGetCommName(self.handle, name), "HcclGetCommName")
-            self.name = ffi.string(name).decode()
+            check_hccl(lib.HcclGetCommName(self._cdata, name), "HcclGetCommName")
+            self.name = str(ffi.string(name).decode())
             self.rank = self._query(lib.HcclGetRankId, "HcclGetRankId")
             self.world_size = self._query(lib.HcclGetRankSize, "HcclGetRankSize")
             addr, size = ffi.new("void **"), ffi.new("uint64_t *")
-            check_hccl(lib.HcclGetHcclBuffer(self.handle, addr, size), "HcclGetHcclBuffer")
+            check_hccl(lib.HcclGetHcclBuffer(self._cdata, addr, size), "HcclGetHcclBuffer")
             self.window_address = int(ffi.cast("uintptr_t", addr[0]))
             self.window_size = int(size[0])
-            cur = ffi.new("int32_t *")
-            self.device = int(cur[0]) if lib.aclrtGetDevice(cur) == 0 else 0
+            self.device = current
         except BaseException:
             self.close()
             raise
 
     def _query(self, fn: Any, what: str) -> int:
-        cell = _b().ffi.new("uint32_t *")
-        check_hccl(fn(self._live(), cell), what)
+        cell = initialized().ffi.new("uint32_t *")
+        check_hccl(fn(self._live("query it"), cell), what)
         return int(cell[0])
 
-    def _live(self) -> Any:
-        if self.handle is None:
-            raise ValueError("the communicator is closed")
-        return self.handle
+    def _live(self, operation: str) -> Any:
+        if not self._open:
+            raise self._closed(operation)
+        return self._cdata
 
     @property
-    def closed(self) -> bool:
-        return self.handle is None
-
-    @property
-    def address(self) -> int:
+    def handle(self) -> int:
         """The ``HcclComm`` handle as an integer (for C code that takes one)."""
-        return int(_b().ffi.cast("uintptr_t", self._live()))
+        return int(initialized().ffi.cast("uintptr_t", self._live("use its handle")))
 
     def peer_window(self, rank: int) -> tuple[int, int]:
         """(address, bytes) of rank `rank`'s window as mapped in this process
         (``HcclGetRemoteIpcHcclBuf``; the own window for rank == self.rank)."""
-        b = _b()
+        b = initialized()
+        comm = self._live("read a peer's window")
         if int(rank) == self.rank:
             return self.window_address, self.window_size
         addr, size = b.ffi.new("void **"), b.ffi.new("uint64_t *")
-        check_hccl(b.lib.HcclGetRemoteIpcHcclBuf(self._live(), int(rank), addr, size),
-                   "HcclGetRemoteIpcHcclBuf")
+        check_hccl(b.lib.HcclGetRemoteIpcHcclBuf(comm, int(rank), addr, size), "HcclGetRemoteIpcHcclBuf")
         return int(b.ffi.cast("uintptr_t", addr[0])), int(size[0])
 
-    def barrier(self, stream: Any = None, wait: bool | None = None) -> None:
-        """``HcclBarrier`` enqueued on `stream` (default: the current device's default stream).
-        With `wait` (default: True when no stream is given), the stream is then synchronised, so a
-        peer that never arrives raises the runtime's timeout error (``AclError.Timeout``) naming it."""
-        b = _b()
-        s = as_stream(stream)
-        check_hccl(b.lib.HcclBarrier(self._live(), s), "HcclBarrier")
+    def barrier(self, stream: StreamArg = None, wait: bool | None = None) -> None:
+        """``HcclBarrier`` queued on `stream` (default: the current stream). With `wait` (default:
+        True when no stream is given), the stream is then synchronised, so a peer that never arrives
+        raises the runtime's timeout error (:class:`~aclnn_py.AclTimeoutError`) naming it."""
+        comm = self._live("enter a barrier")
+        s = resolve_stream(stream)
+        check_hccl(initialized().lib.HcclBarrier(comm, s._cdata), "HcclBarrier")
         if wait is None:
             wait = stream is None
         if wait:
-            from .errors import check_acl
-
-            check_acl(b.lib.aclrtSynchronizeStream(s), "aclrtSynchronizeStream")
+            s.synchronize()
 
     def async_error(self) -> int:
         """``HcclGetCommAsyncError``: 0, or HCCL_E_REMOTE (21) once a peer's process is found dead."""
-        b = _b()
+        b = initialized()
         cell = b.ffi.new("HcclResult *")
-        check_hccl(b.lib.HcclGetCommAsyncError(self._live(), cell), "HcclGetCommAsyncError")
+        check_hccl(b.lib.HcclGetCommAsyncError(self._live("query it"), cell), "HcclGetCommAsyncError")
         return int(cell[0])
 
-    def close(self) -> None:
-        """``HcclCommDestroy``: unmap the windows. Work queued on streams that uses this
-        communicator should be synchronised first. Idempotent."""
-        h, self.handle = self.handle, None
-        if h is not None:
-            check_hccl(_b().lib.HcclCommDestroy(h), "HcclCommDestroy")
+    def _release(self) -> None:
+        """``HcclCommDestroy``: unmap the windows (a kernel still waiting on this communicator fails
+        promptly). Synchronise streams with queued work that uses it first."""
+        check_hccl(initialized().lib.HcclCommDestroy(self._cdata), "HcclCommDestroy")
 
-    def __enter__(self) -> Communicator:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
-
-    def __del__(self) -> None:
-        if getattr(self, "handle", None) is not None:
-            try:
-                self.close()
-            except Exception:
-                pass
-
-    def __repr__(self) -> str:
-        state = ("closed" if self.handle is None
-                 else f"window 0x{self.window_address:x} ({self.window_size} bytes)")
-        return f"Communicator(rank {getattr(self, 'rank', '?')}/{getattr(self, 'world_size', '?')}, {state})"
+    def _label(self) -> str:
+        return f"Communicator(rank {getattr(self, 'rank', '?')}/{getattr(self, 'world_size', '?')})"
 
 
 def error_string(code: int) -> str:
     """``HcclGetErrorString``."""
-    b = _b()
+    b = initialized()
     p = b.lib.HcclGetErrorString(int(code))
     return "" if p == b.ffi.NULL else b.ffi.string(p).decode(errors="replace")
 
 
 def context_bytes(comm: Communicator) -> tuple[bytes, int]:
-    """The 16,400-byte context struct of SPEC §8 for `comm`, and the window size in bytes, built
-    with CANN's own KFC sequence (ABI.md §0):
+    """The 16,400-byte context struct for `comm`, and the window size in bytes, built
+    with CANN's own KFC sequence:
 
     allocate op args → comm engine 4 (AIV) → alg config ``AlltoAll=level0:fullmesh;level1:pairwise``
     → the communicator by its name → op resource context of op type 8 (all-to-all), stored as
     kfcContextAddr → check rank id and rank size → free op args → every rank's window address
     (own: ``HcclGetHcclBuffer``, which also gives cclBufferSize; others: ``HcclGetRemoteIpcHcclBuf``).
     """
-    b = _b()
+    b = initialized()
     ffi, lib = b.ffi, b.lib
-    comm._live()
+    comm._live("build a context from it")
     if comm.world_size > MAX_EP_RANKS:
         raise ValueError(f"the context holds at most {MAX_EP_RANKS} ranks (world size {comm.world_size})")
     args_cell = ffi.new("void **")
@@ -271,17 +298,28 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     return blob, ccl_buffer_size
 
 
-def build_context(comm: Communicator, stream: Any = None) -> tuple[Tensor, int]:
-    """The MoE context tensor for `comm`: an int32 (4100,) device tensor holding the struct of
-    SPEC §8 (see :func:`context_bytes`), and ``ccl_buffer_size``, the window size in bytes."""
+def build_context(comm: Communicator, stream: StreamArg = None) -> tuple[Tensor, int]:
+    """The MoE context tensor for `comm`: an int32 (4100,) device tensor holding the context struct
+    (see :func:`context_bytes`), and ``ccl_buffer_size``, the window size in bytes."""
     blob, ccl_buffer_size = context_bytes(comm)
     arr = np.frombuffer(blob, dtype="<i4").copy()
     tensor = Tensor.from_numpy(arr, stream=stream)
     return tensor, ccl_buffer_size
 
 
-def parse_context(data: Any) -> dict[str, Any]:
-    """Decode a context (bytes, an int32 array or a Tensor) into its SPEC §8 fields (for tests and
+def rebuild_context(comm: Communicator, context: Tensor) -> int:
+    """Write `comm`'s context struct into an existing context tensor, in place (executors and plans
+    made with that tensor then address `comm`'s windows); returns ``ccl_buffer_size``. Work queued
+    with the old context must have finished (synchronise first)."""
+    blob, ccl_buffer_size = context_bytes(comm)
+    if context.shape != (CONTEXT_INT32,) or context.dtype != DataType.INT32:
+        raise ValueError(f"context: expected an int32 ({CONTEXT_INT32},) tensor (got {context!r})")
+    context.copy_from(np.frombuffer(blob, dtype="<i4"), stream=None)
+    return ccl_buffer_size
+
+
+def parse_context(data: Tensor | np.ndarray | bytes) -> dict[str, Any]:
+    """Decode a context (bytes, an int32 array or a Tensor) into its fields (for tests and
     diagnostics): ep_rank_id, rank_size_per_server, kfc_context_addr, windows (list of 1024)."""
     if isinstance(data, Tensor):
         data = data.numpy()
@@ -294,5 +332,6 @@ def parse_context(data: Any) -> dict[str, Any]:
             "windows": windows}
 
 
-__all__ = ["RootInfo", "Communicator", "build_context", "context_bytes", "parse_context", "error_string",
+__all__ = ["RootInfo", "Communicator", "build_context", "context_bytes", "parse_context", "rebuild_context",
+           "error_string",
            "ROOT_INFO_BYTES", "CONTEXT_INT32", "CONTEXT_BYTES"]

@@ -1,11 +1,19 @@
-"""Tensor: device memory + shape/dtype/strides, and the aclTensor descriptor handed to ops.
+"""Tensor: device memory + shape/dtype/strides, and the aclTensor descriptor handed to operators.
 
-A Tensor either owns its memory (``empty``, ``from_numpy``) or borrows it (``from_address``, keeping
-an optional ``owner`` alive). Shapes count elements; strides and offset are in elements, as
-``aclCreateTensor`` takes them (ABI.md §3.2). Packed 4-bit types hold two elements per byte.
+A Tensor either owns its memory (``empty``, ``zeros``, ``from_numpy``) or borrows it
+(``from_address``, ``from_dlpack``), keeping the owner alive. Shapes count elements; strides and offset
+are in elements, as ``aclCreateTensor`` takes them. Packed 4-bit types hold two elements per byte.
 
-On the mock backend device memory is host memory, so a Tensor is also visible zero-copy through
-numpy (``numpy_view``, ``__array_interface__``) and DLPack as a CPU array; on real CANN those raise.
+Lifetimes: ``close()`` releases the Tensor's own claim on its memory and refuses any later use. The
+memory itself stays allocated while something still uses it — a numpy view, a DLPack export, a
+borrowing Tensor, or work queued on a stream — and is freed when the last of them goes.
+
+Reads wait for writes: each Tensor remembers the stream that last wrote it (an operator's output, an
+asynchronous upload), and ``numpy()`` synchronises that stream first, as CuPy's ``get()`` does.
+
+On the mock backend device memory is host memory, so a Tensor is also visible zero-copy through numpy
+(``numpy_view``, ``np.asarray``) and DLPack as a CPU array; on real CANN those refuse (BufferError) and
+``numpy()`` copies.
 """
 
 from __future__ import annotations
@@ -17,9 +25,20 @@ from typing import Any
 
 import numpy as np
 
-from . import _loader
-from .dtypes import DataType, as_datatype, pack_nibbles, to_numpy, unpack_nibbles
-from .runtime import DeviceMemory, _b, memcpy_d2h, memcpy_h2d, memset
+from . import _loader, dlpack
+from .dtypes import DataType, DTypeLike, as_datatype, pack_nibbles, to_numpy, unpack_nibbles
+from .errors import ClosedError, aclnn_error
+from .runtime import (
+    DeviceMemory,
+    Stream,
+    StreamArg,
+    copy_to_device,
+    copy_to_host,
+    explicit_or_current,
+    fill,
+    initialized,
+    ordered,
+)
 
 ShapeLike = Sequence[int]
 
@@ -35,14 +54,20 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
     return tuple(reversed(strides))
 
 
+def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
+    return (math.prod(shape) * dt.bits + 7) // 8
+
+
 class Tensor:
     """A typed view of device memory."""
 
-    __slots__ = ("ptr", "shape", "dtype", "strides", "offset", "device", "_owner", "_desc", "__weakref__")
+    __slots__ = ("_ptr", "shape", "dtype", "strides", "offset", "device", "_mem", "_owner", "_desc", "_writer",
+                 "_open", "__weakref__")
 
-    def __init__(self, ptr: int, shape: ShapeLike, dtype: Any, strides: ShapeLike | None = None,
-                 offset: int = 0, owner: Any = None, device: int | None = None):
-        self.ptr = int(ptr)
+    def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
+                 offset: int = 0, owner: object = None, device: int | None = None):
+        """A view of `ptr` (the storage base) — prefer :meth:`from_address`, which documents `owner`."""
+        self._ptr = int(ptr)
         self.shape = tuple(int(d) for d in shape)
         self.dtype = as_datatype(dtype)
         self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
@@ -50,40 +75,44 @@ class Tensor:
             raise ValueError(f"strides {self.strides} do not match shape {self.shape}")
         self.offset = int(offset)
         self.device = device
-        self._owner = owner
+        self._mem: DeviceMemory | None = None
+        self._owner: object = _claim(owner)
         self._desc: Any = None
+        self._writer: Stream | None = None
+        self._open = True
 
-    # ---- construction ------------------------------------------------------------------------
+    # ---- construction ------------------------------------------------------------------------------
     @classmethod
-    def empty(cls, shape: ShapeLike, dtype: Any, device: int | None = None) -> Tensor:
+    def empty(cls, shape: ShapeLike, dtype: DTypeLike, device: int | None = None) -> Tensor:
         """Uninitialised device memory (the mock fills new memory with 0xA5 poison)."""
         dt = as_datatype(dtype)
         shape = tuple(int(d) for d in shape)
         mem = DeviceMemory(max(_nbytes(dt, shape), _MIN_ALLOC), device)
-        return cls(mem.ptr, shape, dt, owner=mem, device=device)
+        t = cls(mem._ptr, shape, dt, device=device)
+        t._mem = mem
+        return t
 
     @classmethod
-    def zeros(cls, shape: ShapeLike, dtype: Any, device: int | None = None) -> Tensor:
+    def zeros(cls, shape: ShapeLike, dtype: DTypeLike, device: int | None = None) -> Tensor:
         t = cls.empty(shape, dtype, device)
         t.fill_bytes(0)
         return t
 
     @classmethod
-    def from_numpy(cls, array: Any, stream: Any = None, device: int | None = None,
-                   dtype: Any = None) -> Tensor:
-        """Upload a host array. With `stream`, the copy is queued on it (the host array is kept
-        alive by the Tensor until then). `dtype` records an element type the array cannot hold, e.g.
-        DataType.HIFLOAT8 for uint8 bytes, or a packed 4-bit type for already-packed uint8 bytes
-        (logical last dimension = 2 × bytes)."""
+    def from_numpy(cls, array: object, stream: StreamArg = None, device: int | None = None,
+                   dtype: DTypeLike | None = None) -> Tensor:
+        """Upload a host array: synchronously, or queued on `stream` (default: the current stream of a
+        ``with stream:`` block) — the host array is then kept alive until the stream passes the copy.
+        `dtype` records an element type the array cannot hold, e.g. DataType.HIFLOAT8 for uint8 bytes,
+        or a packed 4-bit type for already-packed uint8 bytes (logical last dimension = 2 × bytes)."""
         arr = np.asarray(array, order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
+        shape = arr.shape
         if dtype is None:
             dt = as_datatype(arr.dtype)
-            shape = arr.shape
             if dt.packed:
                 arr = pack_nibbles(arr)
         else:
             dt = as_datatype(dtype)
-            shape = arr.shape
             if dt.packed:
                 if arr.dtype == np.uint8:
                     shape = arr.shape[:-1] + (arr.shape[-1] * 2,)
@@ -92,19 +121,69 @@ class Tensor:
             elif arr.dtype.itemsize * 8 != dt.bits:
                 raise TypeError(f"a {arr.dtype} array cannot hold {dt.name} elements")
         t = cls.empty(shape, dt, device)
-        memcpy_h2d(t.ptr, t.nbytes, arr, stream)
-        if stream is not None:
-            t._owner = (t._owner, arr)  # keep the source alive for the queued copy
+        t._upload(arr, explicit_or_current(stream))
         return t
 
     @classmethod
-    def from_address(cls, ptr: int, shape: ShapeLike, dtype: Any, strides: ShapeLike | None = None,
-                     offset: int = 0, owner: Any = None) -> Tensor:
-        """Borrow device memory someone else owns (e.g. a C++ server's buffer); `owner` is kept
-        alive as long as the Tensor."""
+    def from_address(cls, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
+                     offset: int = 0, owner: object = None) -> Tensor:
+        """Borrow device memory someone else owns (e.g. a C++ server's buffer). `owner` is kept alive
+        as long as this Tensor; when it is a :class:`~aclnn_py.DeviceMemory` or a Tensor, its memory
+        stays allocated while this Tensor exists, even if the owner is closed."""
         return cls(ptr, shape, dtype, strides, offset, owner)
 
-    # ---- properties ----------------------------------------------------------------------------
+    # ---- lifetime ------------------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return not self._open
+
+    def close(self) -> None:
+        """Destroy the descriptor and release this Tensor's claim on its memory now; the memory is freed
+        once no view, export, borrower or queued work uses it. Later use raises ClosedError."""
+        if not self._open:
+            return
+        self._open = False
+        self.release_descriptor()
+        self._ptr = 0
+        self._mem = None
+        self._owner = None
+        self._writer = None
+
+    def __enter__(self) -> Tensor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        if getattr(self, "_desc", None) is not None:
+            try:
+                self.release_descriptor()
+            except Exception:
+                pass
+
+    def _check_open(self, operation: str) -> None:
+        if not self._open:
+            raise ClosedError(self._label(), operation)
+
+    def _anchor(self) -> object:
+        """What keeps this Tensor's memory valid (for stream-ordered holds)."""
+        return self._mem if self._mem is not None else self._owner
+
+    def _export(self) -> object:
+        """A claim that keeps the memory allocated for an export (a view, a DLPack capsule)."""
+        if self._mem is not None:
+            return self._mem.export()
+        return _claim(self._owner) if self._owner is not None else self
+
+    # ---- properties ----------------------------------------------------------------------------------
+    @property
+    def ptr(self) -> int:
+        """The storage base address."""
+        if not self._open:
+            raise ClosedError(self._label(), "use its address")
+        return self._ptr
+
     @property
     def ndim(self) -> int:
         return len(self.shape)
@@ -127,6 +206,11 @@ class Tensor:
         """Address of element 0 (storage base + offset)."""
         return self.ptr + self._offset_bytes()
 
+    @property
+    def writer(self) -> Stream | None:
+        """The stream whose queued work last wrote this Tensor (None: no asynchronous write known)."""
+        return self._writer
+
     def _offset_bytes(self) -> int:
         return (self.offset * self.dtype.bits) // 8
 
@@ -137,13 +221,15 @@ class Tensor:
         last = self.offset + sum((d - 1) * s for d, s in zip(self.shape, self.strides))
         return ((last + 1) * self.dtype.bits + 7) // 8
 
-    # ---- descriptor ----------------------------------------------------------------------------
+    # ---- descriptor ----------------------------------------------------------------------------------
     def descriptor(self) -> Any:
-        """The ``aclTensor *`` for this view (created once, destroyed with the Tensor). The storage
-        is described as 1-D, as torch_npu does."""
+        """The ``aclTensor *`` for this view (created once, destroyed with the Tensor). The storage is
+        described as 1-D, as torch_npu does."""
         d = self._desc
         if d is None:
-            b = _b()
+            if not self._open:
+                raise ClosedError(self._label(), "pass it to an operator")
+            b = initialized()
             ffi = b.ffi
             n = len(self.shape)
             dims = ffi.new("int64_t[]", self.shape) if n else ffi.NULL
@@ -152,10 +238,8 @@ class Tensor:
                                                if self.size else 0), 0)
             storage = ffi.new("int64_t[1]", [storage_elems])
             d = b.lib.aclCreateTensor(dims, n, int(self.dtype), strides, self.offset, b.lib.ACL_FORMAT_ND,
-                                      storage, 1, ffi.cast("void *", self.ptr))
+                                      storage, 1, ffi.cast("void *", self._ptr))
             if d == ffi.NULL:
-                from .errors import aclnn_error
-
                 raise aclnn_error(161002, "aclCreateTensor")
             self._desc = d
         return d
@@ -167,145 +251,147 @@ class Tensor:
             if b is not None:
                 b.lib.aclDestroyTensor(d)
 
-    def close(self) -> None:
-        """Destroy the descriptor and release owned memory now (borrowed memory is untouched)."""
-        self.release_descriptor()
-        owner, self._owner = self._owner, None
-        if isinstance(owner, DeviceMemory):
-            owner.close()
+    # ---- host transfer -------------------------------------------------------------------------------
+    def _wait_for_writes(self, stream: StreamArg) -> None:
+        """Synchronise `stream`, else the stream that last wrote this Tensor, else the current stream."""
+        s = explicit_or_current(stream) if stream is not None else self._writer
+        if s is None:
+            s = explicit_or_current(None)
+        if s is not None and not s.closed:
+            s.synchronize()
 
-    def __del__(self) -> None:
-        if getattr(self, "_desc", None) is not None:
-            try:
-                self.release_descriptor()
-            except Exception:
-                pass
-
-    # ---- host transfer --------------------------------------------------------------------------
-    def numpy(self, stream: Any = None) -> np.ndarray:
-        """Download to a new host array (synchronising `stream` first when given). Packed 4-bit
-        types come back as uint8 bytes, (…, last/2); HIFLOAT8 and other types without a numpy type
-        as uint8."""
-        if stream is not None:
-            from .errors import check_acl
-            from .runtime import as_stream
-
-            check_acl(_b().lib.aclrtSynchronizeStream(as_stream(stream)), "aclrtSynchronizeStream")
+    def numpy(self, stream: StreamArg = None) -> np.ndarray:
+        """Download to a new host array, after the stream that last wrote this Tensor (or `stream`,
+        when given) finished. Packed 4-bit types come back as uint8 bytes, (…, last/2); HIFLOAT8 and
+        other types without a numpy type as uint8."""
+        self._check_open("download it")
+        self._wait_for_writes(stream)
         if self.dtype.packed:
             if not self.is_contiguous:
                 raise ValueError("downloading a strided packed tensor is not supported")
             out = np.empty(self.shape[:-1] + ((self.shape[-1] * self.dtype.bits + 7) // 8,), np.uint8)
             if out.nbytes:
-                memcpy_d2h(out, self.data_ptr, out.nbytes)
+                copy_to_host(out, self.data_ptr, out.nbytes)
             return out
         nd = to_numpy(self.dtype)
         if self.is_contiguous:
             out = np.empty(self.shape, nd)
             if out.nbytes:
-                memcpy_d2h(out, self.data_ptr, out.nbytes)
+                copy_to_host(out, self.data_ptr, out.nbytes)
             return out
         raw = np.empty(self._extent_bytes(), np.uint8)
         if raw.nbytes:
-            memcpy_d2h(raw, self.ptr, raw.nbytes)
+            copy_to_host(raw, self._ptr, raw.nbytes)
         # np.ndarray keeps ml_dtypes types (as_strided would turn them into plain '<f1' etc.)
         view = np.ndarray(self.shape, dtype=nd, buffer=raw, offset=self._offset_bytes(),
                           strides=tuple(s * nd.itemsize for s in self.strides))
         return np.array(view)
 
-    def unpack(self) -> np.ndarray:
+    def unpack(self, stream: StreamArg = None) -> np.ndarray:
         """Download a packed 4-bit tensor as one element per byte (ml_dtypes type or uint8 codes)."""
         if not self.dtype.packed:
-            return self.numpy()
-        return unpack_nibbles(self.numpy(), to_numpy(self.dtype))
+            return self.numpy(stream)
+        return unpack_nibbles(self.numpy(stream), to_numpy(self.dtype))
 
-    def copy_from(self, array: Any, stream: Any = None) -> None:
-        """Upload a host array of the same bytes into this tensor."""
+    def _upload(self, arr: np.ndarray, stream: Stream | None) -> None:
+        copy_to_device(self.data_ptr, self.nbytes, arr, stream)
+        if stream is not None:
+            ordered.hold(stream, arr)  # the queued copy reads `arr` later
+            self._writer = stream
+
+    def copy_from(self, array: object, stream: StreamArg = None) -> None:
+        """Upload a host array of the same bytes into this tensor (queued on `stream` / the current
+        stream when there is one, else synchronous)."""
+        self._check_open("copy into it")
         arr = np.ascontiguousarray(array)
         if self.dtype.packed and arr.dtype != np.uint8:
             arr = pack_nibbles(arr)
         if arr.nbytes != self.nbytes or not self.is_contiguous:
             raise ValueError(f"copy_from: {arr.nbytes} bytes into a {self.nbytes}-byte view {self!r}")
-        memcpy_h2d(self.data_ptr, self.nbytes, arr, stream)
+        self._upload(arr, explicit_or_current(stream))
 
-    def fill_bytes(self, value: int, stream: Any = None) -> None:
+    def fill_bytes(self, value: int, stream: StreamArg = None) -> None:
         """Set every byte of a contiguous view (``aclrtMemset[Async]``)."""
+        self._check_open("fill it")
         n = self.nbytes
         if n:
-            memset(self.data_ptr, n, int(value), n, stream)
+            s = explicit_or_current(stream)
+            fill(self.data_ptr, n, int(value), n, s)
+            if s is not None:
+                self._writer = s
 
-    # ---- zero-copy host views (mock only) -----------------------------------------------------------
+    # ---- zero-copy host views (mock only) ----------------------------------------------------------------
     def _require_host_visible(self) -> None:
-        b = _b()
-        if not b.is_mock:
+        if not initialized().is_mock:
             raise BufferError("device memory of a real NPU is not host-accessible; use Tensor.numpy()")
 
-    def numpy_view(self) -> np.ndarray:
-        """A zero-copy numpy array over the tensor's memory (mock backend only). The array keeps the
-        Tensor alive."""
+    def numpy_view(self, stream: StreamArg = None) -> np.ndarray:
+        """A zero-copy numpy array over the tensor's memory (mock backend only), after the stream that
+        last wrote it finished. The array keeps the memory allocated, even if this Tensor is closed."""
+        self._check_open("view it")
         self._require_host_visible()
+        self._wait_for_writes(stream)
         nd = np.dtype(np.uint8) if self.dtype.packed else to_numpy(self.dtype)
         extent = max(self._extent_bytes(), 1)
-        raw = (ctypes.c_char * extent).from_address(self.ptr)
-        raw._aclnn_owner = self  # type: ignore[attr-defined]  # numpy keeps `raw` as base
+        raw = (ctypes.c_char * extent).from_address(self._ptr)
+        raw._aclnn_export = self._export()  # type: ignore[attr-defined]  # numpy keeps `raw` as base
         flat = np.frombuffer(memoryview(raw).cast("B"), dtype=np.uint8)
         if self.dtype.packed:
             shape = self.shape[:-1] + ((self.shape[-1] + 1) // 2,)
             return flat[self._offset_bytes():self._offset_bytes() + math.prod(shape)].reshape(shape)
-        # np.ndarray keeps ml_dtypes types (as_strided would turn them into plain '<f1' etc.); its
-        # base is `flat`, whose base is `raw`, which holds the Tensor
+        # np.ndarray keeps ml_dtypes types (as_strided would turn them into plain '<f1' etc.); its base
+        # is `flat`, whose base is `raw`, which holds the export
         view: np.ndarray = np.ndarray(self.shape, dtype=nd, buffer=flat, offset=self._offset_bytes(),
                                       strides=tuple(s * nd.itemsize for s in self.strides))
         return view
 
-    @property
-    def __array_interface__(self) -> dict[str, Any]:
-        self._require_host_visible()
-        nd = to_numpy(self.dtype)
-        if self.dtype.packed or nd.kind == "V":
-            raise BufferError(f"{self.dtype.name} has no array-interface type string; use numpy_view()")
-        return {
-            "version": 3,
-            "shape": self.shape,
-            "typestr": nd.str,
-            "data": (self.data_ptr, False),
-            "strides": None if self.is_contiguous else tuple(s * nd.itemsize for s in self.strides),
-        }
+    def __array__(self, dtype: DTypeLike | None = None, copy: bool | None = None) -> np.ndarray:
+        """``np.asarray(tensor)``: a zero-copy view on the mock (a download with ``copy=True`` or on real
+        CANN, where ``copy=False`` raises ValueError)."""
+        if copy or not initialized().is_mock:
+            if copy is False:
+                raise ValueError("a Tensor on a real NPU cannot be viewed without a copy; use Tensor.numpy()")
+            out = self.numpy()
+        else:
+            out = self.numpy_view()
+        return out if dtype is None else out.astype(to_numpy(dtype), copy=False)
 
-    def __dlpack__(self, *, stream: Any = None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> Any:
-        """DLPack export (mock only: a zero-copy kDLCPU tensor over the device memory; versioned
-        capsule when ``max_version >= (1, 0)``). bf16, fp8 and packed fp4 keep their DLPack 1.1 type
-        codes. ``copy=True`` exports a fresh copy. `stream` must be None or -1 (CPU semantics: the
-        caller synchronises the streams that write the tensor before exporting)."""
-        from . import dlpack
-
+    def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+        """DLPack export (mock only): a zero-copy kDLCPU tensor over the device memory, after the
+        stream that last wrote it finished; a versioned capsule when ``max_version >= (1, 0)``. bf16,
+        fp8 and packed fp4 keep their DLPack type codes (numpy cannot take bf16: use
+        :meth:`numpy_view`). ``copy=True`` exports a fresh copy. `stream` must be None or -1."""
+        self._check_open("export it")
         self._require_host_visible()
         if stream not in (None, -1):
-            raise BufferError("a kDLCPU export takes no stream (synchronise the producing stream first)")
+            raise BufferError("a kDLCPU export takes no stream (the producing stream is synchronised first)")
         if dl_device is not None and tuple(dl_device) != (dlpack.KDL_CPU, 0):
             raise BufferError(f"cannot export to DLPack device {tuple(dl_device)} (only (kDLCPU, 0))")
+        self._wait_for_writes(None)
         if copy:
             clone = Tensor.from_numpy(self.numpy(), dtype=self.dtype)
-            return dlpack.export(clone, max_version, copied=True)
-        return dlpack.export(self, max_version)
+            return dlpack.export(clone._ptr, clone.shape, clone.dtype, clone.strides, clone._offset_bytes(),
+                                 clone._export(), max_version, copied=True)
+        return dlpack.export(self._ptr, self.shape, self.dtype, self.strides, self._offset_bytes(),
+                             self._export(), max_version)
 
     def __dlpack_device__(self) -> tuple[int, int]:
         self._require_host_visible()
-        return (1, 0)  # kDLCPU
+        return (dlpack.KDL_CPU, 0)
 
     @classmethod
-    def from_dlpack(cls, obj: Any, device: int | None = None) -> Tensor:
+    def from_dlpack(cls, obj: object, device: int | None = None) -> Tensor:
         """Import any DLPack producer (or a capsule).
 
         Zero-copy when the producer's memory is device memory of the loaded mock — another Tensor's
         export, or aclrtMalloc memory of C code in this process: the result borrows it and keeps the
-        producer alive. Otherwise (any other host memory, and always on real CANN) the data is
-        copied into new device memory on `device`'s current context. Only kDLCPU producers are
-        accepted (DLPack has no Ascend device type)."""
-        from . import dlpack
-
+        producer alive. Otherwise (any other host memory, and always on real CANN) the data is copied
+        into new device memory on `device`. Only kDLCPU producers are accepted (DLPack has no Ascend
+        device type)."""
         if isinstance(obj, Tensor):
-            return cls(obj.ptr, obj.shape, obj.dtype, obj.strides, obj.offset, owner=obj, device=obj.device)
+            obj._check_open("borrow it")
+            return cls(obj._ptr, obj.shape, obj.dtype, obj.strides, obj.offset, owner=obj, device=obj.device)
         ptr, shape, dt, strides, dev_type, keep = dlpack.import_capsule(obj)
         if dev_type != dlpack.KDL_CPU:
             keep.release()
@@ -322,18 +408,26 @@ class Tensor:
         finally:
             keep.release()
 
-    def __repr__(self) -> str:
-        return (f"Tensor(0x{self.ptr:x}, shape={self.shape}, dtype={self.dtype.name}"
+    def _label(self) -> str:
+        return (f"Tensor(shape={self.shape}, dtype={self.dtype.name}"
                 + (f", strides={self.strides}" if not self.is_contiguous else "")
                 + (f", offset={self.offset}" if self.offset else "") + ")")
 
+    def __repr__(self) -> str:
+        label = self._label()
+        return f"{label[:-1]}, closed)" if not self._open else f"Tensor(0x{self._ptr:x}, {label[7:]}"
 
-def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
-    return (math.prod(shape) * dt.bits + 7) // 8
+
+#: What operator wrappers accept for a tensor argument: a device Tensor, or host data (uploaded).
+TensorArg = Tensor | np.ndarray | Sequence[object]
 
 
-def as_tensor(value: Any, stream: Any = None, dtype: Any = None) -> Tensor:
-    """A Tensor as is, or a host array uploaded (optional-input helper for the op wrappers)."""
-    if isinstance(value, Tensor):
-        return value
-    return Tensor.from_numpy(value, stream=stream, dtype=dtype)
+def _claim(owner: object) -> object:
+    """What a borrower keeps: an export of a DeviceMemory's or a Tensor's memory (so closing the owner
+    cannot free it), or the owner object itself."""
+    if isinstance(owner, DeviceMemory):
+        return owner.export()
+    if isinstance(owner, Tensor):
+        owner._check_open("borrow its memory")
+        return owner._export()
+    return owner

@@ -33,18 +33,18 @@ def test_normal_executor_consumed_by_launch(acl, mock, copy_op):
     acl.Stream.default().synchronize()
     assert dst.numpy().tolist() == list(range(16))
     assert mock.launch_executor(ex, ws.ptr, 128) == PARAM_INVALID  # consumed
-    assert "executor" in acl.errors._recent_message()
+    assert "executor" in acl.errors.recent_message()
 
 
 def test_workspace_null_or_too_small(acl, mock, copy_op):
     src, dst, ws, make = copy_op
     assert mock.launch_executor(make(), 0, 128) == PARAM_INVALID
-    assert "workspace" in acl.errors._recent_message()
+    assert "workspace" in acl.errors.recent_message()
     assert mock.launch_executor(make(), ws.ptr, 64) == PARAM_INVALID
-    assert "workspace" in acl.errors._recent_message()
+    assert "workspace" in acl.errors.recent_message()
     host = np.zeros(256, np.uint8)
     assert mock.launch_executor(make(), host.ctypes.data, 256) == PARAM_INVALID  # not device memory
-    acl.errors._recent_message()
+    acl.errors.recent_message()
     assert mock.launch_executor(make(0), 0, 0) == 0  # no workspace needed, NULL fine
     acl.Stream.default().synchronize()
 
@@ -74,7 +74,7 @@ def test_repeatable_executor_rebinds_and_relaunches(acl, mock, copy_op):
     assert lib.aclSetInputTensorAddr(ex, 1, src.descriptor(), ffi.cast("void *", src2.ptr)) == PARAM_INVALID
     assert lib.aclSetTensorAddr(ex, 2, src.descriptor(), ffi.cast("void *", src2.ptr)) == PARAM_INVALID
     assert lib.aclSetInputTensorAddr(ex, 0, src.descriptor(), ffi.cast("void *", src2.ptr + 4)) == PARAM_INVALID
-    acl.errors._recent_message()
+    acl.errors.recent_message()
     assert lib.aclDestroyAclOpExecutor(ex) == 0
 
 
@@ -83,7 +83,7 @@ def test_rebinding_a_normal_executor_is_refused(acl, mock, copy_op):
     ffi, lib = acl.backend().ffi, acl.backend().lib
     ex = ffi.cast("aclOpExecutor *", make())
     assert lib.aclSetInputTensorAddr(ex, 0, src.descriptor(), ffi.cast("void *", src.ptr)) == PARAM_INVALID
-    assert "repeatable" in acl.errors._recent_message()
+    assert "repeatable" in acl.errors.recent_message()
     assert lib.aclDestroyAclOpExecutor(ex) == 0  # never launched: may be destroyed
 
 
@@ -97,7 +97,7 @@ def test_null_executor_and_tensor(acl, copy_op):
     assert lib.aclSetInputTensorAddr(ex, 0, ffi.NULL, ffi.cast("void *", src.ptr)) == INNER_NULLPTR
     assert lib.aclDestroyAclOpExecutor(ex) == 0
     assert lib.aclDestroyAclOpExecutor(ex) != 0  # destroyed: an error, not a crash
-    acl.errors._recent_message()
+    acl.errors.recent_message()
 
 
 def test_launch_checks_bound_addresses(acl, mock, copy_op):
@@ -105,9 +105,9 @@ def test_launch_checks_bound_addresses(acl, mock, copy_op):
     src, dst, ws, make = copy_op
     tmp = acl.Tensor.from_numpy(np.zeros(16, np.float32))
     ex = mock.make_copy_executor(addr(acl, tmp.descriptor()), addr(acl, dst.descriptor()), 128)
-    tmp._owner.close()
+    tmp._mem.close()
     assert mock.launch_executor(ex, ws.ptr, 128) == PARAM_INVALID
-    m = acl.errors._recent_message()
+    m = acl.errors.recent_message()
     assert "input 0" in m and "not device memory" in m
 
 

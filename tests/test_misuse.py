@@ -1,4 +1,4 @@
-"""Misuse returns errors, never undefined behaviour (issue 8 §3, docs/reliability.md): each item of
+"""Misuse returns errors, never undefined behaviour (docs/reliability.md): each item of
 the issue, on the real ops where it concerns them, with the status code and the message checked."""
 
 from __future__ import annotations
@@ -20,12 +20,17 @@ AICORE_TIMEOUT, AICORE_EXCEPTION = 507014, 507015
 HCCL_E_PARA = 1
 REPO = Path(__file__).resolve().parents[1]
 
-# A small valid dispatch (SPEC §3): W = 2, E = 2 (L = 1), BS = 2, H = 1024, K = 1.
+# A small valid dispatch: W = 2, E = 2 (L = 1), BS = 2, H = 1024, K = 1.
 BS, H, K, E = 2, 1024, 1, 2
 
 
 def msg(acl) -> str:
-    return acl.errors._recent_message() or ""
+    return acl.errors.recent_message() or ""
+
+
+def c_handle(acl, obj) -> object:
+    """The C handle (void *) of a Stream or Communicator, for raw calls."""
+    return acl.backend().ffi.cast("void *", obj.handle)
 
 
 def inputs(rank: int) -> tuple[np.ndarray, np.ndarray]:
@@ -241,11 +246,11 @@ def _blocked_stream(acl, world):
     """A stream of rank 0 whose head is an HcclBarrier waiting for rank 1 (released by release())."""
     b = acl.backend()
     s = acl.Device(0).create_stream()
-    assert b.lib.HcclBarrier(world[0][0].handle, s.handle) == 0
+    assert b.lib.HcclBarrier(c_handle(acl, world[0][0]), c_handle(acl, s)) == 0
 
     def release():
         s1 = acl.Device(0).create_stream()
-        assert b.lib.HcclBarrier(world[1][0].handle, s1.handle) == 0
+        assert b.lib.HcclBarrier(c_handle(acl, world[1][0]), c_handle(acl, s1)) == 0
         s1.synchronize()
         s1.close()
 
@@ -257,7 +262,7 @@ def test_memory_freed_while_work_is_queued_waits_for_it(acl, mock, world):
     b = acl.backend()
     s, release = _blocked_stream(acl, world)
     mem = acl.DeviceMemory(4096)
-    assert b.lib.aclrtMemsetAsync(b.ffi.cast("void *", mem.ptr), 4096, 0x5A, 4096, s.handle) == 0
+    assert b.lib.aclrtMemsetAsync(b.ffi.cast("void *", mem.ptr), 4096, 0x5A, 4096, c_handle(acl, s)) == 0
     waits0 = mock.stats()["free_waits"]
     done = threading.Event()
     result = []
@@ -274,7 +279,7 @@ def test_memory_freed_while_work_is_queued_waits_for_it(acl, mock, world):
     release()
     assert done.wait(10)
     t.join()
-    mem.ptr = 0
+    mem._ptr = 0  # freed behind the wrapper's back
     assert result == [0]
     assert mock.stats()["free_waits"] == waits0 + 1
     s.synchronize()
@@ -287,9 +292,10 @@ def test_stream_destroyed_with_work_pending(acl, world):
     b = acl.backend()
     s, release = _blocked_stream(acl, world)
     mem = acl.DeviceMemory(4096)
-    assert b.lib.aclrtMemsetAsync(b.ffi.cast("void *", mem.ptr), 4096, 0x11, 4096, s.handle) == 0
+    assert b.lib.aclrtMemsetAsync(b.ffi.cast("void *", mem.ptr), 4096, 0x11, 4096, c_handle(acl, s)) == 0
     result = []
-    t = threading.Thread(target=lambda: result.append(b.lib.aclrtDestroyStream(s.handle)))
+    h = c_handle(acl, s)
+    t = threading.Thread(target=lambda: result.append(b.lib.aclrtDestroyStream(h)))
     t.start()
     time.sleep(0.2)
     assert not result, "aclrtDestroyStream returned before its queued work ran"
@@ -297,10 +303,10 @@ def test_stream_destroyed_with_work_pending(acl, world):
     t.join(10)
     assert result == [0]
     out = np.zeros(4096, np.uint8)
-    acl.runtime.memcpy_d2h(out, mem.ptr, 4096)
+    acl.runtime.copy_to_host(out, mem.ptr, 4096)
     assert (out == 0x11).all()
-    assert b.lib.aclrtSynchronizeStream(s.handle) == RT_INVALID_HANDLE and "not a live stream" in msg(acl)
-    s._owned = False
+    assert b.lib.aclrtSynchronizeStream(h) == RT_INVALID_HANDLE and "not a live stream" in msg(acl)
+    s._owned = False  # destroyed behind the wrapper's back: its close() must not destroy it again
 
 
 def test_double_free_of_everything(acl, world):
@@ -388,19 +394,19 @@ def test_communicator_used_after_destroy(acl):
     b = acl.backend()
     ffi, lib = b.ffi, b.lib
     comm, ctx, ccl = res[0]
-    stale = comm.handle
+    stale = c_handle(acl, comm)
     for c, _, _ in res:
         c.close()
     cell = ffi.new("uint32_t *")
     assert lib.HcclGetRankId(stale, cell) == HCCL_E_PARA and "not a live communicator" in msg(acl)
     assert lib.HcclBarrier(stale, ffi.NULL) == HCCL_E_PARA and "not a live communicator" in msg(acl)
     assert lib.HcclCommDestroy(stale) == HCCL_E_PARA and "not a live communicator" in msg(acl)
-    with pytest.raises(ValueError, match="closed"):
+    with pytest.raises(acl.ClosedError, match=r"Communicator\(rank 0/2\) is closed: cannot build a context"):
         build_context(comm)
-    comm.handle = stale
+    comm._cdata, comm._open = stale, True  # a stale handle behind the wrapper's back
     with pytest.raises(HcclError):
         build_context(comm)
-    comm.handle = None
+    comm._open = False
     # the context tensor made before the destroy names the problem at phase 1
     from aclnn_py.errors import AclnnParamInvalid
     from aclnn_py.ops import prepare_dispatch

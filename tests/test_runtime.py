@@ -36,14 +36,16 @@ def test_device_memory_close_and_context_manager(acl, mock):
     with acl.DeviceMemory(1000) as m:
         assert m.ptr % 64 == 0 and m.size == 1000
         assert mock.stats()["allocations"] == before + 1
-    assert m.ptr == 0 and mock.stats()["allocations"] == before
+    assert m.closed and mock.stats()["allocations"] == before
+    with pytest.raises(acl.ClosedError, match=r"DeviceMemory\(0x[0-9a-f]+, 1000 bytes\) is closed"):
+        m.ptr
     m.close()  # idempotent
 
 
 def test_stream_owned_borrowed_protocol(acl, device0):
     s = device0.create_stream()
     v, h = s.__acl_stream__()
-    assert v == 0 and h == s.address and h != 0
+    assert v == 0 and h == s.handle == int(s.handle) and h != 0
     b = acl.Stream.from_handle(h)
     b.synchronize()
     b.close()  # borrowed: does not destroy
@@ -53,14 +55,14 @@ def test_stream_owned_borrowed_protocol(acl, device0):
         def __acl_stream__(self):
             return (0, h)
 
-    from aclnn_py.runtime import as_stream
+    from aclnn_py.runtime import resolve_stream
 
-    assert int(acl.backend().ffi.cast("uintptr_t", as_stream(Foreign()))) == h
+    assert resolve_stream(Foreign()).handle == h == acl.Stream.from_handle(Foreign()).handle
     s.close()
     with pytest.raises(acl.AclError):
         acl.Stream.from_handle(h).synchronize()  # destroyed handle → error, not a crash
-    with pytest.raises(TypeError):
-        as_stream(3.5)
+    with pytest.raises(TypeError, match="stream: expected a Stream"):
+        resolve_stream(3.5)
 
 
 def test_events_time_work(acl, device0):

@@ -1,5 +1,9 @@
-"""Two-phase wrappers of the bound aclnn operators (one module per op pair)."""
+"""The two-phase operator wrappers (one module per op pair), the attributes object they share, and the
+sizing arithmetic. :class:`~aclnn_py.MoeDistributeBuffer` is the high-level API over these."""
 
+from . import sizing
+from .config import MoeConfig
+from .executor import Plan, Prepared
 from .moe_distribute_combine import CombinePlan, PreparedCombine, moe_distribute_combine, prepare_combine
 from .moe_distribute_dispatch import (
     DispatchOutputs,
@@ -8,8 +12,10 @@ from .moe_distribute_dispatch import (
     moe_distribute_dispatch,
     prepare_dispatch,
 )
+from .profiles import SocProfile, profile_of
 
 __all__ = [
-    "CombinePlan", "DispatchPlan", "DispatchOutputs", "PreparedCombine", "PreparedDispatch", "moe_distribute_combine",
-    "moe_distribute_dispatch", "prepare_combine", "prepare_dispatch",
+    "CombinePlan", "DispatchOutputs", "DispatchPlan", "MoeConfig", "Plan", "Prepared", "PreparedCombine",
+    "PreparedDispatch", "SocProfile", "moe_distribute_combine", "moe_distribute_dispatch", "prepare_combine",
+    "prepare_dispatch", "profile_of", "sizing",
 ]

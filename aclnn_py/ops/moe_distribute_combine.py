@@ -1,117 +1,179 @@
 """Two-phase wrapper of ``aclnnMoeDistributeCombineV5GetWorkspaceSize`` /
-``aclnnMoeDistributeCombineV5`` (SPEC §1.2, §5, §6)."""
+``aclnnMoeDistributeCombineV5`` (docs/operators.md, "Combine").
+
+:func:`moe_distribute_combine` runs both phases, :func:`prepare_combine` phase 1, :class:`CombinePlan`
+launches one repeatable executor many times; attributes, inputs and streams as for dispatch.
+"""
 
 from __future__ import annotations
 
 import math
-from typing import Any
+import threading
+from collections.abc import Sequence
 
-import numpy as np
-
-from ..dtypes import DataType
+from ..dtypes import DataType, DTypeLike
 from ..errors import check_aclnn
-from ..runtime import _b, soc_name
-from ..tensor import Tensor
-from ._checks import check_common
-from ._common import Plan, Prepared, desc, empty_weights, executor_cells, out_tensor, tensor_arg
+from ..runtime import Stream, StreamArg, initialized, resolve_stream
+from ..tensor import Tensor, TensorArg
+from . import prechecks
+from ._args import ids_tensor, input_tensor, output_tensor
+from .config import MoeConfig, resolve_config
+from .executor import Plan, Prepared, executor_cells, launch, private_views
 
-# Input order of the C function (aclSetInputTensorAddr indices).
+PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
+PHASE2 = "aclnnMoeDistributeCombineV5"
+
+#: Input order of the C function (aclSetInputTensorAddr indices).
 INPUTS = ("context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
           "tp_send_counts", "x_active_mask", "activation_scale", "weight_scale", "group_list",
           "expand_scales", "shared_expert_x", "elastic_info", "ori_x", "const_expert_alpha_1",
           "const_expert_alpha_2", "const_expert_v", "performance_info")
 OUTPUTS = ("x_out",)
+#: The inputs a plan call may change, weighted and unweighted (expert_scales is then the empty tensor).
+_PLAN_NAMES = ("expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
+               "x_active_mask", "shared_expert_x", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
+               "const_expert_v")
+PLAN_INPUTS = tuple(INPUTS.index(n) for n in _PLAN_NAMES)
+PLAN_INPUTS_UNWEIGHTED = tuple(INPUTS.index(n) for n in _PLAN_NAMES if n != "expert_scales")
+
+_tls = threading.local()
 
 
-class PreparedCombine(Prepared):
-    op = "MoeDistributeCombineV5"
-    _launch_name = "aclnnMoeDistributeCombineV5"
+def empty_weights() -> Tensor:
+    """A (0,) float32 tensor: combine's "no expert_scales" (an unweighted sum). One per thread, made
+    once; its memory is never read."""
+    t: Tensor | None = getattr(_tls, "empty_weights", None)
+    if t is None:
+        t = _tls.empty_weights = Tensor.empty((0,), DataType.FLOAT)
+    return t
 
-    def __init__(self, executor: Any, workspace_size: int, inputs: list[Tensor | None], x_out: Tensor,
-                 repeatable: bool):
-        super().__init__(executor, workspace_size, inputs, [x_out], repeatable)
-        self.result = x_out
+
+def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None], s: Stream,
+             precheck: bool) -> list[Tensor | None]:
+    """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`), pre-checked."""
+    ex_arg, ids_arg = tensors[0], tensors[1]
+    ex_t = ex_arg if ex_arg.__class__ is Tensor else input_tensor(ex_arg, "expand_x", s)
+    ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1)
+    assert ex_t is not None
+    if precheck and ex_t.ndim == 2 and ids.ndim == 2:
+        prechecks.check(cfg, "combine", ids.shape[0], ex_t.shape[1], ids.shape[1])
+    ins: list[Tensor | None] = [context, ex_t, ids]
+    for name, value in zip(INPUTS[3:], tensors[2:]):
+        if name == "expert_scales" and value is None:
+            ins.append(empty_weights())
+        elif name == "assist_info_for_combine" or name == "ep_send_counts":
+            ins.append(value if value.__class__ is Tensor else ids_tensor(value, name, s, PHASE1))
+        else:
+            ins.append(value if value is None or value.__class__ is Tensor else input_tensor(value, name, s))
+    return ins
+
+
+def _x_out(ins: list[Tensor | None], given: Tensor | None) -> Tensor:
+    """x_out: (BS, H) in expand_x's dtype (bf16 for an int32 expand_x) unless given."""
+    ex_t, ids = ins[1], ins[2]
+    assert ex_t is not None and ids is not None
+    bs = ids.shape[0] if ids.ndim >= 1 else 0
+    h = ex_t.shape[1] if ex_t.ndim >= 2 else 0
+    return output_tensor(given, "x_out", (bs, h), DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype)
+
+
+def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:
+    b = initialized()
+    ffi = b.ffi
+    descs = [ffi.NULL if t is None else t._desc if t._desc is not None else t.descriptor() for t in ins]
+    ws, ex = executor_cells()
+    ret = b.lib.aclnnMoeDistributeCombineV5GetWorkspaceSize(
+        *descs, cfg.ep_world_size, cfg.ep_rank_id, cfg.moe_expert_num, cfg.ccl_buffer_size, cfg.tp_world_size,
+        cfg.tp_rank_id, cfg.expert_shard_type, cfg.shared_expert_num, cfg.shared_expert_rank_num, cfg.global_bs,
+        cfg.out_dtype, cfg.comm_quant_mode, cfg.group_list_type, cfg.comm_alg_bytes, cfg.zero_expert_num,
+        cfg.copy_expert_num, cfg.const_expert_num, out._desc if out._desc is not None else out.descriptor(), ws, ex)
+    if ret:
+        check_aclnn(ret, PHASE1)
+    return int(ws[0]), ex[0]
 
 
 def prepare_combine(
-    context: Tensor, expand_x: Any, expert_ids: Any, assist_info_for_combine: Any, ep_send_counts: Any,
-    expert_scales: Any = None, *,
-    ep_world_size: int, ep_rank_id: int, moe_expert_num: int, ccl_buffer_size: int,
-    tp_send_counts: Any = None, x_active_mask: Any = None, activation_scale: Any = None,
-    weight_scale: Any = None, group_list: Any = None, expand_scales: Any = None,
-    shared_expert_x: Any = None, elastic_info: Any = None, ori_x: Any = None,
-    const_expert_alpha_1: Any = None, const_expert_alpha_2: Any = None, const_expert_v: Any = None,
-    performance_info: Any = None, tp_world_size: int = 0, tp_rank_id: int = 0, expert_shard_type: int = 0,
-    shared_expert_num: int = 1, shared_expert_rank_num: int = 0, global_bs: int = 0, out_dtype: int = 0,
-    comm_quant_mode: int = 0, group_list_type: int = 0, comm_alg: str = "", zero_expert_num: int = 0,
-    copy_expert_num: int = 0, const_expert_num: int = 0, x_out: Tensor | None = None,
-    stream: Any = None, repeatable: bool = False, precheck: bool = True,
+    context: Tensor, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+    ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *, config: MoeConfig | None = None,
+    tp_send_counts: TensorArg | None = None, x_active_mask: TensorArg | None = None,
+    activation_scale: TensorArg | None = None, weight_scale: TensorArg | None = None,
+    group_list: TensorArg | None = None, expand_scales: TensorArg | None = None,
+    shared_expert_x: TensorArg | None = None, elastic_info: TensorArg | None = None, ori_x: TensorArg | None = None,
+    const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
+    const_expert_v: TensorArg | None = None, performance_info: TensorArg | None = None, x_out: Tensor | None = None,
+    stream: StreamArg = None, repeatable: bool = False, precheck: bool = True, **attrs: int | str,
 ) -> PreparedCombine:
-    """Phase 1 (``aclnnMoeDistributeCombineV5GetWorkspaceSize``). `expert_scales` None becomes an
-    empty (0,) float32 tensor: combine is then unweighted (SPEC §6.2). x_out is (BS, H) in
-    expand_x's dtype (bf16 when expand_x is int32) unless given."""
-    b = _b()
-    ffi, lib = b.ffi, b.lib
-    ex_t = tensor_arg(expand_x, stream)
-    ids = tensor_arg(expert_ids, stream)
-    assert ex_t is not None and ids is not None
-    if precheck and ex_t.ndim == 2 and ids.ndim == 2:
-        check_common("aclnnMoeDistributeCombineV5GetWorkspaceSize", soc_name(), w=ep_world_size, r=ep_rank_id,
-                     e=moe_expert_num, ccl=ccl_buffer_size, tp_world=tp_world_size, shard=expert_shard_type,
-                     s_attr=shared_expert_num, shared_ranks=shared_expert_rank_num, global_bs=global_bs,
-                     z=zero_expert_num, c=copy_expert_num, q=const_expert_num, comm_alg=comm_alg, bs=ids.shape[0],
-                     h=ex_t.shape[1], k=ids.shape[1], bs_param="expert_ids", h_param="expand_x")
-    if expert_scales is None:
-        expert_scales = empty_weights()
-    bs = ids.shape[0] if ids.ndim >= 1 else 0
-    h = ex_t.shape[1] if ex_t.ndim >= 2 else 0
-    out_dt = DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype
-    out = out_tensor(x_out, (bs, h), out_dt)
-    ins = [context, ex_t, ids, tensor_arg(assist_info_for_combine, stream), tensor_arg(ep_send_counts, stream),
-           tensor_arg(expert_scales, stream), tensor_arg(tp_send_counts, stream),
-           tensor_arg(x_active_mask, stream, np.bool_), tensor_arg(activation_scale, stream),
-           tensor_arg(weight_scale, stream), tensor_arg(group_list, stream), tensor_arg(expand_scales, stream),
-           tensor_arg(shared_expert_x, stream), tensor_arg(elastic_info, stream), tensor_arg(ori_x, stream),
-           tensor_arg(const_expert_alpha_1, stream), tensor_arg(const_expert_alpha_2, stream),
-           tensor_arg(const_expert_v, stream), tensor_arg(performance_info, stream)]
-    ws, ex = executor_cells()
-    ret = lib.aclnnMoeDistributeCombineV5GetWorkspaceSize(
-        *[desc(t) for t in ins],
-        ep_world_size, ep_rank_id, moe_expert_num, ccl_buffer_size, tp_world_size, tp_rank_id,
-        expert_shard_type, shared_expert_num, shared_expert_rank_num, global_bs, out_dtype, comm_quant_mode,
-        group_list_type, comm_alg.encode() if comm_alg is not None else ffi.NULL,
-        zero_expert_num, copy_expert_num, const_expert_num, out.descriptor(), ws, ex)
-    check_aclnn(ret, "aclnnMoeDistributeCombineV5GetWorkspaceSize")
-    executor = ex[0]
+    """Phase 1 (``aclnnMoeDistributeCombineV5GetWorkspaceSize``). `expert_scales` None becomes an empty
+    (0,) float32 tensor: combine is then unweighted. x_out is (BS, H) in expand_x's dtype (bf16 when
+    expand_x is int32) unless given. Other arguments as :func:`~aclnn_py.ops.prepare_dispatch`."""
+    cfg = resolve_config(config, attrs)
+    s = resolve_stream(stream)
+    ins = _convert(cfg, context, (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
+                                  tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
+                                  expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
+                                  const_expert_alpha_2, const_expert_v, performance_info), s, precheck)
+    out = _x_out(ins, x_out)
     if repeatable:
-        check_aclnn(lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
-    return PreparedCombine(executor, int(ws[0]), ins, out, repeatable)
+        ins = private_views(ins)
+        out = private_views([out])[0]  # type: ignore[assignment]
+    ws_size, executor = _phase1(cfg, ins, out)
+    if repeatable:
+        check_aclnn(initialized().lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
+    return PreparedCombine(executor, ws_size, ins, out, repeatable)
 
 
-def moe_distribute_combine(context: Tensor, expand_x: Any, expert_ids: Any, assist_info_for_combine: Any,
-                           ep_send_counts: Any, expert_scales: Any = None, *, stream: Any = None,
-                           **kwargs: Any) -> Tensor:
-    """Phase 1 + phase 2 on `stream`; returns x_out (valid once the stream is synchronised)."""
-    p = prepare_combine(context, expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
-                        stream=stream, **kwargs)
-    p.launch(stream)
-    return p.result
+class PreparedCombine(Prepared):
+    """Phase 1 of combine done; :attr:`result` is the x_out its launch writes."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, executor: object, workspace_size: int, inputs: list[Tensor | None], x_out: Tensor,
+                 repeatable: bool):
+        super().__init__(PHASE2, executor, workspace_size, inputs, [x_out], repeatable)
+        self.result = x_out
+
+
+def moe_distribute_combine(
+    context: Tensor, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+    ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *, config: MoeConfig | None = None,
+    tp_send_counts: TensorArg | None = None, x_active_mask: TensorArg | None = None,
+    activation_scale: TensorArg | None = None, weight_scale: TensorArg | None = None,
+    group_list: TensorArg | None = None, expand_scales: TensorArg | None = None,
+    shared_expert_x: TensorArg | None = None, elastic_info: TensorArg | None = None, ori_x: TensorArg | None = None,
+    const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
+    const_expert_v: TensorArg | None = None, performance_info: TensorArg | None = None, x_out: Tensor | None = None,
+    stream: StreamArg = None, precheck: bool = True, **attrs: int | str,
+) -> Tensor:
+    """Combine: phase 1 and phase 2 on `stream`; returns x_out (``numpy()`` waits for the stream)."""
+    cfg = config if config is not None and not attrs else resolve_config(config, attrs)
+    s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
+    ins = _convert(cfg, context, (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
+                                  tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
+                                  expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
+                                  const_expert_alpha_2, const_expert_v, performance_info), s, precheck)
+    out = _x_out(ins, x_out)
+    ws_size, executor = _phase1(cfg, ins, out)
+    launch(initialized().lib.aclnnMoeDistributeCombineV5, PHASE2, executor, ws_size, s, ins, (out,))
+    return out
 
 
 class CombinePlan(Plan):
-    """Combine with fixed shapes and attributes, launched many times (repeatable executor).
+    """Combine with fixed shapes and attributes, launched many times (a repeatable executor).
 
-    ``a`` is the expand_x row capacity (dispatch's A), ``assist_len`` and ``counts_len`` the lengths
-    of dispatch's assist_info_for_combine and ep_recv_counts. Optional inputs present at plan time
-    are named by the ``with_*`` flags / shapes."""
+    `a` is the expand_x row capacity (dispatch's A), `assist_len` and `counts_len` the lengths of
+    dispatch's assist_info_for_combine and ep_recv_counts. Optional inputs present at plan time are
+    named by the ``with_*`` flags / shapes."""
 
     input_names = INPUTS
     output_names = OUTPUTS
 
-    def __init__(self, context: Tensor, *, a: int, bs: int, hidden: int, topk: int, dtype: Any,
-                 assist_len: int, counts_len: int, with_expert_scales: bool = False,
+    def __init__(self, context: Tensor, *, a: int, bs: int, hidden: int, topk: int, dtype: DTypeLike,
+                 assist_len: int, counts_len: int, config: MoeConfig | None = None, with_expert_scales: bool = False,
                  mask_shape: tuple[int, ...] | None = None, with_shared_expert_x: bool = False,
-                 with_ori_x: bool = False, const_experts: int = 0, stream: Any = None, **attrs: Any):
+                 with_ori_x: bool = False, const_experts: int = 0, stream: StreamArg = None, **attrs: int | str):
+        cfg = resolve_config(config, attrs)
+        if const_experts and const_experts != cfg.const_expert_num:
+            cfg = cfg.replace(const_expert_num=const_experts)
         ex = Tensor.zeros((a, hidden), dtype)
         ids = Tensor.zeros((bs, topk), DataType.INT32)
         assist = Tensor.zeros((assist_len,), DataType.INT32)
@@ -120,29 +182,30 @@ class CombinePlan(Plan):
         mask = Tensor.zeros(mask_shape, DataType.BOOL) if mask_shape is not None else None
         sx = Tensor.zeros((bs, hidden), dtype) if with_shared_expert_x else None
         ori = Tensor.zeros((bs, hidden), dtype) if with_ori_x else None
-        consts = [Tensor.zeros((const_experts, hidden), dtype) if const_experts else None for _ in range(3)]
-        prepared = prepare_combine(context, ex, ids, assist, counts, es, x_active_mask=mask, shared_expert_x=sx,
-                                   ori_x=ori, const_expert_alpha_1=consts[0], const_expert_alpha_2=consts[1],
-                                   const_expert_v=consts[2], stream=stream, repeatable=True,
-                                   const_expert_num=const_experts, **attrs)
+        consts = [Tensor.zeros((cfg.const_expert_num, hidden), dtype) if cfg.const_expert_num else None
+                  for _ in range(3)]
+        prepared = prepare_combine(context, ex, ids, assist, counts, es, config=cfg, x_active_mask=mask,
+                                   shared_expert_x=sx, ori_x=ori, const_expert_alpha_1=consts[0],
+                                   const_expert_alpha_2=consts[1], const_expert_v=consts[2], stream=stream,
+                                   repeatable=True)
         super().__init__(prepared)
+        self.config = cfg
         self.x_out = prepared.result
         self._with_es = with_expert_scales
 
-    def __call__(self, expand_x: Any, expert_ids: Any, assist_info_for_combine: Any, ep_send_counts: Any,
-                 expert_scales: Any = None, *, x_active_mask: Any = None, shared_expert_x: Any = None,
-                 ori_x: Any = None, const_expert_alpha_1: Any = None, const_expert_alpha_2: Any = None,
-                 const_expert_v: Any = None, x_out: Tensor | None = None, stream: Any = None) -> Tensor:
+    def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+                 ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,
+                 x_active_mask: TensorArg | None = None, shared_expert_x: TensorArg | None = None,
+                 ori_x: TensorArg | None = None, const_expert_alpha_1: TensorArg | None = None,
+                 const_expert_alpha_2: TensorArg | None = None, const_expert_v: TensorArg | None = None,
+                 x_out: Tensor | None = None, stream: StreamArg = None) -> Tensor:
         """Phase 2 with this step's inputs (``aclnnMoeDistributeCombineV5``)."""
         if not self._with_es and expert_scales is not None and math.prod(getattr(expert_scales, "shape", (0,))):
             raise self._refuse("expert_scales: this plan was built unweighted; build one with_expert_scales")
-        values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts,
-                  expert_scales if self._with_es else None, x_active_mask, shared_expert_x, ori_x,
-                  const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
-        self._run(_PLAN_INPUT_SLOTS if self._with_es else _PLAN_INPUT_SLOTS_UNWEIGHTED,
-                  values if self._with_es else values[:4] + values[5:], None if x_out is None else (x_out,), stream)
+        values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,
+                  shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
+        if self._with_es:
+            self._run(PLAN_INPUTS, values, None if x_out is None else (x_out,), stream)
+        else:
+            self._run(PLAN_INPUTS_UNWEIGHTED, values[:4] + values[5:], None if x_out is None else (x_out,), stream)
         return self.x_out if x_out is None else x_out
-
-
-_PLAN_INPUT_SLOTS = (1, 2, 3, 4, 5, 7, 12, 14, 15, 16, 17)
-_PLAN_INPUT_SLOTS_UNWEIGHTED = (1, 2, 3, 4, 7, 12, 14, 15, 16, 17)

@@ -1,42 +1,45 @@
 """Two-phase wrapper of ``aclnnMoeDistributeDispatchV5GetWorkspaceSize`` /
-``aclnnMoeDistributeDispatchV5`` (SPEC §1.1, outputs sized by SPEC §2).
+``aclnnMoeDistributeDispatchV5`` (docs/operators.md, "Dispatch").
 
-``prepare_dispatch`` runs phase 1 and returns a :class:`PreparedDispatch` whose ``launch`` runs
-phase 2; ``moe_distribute_dispatch`` does both. Inputs may be Tensors or host arrays (uploaded);
-outputs are allocated by SPEC §2 unless given.
+:func:`moe_distribute_dispatch` runs both phases; :func:`prepare_dispatch` runs phase 1 and returns a
+:class:`~aclnn_py.ops.Prepared` whose ``launch`` runs phase 2; :class:`DispatchPlan` launches one
+repeatable executor many times. Attributes come as one :class:`~aclnn_py.ops.MoeConfig` (or as its
+keyword arguments); inputs may be Tensors or host arrays (uploaded on the call's stream); outputs are
+allocated with the shapes of docs/operators.md unless given.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from collections.abc import Mapping
+from typing import NamedTuple
 
-import numpy as np
-
-from ..dtypes import DataType, as_datatype
+from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import check_aclnn
-from ..runtime import _b, soc_name
-from ..tensor import Tensor
-from ._checks import check_common
-from ._common import (
-    Plan,
-    Prepared,
-    desc,
-    executor_cells,
-    local_expert_num,
-    out_tensor,
-    rows_capacity,
-    tensor_arg,
-)
+from ..runtime import Stream, StreamArg, initialized, resolve_stream
+from ..tensor import Tensor, TensorArg
+from . import prechecks
+from ._args import ids_tensor, input_tensor, output_tensor
+from .config import MoeConfig, resolve_config
+from .executor import Plan, Prepared, executor_cells, launch, private_views
 
-# Input order of the C function (aclSetInputTensorAddr indices).
+PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
+PHASE2 = "aclnnMoeDistributeDispatchV5"
+
+#: Input order of the C function (aclSetInputTensorAddr indices).
 INPUTS = ("context", "x", "expert_ids", "scales", "x_active_mask", "expert_scales", "elastic_info",
           "performance_info")
+#: Output order of the C function (aclSetOutputTensorAddr indices).
 OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_token_nums", "ep_recv_counts",
            "tp_recv_counts", "expand_scales")
+#: The inputs a plan call may change (x, expert_ids, scales, x_active_mask, expert_scales).
+PLAN_INPUTS = tuple(INPUTS.index(n) for n in ("x", "expert_ids", "scales", "x_active_mask", "expert_scales"))
+
+_LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E5M2, DataType.FLOAT4_E2M1,
+                    DataType.FLOAT4_E1M2)
 
 
 class DispatchOutputs(NamedTuple):
-    """The seven outputs of dispatch, as device Tensors (SPEC §4.4)."""
+    """The seven outputs of dispatch, as device Tensors (docs/operators.md, "Dispatch outputs")."""
 
     expand_x: Tensor
     dynamic_scales: Tensor
@@ -47,11 +50,11 @@ class DispatchOutputs(NamedTuple):
     expand_scales: Tensor
 
 
-def expand_x_dtype(x_dtype: DataType, quant_mode: int, y_dtype: Any = None) -> DataType:
-    """expand_x's type: x's for quant 0, int8 otherwise; y_dtype overrides (SPEC §10.4, §1.1: the
-    operator reads y_dtype from expand_x's dtype). ``y_dtype`` is an :class:`~aclnn_py.DataType`
-    (or its aclDataType int), a numpy / ml_dtypes dtype, or a DataType name ("HIFLOAT8",
-    "float4_e2m1", ...): HiFloat8 and the fp4 types have no numpy dtype of their own (SPEC §0)."""
+def expand_x_dtype(x_dtype: DataType, quant_mode: int, y_dtype: DTypeLike | None = None) -> DataType:
+    """expand_x's type: x's for quant 0, int8 otherwise; `y_dtype` overrides (the operator reads its
+    y_dtype attribute from expand_x's type). `y_dtype` is a DataType (or its aclDataType int), a numpy /
+    ml_dtypes dtype, or a DataType name ("HIFLOAT8", "float4_e2m1", ...): HiFloat8 and the fp4 types
+    have no numpy dtype of their own."""
     if y_dtype is not None:
         if isinstance(y_dtype, str) and y_dtype.upper() in DataType.__members__:
             return DataType[y_dtype.upper()]
@@ -59,15 +62,11 @@ def expand_x_dtype(x_dtype: DataType, quant_mode: int, y_dtype: Any = None) -> D
     return x_dtype if quant_mode == 0 else DataType.INT8
 
 
-_LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E5M2, DataType.FLOAT4_E2M1,
-                    DataType.FLOAT4_E1M2)
-
-
 def dynamic_scales_layout(a: int, h: int, quant_mode: int, x_dtype: DataType,
                           scales: Tensor | None) -> tuple[tuple[int, ...], DataType]:
-    """(shape, dtype) of dynamic_scales (SPEC §2, §4.6, §10.4): (A,) float32 for modes 0-2, (A, ceil(H/128))
-    float32 for mode 3, (A, align2(ceil(H/32))) e8m0 bytes for the MX modes 4 / 5, and (A, dim1) in
-    the scales' dtype for quant 0 with a low-precision x (its per-token scales are forwarded)."""
+    """(shape, dtype) of dynamic_scales: (A,) float32 for modes 0-2, (A, ceil(H/128)) float32 for mode
+    3, (A, align2(ceil(H/32))) e8m0 bytes for the MX modes 4 / 5, and (A, dim1) in the scales' dtype
+    for quant 0 with a low-precision x (its per-token scales are forwarded)."""
     if quant_mode == 3:
         return (a, -(-h // 128)), DataType.FLOAT
     if quant_mode in (4, 5):
@@ -78,147 +77,163 @@ def dynamic_scales_layout(a: int, h: int, quant_mode: int, x_dtype: DataType,
     return (a,), DataType.FLOAT
 
 
-class PreparedDispatch(Prepared):
-    op = "MoeDistributeDispatchV5"
-    _launch_name = "aclnnMoeDistributeDispatchV5"
-
-    def __init__(self, executor: Any, workspace_size: int, inputs: list[Tensor | None],
-                 outputs: DispatchOutputs, repeatable: bool):
-        super().__init__(executor, workspace_size, inputs, list(outputs), repeatable)
-        self.result = outputs
-
-
-def prepare_dispatch(
-    context: Tensor, x: Any, expert_ids: Any, *,
-    ep_world_size: int, ep_rank_id: int, moe_expert_num: int, ccl_buffer_size: int,
-    scales: Any = None, x_active_mask: Any = None, expert_scales: Any = None,
-    elastic_info: Any = None, performance_info: Any = None,
-    tp_world_size: int = 0, tp_rank_id: int = 0, expert_shard_type: int = 0,
-    shared_expert_num: int = 1, shared_expert_rank_num: int = 0, quant_mode: int = 0,
-    global_bs: int = 0, expert_token_nums_type: int = 1, comm_alg: str = "",
-    zero_expert_num: int = 0, copy_expert_num: int = 0, const_expert_num: int = 0,
-    y_dtype: Any = None, outputs: DispatchOutputs | dict[str, Tensor] | None = None,
-    stream: Any = None, repeatable: bool = False, precheck: bool = True,
-) -> PreparedDispatch:
-    """Phase 1 (``aclnnMoeDistributeDispatchV5GetWorkspaceSize``): convert inputs, allocate the
-    outputs of SPEC §2 (or take `outputs`), size the workspace and create the executor. With
-    `repeatable`, the executor is made repeatable (``aclSetAclOpExecutorRepeatable``). With
-    `precheck` the attribute, size and window rules (SPEC §3.2, §9.3) are checked in Python first,
-    with the C side's wording."""
-    b = _b()
-    ffi, lib = b.ffi, b.lib
-    xt = tensor_arg(x, stream)
-    ids = tensor_arg(expert_ids, stream)
-    assert xt is not None and ids is not None
-    if precheck and xt.ndim == 2 and ids.ndim == 2:
-        check_common("aclnnMoeDistributeDispatchV5GetWorkspaceSize", soc_name(), w=ep_world_size, r=ep_rank_id,
-                     e=moe_expert_num, ccl=ccl_buffer_size, tp_world=tp_world_size, shard=expert_shard_type,
-                     s_attr=shared_expert_num, shared_ranks=shared_expert_rank_num, global_bs=global_bs,
-                     z=zero_expert_num, c=copy_expert_num, q=const_expert_num, comm_alg=comm_alg, bs=xt.shape[0],
-                     h=xt.shape[1], k=ids.shape[1], bs_param="x", h_param="x")
-    es = tensor_arg(expert_scales, stream)
-    sc = tensor_arg(scales, stream)
-    el = tensor_arg(elastic_info, stream)
-    if isinstance(outputs, DispatchOutputs):
-        outs = outputs  # the caller's buffers as they are: nothing to size or allocate
-    else:
-        outs = _allocate_outputs(xt, ids, es, outputs or {}, ep_world_size, ep_rank_id, moe_expert_num,
-                                 shared_expert_num, shared_expert_rank_num, global_bs, quant_mode, tp_world_size,
-                                 y_dtype, sc, el is not None)
-    ins = [context, xt, ids, sc, tensor_arg(x_active_mask, stream, np.bool_), es, el,
-           tensor_arg(performance_info, stream)]
-    ws, ex = executor_cells()
-    ret = lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
-        *[desc(t) for t in ins],
-        ep_world_size, ep_rank_id, moe_expert_num, ccl_buffer_size, tp_world_size, tp_rank_id,
-        expert_shard_type, shared_expert_num, shared_expert_rank_num, quant_mode, global_bs,
-        expert_token_nums_type, comm_alg.encode() if comm_alg is not None else ffi.NULL,
-        zero_expert_num, copy_expert_num, const_expert_num,
-        *[desc(t) for t in outs], ws, ex)
-    check_aclnn(ret, "aclnnMoeDistributeDispatchV5GetWorkspaceSize")
-    executor = ex[0]
-    if repeatable:
-        check_aclnn(lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
-    return PreparedDispatch(executor, int(ws[0]), ins, outs, repeatable)
-
-
-def _allocate_outputs(xt: Tensor, ids: Tensor, es: Tensor | None, given: dict[str, Tensor], ep_world_size: int,
-                      ep_rank_id: int, moe_expert_num: int, shared_expert_num: int, shared_expert_rank_num: int,
-                      global_bs: int, quant_mode: int, tp_world_size: int, y_dtype: Any,
-                      scales: Tensor | None = None, elastic: bool = False) -> DispatchOutputs:
-    """The outputs of SPEC §2 (caller-provided ones in `given` are used as they are). expand_x is
-    (A, H) elements of its type (a packed fp4 expand_x is (A, H/2) bytes on the device, SPEC §0);
-    dynamic_scales as :func:`dynamic_scales_layout`. With elastic_info (Ascend950, SPEC §2, §4.7)
-    every rank may serve either role: A = max(shared, MoE formula), L entries of expert_token_nums,
-    W*L of ep_recv_counts."""
+def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None, scales: Tensor | None,
+                     elastic: bool, y_dtype: DTypeLike | None,
+                     given: Mapping[str, Tensor] | None = None) -> DispatchOutputs:
+    """The outputs for these inputs (caller-provided ones in `given` are used as they are). expand_x
+    is (A, H) elements of its type (packed fp4: (A, H/2) bytes on the device); with elastic_info a rank
+    may serve either role, so A, expert_token_nums and ep_recv_counts take the larger sizes."""
+    given = given or {}
     bs = xt.shape[0] if xt.ndim >= 1 else 0
     h = xt.shape[1] if xt.ndim >= 2 else 0
     k = ids.shape[1] if ids.ndim >= 2 else 0
-    w, r = ep_world_size, shared_expert_rank_num
-    if elastic and 0 <= r < w:
-        moe_a = rows_capacity(w, w - 1, moe_expert_num, shared_expert_num, r, global_bs, bs, k)
-        shared_a = (rows_capacity(w, 0, moe_expert_num, shared_expert_num, r, global_bs, bs, k)
-                    if r > 0 else 0)
-        a = max(moe_a, shared_a)
-        lnum = local_expert_num(w, w - 1, moe_expert_num, r)
-    else:
-        a = rows_capacity(w, ep_rank_id, moe_expert_num, shared_expert_num, r, global_bs, bs, k)
-        lnum = local_expert_num(w, ep_rank_id, moe_expert_num, r)
+    a = cfg.rows_capacity(bs, k, elastic)
+    local = cfg.moe_local_experts if elastic else cfg.local_experts
     has_es = es is not None and all(d > 0 for d in es.shape)
-    ds_shape, ds_dtype = dynamic_scales_layout(a, h, quant_mode, xt.dtype, scales)
-    return DispatchOutputs(
-        expand_x=out_tensor(given.get("expand_x"), (a, h), expand_x_dtype(xt.dtype, quant_mode, y_dtype)),
-        dynamic_scales=out_tensor(given.get("dynamic_scales"), ds_shape, ds_dtype),
-        assist_info_for_combine=out_tensor(given.get("assist_info_for_combine"), (max(bs * k, a * 128),),
-                                           DataType.INT32),
-        expert_token_nums=out_tensor(given.get("expert_token_nums"), (lnum,), DataType.INT64),
-        ep_recv_counts=out_tensor(given.get("ep_recv_counts"), (ep_world_size * lnum,), DataType.INT32),
-        tp_recv_counts=out_tensor(given.get("tp_recv_counts"), (tp_world_size,), DataType.INT32),
-        expand_scales=out_tensor(given.get("expand_scales"), (a if has_es else 0,), DataType.FLOAT),
-    )
+    ds_shape, ds_dtype = dynamic_scales_layout(a, h, cfg.quant_mode, xt.dtype, scales)
+    spec = (("expand_x", (a, h), expand_x_dtype(xt.dtype, cfg.quant_mode, y_dtype)),
+            ("dynamic_scales", ds_shape, ds_dtype),
+            ("assist_info_for_combine", (max(bs * k, a * 128),), DataType.INT32),
+            ("expert_token_nums", (local,), DataType.INT64),
+            ("ep_recv_counts", (cfg.ep_world_size * local,), DataType.INT32),
+            ("tp_recv_counts", (cfg.tp_world_size,), DataType.INT32),
+            ("expand_scales", (a if has_es else 0,), DataType.FLOAT))
+    return DispatchOutputs(*(output_tensor(given.get(name), name, shape, dt) for name, shape, dt in spec))
 
 
-def moe_distribute_dispatch(context: Tensor, x: Any, expert_ids: Any, *, stream: Any = None,
-                            **kwargs: Any) -> DispatchOutputs:
-    """Phase 1 + phase 2 on `stream`; returns the outputs (valid once the stream is synchronised).
-    Keyword arguments as :func:`prepare_dispatch`."""
-    p = prepare_dispatch(context, x, expert_ids, stream=stream, **kwargs)
-    p.launch(stream)
-    return p.result
+def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
+    b = initialized()
+    ffi = b.ffi
+    descs = [ffi.NULL if t is None else t._desc if t._desc is not None else t.descriptor() for t in ins]
+    descs += [t._desc if t._desc is not None else t.descriptor() for t in outs]
+    ws, ex = executor_cells()
+    ret = b.lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
+        *descs[:8], cfg.ep_world_size, cfg.ep_rank_id, cfg.moe_expert_num, cfg.ccl_buffer_size, cfg.tp_world_size,
+        cfg.tp_rank_id, cfg.expert_shard_type, cfg.shared_expert_num, cfg.shared_expert_rank_num, cfg.quant_mode,
+        cfg.global_bs, cfg.expert_token_nums_type, cfg.comm_alg_bytes, cfg.zero_expert_num, cfg.copy_expert_num,
+        cfg.const_expert_num, *descs[8:], ws, ex)
+    if ret:
+        check_aclnn(ret, PHASE1)
+    return int(ws[0]), ex[0]
+
+
+def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
+             x_active_mask: TensorArg | None, expert_scales: TensorArg | None, elastic_info: TensorArg | None,
+             performance_info: TensorArg | None, x_dtype: DTypeLike | None, scales_dtype: DTypeLike | None,
+             s: Stream, precheck: bool) -> list[Tensor | None]:
+    """The eight inputs as Tensors (host arrays uploaded on `s`), pre-checked against `cfg`."""
+    xt = x if x.__class__ is Tensor and x_dtype is None else input_tensor(x, "x", s, x_dtype)
+    ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1)
+    assert xt is not None
+    if precheck and xt.ndim == 2 and ids.ndim == 2:  # other ranks: the C side names the tensor
+        prechecks.check(cfg, "dispatch", xt.shape[0], xt.shape[1], ids.shape[1])
+    return [context, xt, ids, input_tensor(scales, "scales", s, scales_dtype),
+            input_tensor(x_active_mask, "x_active_mask", s), input_tensor(expert_scales, "expert_scales", s),
+            input_tensor(elastic_info, "elastic_info", s), input_tensor(performance_info, "performance_info", s)]
+
+
+def prepare_dispatch(
+    context: Tensor, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
+    scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
+    elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
+    x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
+    outputs: DispatchOutputs | Mapping[str, Tensor] | None = None, stream: StreamArg = None,
+    repeatable: bool = False, precheck: bool = True, **attrs: int | str,
+) -> PreparedDispatch:
+    """Phase 1 (``aclnnMoeDistributeDispatchV5GetWorkspaceSize``): convert the inputs, allocate the
+    outputs (or take `outputs`), size the workspace and create the executor. `config` (or its
+    attributes as keywords: ``ep_world_size=…, ep_rank_id=…, moe_expert_num=…, ccl_buffer_size=…``, …)
+    gives the attributes. `x_dtype` / `scales_dtype` record the element type of host data given as raw
+    codes (HiFloat8, packed fp4, e8m0), `y_dtype` selects expand_x's type. With `repeatable`, the
+    executor may be launched many times and rebound (``aclSetAclOpExecutorRepeatable``). With
+    `precheck`, the attribute, size and window rules are checked in Python first, with the C wording."""
+    cfg = resolve_config(config, attrs)
+    s = resolve_stream(stream)
+    ins = _convert(cfg, context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
+                   performance_info, x_dtype, scales_dtype, s, precheck)
+    xt, ids, sc, es, el = ins[1], ins[2], ins[3], ins[5], ins[6]
+    assert xt is not None and ids is not None
+    outs = outputs if isinstance(outputs, DispatchOutputs) else \
+        allocate_outputs(cfg, xt, ids, es, sc, el is not None, y_dtype, outputs)
+    if repeatable:
+        ins = private_views(ins)
+        outs = DispatchOutputs(*private_views(outs))  # type: ignore[arg-type]
+    ws_size, executor = _phase1(cfg, ins, outs)
+    if repeatable:
+        check_aclnn(initialized().lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
+    return PreparedDispatch(executor, ws_size, ins, outs, repeatable)
+
+
+class PreparedDispatch(Prepared):
+    """Phase 1 of dispatch done; :attr:`result` holds the outputs its launch writes."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, executor: object, workspace_size: int, inputs: list[Tensor | None], outputs: DispatchOutputs,
+                 repeatable: bool):
+        super().__init__(PHASE2, executor, workspace_size, inputs, outputs, repeatable)
+        self.result = outputs
+
+
+def moe_distribute_dispatch(
+    context: Tensor, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
+    scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
+    elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
+    x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
+    outputs: DispatchOutputs | Mapping[str, Tensor] | None = None, stream: StreamArg = None,
+    precheck: bool = True, **attrs: int | str,
+) -> DispatchOutputs:
+    """Dispatch: phase 1 and phase 2 on `stream` (default: the current stream). Returns the outputs;
+    each remembers the stream, and ``Tensor.numpy()`` waits for it. Arguments as :func:`prepare_dispatch`."""
+    cfg = config if config is not None and not attrs else resolve_config(config, attrs)
+    s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
+    ins = _convert(cfg, context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
+                   performance_info, x_dtype, scales_dtype, s, precheck)
+    if isinstance(outputs, DispatchOutputs):
+        outs = outputs
+    else:
+        xt, ids = ins[1], ins[2]
+        assert xt is not None and ids is not None
+        outs = allocate_outputs(cfg, xt, ids, ins[5], ins[3], ins[6] is not None, y_dtype, outputs)
+    ws_size, executor = _phase1(cfg, ins, outs)
+    launch(initialized().lib.aclnnMoeDistributeDispatchV5, PHASE2, executor, ws_size, s, ins, outs)
+    return outs
 
 
 class DispatchPlan(Plan):
-    """Dispatch with fixed shapes and attributes, launched many times (repeatable executor).
+    """Dispatch with fixed shapes and attributes, launched many times (a repeatable executor).
 
-    Build it with the shapes (``bs``, ``hidden``, ``topk``), the x dtype, which optional inputs
-    exist, and the attributes of :func:`prepare_dispatch`; call it with this step's inputs (host
-    arrays are copied into the plan's buffers; Tensors are bound by address). The returned outputs
-    are the plan's own buffers, overwritten by the next call, unless ``outputs`` are given."""
+    Build it with the shapes (`bs`, `hidden`, `topk`), x's type, which optional inputs exist, and the
+    attributes (`config` or keywords); call it with this step's inputs (host arrays are copied into the
+    plan's buffers; Tensors are bound by address). The returned outputs are the plan's own buffers,
+    overwritten by the next call, unless `outputs` are given."""
 
     input_names = INPUTS
     output_names = OUTPUTS
 
-    def __init__(self, context: Tensor, *, bs: int, hidden: int, topk: int, x_dtype: Any,
-                 scales_shape: tuple[int, ...] | None = None, scales_dtype: Any = None,
-                 mask_shape: tuple[int, ...] | None = None, with_expert_scales: bool = False, stream: Any = None,
-                 **attrs: Any):
+    def __init__(self, context: Tensor, *, bs: int, hidden: int, topk: int, x_dtype: DTypeLike,
+                 config: MoeConfig | None = None, scales_shape: tuple[int, ...] | None = None,
+                 scales_dtype: DTypeLike | None = None, mask_shape: tuple[int, ...] | None = None,
+                 with_expert_scales: bool = False, y_dtype: DTypeLike | None = None, stream: StreamArg = None,
+                 **attrs: int | str):
+        cfg = resolve_config(config, attrs)
         xt = Tensor.zeros((bs, hidden), x_dtype)
         ids = Tensor.zeros((bs, topk), DataType.INT32)
         scales = (Tensor.zeros(scales_shape, scales_dtype if scales_dtype is not None else DataType.FLOAT)
                   if scales_shape is not None else None)
         mask = Tensor.zeros(mask_shape, DataType.BOOL) if mask_shape is not None else None
         es = Tensor.zeros((bs, topk), DataType.FLOAT) if with_expert_scales else None
-        prepared = prepare_dispatch(context, xt, ids, scales=scales, x_active_mask=mask, expert_scales=es,
-                                    stream=stream, repeatable=True, **attrs)
+        prepared = prepare_dispatch(context, xt, ids, config=cfg, scales=scales, x_active_mask=mask,
+                                    expert_scales=es, y_dtype=y_dtype, stream=stream, repeatable=True)
         super().__init__(prepared)
+        self.config = cfg
+        self.bs, self.hidden, self.topk = int(bs), int(hidden), int(topk)
+        self.x_dtype = as_datatype(x_dtype)
         self.outputs = prepared.result
 
-    def __call__(self, x: Any, expert_ids: Any, *, scales: Any = None, x_active_mask: Any = None,
-                 expert_scales: Any = None, outputs: DispatchOutputs | None = None,
-                 stream: Any = None) -> DispatchOutputs:
+    def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
+                 x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
+                 outputs: DispatchOutputs | None = None, stream: StreamArg = None) -> DispatchOutputs:
         """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``)."""
-        self._run(_PLAN_INPUT_SLOTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
+        self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
         return self.outputs if outputs is None else outputs
-
-
-_PLAN_INPUT_SLOTS = (1, 2, 3, 4, 5)

@@ -1,0 +1,75 @@
+"""Argument conversion for the operator wrappers, done once per call: Tensors pass through, host
+arrays are uploaded on the call's stream (integer ids converted to int32 when their values fit), and
+anything else is refused with a TypeError naming the parameter."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from ..dtypes import DataType, DTypeLike, as_datatype
+from ..errors import param_invalid
+from ..runtime import Stream
+from ..tensor import Tensor
+
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+def host_array(value: object, param: str) -> np.ndarray:
+    """`value` as a numpy array of a type the device can hold, or a TypeError naming `param`."""
+    try:
+        arr = np.asarray(value)
+    except Exception as exc:
+        raise TypeError(f"{param}: expected a Tensor or an array, got {type(value).__name__}") from exc
+    try:
+        as_datatype(arr.dtype)
+    except (TypeError, ValueError):
+        raise TypeError(f"{param}: expected a Tensor or a numeric array, got {type(value).__name__} of dtype "
+                        f"{arr.dtype}") from None
+    return arr
+
+
+def as_int32(arr: np.ndarray, param: str, func: str) -> np.ndarray:
+    """Integer ids of any integer dtype as int32 (numpy's default int64, DeepEP's type, included);
+    values outside int32 are refused with the operator's status."""
+    if arr.dtype == np.int32:
+        return arr
+    if arr.dtype.kind not in "iu":
+        raise TypeError(f"{param}: expected an integer array, got dtype {arr.dtype}")
+    if arr.size and (int(arr.min()) < INT32_MIN or int(arr.max()) > INT32_MAX):
+        raise param_invalid(func, f"{param}: values must fit in int32 (got [{int(arr.min())}, {int(arr.max())}])")
+    return arr.astype(np.int32)
+
+
+def input_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None) -> Tensor | None:
+    """None, a Tensor as given, or host data uploaded on `stream` (recording `dtype`, e.g. HIFLOAT8
+    for uint8 codes)."""
+    if value is None or value.__class__ is Tensor:
+        return value
+    if isinstance(value, Tensor):
+        return value
+    return Tensor.from_numpy(host_array(value, param), stream=stream, dtype=dtype)
+
+
+def ids_tensor(value: object, param: str, stream: Stream, func: str) -> Tensor:
+    """Expert ids: a Tensor as given, or a host integer array converted to int32 and uploaded."""
+    if isinstance(value, Tensor):
+        return value
+    if value is None:
+        raise TypeError(f"{param}: expected a Tensor or an integer array, got None")
+    return Tensor.from_numpy(as_int32(host_array(value, param), param, func), stream=stream)
+
+
+def output_tensor(given: object, param: str, shape: Sequence[int], dtype: DTypeLike) -> Tensor:
+    """A caller-provided output Tensor as given, or a new one of `shape` and `dtype`."""
+    if given is None:
+        return Tensor.empty(shape, dtype)
+    if not isinstance(given, Tensor):
+        raise TypeError(f"{param}: outputs must be Tensors (device memory the operator writes into), got "
+                        f"{type(given).__name__}")
+    return given
+
+
+def wrong_dtype(param: str, expected: DataType, got: object) -> str:
+    """The rule text for a host array of the wrong type (the C side's wording)."""
+    return f"{param}: dtype must be {expected.name} (got {got})"

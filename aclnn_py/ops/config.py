@@ -1,0 +1,159 @@
+"""MoeConfig: the attributes of dispatch and combine on one rank, made once and shared by
+MoeDistributeBuffer, the operator wrappers and the plans (like nccl4py's NCCLConfig or cuda.core's
+options objects).
+
+It checks the types of its fields (naming the parameter), reads the SoC once, owns the numbers
+derived from the attributes (local experts, rows a rank receives, window need) and remembers which
+shapes passed the pre-checks, so a repeated call pays a set lookup instead of the rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from ..runtime import soc_name
+from . import sizing
+from .profiles import SocProfile, profile_of
+
+#: The C attributes in the order of the two prototypes' shared part (for messages and docs).
+_INT_FIELDS = ("ep_world_size", "ep_rank_id", "moe_expert_num", "ccl_buffer_size", "tp_world_size", "tp_rank_id",
+               "expert_shard_type", "shared_expert_num", "shared_expert_rank_num", "zero_expert_num",
+               "copy_expert_num", "const_expert_num", "global_bs", "quant_mode", "expert_token_nums_type",
+               "comm_quant_mode", "out_dtype", "group_list_type")
+
+
+@dataclass(frozen=True, eq=False)
+class MoeConfig:
+    """The attributes of ``aclnnMoeDistributeDispatchV5`` / ``aclnnMoeDistributeCombineV5`` for one
+    rank (names as the C parameters, in snake case). ``soc`` is read from the device when not given.
+    The dispatch-only (``quant_mode``, ``expert_token_nums_type``) and combine-only
+    (``comm_quant_mode``, ``out_dtype``, ``group_list_type``) attributes are ignored by the other op.
+    Configs compare by identity; make one per model and reuse it."""
+
+    ep_world_size: int
+    ep_rank_id: int
+    moe_expert_num: int
+    ccl_buffer_size: int
+    tp_world_size: int = 0
+    tp_rank_id: int = 0
+    expert_shard_type: int = 0
+    shared_expert_num: int = 1
+    shared_expert_rank_num: int = 0
+    zero_expert_num: int = 0
+    copy_expert_num: int = 0
+    const_expert_num: int = 0
+    global_bs: int = 0
+    comm_alg: str = ""
+    quant_mode: int = 0
+    expert_token_nums_type: int = 1
+    comm_quant_mode: int = 0
+    out_dtype: int = 0
+    group_list_type: int = 0
+    soc: str = ""
+    #: shapes that passed the pre-checks: (op, BS, H, K)
+    _passed: set[tuple[str, int, int, int]] = field(default_factory=set, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        for name in _INT_FIELDS:
+            value = getattr(self, name)
+            if type(value) is not int:
+                if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                    raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
+                object.__setattr__(self, name, int(value))
+        if not isinstance(self.comm_alg, str):
+            raise TypeError(f"comm_alg: expected a str, got {type(self.comm_alg).__name__} {self.comm_alg!r}")
+        if not isinstance(self.soc, str):
+            raise TypeError(f"soc: expected a str, got {type(self.soc).__name__} {self.soc!r}")
+        if not self.soc:
+            object.__setattr__(self, "soc", soc_name())
+
+    def replace(self, **changes: int | str) -> MoeConfig:
+        """A copy with some attributes changed (the SoC stays as read)."""
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    @classmethod
+    def from_attrs(cls, attrs: Mapping[str, int | str]) -> MoeConfig:
+        """A config from keyword attributes (the operator wrappers' keyword form), cached by value and
+        SoC so repeated calls reuse one config."""
+        soc = soc_name()
+        key = (soc, tuple(attrs.items()))
+        cfg = _by_attrs.get(key)
+        if cfg is None:
+            unknown = set(attrs) - _ATTR_NAMES
+            if unknown:
+                raise TypeError(f"unexpected attribute(s) {', '.join(sorted(unknown))}; MoeConfig takes "
+                                f"{', '.join(sorted(_ATTR_NAMES))}")
+            cfg = cls(soc=soc, **attrs)  # type: ignore[arg-type]
+            if len(_by_attrs) > 256:
+                _by_attrs.clear()
+            _by_attrs[key] = cfg
+        return cfg
+
+    # ---- derived numbers ----------------------------------------------------------------------------------
+    @cached_property
+    def comm_alg_bytes(self) -> bytes:
+        """``comm_alg`` as the C string the operators take."""
+        return self.comm_alg.encode()
+
+    @cached_property
+    def profile(self) -> SocProfile:
+        return profile_of(self.soc)
+
+    @cached_property
+    def shared(self) -> int:
+        """S as the kernels see it ((1, 0) is "no shared expert": 0)."""
+        return sizing.normalized_shared(self.shared_expert_num, self.shared_expert_rank_num)
+
+    @cached_property
+    def is_shared_rank(self) -> bool:
+        return self.ep_rank_id < self.shared_expert_rank_num
+
+    @cached_property
+    def moe_local_experts(self) -> int:
+        """L = E / (W − R), the MoE experts on each MoE rank."""
+        return sizing.moe_local_experts(self.ep_world_size, self.moe_expert_num, self.shared_expert_rank_num)
+
+    @cached_property
+    def local_experts(self) -> int:
+        """The experts on this rank: 1 on a shared-expert rank, L on a MoE rank."""
+        return 1 if self.is_shared_rank else self.moe_local_experts
+
+    def max_bs(self, bs: int) -> int:
+        """maxBs: global_bs / W, or this rank's BS when global_bs is 0."""
+        return self.global_bs // self.ep_world_size if self.global_bs else bs
+
+    def rows_capacity(self, bs: int, topk: int, elastic: bool = False) -> int:
+        """A, the expand_x rows this rank can receive. With elastic_info (Ascend950) a rank may serve
+        either role, so A is the larger of the two."""
+        w, r = self.ep_world_size, self.shared_expert_rank_num
+        if elastic and 0 <= r < w:
+            moe = sizing.rows_capacity(w, w - 1, self.moe_expert_num, self.shared_expert_num, r, self.global_bs, bs,
+                                       topk)
+            shared = sizing.rows_capacity(w, 0, self.moe_expert_num, self.shared_expert_num, r, self.global_bs, bs,
+                                          topk) if r > 0 else 0
+            return max(moe, shared)
+        return sizing.rows_capacity(w, self.ep_rank_id, self.moe_expert_num, self.shared_expert_num, r,
+                                    self.global_bs, bs, topk)
+
+    def window_need(self, bs: int, hidden: int, topk: int) -> int:
+        """Window bytes a dispatch/combine of this shape needs beyond the 1 MiB status area."""
+        return sizing.window_need(self.ep_world_size, self.moe_local_experts, self.max_bs(bs), hidden, topk,
+                                  self.shared, self.comm_alg == "fullmesh_v2", self.profile.window_bytes_per_rank)
+
+
+_ATTR_NAMES = frozenset(f.name for f in dataclasses.fields(MoeConfig) if f.init)
+_by_attrs: dict[tuple[str, tuple[tuple[str, int | str], ...]], MoeConfig] = {}
+
+
+def resolve_config(config: MoeConfig | None, attrs: Mapping[str, int | str]) -> MoeConfig:
+    """The config of an operator call: `config`, or one made from keyword attributes (not both)."""
+    if config is None:
+        return MoeConfig.from_attrs(attrs)
+    if attrs:
+        raise TypeError(f"pass the attributes in config or as keywords, not both (got {', '.join(sorted(attrs))})")
+    return config

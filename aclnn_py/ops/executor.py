@@ -1,0 +1,256 @@
+"""Executors of the two-phase operators: a :class:`Prepared` call (phase 1 done, one executor) and a
+:class:`Plan` (a repeatable executor with its own buffers, launched many times).
+
+Phase 2 runs on a stream with that stream's workspace; what the queued launch uses is held until the
+stream passes it, and every output remembers the stream as its writer (``Tensor.numpy()`` waits for it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import AclnnParamInvalid, ClosedError, check_aclnn, param_invalid
+from ..runtime import (
+    DeviceMemory,
+    Resource,
+    Stream,
+    StreamArg,
+    initialized,
+    ordered,
+    out_cell,
+    resolve_stream,
+)
+from ..tensor import Tensor
+from ._args import as_int32, host_array, wrong_dtype
+
+
+def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Stream, inputs: Sequence[Tensor | None],
+           outputs: Sequence[Tensor], workspace: int | None = None) -> None:
+    """Phase 2 of a one-shot executor on `stream`: the stream's workspace (unless given), the launch,
+    then the stream-ordered hold of every tensor it uses and the outputs' writer."""
+    ws = ordered.workspace(stream, workspace_size) if workspace is None else workspace
+    ret = fn(initialized().ffi.cast("void *", ws), workspace_size, executor, stream._cdata)
+    check_aclnn(ret, name)
+    ordered.hold(stream, [t._anchor() for t in inputs if t is not None] + [t._anchor() for t in outputs])
+    for t in outputs:
+        t._writer = stream
+
+
+def executor_cells() -> tuple[Any, Any]:
+    """Per-thread (uint64_t *workspaceSize, aclOpExecutor **executor) cells reused by phase 1."""
+    return out_cell("uint64_t *"), out_cell("aclOpExecutor **")
+
+
+class Prepared(Resource):
+    """Phase 1 done: an executor, its workspace size, and the tensors it refers to.
+
+    :meth:`launch` runs phase 2. A normal executor is consumed by its launch; a repeatable one
+    (``repeatable=True`` at prepare time) may be launched again, after :meth:`rebind_input` /
+    :meth:`rebind_output` moved its tensors to new addresses, and is destroyed by :meth:`close`."""
+
+    __slots__ = ("_executor", "workspace_size", "inputs", "outputs", "repeatable", "_launch_name",
+                 "__weakref__")
+
+    def __init__(self, launch_name: str, executor: Any, workspace_size: int, inputs: Sequence[Tensor | None],
+                 outputs: Sequence[Tensor], repeatable: bool):
+        self._launch_name = launch_name
+        self._executor = executor
+        self.workspace_size = int(workspace_size)
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.repeatable = repeatable
+        self._open = True
+
+    def launch(self, stream: StreamArg = None, workspace: DeviceMemory | Tensor | int | None = None) -> None:
+        """Phase 2 on `stream` (default: the current stream). Without `workspace` the stream's own is
+        used."""
+        if not self._open:
+            raise ClosedError(self._label(), "launch it (a normal executor is consumed by its first launch; "
+                              "prepare with repeatable=True to launch again)")
+        s = resolve_stream(stream)
+        ws = None if workspace is None else workspace.ptr if isinstance(workspace, (DeviceMemory, Tensor)) \
+            else int(workspace)
+        if not self.repeatable:
+            self._open = False  # consumed by the launch, whatever its outcome
+        launch(getattr(initialized().lib, self._launch_name), self._launch_name, self._executor,
+               self.workspace_size, s, self.inputs, self.outputs, ws)
+
+    def _rebind(self, api: str, index: int, tensor: Tensor, slots: list[Any]) -> None:
+        if not self._open:
+            raise self._closed("rebind it")
+        if not self.repeatable:
+            raise ValueError(f"{self._label()}: only a repeatable executor can be rebound (prepare with repeatable=True)")
+        view = slots[index] if 0 <= index < len(slots) else None
+        if view is None:
+            raise param_invalid(api, f"index {index}: the executor has no tensor in that slot")
+        if (tensor.shape, tensor.dtype, tensor.strides, tensor.offset) != (view.shape, view.dtype, view.strides,
+                                                                           view.offset):
+            raise param_invalid(api, f"index {index}: the new tensor must have the layout of the one it replaces "
+                                f"({view!r}, got {tensor!r})")
+        b = initialized()
+        check_aclnn(getattr(b.lib, api)(self._executor, index, view.descriptor(), b.ffi.cast("void *", tensor.ptr)),
+                    api)
+        # the executor's private view now addresses `tensor`'s memory, and keeps it allocated
+        view._ptr = tensor._ptr
+        view._owner = tensor._export()
+
+    def rebind_input(self, index: int, tensor: Tensor) -> None:
+        """``aclSetInputTensorAddr``: input `index` (C parameter order) now reads `tensor`'s memory
+        (same shape and dtype)."""
+        self._rebind("aclSetInputTensorAddr", index, tensor, self.inputs)
+
+    def rebind_output(self, index: int, tensor: Tensor) -> None:
+        """``aclSetOutputTensorAddr``: output `index` now writes into `tensor`'s memory."""
+        self._rebind("aclSetOutputTensorAddr", index, tensor, self.outputs)
+
+    def _release(self) -> None:
+        if self.repeatable:
+            check_aclnn(initialized().lib.aclDestroyAclOpExecutor(self._executor), "aclDestroyAclOpExecutor")
+
+    def _label(self) -> str:
+        return f"Prepared({self._launch_name}, {'repeatable' if self.repeatable else 'one-shot'})"
+
+
+def private_views(tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
+    """Views with descriptors of their own, for a repeatable executor: rebinding its slots changes the
+    addresses of these descriptors, never those of the caller's Tensors."""
+    return [None if t is None else Tensor(t.ptr, t.shape, t.dtype, t.strides, t.offset, owner=t, device=t.device)
+            for t in tensors]
+
+
+_UNSET = object()  # a plan slot whose next value must be checked again
+
+
+class Plan(Resource):
+    """A prepared op with fixed shapes, dtypes and attributes, launched many times.
+
+    One phase 1 with a repeatable executor (``aclSetAclOpExecutorRepeatable``); the plan owns a device
+    buffer per input and output and its workspace. Each call either copies host arrays into those
+    buffers (stream-ordered) or, for Tensors at other addresses, rebinds the executor's slot with
+    ``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr``, then launches. Nothing is allocated per
+    call. Inputs that were absent at plan time stay absent; a different shape or dtype is refused
+    (AclnnParamInvalid) — build another plan for it."""
+
+    input_names: tuple[str, ...] = ()
+    output_names: tuple[str, ...] = ()
+
+    def __init__(self, prepared: Prepared):
+        self._prep = prepared
+        self._own_in: list[Tensor | None] = list(prepared.inputs)
+        self._own_out: list[Tensor] = list(prepared.outputs)
+        self._bound_in = [t.data_ptr if t is not None else 0 for t in self._own_in]
+        self._bound_out = [t.data_ptr for t in self._own_out]
+        self._ws = DeviceMemory(prepared.workspace_size) if prepared.workspace_size else None
+        b = initialized()
+        self._lib = b.lib
+        self._ffi = b.ffi
+        self._launch = getattr(b.lib, prepared._launch_name)
+        self._ws_ptr = b.ffi.cast("void *", self._ws.ptr if self._ws is not None else 0)
+        self._ws_size = prepared.workspace_size
+        self._executor = prepared._executor
+        self._op = prepared._launch_name
+        # what each slot was given last call; a present input starts unset so that None is refused
+        self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
+        self._last_out: list[object] = [None] * len(self._own_out)
+        self._stale: str | None = None
+        self._open = True
+
+    @property
+    def workspace_size(self) -> int:
+        return self._ws_size
+
+    def invalidate(self, reason: str) -> None:
+        """Refuse every later call with `reason` (e.g. the communicator the plan was built for changed)."""
+        self._stale = reason
+
+    def _refuse(self, message: str) -> AclnnParamInvalid:
+        return param_invalid(self._op, message)
+
+    def _host_value(self, own: Tensor, name: str, value: object) -> np.ndarray:
+        arr = host_array(value, name)
+        if arr.shape != own.shape[:-1] + (own.shape[-1] // 2,) and own.dtype.packed and arr.dtype == np.uint8:
+            raise self._refuse(f"{name}: the plan is fixed to shape {own.shape} (got {arr.shape} packed bytes)")
+        if not own.dtype.packed and arr.shape != own.shape:
+            raise self._refuse(f"{name}: the plan is fixed to shape {own.shape} (got {arr.shape})")
+        want = own.dtype.numpy_dtype
+        if arr.dtype != want:
+            if want == np.int32 and arr.dtype.kind in "iu":
+                return as_int32(arr, name, self._op)
+            if not (own.dtype.packed and arr.dtype == np.uint8):
+                raise self._refuse(wrong_dtype(name, own.dtype, arr.dtype))
+        return arr
+
+    def _set(self, index: int, value: object, stream: Stream, output: bool) -> None:
+        last = self._last_out if output else self._last_in
+        own = (self._own_out if output else self._own_in)[index]
+        bound = self._bound_out if output else self._bound_in
+        name = (self.output_names if output else self.input_names)[index]
+        if own is None:
+            if value is not None:
+                raise self._refuse(f"{name}: this plan was built without it; build a plan with {name}")
+            return
+        remember: object = value
+        if value is None:
+            if not output:
+                raise self._refuse(f"{name}: this plan was built with it; pass it on every call")
+            target = own.data_ptr
+        elif isinstance(value, Tensor):
+            if value.shape != own.shape or value.dtype != own.dtype or not value.is_contiguous:
+                raise self._refuse(f"{name}: the plan is fixed to shape {own.shape} {own.dtype.name} contiguous "
+                                   f"(got {value.shape} {value.dtype.name}"
+                                   f"{'' if value.is_contiguous else ' strided'})")
+            target = value.data_ptr
+        else:
+            own.copy_from(self._host_value(own, name, value), stream)
+            target = own.data_ptr
+            remember = _UNSET  # host arrays are copied on every call
+        if target != bound[index]:
+            api = "aclSetOutputTensorAddr" if output else "aclSetInputTensorAddr"
+            ret = getattr(self._lib, api)(self._executor, index, own.descriptor(), self._ffi.cast("void *", target))
+            check_aclnn(ret, api)
+            bound[index] = target
+        last[index] = remember
+
+    def _run(self, in_slots: tuple[int, ...], in_values: tuple[object, ...], out_values: Sequence[object] | None,
+             stream: StreamArg) -> list[Tensor]:
+        """Bind this call's inputs (slot indices `in_slots`) and outputs, launch phase 2, and return
+        the output tensors the launch writes."""
+        if not self._open:
+            raise self._closed("launch it")
+        if self._stale is not None:
+            raise self._refuse(self._stale)
+        s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
+        last = self._last_in
+        for i, v in zip(in_slots, in_values):
+            if v is not last[i]:  # unchanged slots cost one identity test, no call
+                self._set(i, v, s, False)
+        if out_values is not None:
+            for j, v in enumerate(out_values):
+                self._set(j, v, s, True)
+            outs = [v if isinstance(v, Tensor) else self._own_out[j] for j, v in enumerate(out_values)]
+        else:
+            if self._last_out[0] is not None:
+                for j in range(len(self._own_out)):
+                    self._set(j, None, s, True)
+            outs = self._own_out
+        ret = self._launch(self._ws_ptr, self._ws_size, self._executor, s._cdata)
+        if ret:
+            check_aclnn(ret, self._op)
+        for t in outs:
+            t._writer = s
+        return outs
+
+    def _release(self) -> None:
+        """Destroy the executor and free the plan's buffers (once the streams finished with them)."""
+        self._prep.close()
+        for t in self._own_in[1:] + self._own_out:  # input 0 is the caller's context tensor
+            if t is not None:
+                t.close()
+        if self._ws is not None:
+            self._ws.close()
+
+    def _label(self) -> str:
+        return f"{type(self).__name__}({self._op})"

@@ -1,0 +1,53 @@
+"""SoC profiles: what each Ascend product line supports for MoE dispatch/combine, and the one table
+that maps the name ``aclrtGetSocName`` reports to its profile (used by the pre-checks and sizing).
+
+Real SoC names carry product suffixes (the Atlas A3 line reports ``Ascend910_93…``, e.g.
+``Ascend910_9391``; the 950 line ``Ascend950…``), so profiles are chosen by family prefix. An unknown
+name gets a warning and the A3 rules (docs/operators.md, "SoC profiles").
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SocProfile:
+    """The limits and features of one product line."""
+
+    name: str                          # the family, as CANN's docs name it
+    max_world_size: int                # ep_world_size upper bound
+    window_bytes_per_rank: int         # extra window bytes per rank the kernel reserves (W * this)
+    fullmesh_v2_max_bs: int            # BS limit with comm_alg "fullmesh_v2"
+    fullmesh_v2_max_topk: int | None   # K limit with "fullmesh_v2" (None: the general limit)
+    quant_modes: frozenset[int]        # dispatch quant_mode values
+    comm_quant_modes: frozenset[int]   # combine comm_quant_mode values
+    low_precision: bool                # fp8 / hifloat8 / fp4 inputs and outputs, MX scales
+    elastic: bool                      # elastic_info and performance_info (reserved otherwise)
+
+
+A3 = SocProfile("Ascend910_93", 768, 0, 256, 12, frozenset({0, 2}), frozenset({0, 2}), False, False)
+ASCEND950 = SocProfile("Ascend950", 1024, 1024, 512, None, frozenset({0, 1, 2, 3, 4, 5}),
+                       frozenset({0, 2, 3, 4}), True, True)
+
+#: (name prefix, profile), first match wins.
+FAMILIES: tuple[tuple[str, SocProfile], ...] = (
+    ("Ascend910_93", A3),
+    ("Ascend950", ASCEND950),
+)
+
+_warned: set[str] = set()
+
+
+def profile_of(soc_name: str) -> SocProfile:
+    """The profile for a SoC name; an unknown name warns once and gets the A3 rules."""
+    for prefix, profile in FAMILIES:
+        if soc_name.startswith(prefix):
+            return profile
+    if soc_name not in _warned:
+        _warned.add(soc_name)
+        warnings.warn(f"SoC {soc_name!r} is not a known MoE dispatch/combine profile "
+                      f"({', '.join(p for p, _ in FAMILIES)}); applying the {A3.name} rules",
+                      RuntimeWarning, stacklevel=3)
+    return A3

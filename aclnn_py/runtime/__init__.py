@@ -1,0 +1,21 @@
+"""The ACL runtime tier: initialisation, devices, streams, events, device memory and the
+stream-ordered lifetimes of what queued work uses (one module per concept).
+
+Ownership follows cuda.core: objects created here own their handle and release it in ``close()`` (or
+when collected); ``Stream.from_handle`` borrows a handle someone else owns; any use of a closed object
+raises :class:`~aclnn_py.ClosedError` naming it.
+"""
+
+from . import ordered
+from ._device import Device, out_cell
+from ._event import Event
+from ._init import init, initialized, soc_name, version
+from ._memory import DeviceMemory, MemoryExport, copy_to_device, copy_to_host, fill
+from ._resource import Resource
+from ._stream import Stream, StreamArg, StreamLike, current_stream, explicit_or_current, resolve_stream
+
+__all__ = [
+    "Device", "DeviceMemory", "Event", "MemoryExport", "Resource", "Stream", "StreamArg", "StreamLike", "copy_to_device", "copy_to_host",
+    "current_stream", "explicit_or_current", "fill", "init", "initialized", "ordered", "out_cell", "resolve_stream", "soc_name",
+    "version",
+]

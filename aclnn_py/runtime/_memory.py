@@ -1,0 +1,136 @@
+"""Device memory (``aclrtMalloc`` / ``aclrtFree``) and host ↔ device copies.
+
+A :class:`DeviceMemory` is freed by ``close()`` or when collected — but never while an *export* of it
+is alive: a numpy view, a DLPack capsule or consumer, a Tensor borrowing it. Those hold a
+:class:`MemoryExport`, and the block is freed when the last of them goes (as CuPy and DLPack producers
+do), so closing an owner can never leave a view pointing at freed or reused memory.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import check_acl
+from ._init import initialized
+from ._resource import Resource
+
+if TYPE_CHECKING:
+    from ._stream import Stream
+
+_exports_lock = threading.Lock()
+
+
+class DeviceMemory(Resource):
+    """A device allocation of `size` bytes on `device` (default: the calling thread's device)."""
+
+    __slots__ = ("_ptr", "size", "device", "_open", "_exports", "__weakref__")
+
+    def __init__(self, size: int, device: int | None = None):
+        b = initialized()
+        if device is not None:
+            check_acl(b.lib.aclrtSetDevice(int(device)), "aclrtSetDevice")
+        cell = b.ffi.new("void **")
+        check_acl(b.lib.aclrtMalloc(cell, int(size), b.lib.ACL_MEM_MALLOC_HUGE_FIRST), "aclrtMalloc")
+        self._ptr = int(b.ffi.cast("uintptr_t", cell[0]))
+        self.size = int(size)
+        self.device = device
+        self._exports = 0
+        self._open = True
+
+    @property
+    def ptr(self) -> int:
+        """The device address."""
+        if not self._open:
+            raise self._closed("use its address")
+        return self._ptr
+
+    def export(self) -> MemoryExport:
+        """A claim that keeps the memory allocated until it is released or collected, even after
+        :meth:`close`."""
+        if not self._open:
+            raise self._closed("export it")
+        return MemoryExport(self)
+
+    @property
+    def exports(self) -> int:
+        """How many exports keep this memory allocated."""
+        return self._exports
+
+    def _release(self) -> None:
+        with _exports_lock:
+            if self._exports:
+                return  # the last export frees it
+        self._free()
+
+    def _free(self) -> None:
+        # runs once: from close() without exports, or from the release of the last export after it
+        if self._ptr:
+            b = initialized()
+            check_acl(b.lib.aclrtFree(b.ffi.cast("void *", self._ptr)), "aclrtFree")
+
+    def _label(self) -> str:
+        return f"DeviceMemory(0x{self._ptr:x}, {self.size} bytes)"
+
+
+class MemoryExport:
+    """Keeps a :class:`DeviceMemory` allocated while it lives (see :meth:`DeviceMemory.export`)."""
+
+    __slots__ = ("memory",)
+
+    def __init__(self, memory: DeviceMemory):
+        with _exports_lock:
+            memory._exports += 1
+        self.memory: DeviceMemory | None = memory
+
+    def release(self) -> None:
+        mem, self.memory = self.memory, None
+        if mem is None:
+            return
+        with _exports_lock:
+            mem._exports -= 1
+            last = mem._exports == 0 and not mem._open
+        if last:
+            mem._free()
+
+    def __del__(self) -> None:
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+def _stream_cdata(stream: Stream | None) -> Any:
+    return initialized().ffi.NULL if stream is None else stream._cdata
+
+
+def copy_to_device(dst: int, dst_max: int, src: np.ndarray, stream: Stream | None = None) -> None:
+    """Copy a C-contiguous host array to device address `dst`: synchronous without `stream`;
+    queued on `stream` otherwise (the caller keeps `src` alive until the stream passes the copy)."""
+    b = initialized()
+    srcp = b.ffi.cast("void *", src.ctypes.data)
+    if stream is None:
+        check_acl(b.lib.aclrtMemcpy(b.ffi.cast("void *", dst), dst_max, srcp, src.nbytes,
+                                    b.lib.ACL_MEMCPY_HOST_TO_DEVICE), "aclrtMemcpy")
+    else:
+        check_acl(b.lib.aclrtMemcpyAsync(b.ffi.cast("void *", dst), dst_max, srcp, src.nbytes,
+                                         b.lib.ACL_MEMCPY_HOST_TO_DEVICE, stream._cdata), "aclrtMemcpyAsync")
+
+
+def copy_to_host(dst: np.ndarray, src: int, count: int) -> None:
+    """Copy `count` bytes from device address `src` into a C-contiguous host array (synchronous)."""
+    b = initialized()
+    check_acl(b.lib.aclrtMemcpy(b.ffi.cast("void *", dst.ctypes.data), dst.nbytes, b.ffi.cast("void *", src),
+                                count, b.lib.ACL_MEMCPY_DEVICE_TO_HOST), "aclrtMemcpy")
+
+
+def fill(dst: int, dst_max: int, value: int, count: int, stream: Stream | None = None) -> None:
+    """``aclrtMemset`` (synchronous) or ``aclrtMemsetAsync`` on `stream`."""
+    b = initialized()
+    if stream is None:
+        check_acl(b.lib.aclrtMemset(b.ffi.cast("void *", dst), dst_max, value, count), "aclrtMemset")
+    else:
+        check_acl(b.lib.aclrtMemsetAsync(b.ffi.cast("void *", dst), dst_max, value, count, stream._cdata),
+                  "aclrtMemsetAsync")

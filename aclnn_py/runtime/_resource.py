@@ -1,0 +1,66 @@
+"""The base of every object that owns something the C side must release (a stream, an event, device
+memory, an executor, a communicator): one ``close()`` that runs once, a refusal of any use after it
+that names the object, ``with`` closing it, and release at collection for what was never closed."""
+
+from __future__ import annotations
+
+import abc
+from typing import TypeVar
+
+from ..errors import ClosedError
+
+R = TypeVar("R", bound="Resource")
+
+
+class Resource(abc.ABC):
+    """Owns one C-side resource until :meth:`close`. Subclasses set ``_open`` to True once the
+    resource exists and define :meth:`_release` and :meth:`_label`."""
+
+    __slots__ = ("_open",)
+    _open: bool
+
+    @abc.abstractmethod
+    def _release(self) -> None:
+        """Give the resource back to the C side (called exactly once)."""
+
+    @property
+    def closed(self) -> bool:
+        return not getattr(self, "_open", False)
+
+    def close(self) -> None:
+        """Release the resource now. Idempotent; any later use raises :class:`~aclnn_py.ClosedError`."""
+        if getattr(self, "_open", False):
+            self._open = False
+            self._release()
+
+    @abc.abstractmethod
+    def _label(self) -> str:
+        """What the object is, e.g. ``Stream(0x55d0…, owned, device 0)`` (its repr while open)."""
+
+    def require_open(self, operation: str) -> None:
+        """Raise :class:`~aclnn_py.ClosedError` naming this object and `operation` if it is closed."""
+        if not getattr(self, "_open", False):
+            raise self._closed(operation)
+
+    def _closed(self, operation: str) -> ClosedError:
+        """The error for `operation` on this object once it is closed."""
+        return ClosedError(self._label(), operation)
+
+    def __repr__(self) -> str:
+        label = self._label()
+        return label if not self.closed else f"{label[:-1]}, closed)"
+
+    def __enter__(self: R) -> R:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Collection of an unclosed object; exceptions cannot propagate from here, and at interpreter
+        # exit the backend may already be gone.
+        if getattr(self, "_open", False):
+            try:
+                self.close()
+            except Exception:
+                pass

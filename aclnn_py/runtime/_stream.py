@@ -1,0 +1,248 @@
+"""Streams: creation and borrowing, the per-thread current stream, interruptible synchronisation.
+
+``Device.create_stream()`` makes an owned stream (destroyed by ``close()``), ``Stream.from_handle()``
+borrows one someone else owns (a C++ server's), ``Stream.default()`` names a device's default stream.
+As in CuPy, ``with stream:`` makes `stream` the calling thread's *current* stream: calls that take a
+``stream=`` argument and get none use it (without one, operators run on the default stream and
+copies are synchronous). Anything with ``__acl_stream__()`` returning ``(version, handle)`` is
+accepted wherever a stream is.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Protocol, runtime_checkable
+
+from ..errors import acl_error, check_acl, recent_message
+from . import ordered
+from ._device import current_device_id
+from ._init import initialized
+from ._resource import Resource
+
+STREAM_PROTOCOL_VERSION = 0
+ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046
+#: Host waits are cut into slices this long, so Python runs signal handlers (Ctrl-C) in between.
+WAIT_SLICE_MS = 100
+
+
+@runtime_checkable
+class StreamLike(Protocol):
+    """Any object naming an ACL stream: ``__acl_stream__()`` returns ``(version, handle)``."""
+
+    def __acl_stream__(self) -> tuple[int, int]: ...
+
+
+class Stream(Resource):
+    """An ACL stream (``aclrtStream``). Made by :meth:`Device.create_stream`, :meth:`from_handle` or
+    :meth:`default`, not by calling the class."""
+
+    __slots__ = ("_cdata", "_handle", "_owned", "_device", "_key", "__weakref__")
+    _cdata: Any          # the aclrtStream
+    _handle: int
+    _owned: bool
+    _device: int | None
+    _key: int            # names the stream in this process (the NULL handle is per device)
+
+    def __init__(self) -> None:
+        raise TypeError("Stream() cannot be called: use Device.create_stream(), Stream.from_handle(handle) "
+                        "or Stream.default(device)")
+
+    @classmethod
+    def _wrap(cls, cdata: Any, handle: int, owned: bool, device: int | None) -> Stream:
+        s: Stream = object.__new__(cls)
+        s._cdata = cdata
+        s._handle = handle
+        s._owned = owned
+        s._device = device
+        # the NULL handle is each device's own default stream, so the device is part of its key
+        s._key = handle if handle else -1 - (device if device is not None else current_device_id())
+        s._open = True
+        return s
+
+    @classmethod
+    def _create(cls, device: int) -> Stream:
+        b = initialized()
+        cell = b.ffi.new("aclrtStream *")
+        check_acl(b.lib.aclrtCreateStream(cell), "aclrtCreateStream")
+        return cls._wrap(cell[0], int(b.ffi.cast("uintptr_t", cell[0])), True, device)
+
+    @classmethod
+    def default(cls, device: int | None = None) -> Stream:
+        """The default stream of `device` (default: the calling thread's current device)."""
+        dev = current_device_id() if device is None else int(device)
+        s = _defaults.get(dev)
+        if s is None:
+            s = _defaults.setdefault(dev, cls._wrap(initialized().ffi.NULL, 0, False, dev))
+        return s
+
+    @classmethod
+    def from_handle(cls, handle: int | StreamLike) -> Stream:
+        """Borrow a stream created elsewhere (an ``aclrtStream`` as an int, or a stream-like object);
+        ``close()`` does not destroy it."""
+        h = _protocol_handle(handle) if isinstance(handle, StreamLike) else int(handle)
+        if h == 0:
+            return cls.default()
+        return cls._wrap(initialized().ffi.cast("aclrtStream", h), h, False, None)
+
+    # ---- identity -------------------------------------------------------------------------------------
+    @property
+    def handle(self) -> int:
+        """The ``aclrtStream`` as an integer (0 for a default stream)."""
+        if not self._open:
+            raise self._closed("use its handle")
+        return self._handle
+
+    @property
+    def owned(self) -> bool:
+        """Whether ``close()`` destroys the stream (streams from :meth:`Device.create_stream`)."""
+        return self._owned
+
+    @property
+    def device(self) -> int | None:
+        """The device the stream belongs to (None for a borrowed handle)."""
+        return self._device
+
+    def __acl_stream__(self) -> tuple[int, int]:
+        return (STREAM_PROTOCOL_VERSION, self.handle)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Stream) and other._key == self._key
+
+    def __hash__(self) -> int:
+        return hash(("Stream", self._key))
+
+    def _label(self) -> str:
+        kind = "owned" if self._owned else "borrowed"
+        where = "default" if not self._handle else f"0x{self._handle:x}"
+        dev = f", device {self._device}" if self._device is not None else ""
+        return f"Stream({where}, {kind}{dev})"
+
+    # ---- work ---------------------------------------------------------------------------------------------
+    def synchronize(self, timeout_ms: int | None = None) -> None:
+        """Wait for the work queued on this stream and raise the first failure on it (e.g. a kernel
+        timeout naming the peers that never arrived). `timeout_ms` bounds the wait
+        (:class:`~aclnn_py.AclTimeoutError` when it runs out). The wait is interruptible: Ctrl-C
+        raises KeyboardInterrupt within about 100 ms, leaving the queued work in place."""
+        if not self._open:
+            raise self._closed("synchronize it")
+        position = ordered.mark(self)
+        wait_for(self._cdata, timeout_ms)
+        ordered.passed(self, position)
+
+    def wait_event(self, event: Any) -> None:
+        """``aclrtStreamWaitEvent``: later work on this stream waits for `event`."""
+        if not self._open:
+            raise self._closed("make it wait for an event")
+        if event.closed:
+            raise event._closed("wait for it")
+        check_acl(initialized().lib.aclrtStreamWaitEvent(self._cdata, event._cdata), "aclrtStreamWaitEvent")
+
+    def record_event(self, event: Any = None) -> Any:
+        """Record `event` (a new :class:`~aclnn_py.Event` when None) on this stream and return it."""
+        from ._event import Event
+
+        if not self._open:
+            raise self._closed("record an event")
+        ev = event if event is not None else Event()
+        ev.record(self)
+        return ev
+
+    def _release(self) -> None:
+        # aclrtDestroyStream lets queued work finish first; then nothing held for it is in use
+        if self._owned:
+            check_acl(initialized().lib.aclrtDestroyStream(self._cdata), "aclrtDestroyStream")
+            ordered.forget(self._key)
+
+    # ---- current stream ----------------------------------------------------------------------------------
+    def __enter__(self) -> Stream:
+        """Make this the calling thread's current stream until the ``with`` block ends."""
+        if not self._open:
+            raise self._closed("make it current")
+        _current_stack().append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        stack = _current_stack()
+        for i in range(len(stack) - 1, -1, -1):
+            if stack[i] is self:
+                del stack[i]
+                break
+
+
+_defaults: dict[int, Stream] = {}
+_tls = threading.local()
+
+
+#: What ``stream=`` parameters accept: a Stream, a stream-like object, an ``aclrtStream`` as an int, or
+#: None for the current stream.
+StreamArg = Stream | StreamLike | int | None
+
+
+def _current_stack() -> list[Stream]:
+    stack: list[Stream] | None = getattr(_tls, "stack", None)
+    if stack is None:
+        stack = _tls.stack = []
+    return stack
+
+
+def current_stream() -> Stream:
+    """The calling thread's current stream: the innermost ``with stream:`` block's, else the current
+    device's default stream."""
+    stack: list[Stream] | None = getattr(_tls, "stack", None)
+    return stack[-1] if stack else Stream.default()
+
+
+def explicit_or_current(stream: StreamArg) -> Stream | None:
+    """`stream` resolved, else the thread's current stream if a ``with`` block set one, else None
+    (copies are then synchronous)."""
+    if stream is None:
+        stack: list[Stream] | None = getattr(_tls, "stack", None)
+        return stack[-1] if stack else None
+    return resolve_stream(stream)
+
+
+def _protocol_handle(obj: StreamLike) -> int:
+    version, handle = obj.__acl_stream__()
+    if version != STREAM_PROTOCOL_VERSION:
+        raise TypeError(f"__acl_stream__ version {version} is not supported (expected {STREAM_PROTOCOL_VERSION})")
+    return int(handle)
+
+
+def resolve_stream(stream: StreamArg, param: str = "stream") -> Stream:
+    """The Stream a ``stream=`` argument names: a Stream, an int handle, a stream-like object, or
+    None for the current stream. A closed Stream is refused."""
+    if stream.__class__ is Stream:
+        s: Stream = stream
+        if not s._open:
+            raise s._closed("queue work on it")
+        return s
+    if stream is None:
+        return current_stream()
+    if isinstance(stream, bool):
+        raise TypeError(f"{param}: expected a Stream, an int handle or an object with __acl_stream__, got bool")
+    if isinstance(stream, int):
+        return Stream.from_handle(stream)
+    if isinstance(stream, StreamLike):
+        return Stream.from_handle(_protocol_handle(stream))
+    raise TypeError(f"{param}: expected a Stream, an int handle or an object with __acl_stream__, "
+                    f"got {type(stream).__name__}")
+
+
+def wait_for(cdata: Any, timeout_ms: int | None = None) -> None:
+    """Synchronise the stream `cdata` in slices (see :meth:`Stream.synchronize`)."""
+    lib = initialized().lib
+    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    while True:
+        slice_ms = WAIT_SLICE_MS
+        if deadline is not None:
+            slice_ms = max(0, min(slice_ms, int((deadline - time.monotonic()) * 1000)))
+        ret = lib.aclrtSynchronizeStreamWithTimeout(cdata, slice_ms)
+        if ret == 0:
+            return
+        message = recent_message()  # read (and clear) the slice's message
+        if ret != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+            raise acl_error(ret, "aclrtSynchronizeStream", message)
+        if deadline is not None and time.monotonic() >= deadline:
+            raise acl_error(ret, "aclrtSynchronizeStreamWithTimeout",
+                            f"the stream did not finish within {timeout_ms} ms")

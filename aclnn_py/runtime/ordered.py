@@ -1,0 +1,160 @@
+"""Stream-ordered lifetimes, like a stream-ordered allocator.
+
+A launch or an asynchronous copy queued on a stream may still read or write memory after the call
+returns, so what it uses (uploaded host arrays, one-shot inputs and outputs) is *held* here until the
+stream has passed that point. Holds are released when the stream is synchronised (any
+synchronisation: ``Stream.synchronize``, ``Tensor.numpy``, ``MoeDistributeBuffer.synchronize``), when an
+event recorded every few holds has completed, and all at once when the stream is closed. Each stream
+also has one workspace block that its consecutive launches share (they are ordered), freed with the
+stream.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from typing import TYPE_CHECKING
+
+from ._event import Event
+from ._memory import DeviceMemory
+
+if TYPE_CHECKING:
+    from ._stream import Stream
+
+#: An event is recorded after this many holds, so a stream that is never synchronised still frees.
+CHECKPOINT_EVERY = 8
+
+
+class _StreamState:
+    __slots__ = ("held", "next_seq", "checkpoints", "since_checkpoint", "workspace")
+
+    def __init__(self) -> None:
+        self.held: collections.deque[tuple[int, object]] = collections.deque()
+        self.next_seq = 0
+        self.checkpoints: collections.deque[tuple[Event, int]] = collections.deque()
+        self.since_checkpoint = 0
+        self.workspace: DeviceMemory | None = None
+
+    def drop_before(self, seq: int) -> None:
+        held = self.held
+        while held and held[0][0] < seq:
+            held.popleft()
+
+
+_lock = threading.Lock()
+_states: dict[int, _StreamState] = {}
+_spare_events: list[Event] = []
+
+
+def _state(key: int) -> _StreamState:
+    st = _states.get(key)
+    if st is None:
+        st = _states[key] = _StreamState()
+    return st
+
+
+def hold(stream: Stream, obj: object) -> None:
+    """Keep `obj` alive until `stream` passes the work queued so far."""
+    with _lock:
+        st = _state(stream._key)
+        st.held.append((st.next_seq, obj))
+        st.next_seq += 1
+        st.since_checkpoint += 1
+        due = st.since_checkpoint >= CHECKPOINT_EVERY
+        if due:
+            st.since_checkpoint = 0
+    if due:
+        _checkpoint(stream)
+
+
+def _checkpoint(stream: Stream) -> None:
+    with _lock:
+        ev = _spare_events.pop() if _spare_events else None
+    if ev is None:
+        ev = Event()
+    ev.record(stream)
+    with _lock:
+        st = _state(stream._key)
+        st.checkpoints.append((ev, st.next_seq))
+        _reap(st)
+
+
+def _reap(st: _StreamState) -> None:
+    """Release what completed checkpoints cover (caller holds the lock)."""
+    while st.checkpoints and st.checkpoints[0][0].query():
+        ev, upto = st.checkpoints.popleft()
+        _spare_events.append(ev)
+        st.drop_before(upto)
+
+
+def mark(stream: Stream) -> int:
+    """A position in `stream`'s holds: :func:`passed` with it releases everything held before."""
+    with _lock:
+        st = _states.get(stream._key)
+        return st.next_seq if st is not None else 0
+
+
+def passed(stream: Stream, position: int) -> None:
+    """`stream` completed the work queued before `position` (it was synchronised)."""
+    with _lock:
+        st = _states.get(stream._key)
+        if st is None:
+            return
+        st.drop_before(position)
+        while st.checkpoints and st.checkpoints[0][1] <= position:
+            _spare_events.append(st.checkpoints.popleft()[0])
+
+
+def forget(key: int) -> None:
+    """The stream with this key was destroyed (its queued work finished): release all it held."""
+    with _lock:
+        st = _states.pop(key, None)
+        if st is None:
+            return
+        _spare_events.extend(ev for ev, _ in st.checkpoints)
+        workspace, st.workspace = st.workspace, None
+        st.held.clear()
+    if workspace is not None:
+        workspace.close()
+
+
+def workspace(stream: Stream, size: int) -> int:
+    """The address of a workspace of at least `size` bytes for launches on `stream` (0 for 0 bytes).
+    Growing waits for the stream before the smaller block is freed."""
+    if size == 0:
+        return 0
+    with _lock:
+        st = _state(stream._key)
+        mem = st.workspace
+        if mem is not None and mem.size >= size:
+            return mem._ptr
+    if mem is not None:
+        stream.synchronize()
+        with _lock:
+            st.workspace = None
+        mem.close()
+    grown = DeviceMemory(size)
+    with _lock:
+        _state(stream._key).workspace = grown
+    return grown._ptr
+
+
+def reap() -> int:
+    """Release what completed; returns how many holds are still pending."""
+    with _lock:
+        for st in _states.values():
+            _reap(st)
+        return sum(len(st.held) for st in _states.values())
+
+
+def held(stream: Stream) -> int:
+    """How many holds `stream` still has."""
+    with _lock:
+        st = _states.get(stream._key)
+        return len(st.held) if st is not None else 0
+
+
+def workspace_bytes() -> int:
+    """Bytes of workspace blocks currently kept for streams."""
+    with _lock:
+        return sum(st.workspace.size for st in _states.values() if st.workspace is not None)

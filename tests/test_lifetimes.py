@@ -1,0 +1,266 @@
+"""Object lifetimes in a user's hands: memory stays allocated under live exports, closed objects refuse
+every use with an error naming them, and nothing leaks from repeated rounds (docs/reliability.md,
+"Lifetimes")."""
+
+from __future__ import annotations
+
+import gc
+import subprocess
+import sys
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+from conftest import package_pythonpath
+
+N_LARGE = 8 << 20  # 32 MiB of float32: freed memory would be unmapped, so a stale view would crash
+
+
+def live_allocations(mock: Any) -> int:
+    from aclnn_py.runtime import ordered
+
+    gc.collect()
+    ordered.reap()
+    return int(mock.stats()["allocations"])
+
+
+# ---- memory under live exports ---------------------------------------------------------------------------
+@pytest.mark.parametrize("export", ["numpy_view", "asarray", "from_dlpack", "borrower"])
+def test_memory_outlives_the_tensor_while_an_export_lives(acl: Any, device0: Any, mock: Any, export: str) -> None:
+    base = live_allocations(mock)
+    t = acl.Tensor.from_numpy(np.arange(N_LARGE, dtype=np.float32))
+    if export == "numpy_view":
+        view: Any = t.numpy_view()
+    elif export == "asarray":
+        view = np.asarray(t)
+    elif export == "from_dlpack":
+        view = np.from_dlpack(t)
+    else:
+        view = acl.Tensor.from_address(t.ptr, t.shape, t.dtype, owner=t)
+    t.close()
+    assert live_allocations(mock) == base + 1  # the export keeps the block
+    # reuse pressure: new allocations must not land on the exported block
+    others = [acl.Tensor.from_numpy(np.full(1024, -1.0, np.float32)) for _ in range(4)]
+    values = view.numpy() if export == "borrower" else view
+    assert values[123456] == 123456.0 and values[-1] == N_LARGE - 1
+    del view, values, others
+    assert live_allocations(mock) == base  # the last export freed it
+
+
+def test_small_tensor_view_never_reads_another_allocation(acl: Any, device0: Any) -> None:
+    t = acl.Tensor.from_numpy(np.arange(8, dtype=np.int32))
+    v = t.numpy_view()
+    t.close()
+    newer = [acl.Tensor.from_numpy(np.full(8, 77, np.int32)) for _ in range(16)]
+    assert v.tolist() == list(range(8))
+    assert all(n.ptr != v.ctypes.data for n in newer)
+
+
+def test_device_memory_close_waits_for_its_borrowers(acl: Any, device0: Any, mock: Any) -> None:
+    base = live_allocations(mock)
+    mem = acl.DeviceMemory(64)
+    u = acl.Tensor.from_address(mem.ptr, (16,), np.float32, owner=mem)
+    u.copy_from(np.arange(16, dtype=np.float32))
+    mem.close()
+    assert mem.closed and mem.exports == 1
+    with pytest.raises(acl.ClosedError, match=r"DeviceMemory\(0x[0-9a-f]+, 64 bytes\) is closed"):
+        mem.ptr
+    assert u.numpy().tolist() == list(range(16)) and live_allocations(mock) == base + 1
+    del u
+    assert live_allocations(mock) == base
+
+
+def test_a_closed_tensor_refuses_every_use(acl: Any, device0: Any) -> None:
+    t = acl.Tensor.from_numpy(np.zeros((2, 3), np.float32))
+    t.close()
+    t.close()  # idempotent
+    assert t.closed and "closed" in repr(t)
+    name = r"Tensor\(shape=\(2, 3\), dtype=FLOAT\) is closed: cannot "
+    for use in (lambda: t.ptr, t.numpy, t.numpy_view, t.descriptor, lambda: np.asarray(t), t.__dlpack__,
+                lambda: t.copy_from(np.zeros((2, 3), np.float32)), lambda: t.fill_bytes(0),
+                lambda: acl.Tensor.from_address(0, (1,), np.float32, owner=t)):
+        with pytest.raises(acl.ClosedError, match=name):
+            use()
+
+
+def test_a_closed_tensor_is_refused_by_the_operators(acl: Any, device0: Any) -> None:
+    from aclnn_py.ops import moe_distribute_dispatch
+
+    ctx = acl.Tensor.zeros((4100,), np.int32)
+    x = acl.Tensor.from_numpy(np.zeros((2, 1024), ml_dtypes.bfloat16))
+    x.close()
+    with pytest.raises(acl.ClosedError, match="is closed: cannot pass it to an operator"):
+        moe_distribute_dispatch(ctx, x, np.zeros((2, 1), np.int32), ep_world_size=2, ep_rank_id=0,
+                                moe_expert_num=2, ccl_buffer_size=1 << 30, precheck=False)
+
+
+# ---- closed streams, events, communicators ---------------------------------------------------------------
+def test_a_closed_stream_is_never_the_default_stream(acl: Any, device0: Any) -> None:
+    s = device0.create_stream()
+    s.close()
+    label = r"Stream\(0x[0-9a-f]+, owned, device 0\) is closed: cannot "
+    with pytest.raises(acl.ClosedError, match=label + "synchronize"):
+        s.synchronize()
+    with pytest.raises(acl.ClosedError, match=label + "queue work"):
+        acl.Tensor.from_numpy(np.zeros(4, np.float32), stream=s)
+    with pytest.raises(acl.ClosedError, match=label + "record an event"):
+        s.record_event()
+    with pytest.raises(acl.ClosedError, match=label + "queue work"):
+        acl.Event().record(s)
+    with pytest.raises(acl.ClosedError, match=label + "make it current"):
+        with s:
+            pass
+    with pytest.raises(acl.ClosedError):
+        s.handle
+
+
+def test_a_closed_event_refuses_every_use(acl: Any, device0: Any) -> None:
+    ev = acl.Event()
+    ev.close()
+    for use in (ev.record, ev.query, ev.synchronize, lambda: ev.handle, lambda: ev.elapsed_ms(ev),
+                lambda: acl.Stream.default().wait_event(ev)):
+        with pytest.raises(acl.ClosedError, match=r"Event\(0x[0-9a-f]+\) is closed"):
+            use()
+
+
+def _closed_comm_body(rank: int, world_size: int, root: bytes) -> list[str]:
+    import aclnn_py as acl
+
+    comm = acl.hccl.Communicator(world_size, rank, root)
+    buf = acl.MoeDistributeBuffer(comm)
+    comm.barrier()
+    comm.close()
+    errors = []
+    x = np.zeros((2, 1024), ml_dtypes.bfloat16)
+    ids = np.zeros((2, 1), np.int32)
+    for use in (comm.barrier, lambda: comm.handle, lambda: acl.hccl.build_context(comm),
+                lambda: buf.low_latency_dispatch(x, ids, 2),
+                lambda: buf.low_latency_combine(x, ids, None, np.zeros(256, np.int32), np.zeros(2, np.int32),
+                                                num_experts=2)):
+        try:
+            use()
+        except acl.ClosedError as e:
+            errors.append(str(e))
+    buf.close()
+    return errors
+
+
+def test_a_closed_communicator_refuses_every_use(acl: Any) -> None:
+    for errors in acl.launch.run_threads(_closed_comm_body, 2):
+        assert len(errors) == 5
+        assert all(e.startswith("Communicator(rank ") and " is closed: cannot " in e for e in errors)
+
+
+# ---- plans check host arrays like the per-call path ------------------------------------------------------
+def _plan_body(rank: int, world_size: int, root: bytes) -> dict[str, str]:
+    import aclnn_py as acl
+
+    out: dict[str, str] = {}
+    with acl.hccl.Communicator(world_size, rank, root) as comm:
+        buf = acl.MoeDistributeBuffer(comm)
+        plan = buf.plan_dispatch(2, 1024, 2, 1, x_dtype=ml_dtypes.bfloat16)
+        x = np.ones((2, 1024), ml_dtypes.bfloat16)
+        ids = np.array([[0], [1]], np.int64)  # numpy's default integer type is accepted and converted
+        for name, args in (("x_fp16", (x.astype(np.float16), ids)), ("ids_float", (x, ids.astype(np.float32))),
+                           ("ids_range", (x, ids + 2**40)), ("x_shape", (x[:1], ids))):
+            try:
+                plan(*args)
+            except (acl.AclnnParamInvalid, TypeError) as e:
+                out[name] = str(e)
+        out["ok"] = str(plan(x, ids).ep_recv_counts.numpy().tolist())
+        plan.close()
+        buf.close()
+    return out
+
+
+def test_plans_check_host_dtypes(acl: Any) -> None:
+    for out in acl.launch.run_threads(_plan_body, 2):
+        assert "x: dtype must be BF16 (got float16)" in out["x_fp16"]
+        assert "expert_ids: dtype must be INT32 (got float32)" in out["ids_float"]
+        assert "expert_ids: values must fit in int32" in out["ids_range"]
+        assert "x: the plan is fixed to shape (2, 1024) (got (1, 1024))" in out["x_shape"]
+        assert out["ok"].startswith("[")
+
+
+# ---- typed errors that name the parameter ---------------------------------------------------------------
+def _type_error_body(rank: int, world_size: int, root: bytes) -> list[str]:
+    import aclnn_py as acl
+
+    msgs = []
+    with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
+        x = np.ones((2, 1024), ml_dtypes.bfloat16)
+        ids = np.zeros((2, 1), np.int32)
+        for kw in ({"num_experts": "8"}, {"num_experts": 8.0}, {"num_experts": 2, "quant_mode": None},
+                   {"num_experts": 2, "num_max_dispatch_tokens_per_rank": "8"}, {"num_experts": 2, "comm_alg": 1}):
+            try:
+                buf.low_latency_dispatch(x, ids, **kw)
+            except TypeError as e:
+                msgs.append(str(e))
+        try:
+            buf.low_latency_dispatch("not an array", ids, 2)
+        except TypeError as e:
+            msgs.append(str(e))
+        comm.barrier()
+    return msgs
+
+
+def test_type_errors_name_the_parameter(acl: Any) -> None:
+    msgs = acl.launch.run_threads(_type_error_body, 2)[0]
+    assert msgs == [
+        "low_latency_dispatch(): num_experts: expected an int, got str '8'",
+        "low_latency_dispatch(): num_experts: expected an int, got float 8.0",
+        "low_latency_dispatch(): quant_mode: expected an int, got NoneType None",
+        "low_latency_dispatch(): num_max_dispatch_tokens_per_rank: expected an int, got str '8'",
+        "low_latency_dispatch(): comm_alg: expected a str, got int 1",
+        "x: expected a Tensor or a numeric array, got str of dtype <U12",
+    ]
+
+
+# ---- nothing leaks from the README's round ---------------------------------------------------------------
+def _readme_round(rank: int, world_size: int, root: bytes) -> bool:
+    import aclnn_py as acl
+
+    with acl.hccl.Communicator(world_size, rank, root) as comm:
+        buf = acl.MoeDistributeBuffer(comm)
+        s = acl.Device(rank).create_stream()
+        rng = np.random.default_rng(rank)
+        x = rng.uniform(-1, 1, (8, 1024)).astype(acl.dtypes.bfloat16)
+        topk_idx = np.stack([rng.choice(8, 4, replace=False) for _ in range(8)])
+        topk_weights = rng.uniform(0, 1, (8, 4)).astype(np.float32)
+        out = buf.low_latency_dispatch(x, topk_idx, 8, topk_weights=topk_weights, stream=s)
+        y = buf.low_latency_combine(out.expand_x.numpy(), topk_idx, topk_weights, out.assist_info_for_combine,
+                                    out.ep_recv_counts, num_experts=8, stream=s)
+        want = x.astype(np.float32) * topk_weights.sum(1, keepdims=True)
+        return bool(np.allclose(y.numpy().astype(np.float32), want, rtol=2**-7, atol=1e-6))
+
+
+def test_repeated_rounds_leave_nothing_behind(acl: Any, mock: Any) -> None:
+    from aclnn_py.runtime import ordered
+
+    assert all(acl.launch.run_threads(_readme_round, 2))  # warm-up: per-thread caches
+    before = live_allocations(mock), mock.stats()["tensors"], mock.stats()["streams"]
+    for _ in range(60):
+        assert all(acl.launch.run_threads(_readme_round, 2))
+    after = live_allocations(mock), mock.stats()["tensors"], mock.stats()["streams"]
+    assert after == before, f"allocations/tensors/streams grew from {before} to {after}"
+    assert ordered.workspace_bytes() == 0 and ordered.reap() == 0
+
+
+# ---- interop -----------------------------------------------------------------------------------------------
+def test_numpy_from_dlpack_of_bf16_fails_cleanly(acl: Any) -> None:
+    """numpy cannot hold bf16 through DLPack: its own clean error (it calls the producer's deleter with
+    that exception pending, which must not replace it), no stray 'Exception ignored', and the export is
+    released."""
+    code = ("import numpy as np, ml_dtypes, aclnn_py as acl\n"
+            "acl.init('mock'); acl.Device(0).set_current()\n"
+            "t = acl.Tensor.from_numpy(np.ones(4, ml_dtypes.bfloat16))\n"
+            "try:\n    np.from_dlpack(t)\nexcept (BufferError, RuntimeError) as e:\n    print('refused:', e)\n"
+            "from aclnn_py import dlpack\nprint('live exports:', dlpack.sweep())\n"
+            "print(t.numpy_view().astype(np.float32).tolist())\n")
+    env = {**__import__("os").environ, "PYTHONPATH": package_pythonpath(dict(__import__("os").environ))}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    assert "refused: Unsupported dtype" in r.stdout and "live exports: 0" in r.stdout
+    assert "[1.0, 1.0, 1.0, 1.0]" in r.stdout
+    assert "Exception ignored" not in r.stderr and "SystemError" not in r.stderr + r.stdout
