@@ -75,13 +75,13 @@ def rank_world(rank: int, world_size: int, root: bytes) -> dict:
         # from the context tensor, barrier, and read what the previous rank wrote into ours
         dst, src = (rank + 1) % world_size, (rank - 1) % world_size
         payload = np.arange(16, dtype=np.int64) + 1000 * rank
-        runtime.memcpy_h2d(c["windows"][dst] + MIB + 128 * rank, 128, payload)
+        runtime.copy_to_device(c["windows"][dst] + MIB + 128 * rank, 128, payload)
         comm.barrier()
         got = np.empty(16, np.int64)
-        runtime.memcpy_d2h(got, c["windows"][rank] + MIB + 128 * src, 128)
+        runtime.copy_to_host(got, c["windows"][rank] + MIB + 128 * src, 128)
         np.testing.assert_array_equal(got, np.arange(16, dtype=np.int64) + 1000 * src)
         # a barrier on an explicit stream, then its synchronisation
-        s = runtime.Stream()
+        s = runtime.Device.current().create_stream()
         comm.barrier(s)
         s.synchronize()
         s.close()
@@ -116,7 +116,7 @@ def join_then_maybe_die(rank, world_size, root, victim, q, environ):
     comm.barrier()
     if rank == victim:
         os.kill(os.getpid(), signal.SIGKILL)
-    s = runtime.Stream()
+    s = runtime.Device.current().create_stream()
     comm.barrier(s)  # enqueued; the wait happens on the stream
     t0 = time.monotonic()
     try:

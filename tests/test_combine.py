@@ -83,10 +83,9 @@ def test_comm_quant_zero_blocks_and_tail(acl):
 # ---- contract, timeouts, order ------------------------------------------------------------------------
 def _combine_contract_body(rank, world_size, root, c, inp):
     from aclnn_py import Device, DeviceMemory, Tensor
-    from aclnn_py.errors import AclnnError
+    from aclnn_py.errors import ClosedError
     from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import prepare_combine
-    from aclnn_py.runtime import as_stream
 
     b = __import__("aclnn_py").backend()
     ffi, lib = b.ffi, b.lib
@@ -112,15 +111,18 @@ def _combine_contract_body(rank, world_size, root, c, inp):
         s.synchronize()
         try:
             p.launch(s)
-            out["second_launch"] = None
-        except AclnnError as e:
-            out["second_launch"] = (e.code, e.message)
+            out["second_launch_py"] = None
+        except ClosedError as e:  # the wrapper knows the executor was consumed
+            out["second_launch_py"] = str(e)
+        ws = DeviceMemory(p.workspace_size)
+        out["second_launch"] = (lib.aclnnMoeDistributeCombineV5(ffi.cast("void *", ws.ptr), p.workspace_size,
+                                                                p._executor, ffi.cast("void *", s.handle)),)
         p = prep(y1)
-        out["null_ws"] = lib.aclnnMoeDistributeCombineV5(ffi.NULL, p.workspace_size, p._executor, as_stream(s))
+        out["null_ws"] = lib.aclnnMoeDistributeCombineV5(ffi.NULL, p.workspace_size, p._executor, ffi.cast("void *", s.handle))
         p = prep(y1)
         small = DeviceMemory(p.workspace_size)
         out["small_ws"] = lib.aclnnMoeDistributeCombineV5(ffi.cast("void *", small.ptr), p.workspace_size - 1,
-                                                          p._executor, as_stream(s))
+                                                          p._executor, ffi.cast("void *", s.handle))
         p = prep(y1, repeatable=True)
         p.launch(s)
         s.synchronize()
@@ -148,7 +150,7 @@ def test_combine_two_phase_contract(acl):
     g1 = mh.golden_combine(c, inp, g, ys)
     g2 = mh.golden_combine(c, inp, g, [(y.astype(np.float32) * -2).astype(y.dtype) for y in ys])
     for r, o in enumerate(res):
-        assert o["second_launch"][0] == 161002
+        assert o["second_launch"][0] == 161002 and "consumed" in o["second_launch_py"]
         assert o["null_ws"] == 161002 and o["small_ws"] == 161002
         assert o["x1"].tobytes() == g1[r].x_out.tobytes()
         assert o["x2"].tobytes() == g2[r].x_out.tobytes()

@@ -122,9 +122,9 @@ def test_the_gil_is_released_while_c_waits(acl):
     b = acl.backend()
     try:
         s0 = acl.Device(0).create_stream()
-        assert b.lib.HcclBarrier(world[0][0].handle, s0.handle) == 0
+        assert b.lib.HcclBarrier(b.ffi.cast("void *", world[0][0].handle), b.ffi.cast("void *", s0.handle)) == 0
         done = threading.Event()
-        t = threading.Thread(target=lambda: (b.lib.aclrtSynchronizeStream(s0.handle), done.set()))
+        t = threading.Thread(target=lambda: (b.lib.aclrtSynchronizeStream(b.ffi.cast("void *", s0.handle)), done.set()))
         t.start()
         time.sleep(0.05)
         n, end = 0, time.monotonic() + 0.3
@@ -132,7 +132,7 @@ def test_the_gil_is_released_while_c_waits(acl):
             n += 1
         assert not done.is_set() and n > 10_000, n
         s1 = acl.Device(1).create_stream()
-        assert b.lib.HcclBarrier(world[1][0].handle, s1.handle) == 0
+        assert b.lib.HcclBarrier(b.ffi.cast("void *", world[1][0].handle), b.ffi.cast("void *", s1.handle)) == 0
         s1.synchronize()
         assert done.wait(10)
         t.join()
@@ -180,7 +180,7 @@ def _soak_body(rank, world_size, root, rounds, samples):
 
 def test_back_to_back_rounds_do_not_grow(acl, mock):
     from aclnn_py import launch
-    from aclnn_py.ops._common import keepalive, workspaces
+    from aclnn_py.runtime import ordered
 
     gc.collect()
     start = mock.stats()
@@ -201,8 +201,7 @@ def test_back_to_back_rounds_do_not_grow(acl, mock):
     if "libasan" not in os.environ.get("LD_PRELOAD", ""):   # ASan keeps freed memory in quarantine
         assert rss_b - rss_a < 16 * 1024, f"RSS grew by {rss_b - rss_a} KiB over {ROUNDS - 1 - warm} rounds"
     # after the world is gone and the per-stream caches are dropped, everything is back to the start
-    keepalive.reap()
-    workspaces.clear()
+    ordered.reap()
     gc.collect()
     end = mock.stats()
     for k in ("tensors", "executors", "streams", "communicators", "mapped_windows", "pinned_blocks"):

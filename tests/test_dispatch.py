@@ -128,10 +128,9 @@ def _small_case(w=2, **kw):
 
 def _two_phase_body(rank, world_size, root, c1, in1, in2):
     from aclnn_py import Device, Tensor
-    from aclnn_py.errors import AclnnError
+    from aclnn_py.errors import ClosedError
     from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import prepare_dispatch
-    from aclnn_py.runtime import as_stream
 
     out = {}
     with Communicator(world_size, rank, root) as comm:
@@ -150,20 +149,26 @@ def _two_phase_body(rank, world_size, root, c1, in1, in2):
         s.synchronize()
         try:
             p.launch(s)
-            out["second_launch"] = None
-        except AclnnError as e:
-            out["second_launch"] = (e.code, e.message)
+            out["second_launch_py"] = None
+        except ClosedError as e:  # the wrapper knows the executor was consumed
+            out["second_launch_py"] = str(e)
+        from aclnn_py import DeviceMemory
+
+        ws = DeviceMemory(p.workspace_size)
+        ret = lib.aclnnMoeDistributeDispatchV5(ffi.cast("void *", ws.ptr), p.workspace_size, p._executor,
+                                               ffi.cast("void *", s.handle))  # and so does the C side
+        out["second_launch"] = (ret, _msg())
         # NULL and too-small workspaces are refused (and consume the executor, launching nothing)
         p = prep(in1)
         assert p.workspace_size > 0
-        ret = lib.aclnnMoeDistributeDispatchV5(ffi.NULL, p.workspace_size, p._executor, as_stream(s))
+        ret = lib.aclnnMoeDistributeDispatchV5(ffi.NULL, p.workspace_size, p._executor, ffi.cast("void *", s.handle))
         out["null_ws"] = (ret, _msg())
         p = prep(in1)
         from aclnn_py import DeviceMemory
 
         small = DeviceMemory(p.workspace_size)
         ret = lib.aclnnMoeDistributeDispatchV5(ffi.cast("void *", small.ptr), p.workspace_size - 1, p._executor,
-                                               as_stream(s))
+                                               ffi.cast("void *", s.handle))
         out["small_ws"] = (ret, _msg())
         out["ws_size"] = p.workspace_size
         # a repeatable executor: launch, rebind x / expert_ids / expert_scales and expand_x, launch again
@@ -211,6 +216,7 @@ def test_two_phase_contract(acl):
     for r, o in enumerate(res):
         code, msg = o["second_launch"]
         assert code == 161002 and "executor" in msg
+        assert "is closed: cannot launch it (a normal executor is consumed" in o["second_launch_py"]
         assert o["null_ws"][0] == 161002 and "workspace" in o["null_ws"][1]
         assert o["small_ws"][0] == 161002 and "workspace" in o["small_ws"][1]
         for out, g in ((o["first"], g1[r]), (o["second"], g2[r])):

@@ -34,7 +34,7 @@ hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import HealthCheck, given, seed, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
-from aclnn_py.ops._common import local_expert_num, rows_capacity  # noqa: E402
+from aclnn_py.ops.sizing import moe_local_experts, rows_capacity  # noqa: E402
 
 EXAMPLES = int(os.environ.get("ACLNN_FUZZ_EXAMPLES", "5000"))
 SEED = os.environ.get("ACLNN_FUZZ_SEED")
@@ -238,7 +238,7 @@ def _specs_for_rank(op: str, specs: dict[str, Spec | None], attrs: dict[str, Any
     out = {k: (None if v is None else Spec(list(v.shape), v.dtype, v.strides, v.offset, v.fmt, v.data, v.state))
            for k, v in specs.items()}
     A = rows_capacity(W, rank, sh["E"], sh["S"], sh["R"], attrs["global_bs"] or 0, sh["BS"], sh["K"])
-    lnum = local_expert_num(W, rank, sh["E"], sh["R"])
+    lnum = 1 if rank < sh["R"] else moe_local_experts(W, sh["E"], sh["R"])
     A, lnum = max(A, 1), max(lnum, 1)
     if op == "dispatch":
         out.setdefault("expand_x", Spec([A, sh["H"]], data["dtype"] if data["quant"] == 0 else INT8))
@@ -556,7 +556,7 @@ def _launch_both(ffi: Any, lib: Any, world: World, op: str, execs: list[Any], ws
             for r, e in enumerate(execs):
                 ws_ptr, ws_size = ffi.cast("void *", world.slots[r][23].ptr), ws_sizes[r]
                 assert ws_size <= SLOT_BYTES
-                stream = world.streams[r].handle
+                stream = ffi.cast("void *", world.streams[r].handle)
                 if how == "ws_null":
                     ws_ptr = ffi.NULL
                 elif how == "ws_small":
@@ -582,10 +582,10 @@ def _launch_both(ffi: Any, lib: Any, world: World, op: str, execs: list[Any], ws
                 # The peer's launch was refused: give the launched rank a mismatching collective call so
                 # that it fails at once (call-order mismatch) instead of waiting for the timeout.
                 other = 1 - launched[0]
-                assert lib.HcclBarrier(world.comms[other].handle, world.streams[other].handle) == 0
+                assert lib.HcclBarrier(ffi.cast("void *", world.comms[other].handle), ffi.cast("void *", world.streams[other].handle)) == 0
             world.counts["launched"] += len(launched)
             for r in range(W):
-                ret = lib.aclrtSynchronizeStream(world.streams[r].handle)
+                ret = lib.aclrtSynchronizeStream(ffi.cast("void *", world.streams[r].handle))
                 msg = _msg(ffi, lib) if ret else ""
                 assert ret in (0, KERNEL_FAIL), f"stream of rank {r} after {op}: {ret}: {msg}"
                 if ret:

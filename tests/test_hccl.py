@@ -104,7 +104,7 @@ def test_destroyed_handle_is_an_error_not_a_crash(acl, raw, small_windows):
 
     ffi, lib = raw
     c = hccl.Communicator(1, 0, hccl.RootInfo.create())
-    h = c.handle
+    h = ffi.cast("void *", c.handle)
     c.close()
     cell = ffi.new("uint32_t *")
     with pytest.raises(HcclError, match="not a live communicator"):

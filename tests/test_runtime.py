@@ -38,7 +38,7 @@ def test_device_memory_close_and_context_manager(acl, mock):
         assert mock.stats()["allocations"] == before + 1
     assert m.closed and mock.stats()["allocations"] == before
     with pytest.raises(acl.ClosedError, match=r"DeviceMemory\(0x[0-9a-f]+, 1000 bytes\) is closed"):
-        m.ptr
+        _ = m.ptr
     m.close()  # idempotent
 
 
