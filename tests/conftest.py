@@ -8,9 +8,6 @@ os.environ.setdefault("ACLNN_PY_BACKEND", "mock")
 # Fail fast instead of waiting the default 120 s when a test leaves a peer missing.
 os.environ.setdefault("HCCL_EXEC_TIMEOUT", "20")
 os.environ.setdefault("HCCL_CONNECT_TIMEOUT", "20")
-# Child interpreters (python -m aclnn_py ..., python -c ...) must import the installed package, not
-# the source tree that is the current directory when pytest runs from a checkout (Python >= 3.11).
-os.environ.setdefault("PYTHONSAFEPATH", "1")
 
 import pytest  # noqa: E402
 
