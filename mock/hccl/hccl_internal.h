@@ -25,6 +25,14 @@ namespace hccl {
 constexpr const char *kShmPrefix = "aclmock_hccl_";
 std::string rdv_name(uint64_t world_id);
 std::string window_name(uint64_t world_id, uint32_t rank, int32_t pid);
+// The parts of a segment name of this mock (with or without the leading '/'); false for any other.
+struct SegmentName {
+    uint64_t world_id = 0;
+    bool rdv = false;     // the rendezvous area; else a window with rank and pid
+    uint32_t rank = 0;
+    int32_t pid = 0;
+};
+bool parse_segment_name(const char *name, SegmentName *out);
 
 // ---- the root info blob (HcclRootInfo.internal, 4108 bytes) -------------------------------------
 constexpr uint64_t kRootMagic = 0x484b434f4d4c4341ULL;   // "ACLMOCKH"
@@ -99,6 +107,10 @@ struct Backoff {
     void pause();
 };
 
+// ---- windows ---------------------------------------------------------------------------------------
+constexpr uint64_t kWindowMagic = 0x574f444e49574341ULL;   // "ACWINDOW"
+constexpr uint32_t kWindowLeft = 1;                        // WindowHeader.reserved after a clean destroy
+
 // ---- the communicator ----------------------------------------------------------------------------
 struct OpArgs {
     uint64_t magic;
@@ -126,6 +138,12 @@ struct Comm::Impl {
     std::mutex mu;                        // op_ctx
     std::map<uint8_t, OpResCtx *> op_ctx;
 };
+
+// Drops this rank's references to every window it maps (seg_names stay, windows become NULL).
+void release_windows(Comm::Impl &m);
+
+// "[0, 1, 2]", shortened after 32 entries.
+std::string rank_list(const std::vector<uint32_t> &ranks);
 
 // Live-handle registries (thread-safe).
 void register_comm(Comm *c);
