@@ -106,7 +106,21 @@ WindowHeader *Comm::header(uint32_t r) const { return reinterpret_cast<WindowHea
 
 bool Comm::peer_alive(uint32_t r) const {
     if (r >= impl_->pids.size()) return false;
-    return pid_alive(impl_->pids[r]);
+    return !process_gone(impl_->pids[r], impl_->pid_ns[r]);
+}
+
+bool Comm::peer_gone(uint32_t r, std::string *why) const {
+    const WindowHeader *h = header(r);
+    if (!h) return false;
+    if (__atomic_load_n(&h->left, __ATOMIC_ACQUIRE) == kWindowLeft) {
+        if (why) *why += format(" (rank %u destroyed its communicator)", r);
+        return true;
+    }
+    if (!peer_alive(r)) {
+        if (why) *why += format(" (rank %u: process %d is dead)", r, impl_->pids[r]);
+        return true;
+    }
+    return false;
 }
 
 bool Comm::begin_use() {
@@ -157,7 +171,7 @@ extern "C" HcclResult HcclCommDestroy(HcclComm comm) {
     m->destroyed.store(true, std::memory_order_release);
     // Tell the peers this rank left on purpose: its process may now exit without that being
     // reported as a dead peer by HcclGetCommAsyncError.
-    if (WindowHeader *h = c->header(c->rank())) __atomic_store_n(&h->reserved, kWindowLeft, __ATOMIC_RELEASE);
+    if (WindowHeader *h = c->header(c->rank())) __atomic_store_n(&h->left, kWindowLeft, __ATOMIC_RELEASE);
     free_comm_op_ctxs(c);
     release_windows(*m);
     // The Comm object itself is kept (a few hundred bytes) so that a stale handle or a kernel that
@@ -197,7 +211,7 @@ extern "C" HcclResult HcclGetCommAsyncError(HcclComm comm, HcclResult *asyncErro
         return static_cast<HcclResult>(fail(HCCL_E_PTR, "HcclGetCommAsyncError: asyncError is NULL"));
     std::vector<uint32_t> dead;
     for (uint32_t r = 0; r < c->nranks(); ++r)
-        if (!c->peer_alive(r) && __atomic_load_n(&c->header(r)->reserved, __ATOMIC_ACQUIRE) != kWindowLeft)
+        if (!c->peer_alive(r) && __atomic_load_n(&c->header(r)->left, __ATOMIC_ACQUIRE) != kWindowLeft)
             dead.push_back(r);
     if (dead.empty()) {
         *asyncError = HCCL_SUCCESS;

@@ -1,5 +1,6 @@
 // Liveness of the processes that own ranks: whether a pid still runs (zombies count as dead).
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -28,6 +29,20 @@ bool pid_alive(int32_t pid) {
     if (!rp || rp[1] != ' ') return true;
     char state = rp[2];
     return state != 'Z' && state != 'X' && state != 'x';
+}
+
+uint64_t pid_namespace() {
+    // Read once: a process never changes pid namespace (unshare affects only its children).
+    static const uint64_t ns = [] {
+        struct stat st;
+        return stat("/proc/self/ns/pid", &st) == 0 ? static_cast<uint64_t>(st.st_ino) : 0;
+    }();
+    return ns;
+}
+
+bool process_gone(int32_t pid, uint64_t pid_ns) {
+    // pid 0: a slot whose owner has not written its pid yet.
+    return pid > 0 && pid_ns == pid_namespace() && !pid_alive(pid);
 }
 
 }  // namespace hccl

@@ -9,8 +9,10 @@
 #include <unistd.h>
 
 #include <cinttypes>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <set>
 
 #include "hccl/hccl_internal.h"
 
@@ -48,11 +50,18 @@ int validate_init(uint32_t nranks, const HcclRootInfo *root, uint32_t rank, Hccl
 
 // One rank's way through the rendezvous. Each step returns 0 or an HCCL error with the message set;
 // after a failed step the caller calls abandon().
+//
+// What this rank put into the shared world (its claimed slot, its window's name) is taken back by
+// leave_world(), which the exit handler of this library also calls for joins still in progress when
+// the process exits (e.g. its main thread ends while a helper thread waits here), so /dev/shm stays
+// clean and the peers learn at once that this rank is gone. state_mu_ orders the two: the steps that
+// change shared state check left_ under it.
 class Joiner {
 public:
     Joiner(const RootBlob &b, uint32_t nranks, uint32_t rank)
         : nranks_(nranks), rank_(rank), wid_(b.world_id), rname_(rdv_name(b.world_id)),
-          timeout_(connect_timeout()), deadline_(now_seconds() + timeout_), pid_(getpid()) {
+          own_name_(window_name(b.world_id, rank, pid_namespace(), getpid())), timeout_(connect_timeout()),
+          start_(now_seconds()), deadline_(start_ + timeout_), pid_(getpid()) {
         int32_t device = current_device();
         impl_ = new Comm::Impl();
         impl_->world_id = wid_;
@@ -64,24 +73,29 @@ public:
         impl_->seg_names.resize(nranks);
         impl_->windows.resize(nranks);
         impl_->pids.resize(nranks);
+        impl_->pid_ns.resize(nranks);
     }
     ~Joiner() { delete impl_; }
 
     int attach_rendezvous();
     int claim_slot();
     int create_own_window();
-    int wait_joined() { return wait_count(h_->ready, true); }
+    int wait_joined() { return wait_for_all(h_->ready, kSlotReady); }
     int map_peer_windows();
-    int wait_mapped() {
-        h_->mapped.fetch_add(1, std::memory_order_acq_rel);
-        return wait_count(h_->mapped, false);
-    }
+    int wait_mapped();
+    // Success: the communicator (the names are unlinked). nullptr (message set) when the process
+    // began exiting meanwhile.
     Comm *finish();
     void abandon();
+    // Takes back what this rank put into the shared world; once, from whichever thread comes first.
+    void leave_world();
 
 private:
-    int wait_count(std::atomic<uint32_t> &counter, bool joining);
-    std::string dead_note(const std::vector<uint32_t> &ranks) const;
+    int wait_for_all(std::atomic<uint32_t> &counter, SlotState done);
+    bool only_dead_ranks_remain() const;
+    int give_up(int32_t aborted_by, bool late, const std::vector<uint32_t> &missing, const std::string &gone,
+                SlotState done);
+    int exiting() const { return fail(HCCL_E_INTERNAL, "%s: rank %u: the process is exiting", kInit, rank_); }
     void abort_world() {
         int32_t zero = 0;
         h_->aborted_by.compare_exchange_strong(zero, static_cast<int32_t>(rank_) + 1);
@@ -89,12 +103,42 @@ private:
 
     const uint32_t nranks_, rank_;
     const uint64_t wid_;
-    const std::string rname_;
-    const double timeout_, deadline_;
+    const std::string rname_, own_name_;
+    const double timeout_, start_, deadline_;
     const int32_t pid_;
+    std::mutex state_mu_;            // h_ (while shared state changes), claimed_, left_
     RdvHeader *h_ = nullptr;
     bool claimed_ = false;
+    bool left_ = false;
     Comm::Impl *impl_;   // built as the steps go; its seg_names are the windows this rank maps
+};
+
+// ---- joins in progress, for the exit handler ------------------------------------------------------
+std::mutex g_joins_mu;
+std::set<Joiner *> &joins_in_progress() {
+    static auto *s = new std::set<Joiner *>();   // never destroyed: used by the exit handler
+    return *s;
+}
+
+void leave_worlds_at_exit() {
+    std::lock_guard<std::mutex> lk(g_joins_mu);
+    for (Joiner *j : joins_in_progress()) j->leave_world();
+}
+
+// Registers a join for the exit handler while it is in scope.
+struct JoinInProgress {
+    Joiner *j;
+    explicit JoinInProgress(Joiner *jj) : j(jj) {
+        static std::once_flag once;
+        std::call_once(once, [] { std::atexit(leave_worlds_at_exit); });
+        std::lock_guard<std::mutex> lk(g_joins_mu);
+        joins_in_progress().insert(j);
+    }
+    void end() {
+        std::lock_guard<std::mutex> lk(g_joins_mu);
+        joins_in_progress().erase(j);
+    }
+    ~JoinInProgress() { end(); }
 };
 
 int Joiner::attach_rendezvous() {
@@ -102,17 +146,22 @@ int Joiner::attach_rendezvous() {
     bool created = false;
     uint8_t *rp = seg_attach(rname_, kRdvBytes, deadline_, &created, &err);
     if (!rp) return fail(HCCL_E_SYSCALL, "%s: rank %u: %s", kInit, rank_, err.c_str());
-    h_ = reinterpret_cast<RdvHeader *>(rp);
+    auto *h = reinterpret_cast<RdvHeader *>(rp);
+    {
+        std::lock_guard<std::mutex> lk(state_mu_);
+        h_ = h;
+    }
     if (created) {
-        h_->world_id = wid_;
-        h_->creator_pid = pid_;
-        h_->nranks = nranks_;
-        h_->creator_rank = rank_;
-        h_->magic.store(kRdvMagic, std::memory_order_release);
+        h->world_id = wid_;
+        h->creator_pid = pid_;
+        h->creator_ns = pid_namespace();
+        h->nranks = nranks_;
+        h->creator_rank = rank_;
+        h->magic.store(kRdvMagic, std::memory_order_release);
         return HCCL_SUCCESS;
     }
     Backoff bo;
-    while (h_->magic.load(std::memory_order_acquire) != kRdvMagic) {
+    while (h->magic.load(std::memory_order_acquire) != kRdvMagic) {
         if (now_seconds() > deadline_)
             return fail(HCCL_E_TIMEOUT, "%s: rank %u: the rendezvous area of world %016" PRIx64 " was never initialised",
                         kInit, rank_, wid_);
@@ -126,8 +175,10 @@ int Joiner::claim_slot() {
         return fail(HCCL_E_PARA, "%s: nRanks mismatch in world %016" PRIx64 ": rank %u passed nRanks=%u, rank %u passed nRanks=%u",
                     kInit, wid_, rank_, nranks_, h_->creator_rank, h_->nranks);
     if (int32_t ab = h_->aborted_by.load(std::memory_order_acquire))
-        return fail(HCCL_E_TIMEOUT, "%s: rank %u: world %016" PRIx64 " was already abandoned by rank %d after its HCCL_CONNECT_TIMEOUT",
-                    kInit, rank_, wid_, ab - 1);
+        return fail(HCCL_E_TIMEOUT, "%s: rank %u: world %016" PRIx64 " was already abandoned by rank %d", kInit, rank_,
+                    wid_, ab - 1);
+    std::lock_guard<std::mutex> lk(state_mu_);
+    if (left_) return exiting();
     RdvSlot &slot = h_->slots[rank_];
     uint32_t expect = kSlotFree;
     if (!slot.state.compare_exchange_strong(expect, kSlotClaimed, std::memory_order_acq_rel)) {
@@ -135,20 +186,26 @@ int Joiner::claim_slot() {
         return fail(HCCL_E_PARA, "%s: duplicate rank %u in world %016" PRIx64 " (already joined by process %d%s)", kInit,
                     rank_, wid_, other, other == pid_ ? ", this process" : "");
     }
+    // The claim is visible before the pid: a peer that looks at this slot meanwhile sees pid 0 or
+    // namespace 0, which process_gone never judges.
     claimed_ = true;
     h_->present.fetch_add(1, std::memory_order_acq_rel);
     slot.pid = pid_;
+    slot.pid_ns = pid_namespace();
     slot.window_bytes = impl_->window_bytes;
     return HCCL_SUCCESS;
 }
 
 int Joiner::create_own_window() {
-    std::string err, own = window_name(wid_, rank_, pid_);
-    uint8_t *w = seg_create(own, impl_->window_bytes, &err);
+    std::string err;
+    std::unique_lock<std::mutex> lk(state_mu_);
+    if (left_) return exiting();
+    uint8_t *w = seg_create(own_name_, impl_->window_bytes, &err);
     if (!w) return fail(HCCL_E_MEMORY, "%s: rank %u: cannot create its window: %s", kInit, rank_, err.c_str());
-    impl_->seg_names[rank_] = own;
+    lk.unlock();
+    impl_->seg_names[rank_] = own_name_;
     impl_->windows[rank_] = w;
-    seg_register(own, impl_->device, MemKind::Window);
+    seg_register(own_name_, impl_->device, MemKind::Window);
     auto *wh = reinterpret_cast<WindowHeader *>(w);
     wh->magic = kWindowMagic;
     wh->world_id = wid_;
@@ -165,18 +222,19 @@ int Joiner::map_peer_windows() {
     for (uint32_t r = 0; r < nranks_; ++r) {
         const RdvSlot &s = h_->slots[r];
         impl_->pids[r] = s.pid;
+        impl_->pid_ns[r] = s.pid_ns;
         if (r == rank_) continue;
         if (s.window_bytes != wbytes) {
             abort_world();
             return fail(HCCL_E_PARA, "%s: window size mismatch (HCCL_BUFFSIZE differs between ranks): rank %u has %" PRIu64
                         " bytes, rank %u has %" PRIu64 " bytes", kInit, r, s.window_bytes, rank_, wbytes);
         }
-        std::string err, nm = window_name(wid_, r, s.pid);
+        std::string err, nm = window_name(wid_, r, s.pid_ns, s.pid);
         uint8_t *p = seg_open(nm, wbytes, &err);
         if (!p) {
             abort_world();
             return fail(HCCL_E_SYSCALL, "%s: rank %u: cannot map the window of rank %u%s: %s", kInit, rank_, r,
-                        pid_alive(s.pid) ? "" : " (its process is dead)", err.c_str());
+                        process_gone(s.pid, s.pid_ns) ? " (its process is dead)" : "", err.c_str());
         }
         impl_->seg_names[r] = nm;
         impl_->windows[r] = p;
@@ -185,11 +243,26 @@ int Joiner::map_peer_windows() {
     return HCCL_SUCCESS;
 }
 
-// Everybody maps everything: the names can go, the mappings stay valid. From here on a crash leaves
-// nothing behind in /dev/shm.
+int Joiner::wait_mapped() {
+    h_->slots[rank_].state.store(kSlotMapped, std::memory_order_release);
+    h_->mapped.fetch_add(1, std::memory_order_acq_rel);
+    return wait_for_all(h_->mapped, kSlotMapped);
+}
+
 Comm *Joiner::finish() {
-    seg_unlink(impl_->seg_names[rank_]);
-    seg_unlink(rname_);
+    {
+        std::lock_guard<std::mutex> lk(state_mu_);
+        if (left_) {
+            exiting();
+            return nullptr;
+        }
+        // Everybody maps everything: the names can go, the mappings stay valid. From here on a crash
+        // leaves nothing behind in /dev/shm.
+        seg_unlink(own_name_);
+        seg_unlink(rname_);
+        claimed_ = false;
+        left_ = true;   // nothing of this rank is left in the shared world to take back
+    }
     seg_release(rname_);
     h_ = nullptr;
     Comm *c = new Comm(impl_);
@@ -198,71 +271,110 @@ Comm *Joiner::finish() {
     return c;
 }
 
-// Undo everything: drop mappings, remove this rank's window, leave the rendezvous (the last rank to
-// leave an unfinished world removes its rendezvous segment).
-void Joiner::abandon() {
-    release_windows(*impl_);
-    const std::string &own = impl_->seg_names[rank_];
-    if (!own.empty()) seg_unlink(own);
-    if (h_) {
-        if (claimed_) {
-            h_->slots[rank_].state.store(kSlotLeft, std::memory_order_release);
-            if (h_->present.fetch_sub(1, std::memory_order_acq_rel) == 1) seg_unlink(rname_);
+void Joiner::leave_world() {
+    std::lock_guard<std::mutex> lk(state_mu_);
+    if (left_) return;
+    left_ = true;
+    seg_unlink(own_name_);   // whether or not it was created yet: nobody else uses this name
+    if (h_ && claimed_) {
+        h_->slots[rank_].state.store(kSlotLeft, std::memory_order_release);
+        // The last live rank to leave an unfinished world removes what is left of it: the rendezvous
+        // area and the windows of ranks whose processes died in it.
+        if (h_->present.fetch_sub(1, std::memory_order_acq_rel) == 1 || only_dead_ranks_remain()) {
+            for (uint32_t r = 0; r < nranks_; ++r) {
+                const RdvSlot &s = h_->slots[r];
+                uint32_t st = s.state.load(std::memory_order_acquire);
+                if (st != kSlotFree && st != kSlotLeft && s.pid > 0) seg_unlink(window_name(wid_, r, s.pid_ns, s.pid));
+            }
+            seg_unlink(rname_);
         }
+    }
+}
+
+bool Joiner::only_dead_ranks_remain() const {
+    for (uint32_t r = 0; r < nranks_; ++r) {
+        const RdvSlot &s = h_->slots[r];
+        uint32_t st = s.state.load(std::memory_order_acquire);
+        if (st != kSlotFree && st != kSlotLeft && !process_gone(s.pid, s.pid_ns)) return false;
+    }
+    return true;
+}
+
+// Undo everything: leave the shared world, then drop this process's mappings.
+void Joiner::abandon() {
+    leave_world();
+    release_windows(*impl_);
+    if (h_) {
         seg_release(rname_);
         h_ = nullptr;
     }
 }
 
-std::string Joiner::dead_note(const std::vector<uint32_t> &ranks) const {
-    std::string s;
-    for (uint32_t r : ranks) {
-        uint32_t st = h_->slots[r].state.load(std::memory_order_acquire);
-        if ((st == kSlotClaimed || st == kSlotReady) && !pid_alive(h_->slots[r].pid))
-            s += format(" (rank %u: process %d is dead)", r, h_->slots[r].pid);
-    }
-    return s;
-}
-
-// Waits until `counter` reaches nranks.
-int Joiner::wait_count(std::atomic<uint32_t> &counter, bool joining) {
+// Waits until `counter` reaches nranks: every rank's slot got to state `done`. Fails at the
+// HCCL_CONNECT_TIMEOUT, as soon as a rank that has not got there is gone (its process died, or it
+// left), or when another rank gave up.
+int Joiner::wait_for_all(std::atomic<uint32_t> &counter, SlotState done) {
     Backoff bo;
+    LivenessPacer pacer(start_);
+    // Every rank that claimed a slot is needed until the world forms, whatever step it is at.
+    auto joined = [&](uint32_t r) {
+        return r != rank_ && h_->slots[r].state.load(std::memory_order_acquire) != kSlotFree;
+    };
     for (;;) {
         if (counter.load(std::memory_order_acquire) >= nranks_) return HCCL_SUCCESS;
-        int32_t ab = h_->aborted_by.load(std::memory_order_acquire);
-        bool late = now_seconds() > deadline_;
-        if (ab != 0 || late) {
+        const double now = now_seconds();
+        const int32_t ab = h_->aborted_by.load(std::memory_order_acquire);
+        std::string gone;
+        if (pacer.due(now))
+            pacer.probe_batch(nranks_, joined, [&](uint32_t r) {
+                const RdvSlot &s = h_->slots[r];
+                if (s.state.load(std::memory_order_acquire) == kSlotLeft)
+                    gone += format(" (rank %u left: it gave up or its process exited)", r);
+                else if (process_gone(s.pid, s.pid_ns))
+                    gone += format(" (rank %u: process %d is dead)", r, s.pid);
+            });
+        // A rank may finish and exit as soon as the count is complete: only a count still short of
+        // nranks makes a gone rank fatal.
+        if (!gone.empty() && counter.load(std::memory_order_acquire) >= nranks_) return HCCL_SUCCESS;
+        const bool late = now > deadline_;
+        if (ab != 0 || late || !gone.empty()) {
+            // Ranks that left are not missing: the notes name them.
             std::vector<uint32_t> missing;
             for (uint32_t r = 0; r < nranks_; ++r) {
                 uint32_t st = h_->slots[r].state.load(std::memory_order_acquire);
-                if (st == kSlotFree || st == kSlotClaimed) missing.push_back(r);   // never got ready
+                if (st != done && st != kSlotLeft && !(done == kSlotReady && st == kSlotMapped)) missing.push_back(r);
             }
-            if (!joining) {
-                // Which ranks have not mapped every window is not tracked per rank; report all that
-                // joined but whose process is dead, else the count.
-                missing.clear();
-                for (uint32_t r = 0; r < nranks_; ++r)
-                    if (!pid_alive(h_->slots[r].pid)) missing.push_back(r);
-            }
-            if (ab == 0) abort_world();
-            std::string what = joining
-                ? format("waiting for ranks %s to join (%u of %u joined)", rank_list(missing).c_str(),
-                         h_->ready.load(), nranks_)
-                : format("waiting for all ranks to map the windows (%u of %u done%s%s)",
-                         h_->mapped.load(), nranks_, missing.empty() ? "" : "; dead: ",
-                         missing.empty() ? "" : rank_list(missing).c_str());
-            if (ab != 0 && ab != static_cast<int32_t>(rank_) + 1)
-                return fail(HCCL_E_TIMEOUT,
-                            "%s: rank %u of world %016" PRIx64 ": rank %d gave up after its "
-                            "HCCL_CONNECT_TIMEOUT while %s%s",
-                            kInit, rank_, wid_, ab - 1, what.c_str(), dead_note(missing).c_str());
-            return fail(HCCL_E_TIMEOUT,
-                        "%s: rank %u of world %016" PRIx64 ": timed out after %gs "
-                        "(HCCL_CONNECT_TIMEOUT) %s%s",
-                        kInit, rank_, wid_, timeout_, what.c_str(), dead_note(missing).c_str());
+            if (gone.empty())   // timed out, or another rank gave up: say which ranks are gone, if any
+                for (uint32_t r = 0; r < nranks_; ++r) {
+                    const RdvSlot &s = h_->slots[r];
+                    if (joined(r) && s.state.load(std::memory_order_acquire) != kSlotLeft &&
+                        process_gone(s.pid, s.pid_ns))
+                        gone += format(" (rank %u: process %d is dead)", r, s.pid);
+                }
+            return give_up(ab, late, missing, gone, done);
         }
         bo.pause();
     }
+}
+
+int Joiner::give_up(int32_t ab, bool late, const std::vector<uint32_t> &missing, const std::string &gone,
+                    SlotState done) {
+    if (ab == 0) abort_world();
+    const uint32_t count = (done == kSlotReady ? h_->ready : h_->mapped).load(std::memory_order_acquire);
+    std::string what = done == kSlotReady
+        ? format("waiting for ranks %s to join (%u of %u joined)", rank_list(missing).c_str(), count, nranks_)
+        : format("waiting for ranks %s to map every window (%u of %u done)", rank_list(missing).c_str(), count,
+                 nranks_);
+    if (ab != 0 && ab != static_cast<int32_t>(rank_) + 1)
+        return fail(HCCL_E_TIMEOUT, "%s: rank %u of world %016" PRIx64 ": rank %d gave up on the world while %s%s",
+                    kInit, rank_, wid_, ab - 1, what.c_str(), gone.c_str());
+    if (late)
+        return fail(HCCL_E_TIMEOUT, "%s: rank %u of world %016" PRIx64 ": timed out after %gs (HCCL_CONNECT_TIMEOUT) %s%s",
+                    kInit, rank_, wid_, timeout_, what.c_str(), gone.c_str());
+    return fail(HCCL_E_TIMEOUT,
+                "%s: rank %u of world %016" PRIx64 ": gave up after %.1fs %s: a rank is gone, so the world can never "
+                "form (HCCL_CONNECT_TIMEOUT=%g not reached)%s",
+                kInit, rank_, wid_, now_seconds() - start_, what.c_str(), timeout_, gone.c_str());
 }
 
 }  // namespace
@@ -300,8 +412,9 @@ extern "C" HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *
                                            HcclComm *comm) {
     RootBlob b;
     if (int rc = validate_init(nRanks, rootInfo, rank, comm, &b)) return static_cast<HcclResult>(rc);
-    sweep_stale_segments();
+    sweep_stale_segments_every(1.0);
     Joiner j(b, nRanks, rank);
+    JoinInProgress registered(&j);
     int rc = j.attach_rendezvous();
     if (!rc) rc = j.claim_slot();
     if (!rc) rc = j.create_own_window();
@@ -309,9 +422,16 @@ extern "C" HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *
     if (!rc) rc = j.map_peer_windows();
     if (!rc) rc = j.wait_mapped();
     if (rc) {
+        registered.end();   // the exit handler no longer looks at j: its mappings may go
         j.abandon();
         return static_cast<HcclResult>(rc);
     }
-    *comm = j.finish();
+    Comm *c = j.finish();
+    registered.end();
+    if (!c) {
+        j.abandon();
+        return HCCL_E_INTERNAL;
+    }
+    *comm = c;
     return HCCL_SUCCESS;
 }

@@ -23,8 +23,8 @@ std::string rdv_name(uint64_t world_id) {
     return format("/%s%016" PRIx64 "_rdv", kShmPrefix, world_id);
 }
 
-std::string window_name(uint64_t world_id, uint32_t rank, int32_t pid) {
-    return format("/%s%016" PRIx64 "_w%u_p%d", kShmPrefix, world_id, rank, pid);
+std::string window_name(uint64_t world_id, uint32_t rank, uint64_t pid_ns, int32_t pid) {
+    return format("/%s%016" PRIx64 "_w%u_n%" PRIu64 "_p%d", kShmPrefix, world_id, rank, pid_ns, pid);
 }
 
 bool parse_segment_name(const char *n, SegmentName *out) {
@@ -43,9 +43,12 @@ bool parse_segment_name(const char *n, SegmentName *out) {
         return true;
     }
     int rank = -1, pid = -1, used = 0;
-    if (sscanf(kind, "w%d_p%d%n", &rank, &pid, &used) != 2 || kind[used] != '\0' || rank < 0 || pid <= 0)
+    unsigned long long ns = 0;
+    if (sscanf(kind, "w%d_n%llu_p%d%n", &rank, &ns, &pid, &used) != 3 || kind[used] != '\0' || rank < 0 ||
+        pid <= 0)
         return false;
     out->rank = static_cast<uint32_t>(rank);
+    out->pid_ns = ns;
     out->pid = pid;
     return true;
 }
@@ -250,31 +253,37 @@ HcclStats hccl_stats() {
 }
 
 // ---- the sweep of dead worlds ----------------------------------------------------------------------
+// A segment goes only when its owners are provably dead: a window when its owner process is dead (in
+// this pid namespace); a rendezvous area when its creator and every rank that claimed a slot are dead
+// (all in this pid namespace), or when it has stayed uninitialised for a minute (its creator died
+// between creating and initialising it). A world still forming always has a live owner.
 namespace {
+constexpr int64_t kUninitialisedGraceSeconds = 60;
+
 bool rdv_is_stale(const std::string &path_name) {
     int fd = shm_open(path_name.c_str(), O_RDONLY, 0);
     if (fd < 0) return false;
     struct stat st;
     bool stale = false;
     if (fstat(fd, &st) == 0) {
+        const bool old = time(nullptr) - st.st_mtime > kUninitialisedGraceSeconds;
         if (static_cast<size_t>(st.st_size) < sizeof(RdvHeader)) {
-            // Being created right now, or its creator died between shm_open and ftruncate.
-            stale = time(nullptr) - st.st_mtime > 60;
+            stale = old;   // being created right now, or its creator died before sizing it
         } else {
             void *p = mmap(nullptr, sizeof(RdvHeader), PROT_READ, MAP_SHARED, fd, 0);
             if (p != MAP_FAILED) {
                 auto *h = static_cast<const RdvHeader *>(p);
                 if (h->magic.load(std::memory_order_acquire) != kRdvMagic) {
-                    stale = time(nullptr) - st.st_mtime > 60;
+                    stale = old;
                 } else {
-                    bool any_alive = pid_alive(h->creator_pid);
+                    bool gone = process_gone(h->creator_pid, h->creator_ns);
                     uint32_t n = h->nranks <= static_cast<uint32_t>(kMaxRanks) ? h->nranks : kMaxRanks;
-                    for (uint32_t r = 0; r < n && !any_alive; ++r) {
-                        uint32_t s = h->slots[r].state.load(std::memory_order_acquire);
-                        if ((s == kSlotClaimed || s == kSlotReady) && pid_alive(h->slots[r].pid))
-                            any_alive = true;
+                    for (uint32_t r = 0; r < n && gone; ++r) {
+                        const RdvSlot &sl = h->slots[r];
+                        uint32_t s = sl.state.load(std::memory_order_acquire);
+                        if (s != kSlotFree && s != kSlotLeft && !process_gone(sl.pid, sl.pid_ns)) gone = false;
                     }
-                    stale = !any_alive;
+                    stale = gone;
                 }
                 munmap(p, sizeof(RdvHeader));
             }
@@ -293,10 +302,23 @@ void sweep_stale_segments() {
         SegmentName sn;
         if (!parse_segment_name(e->d_name, &sn)) continue;
         std::string nm = std::string("/") + e->d_name;
-        if (sn.rdv ? rdv_is_stale(nm) : !pid_alive(sn.pid)) doomed.push_back(nm);
+        if (sn.rdv ? rdv_is_stale(nm) : process_gone(sn.pid, sn.pid_ns)) doomed.push_back(nm);
     }
     closedir(d);
     for (auto &nm : doomed) shm_unlink(nm.c_str());
+}
+
+void sweep_stale_segments_every(double min_interval) {
+    // The ranks of a thread world join at the same time: one sweep serves them all.
+    static std::mutex mu;
+    static double last = -1e300;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        double now = now_seconds();
+        if (now - last < min_interval) return;
+        last = now;
+    }
+    sweep_stale_segments();
 }
 
 }  // namespace hccl
