@@ -39,6 +39,10 @@ static_assert(sizeof(MailboxEntry) == 128, "mailbox entry layout");
 struct Mailbox {
     MailboxEntry from[kMaxRanks];     // from[src]: written by rank src into this rank's window
     int32_t counts[kMailboxCounts];   // per-(slot) counts written by senders, e.g. [j*W+src]
+    // The doorbell: a publish increments `ring` after its entry, and wakes the owner when it sleeps
+    // (sleepers > 0) in a long wait, instead of the owner polling.
+    alignas(64) std::atomic<uint32_t> ring;
+    std::atomic<uint32_t> sleepers;
 };
 
 struct WindowHeader {

@@ -149,12 +149,23 @@ private:
     uint32_t cursor_ = 0;
 };
 
+// ---- waiting (wait.cpp) ---------------------------------------------------------------------------
 double now_seconds();
-// Sleep/back-off helper for polling loops: spins briefly, then sleeps up to ~200 us.
+// Back-off of polling loops: yields briefly, then sleeps with a growing interval up to ~200 us.
+// After about half a millisecond of that a wait is "long" (long_wait()): loops that have a doorbell
+// (below) then sleep on it instead of polling, so hundreds of waiting ranks on two cores leave the
+// CPU to the ranks they wait for.
 struct Backoff {
     unsigned n = 0;
     void pause();
+    bool long_wait() const { return n >= kLongAfter; }
+    static constexpr unsigned kLongAfter = 72;
 };
+// Sleeps until *word no longer holds `seen` or `seconds` pass (a futex: works on shared memory
+// between processes). Spurious returns are possible; callers re-check their condition.
+void futex_wait(std::atomic<uint32_t> *word, uint32_t seen, double seconds);
+// Wakes every thread or process sleeping in futex_wait on *word.
+void futex_wake_all(std::atomic<uint32_t> *word);
 
 // ---- windows ---------------------------------------------------------------------------------------
 constexpr uint64_t kWindowMagic = 0x574f444e49574341ULL;   // "ACWINDOW"

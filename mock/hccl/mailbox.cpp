@@ -63,6 +63,10 @@ void Comm::publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fiel
     e.nfields = nfields;
     if (nfields && fields) memcpy(e.fields, fields, nfields * sizeof(int64_t));
     e.seq.store(seq + 1, std::memory_order_release);
+    // Ring after the entry; sequentially consistent with the owner's sleepers/ring pair in wait_all,
+    // so either the owner sees this entry before it sleeps or this publish sees it asleep.
+    mb->ring.fetch_add(1, std::memory_order_seq_cst);
+    if (mb->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&mb->ring);
 }
 
 int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
@@ -144,7 +148,19 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
                         "collective call #%" PRIu64 ")%s",
                         op, me, waited, rank_list(missing).c_str(), timeout, seq, notes.c_str());
         }
-        bo.pause();
+        if (!bo.long_wait()) {
+            bo.pause();
+            continue;
+        }
+        // A long wait sleeps on the doorbell, at most 50 ms at a time (destruction, liveness and the
+        // timeout are checked between sleeps).
+        mb->sleepers.fetch_add(1, std::memory_order_seq_cst);
+        const uint32_t rung = mb->ring.load(std::memory_order_seq_cst);
+        bool arrived = false;
+        for (uint32_t src = 0; src < W && !arrived; ++src)
+            arrived = !done[src] && mb->from[src].seq.load(std::memory_order_acquire) >= want;
+        if (!arrived) futex_wait(&mb->ring, rung, 0.05);
+        mb->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     }
 }
 

@@ -99,6 +99,12 @@ private:
     void abort_world() {
         int32_t zero = 0;
         h_->aborted_by.compare_exchange_strong(zero, static_cast<int32_t>(rank_) + 1);
+        wake_waiters();
+    }
+    // Ranks in a long wait sleep on the two counters; anything they must notice wakes them.
+    void wake_waiters() {
+        futex_wake_all(&h_->ready);
+        futex_wake_all(&h_->mapped);
     }
 
     const uint32_t nranks_, rank_;
@@ -214,6 +220,7 @@ int Joiner::create_own_window() {
     wh->pid = pid_;
     h_->slots[rank_].state.store(kSlotReady, std::memory_order_release);
     h_->ready.fetch_add(1, std::memory_order_acq_rel);
+    futex_wake_all(&h_->ready);
     return HCCL_SUCCESS;
 }
 
@@ -246,6 +253,7 @@ int Joiner::map_peer_windows() {
 int Joiner::wait_mapped() {
     h_->slots[rank_].state.store(kSlotMapped, std::memory_order_release);
     h_->mapped.fetch_add(1, std::memory_order_acq_rel);
+    futex_wake_all(&h_->mapped);
     return wait_for_all(h_->mapped, kSlotMapped);
 }
 
@@ -288,6 +296,7 @@ void Joiner::leave_world() {
             }
             seg_unlink(rname_);
         }
+        wake_waiters();
     }
 }
 
@@ -353,7 +362,11 @@ int Joiner::wait_for_all(std::atomic<uint32_t> &counter, SlotState done) {
                 }
             return give_up(ab, late, missing, gone, done);
         }
-        bo.pause();
+        const uint32_t seen = counter.load(std::memory_order_acquire);
+        if (bo.long_wait())
+            futex_wait(&counter, seen, 0.05);   // woken by each arrival, an abort or a rank leaving
+        else
+            bo.pause();
     }
 }
 

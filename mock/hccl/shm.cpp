@@ -11,7 +11,6 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "hccl/hccl_internal.h"
 
@@ -51,28 +50,6 @@ bool parse_segment_name(const char *n, SegmentName *out) {
     out->pid_ns = ns;
     out->pid = pid;
     return true;
-}
-
-// ---- time ------------------------------------------------------------------------------------------
-double now_seconds() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void Backoff::pause() {
-    // A short spin catches a peer that is just about to publish; after that, sleep with a growing
-    // interval capped at 200 us so that many waiting ranks on few cores leave the senders CPU time.
-    ++n;
-    if (n < 64) {
-        std::this_thread::yield();
-        return;
-    }
-    unsigned k = n - 64;
-    unsigned us = k < 8 ? (1u << k) : 200u;
-    if (us > 200) us = 200;
-    struct timespec ts{0, static_cast<long>(us) * 1000};
-    nanosleep(&ts, nullptr);
 }
 
 // ---- segments ----------------------------------------------------------------------------------------
