@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar, overload
 
-__all__ = ["spawn", "run_threads", "mpi_bootstrap", "RankError", "RemoteTraceback", "OnRankFailure"]
+__all__ = ["spawn", "run_threads", "mpi_bootstrap", "RankError", "RemoteTraceback"]
 
 T = TypeVar("T")
 
