@@ -222,8 +222,8 @@ _WINDOW_QUERIES = threading.Lock()
 
 
 def context_bytes(comm: Communicator) -> tuple[bytes, int]:
-    """The 16,400-byte context struct of SPEC §8 for `comm`, and the window size in bytes, built
-    with CANN's own KFC sequence (ABI.md §0):
+    """The 16,400-byte context struct for `comm` (docs/concepts.md), and the window size in bytes,
+    built with CANN's own KFC sequence:
 
     allocate op args → comm engine 4 (AIV) → alg config ``AlltoAll=level0:fullmesh;level1:pairwise``
     → the communicator by its name → op resource context of op type 8 (all-to-all), stored as

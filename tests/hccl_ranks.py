@@ -37,7 +37,7 @@ def pid_gone(pid: int) -> bool:
 
 
 def decode_context(raw: bytes) -> dict:
-    """The context struct (docs/operators.md), written out independently of aclnn_py.hccl.parse_context."""
+    """The context struct (docs/concepts.md), written out independently of aclnn_py.hccl.parse_context."""
     assert len(raw) == CONTEXT_BYTES
     rank, per_server = struct.unpack_from("<II", raw, 0)
     (kfc,) = struct.unpack_from("<Q", raw, 8)
