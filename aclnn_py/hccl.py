@@ -241,9 +241,15 @@ def error_string(code: int) -> str:
     return "" if p == b.ffi.NULL else b.ffi.string(p).decode(errors="replace")
 
 
+# Every cffi call releases and retakes the GIL. When hundreds of rank threads of one process build
+# their contexts at once, each of the W window queries of each rank would hand the GIL to another
+# thread (W**2 thread switches); ranks take turns instead, each querying its W windows in one go.
+_WINDOW_QUERIES = threading.Lock()
+
+
 def context_bytes(comm: Communicator) -> tuple[bytes, int]:
-    """The 16,400-byte context struct for `comm`, and the window size in bytes, built
-    with CANN's own KFC sequence:
+    """The 16,400-byte context struct for `comm` (docs/concepts.md), and the window size in bytes,
+    built with CANN's own KFC sequence:
 
     allocate op args → comm engine 4 (AIV) → alg config ``AlltoAll=level0:fullmesh;level1:pairwise``
     → the communicator by its name → op resource context of op type 8 (all-to-all), stored as
@@ -284,14 +290,17 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
 
     windows = [0] * MAX_EP_RANKS
     addr, wsize = ffi.new("void **"), ffi.new("uint64_t *")
-    ccl_buffer_size = 0
-    for r in range(size):
-        if r == rank:
-            check_hccl(lib.HcclGetHcclBuffer(h[0], addr, wsize), "HcclGetHcclBuffer")
-            ccl_buffer_size = int(wsize[0])
-        else:
-            check_hccl(lib.HcclGetRemoteIpcHcclBuf(h[0], r, addr, wsize), "HcclGetRemoteIpcHcclBuf")
-        windows[r] = int(ffi.cast("uintptr_t", addr[0]))
+    check_hccl(lib.HcclGetHcclBuffer(h[0], addr, wsize), "HcclGetHcclBuffer")
+    ccl_buffer_size = int(wsize[0])
+    windows[rank] = int(ffi.cast("uintptr_t", addr[0]))
+    remote = lib.HcclGetRemoteIpcHcclBuf
+    with _WINDOW_QUERIES:
+        for r in range(size):
+            if r != rank:
+                rc = remote(h[0], r, addr, wsize)
+                if rc:
+                    check_hccl(rc, "HcclGetRemoteIpcHcclBuf")
+                windows[r] = int(ffi.cast("uintptr_t", addr[0]))
     blob = struct.pack(f"<IIQ{MAX_EP_RANKS}Q{MAX_EP_RANKS}Q", rank, DEFAULT_RANK_SIZE_PER_SERVER, kfc_addr,
                        *windows, *([0] * MAX_EP_RANKS))
     assert len(blob) == CONTEXT_BYTES

@@ -20,9 +20,23 @@ import threading
 import time
 import traceback
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, TypeVar, overload
 
 __all__ = ["spawn", "run_threads", "mpi_bootstrap", "RankError", "RemoteTraceback"]
+
+T = TypeVar("T")
+
+#: What a launcher does when a rank fails: ``"stop"`` the others and raise that rank's exception, or
+#: ``"wait"`` for the others to finish and return every rank's outcome (its return value, or its
+#: exception instance) in rank order.
+OnRankFailure = Literal["stop", "wait"]
+
+
+def _check_on_rank_failure(value: str) -> bool:
+    """True for "wait", False for "stop"; ValueError for anything else."""
+    if value not in ("stop", "wait"):
+        raise ValueError(f"on_rank_failure must be 'stop' or 'wait' (got {value!r})")
+    return value == "wait"
 
 
 class RemoteTraceback(Exception):
@@ -130,6 +144,8 @@ def _child_main(rank: int, world_size: int, conn: Any, parent_pid: int, fn: Call
             conn.send(("root", root))
         else:
             msg = conn.recv()
+            if msg[0] == "abort":
+                raise RuntimeError(msg[1])
             if msg[0] != "root":
                 raise RuntimeError(f"launch protocol: expected the root info, got {msg[0]!r}")
             root = msg[1]
@@ -161,15 +177,32 @@ def _stop(procs: Sequence[Any], grace: float = 1.0) -> None:
         p.join()
 
 
-def spawn(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | None = 600.0,
-          start_method: str = "forkserver", set_device: bool = True) -> list[Any]:
+@overload
+def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
+          start_method: str = "forkserver", set_device: bool = True,
+          on_rank_failure: Literal["stop"] = "stop") -> list[T]: ...
+
+
+@overload
+def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
+          start_method: str = "forkserver", set_device: bool = True,
+          on_rank_failure: Literal["wait"]) -> list[T | BaseException]: ...
+
+
+def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
+          start_method: str = "forkserver", set_device: bool = True,
+          on_rank_failure: OnRankFailure = "stop") -> list[T] | list[T | BaseException]:
     """Run ``fn(rank, world_size, root_bytes, *args)`` in `world_size` new processes and return
     their return values in rank order.
 
-    `fn`, `args` and the return values must be picklable (define `fn` at module level). If a rank
-    raises, the others are killed and its exception is re-raised here with the rank's traceback as
-    ``__cause__``; a rank that dies without raising (a signal, ``os._exit``) raises
-    :class:`RankError`; when `timeout` seconds pass first, every rank is killed and
+    `fn`, `args` and the return values must be picklable (define `fn` at module level).
+    With ``on_rank_failure="stop"`` (default), if a rank raises, the others are killed and its
+    exception is re-raised here with the rank's traceback as ``__cause__``; a rank that dies without
+    raising (a signal, ``os._exit``) raises :class:`RankError`. With ``on_rank_failure="wait"``
+    the other ranks run on, and the list holds, in each failed rank's slot, what would have been
+    raised: its exception instance (with ``.rank`` and the remote traceback as ``__cause__``) or a
+    :class:`RankError`; if rank 0 fails before it made the root info, every other rank fails with a
+    RuntimeError saying so. Either way, when `timeout` seconds pass first, every rank is killed and
     :class:`TimeoutError` names the ranks still running. No rank outlives this call (and, on Linux,
     none outlives this process). `start_method` is "forkserver" (default: a server process imports
     the package once and forks each rank from it, so ranks start in milliseconds) or "spawn" (a
@@ -181,6 +214,7 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | 
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
     if start_method not in ("spawn", "forkserver"):
         raise ValueError("start_method must be 'spawn' or 'forkserver' (fork after threads exist is unsafe)")
+    keep_going = _check_on_rank_failure(on_rank_failure)
     ctx: Any = mp.get_context(start_method)
     if start_method == "forkserver":
         # The server imports the package once; each rank is then a fork of it (milliseconds instead
@@ -200,81 +234,111 @@ def spawn(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | 
             child_end.close()
             procs.append(p)
             conns.append(parent_end)
-        return _supervise(procs, conns, world_size, timeout)
+        return _Supervisor(procs, conns, keep_going).run(timeout)
     finally:
         _stop(procs)
         for c in conns:
             c.close()
 
 
-def _supervise(procs: list[Any], conns: list[Any], world_size: int, timeout: float | None) -> list[Any]:
-    deadline = None if timeout is None else time.monotonic() + float(timeout)
-    results: list[Any] = [None] * world_size
-    done = [False] * world_size
-    eof = [False] * world_size
-    root: bytes | None = None
-    while not all(done):
-        waitables = [c for r, c in enumerate(conns) if not done[r] and not eof[r]]
-        waitables += [p.sentinel for r, p in enumerate(procs) if not done[r]]
-        remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
-        mpc.wait(waitables, timeout=remaining)
-        for r in range(world_size):
-            if done[r]:
-                continue
-            while not eof[r] and conns[r].poll():
-                try:
-                    msg = conns[r].recv()
-                except (EOFError, OSError):
-                    eof[r] = True
-                    break
-                if msg[0] == "root":
-                    root = msg[1]
-                    for q in range(1, world_size):
-                        try:
-                            conns[q].send(("root", root))
-                        except (BrokenPipeError, OSError):
-                            pass  # that rank died: found below
-                elif msg[0] == "ok":
-                    results[r] = msg[1]
-                    done[r] = True
-                    break
-                elif msg[0] == "err":
-                    _packed, tb = msg[1], msg[2]
-                    raise _annotate(_unpack_exception(_packed, r, tb), r, world_size, tb)
-            if not done[r] and not procs[r].is_alive():
-                # drain anything sent right before it exited
-                while not eof[r] and conns[r].poll():
-                    try:
-                        msg = conns[r].recv()
-                    except (EOFError, OSError):
-                        break
-                    if msg[0] == "ok":
-                        results[r] = msg[1]
-                        done[r] = True
-                    elif msg[0] == "err":
-                        raise _annotate(_unpack_exception(msg[1], r, msg[2]), r, world_size, msg[2])
-                if not done[r]:
-                    code = procs[r].exitcode
-                    how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
-                           if code is not None and code < 0 else f"exited with code {code}")
-                    raise RankError(r, f"the process {how} without returning a result")
-        if deadline is not None and time.monotonic() >= deadline and not all(done):
-            running = [r for r in range(world_size) if not done[r]]
-            raise TimeoutError(f"spawn: ranks {running} of {world_size} did not finish within {timeout} s "
-                               f"(all ranks were killed)")
-    return results
+class _Supervisor:
+    """Watches the rank processes of :func:`spawn`: forwards rank 0's root info to the others and
+    collects each rank's outcome (a result, an exception it raised, or its death)."""
+
+    def __init__(self, procs: list[Any], conns: list[Any], keep_going: bool):
+        self.procs, self.conns, self.keep_going = procs, conns, keep_going
+        self.world_size = len(procs)
+        self.results: list[Any] = [None] * self.world_size
+        self.done = [False] * self.world_size
+        self.eof = [False] * self.world_size
+        self.root_sent = False
+
+    def run(self, timeout: float | None) -> list[Any]:
+        deadline = None if timeout is None else time.monotonic() + float(timeout)
+        while not all(self.done):
+            waitables = [c for r, c in enumerate(self.conns) if not self.done[r] and not self.eof[r]]
+            waitables += [p.sentinel for r, p in enumerate(self.procs) if not self.done[r]]
+            remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
+            mpc.wait(waitables, timeout=remaining)
+            for r in range(self.world_size):
+                if not self.done[r]:
+                    self._poll(r)
+            if deadline is not None and time.monotonic() >= deadline and not all(self.done):
+                running = [r for r in range(self.world_size) if not self.done[r]]
+                raise TimeoutError(f"spawn: ranks {running} of {self.world_size} did not finish within "
+                                   f"{timeout} s (all ranks were killed)")
+        return self.results
+
+    def _poll(self, r: int) -> None:
+        self._drain(r)
+        if not self.done[r] and not self.procs[r].is_alive():
+            self._drain(r)   # anything sent right before it exited
+            if not self.done[r]:
+                code = self.procs[r].exitcode
+                how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
+                       if code is not None and code < 0 else f"exited with code {code}")
+                self._failed(r, RankError(r, f"the process {how} without returning a result"))
+
+    def _drain(self, r: int) -> None:
+        conn = self.conns[r]
+        while not self.done[r] and not self.eof[r] and conn.poll():
+            try:
+                msg = conn.recv()
+            except (EOFError, OSError):
+                self.eof[r] = True
+                break
+            if msg[0] == "root":
+                self._send_all(("root", msg[1]))
+                self.root_sent = True
+            elif msg[0] == "ok":
+                self.results[r] = msg[1]
+                self.done[r] = True
+            elif msg[0] == "err":
+                packed, tb = msg[1], msg[2]
+                self._failed(r, _annotate(_unpack_exception(packed, r, tb), r, self.world_size, tb))
+
+    def _failed(self, r: int, exc: BaseException) -> None:
+        if not self.keep_going:
+            raise exc
+        self.results[r] = exc
+        self.done[r] = True
+        if r == 0 and not self.root_sent:
+            # The others wait for a root info that will never come: tell them.
+            self._send_all(("abort", "rank 0 failed before it made the HCCL root info"))
+            self.root_sent = True
+
+    def _send_all(self, msg: tuple[Any, ...]) -> None:
+        for q in range(1, self.world_size):
+            try:
+                self.conns[q].send(msg)
+            except (BrokenPipeError, OSError):
+                pass  # that rank died: its sentinel reports it
 
 
 # ---- threads ---------------------------------------------------------------------------------------------
-def run_threads(fn: Callable[..., Any], world_size: int, *args: Any, timeout: float | None = 600.0,
-                set_device: bool = True) -> list[Any]:
+@overload
+def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
+                set_device: bool = True, on_rank_failure: Literal["stop"] = "stop") -> list[T]: ...
+
+
+@overload
+def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
+                set_device: bool = True, on_rank_failure: Literal["wait"]) -> list[T | BaseException]: ...
+
+
+def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
+                set_device: bool = True,
+                on_rank_failure: OnRankFailure = "stop") -> list[T] | list[T | BaseException]:
     """Run ``fn(rank, world_size, root_bytes, *args)`` on `world_size` threads of this process (each
     with its device set to its rank) and return the return values in rank order.
 
-    The first rank to raise has its exception re-raised here (with its traceback as ``__cause__``);
-    TimeoutError names the ranks still running after `timeout` seconds. Threads cannot be killed:
-    ranks still running when this returns early are daemon threads that end on their own (their
-    HCCL waits give up after HCCL_EXEC_TIMEOUT / HCCL_CONNECT_TIMEOUT).
+    With ``on_rank_failure="stop"`` (default) the first rank to raise has its exception re-raised
+    here (with its traceback as ``__cause__``) without waiting for the others; with ``"wait"`` every
+    rank runs to its end and a failed rank's slot holds its exception instance (with ``.rank`` and
+    the traceback as ``__cause__``). TimeoutError names the ranks still running after `timeout`
+    seconds. Threads cannot be killed: ranks still running when this returns early are daemon
+    threads that end on their own (their HCCL waits give up after HCCL_EXEC_TIMEOUT /
+    HCCL_CONNECT_TIMEOUT, or within about a second once a peer they wait for is gone).
     """
     from .hccl import RootInfo
     from .runtime import init
@@ -282,6 +346,7 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args: Any, timeout: fl
     world_size = int(world_size)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
+    keep_going = _check_on_rank_failure(on_rank_failure)
     init()
     root = bytes(RootInfo.create())
     results: list[Any] = [None] * world_size
@@ -308,16 +373,18 @@ def run_threads(fn: Callable[..., Any], world_size: int, *args: Any, timeout: fl
         t.start()
     deadline = None if timeout is None else time.monotonic() + float(timeout)
     with cond:
-        while not all(finished) and not failures:
+        while not all(finished) and (keep_going or not failures):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 running = [r for r in range(world_size) if not finished[r]]
                 raise TimeoutError(f"run_threads: ranks {running} of {world_size} did not finish within "
                                    f"{timeout} s")
             cond.wait(remaining)
-        if failures:
+        if failures and not keep_going:
             rank, exc, tb = failures[0]
             raise _annotate(exc, rank, world_size, tb)
+        for rank, exc, tb in failures:
+            results[rank] = _annotate(exc, rank, world_size, tb)
     for t in threads:
         t.join()
     return results

@@ -37,7 +37,7 @@ def pid_gone(pid: int) -> bool:
 
 
 def decode_context(raw: bytes) -> dict:
-    """SPEC §8, written out independently of aclnn_py.hccl.parse_context."""
+    """The context struct (docs/concepts.md), written out independently of aclnn_py.hccl.parse_context."""
     assert len(raw) == CONTEXT_BYTES
     rank, per_server = struct.unpack_from("<II", raw, 0)
     (kfc,) = struct.unpack_from("<Q", raw, 8)
@@ -104,14 +104,12 @@ def never_join(rank, world_size, root, missing):
     return {"code": 0}
 
 
-def join_then_maybe_die(rank, world_size, root, victim, q, environ):
-    os.environ.update(environ)  # a forkserver child has the server's environment
-    import aclnn_py
+def join_then_maybe_die(rank, world_size, root, victim):
+    """A spawn rank: join, one barrier, then the victim SIGKILLs itself and the others wait for it
+    in a second barrier. Returns (message, code, seconds waited, async error, pid)."""
     from aclnn_py import hccl, runtime
     from aclnn_py.errors import AclError
 
-    aclnn_py.init()
-    runtime.Device(rank).set_current()
     comm = hccl.Communicator(world_size, rank, root)
     comm.barrier()
     if rank == victim:
@@ -121,10 +119,34 @@ def join_then_maybe_die(rank, world_size, root, victim, q, environ):
     t0 = time.monotonic()
     try:
         s.synchronize()
-        q.put((rank, "no error", 0, 0.0, 0))
+        out = ("no error", 0, 0.0, 0, os.getpid())
     except AclError.Timeout as e:
-        q.put((rank, e.message, e.code, time.monotonic() - t0, comm.async_error()))
+        out = (e.message, e.code, time.monotonic() - t0, comm.async_error(), os.getpid())
     comm.close()
+    return out
+
+
+def join_or_die(rank, world_size, root, victim, absent, pid_dir):
+    """A spawn rank of a world that never forms: rank `absent` does not come; the victim joins and
+    its own timer thread SIGKILLs it 0.5 s later, while everybody waits in the rendezvous. Returns
+    (code, message, seconds) of the HcclError the others get."""
+    import threading
+    from pathlib import Path
+
+    from aclnn_py import hccl
+    from aclnn_py.errors import HcclError
+
+    Path(pid_dir, f"rank{rank}").write_text(str(os.getpid()))
+    if rank == absent:
+        return None
+    if rank == victim:
+        threading.Timer(0.5, os.kill, (os.getpid(), signal.SIGKILL)).start()
+    t0 = time.monotonic()
+    try:
+        hccl.Communicator(world_size, rank, root)
+    except HcclError as e:
+        return e.code, e.message, time.monotonic() - t0
+    return 0, "joined", time.monotonic() - t0
 
 
 def join_alone(root, environ):
@@ -157,3 +179,10 @@ def rss_rank(rank, world_size, root):
         after = rss_kib()
         comm.barrier()
     return comm.window_size, after["VmRSS"] - before["VmRSS"], after.get("RssShmem", 0)
+
+
+def sweep_in_a_new_process(rank, world_size, root):
+    """A spawn rank that only makes a root info: HcclGetRootInfo sweeps /dev/shm from another process."""
+    from aclnn_py import hccl
+
+    return len(bytes(hccl.RootInfo.create()))

@@ -48,3 +48,28 @@ def barrier_world(rank, world_size, root):
     with hccl.Communicator(world_size, rank, root) as comm:
         comm.barrier()
         return comm.name
+
+
+def mixed_outcomes(rank, world_size, root, pid_dir):
+    """Rank 1 is killed by a signal, rank 2 raises, the others return their rank (slowly, so they
+    are still running when the failures happen)."""
+    Path(pid_dir, str(rank)).write_text(str(os.getpid()))
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if rank == 2:
+        raise ValueError(f"boom on rank {rank}")
+    time.sleep(0.5)
+    return rank * 10
+
+
+def rank0_without_root(conn):
+    """Stands in for a rank 0 whose HcclGetRootInfo failed: reports an error, never a root info."""
+    from aclnn_py.launch import _pack_exception
+
+    try:
+        raise OSError("no root info on this rank")
+    except OSError as exc:
+        import traceback
+
+        conn.send(("err", _pack_exception(exc), traceback.format_exc()))
+    conn.close()

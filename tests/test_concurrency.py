@@ -1,4 +1,4 @@
-"""Concurrency (issue 8 §5, docs/reliability.md): Python threads driving different devices and
+"""Concurrency (docs/reliability.md): Python threads driving different devices and
 streams at once give the same bytes as one thread driving them in turn (cffi releases the GIL in
 every C call), and back-to-back dispatch+combine rounds leave nothing behind — mock allocations,
 tensors, executors, streams, events, communicators, open file descriptors, OS threads and RSS.

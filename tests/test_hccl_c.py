@@ -1,6 +1,7 @@
 """C-level tests of the mock libhccl.so: tests/c/hccl_selftest.cpp is compiled against the mock CANN
 root and run scenario by scenario (threads, forked processes, timeouts, argument errors, the
-publish/wait_all kernel contract of mock/hccl/hccl_core.h)."""
+publish/wait_all kernel contract of mock/hccl/hccl_core.h, peers that die or leave, host waits in
+slices, process exit while a thread is blocked)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -75,5 +77,38 @@ def test_process_world(selftest):
     assert "ok procs 4" in _run(selftest, "procs", "4")
 
 
+# The liveness scenarios run with the mock's default timeouts (120 s) and assert, inside the C code,
+# that the survivors give up in seconds.
+LONG = {"HCCL_EXEC_TIMEOUT": "120", "HCCL_CONNECT_TIMEOUT": "120"}
+
+
 def test_process_killed_after_join(selftest):
-    assert "ok procs 4 kill" in _run(selftest, "procs_kill", "4", HCCL_EXEC_TIMEOUT="1")
+    assert "ok procs 4 kill" in _run(selftest, "procs_kill", "4", **LONG)
+
+
+def test_peer_destroyed_while_waited_for(selftest):
+    assert "ok peer_destroyed" in _run(selftest, "peer_destroyed", **LONG)
+
+
+def test_rank_process_dies_while_the_world_forms(selftest):
+    assert "ok join_dies" in _run(selftest, "join_dies", **LONG)
+
+
+def test_sliced_host_waits_then_abandoned(selftest):
+    assert "ok sliced_waits" in _run(selftest, "sliced_waits", **LONG)
+
+
+def test_sliced_host_waits_see_the_kernel_timeout(selftest):
+    assert "ok sliced_timeout" in _run(selftest, "sliced_timeout", HCCL_EXEC_TIMEOUT="1")
+
+
+@pytest.mark.parametrize("where", ["join", "wait"])
+def test_exit_while_a_thread_is_blocked(selftest, where):
+    """main() returns while a thread waits in HcclCommInitRootInfo or a barrier waits on a stream:
+    the process ends at once and /dev/shm holds nothing of its world."""
+    t0 = time.monotonic()
+    out = _run(selftest, f"exit_{where}", timeout=30, **LONG)
+    assert time.monotonic() - t0 < 10
+    assert f"ok exit_while_blocked {where}" in out
+    world = out.split("world ", 1)[1].split()[0]
+    assert [n for n in os.listdir("/dev/shm") if world in n] == []

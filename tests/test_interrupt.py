@@ -1,97 +1,159 @@
-"""Ctrl-C while blocked: a wait for a missing peer (stream synchronisation, a communicator join, a
-timed synchronisation) raises KeyboardInterrupt within about 100 ms, and closing the objects afterwards
-returns promptly (real processes receive a real SIGINT)."""
+"""Host waits that a user can interrupt (the C side of Ctrl-C), through the raw cffi layer.
+
+A Python layer that wants Ctrl-C to work waits in short slices
+(``aclrtSynchronizeStreamWithTimeout(stream, ~100 ms)`` in a loop, checking signals in between) and
+runs ``HcclCommInitRootInfo`` on a helper thread. The mock must support that: a timed-out slice
+returns 507046 promptly and leaves the queued kernel alone; after the user abandons a wait,
+``HcclCommDestroy`` makes the kernel that waits for a missing peer fail at once, and synchronising or
+destroying the stream returns promptly; a process whose main thread ends while another thread is
+blocked in the rendezvous or a kernel wait exits promptly and leaves /dev/shm clean."""
 
 from __future__ import annotations
 
-import json
 import os
-import signal
 import subprocess
 import sys
 import time
-from typing import Any
+from pathlib import Path
 
+import fault_ranks as fr
 import pytest
 from conftest import package_pythonpath
 
-# The child: rank 0 runs on the main thread and blocks in `WAIT`; rank 1 (a thread) joins but never
-# takes part. It reports when the KeyboardInterrupt arrived and how long cleaning up took.
-CHILD = r"""
-import json, sys, threading, time
-import numpy as np, ml_dtypes
-import aclnn_py as acl
+SYNC_TIMEOUT, AICORE_TIMEOUT, AICORE_EXCEPTION = 507046, 507014, 507015
+PROMPT = 10.0   # far below the 120 s default timeout, with room for a loaded machine
+HELPER = Path(__file__).resolve().parent / "helpers" / "exit_while_blocked.py"
 
-wait = sys.argv[1]
-acl.init("mock")
-acl.Device(0).set_current()
-root = acl.hccl.RootInfo.create()
-peer_joined, stop = threading.Event(), threading.Event()
 
-def rank1():
-    acl.Device(1).set_current()
-    comm = acl.hccl.Communicator(2, 1, root)
-    peer_joined.set()
-    stop.wait(120)
-    comm.close()
+@pytest.fixture
+def default_timeouts(monkeypatch, mock):
+    monkeypatch.delenv("HCCL_EXEC_TIMEOUT", raising=False)
+    monkeypatch.delenv("HCCL_CONNECT_TIMEOUT", raising=False)
+    assert mock.exec_timeout() == 120
 
-if wait != "join":
-    threading.Thread(target=rank1, daemon=True).start()
-report = {}
-comm = buf = s = None
-try:
-    if wait == "join":
-        print("ready", flush=True)
-        comm = acl.hccl.Communicator(2, 0, root)  # rank 1 never joins
-    else:
-        comm = acl.hccl.Communicator(2, 0, root)
-        peer_joined.wait(60)
-        s = acl.Device(0).create_stream()
-        if wait == "dispatch":
-            buf = acl.MoeDistributeBuffer(comm)
-            buf.low_latency_dispatch(np.ones((2, 1024), ml_dtypes.bfloat16), np.array([[0], [1]]), 2, stream=s)
-            print("ready", flush=True)
-            buf.synchronize(s)
-        else:
-            comm.barrier(s, wait=False)
-            print("ready", flush=True)
-            s.synchronize(timeout_ms=100_000)
-    report["outcome"] = "returned"
-except KeyboardInterrupt:
-    report["interrupted_at"] = time.monotonic()
+
+def _form_world(acl, n=2):
+    from aclnn_py import launch
+    from aclnn_py.hccl import Communicator, build_context
+
+    def body(rank, ws, root):
+        comm = Communicator(ws, rank, root)
+        ctx, ccl = build_context(comm)
+        return comm, ctx, ccl, acl.Device.current().create_stream()
+
+    return launch.run_threads(body, n, timeout=60)
+
+
+def _prepare_dispatch(rank, world, seed=5):
+    """Phase 1 (inputs uploaded now: an upload from pageable memory waits for the stream, so it must
+    not come after a kernel that waits for a peer)."""
+    from aclnn_py.ops import prepare_dispatch
+
+    comm, ctx, ccl, stream = world[rank]
+    x, ids, _ = fr.inputs(rank, seed)
+    return prepare_dispatch(ctx, x, ids, ep_world_size=len(world), ep_rank_id=rank, moe_expert_num=fr.E,
+                            ccl_buffer_size=ccl, stream=stream)
+
+
+def _launch_dispatch(rank, world, seed=5):
+    p = _prepare_dispatch(rank, world, seed)
+    p.launch(world[rank][3])
+    return p
+
+
+def _slice(lib, stream, ms=100):
     t0 = time.monotonic()
-    for obj in (buf, comm, s):
-        if obj is not None:
-            obj.close()
-    report["close_s"] = time.monotonic() - t0
-    report["outcome"] = "interrupted"
-stop.set()
-print(json.dumps(report), flush=True)
-"""
+    rc = lib.aclrtSynchronizeStreamWithTimeout(stream.handle, ms)
+    return rc, time.monotonic() - t0
 
 
-@pytest.mark.parametrize("wait", ["dispatch", "barrier", "join"])
-def test_ctrl_c_interrupts_a_blocked_wait(acl: Any, wait: str, tmp_path: Any) -> None:
-    env = dict(os.environ)
-    env.update(PYTHONPATH=package_pythonpath(env), HCCL_EXEC_TIMEOUT="100", HCCL_CONNECT_TIMEOUT="100")
-    script = tmp_path / "child.py"
-    script.write_text(CHILD)
-    child = subprocess.Popen([sys.executable, str(script), wait], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                             text=True, env=env)
+def _close(world):
+    for comm, _, _, stream in world:
+        stream.close()
+        comm.close()
+
+
+def test_timed_out_slices_leave_the_kernel_intact(acl, raw, default_timeouts):
+    """Rank 0's dispatch waits for rank 1; three 100 ms slices time out (507046, each about 100 ms);
+    then rank 1 launches and a plain synchronise reports success: rank 0's outputs are the bytes of
+    an undisturbed round."""
+    ffi, lib = raw
+    ref = fr.new_thread_world(seed=5)
+    world = _form_world(acl)
     try:
-        assert child.stdout is not None
-        assert child.stdout.readline().strip() == "ready"
-        time.sleep(0.5)  # the wait has begun
-        sent = time.monotonic()
-        child.send_signal(signal.SIGINT)
-        out, err = child.communicate(timeout=60)
+        acl.Device(0).set_current()
+        p0 = _launch_dispatch(0, world)
+        for _ in range(3):
+            rc, took = _slice(lib, world[0][3])
+            assert rc == SYNC_TIMEOUT, rc
+            assert 0.099 <= took < PROMPT, took
+        acl.Device(1).set_current()
+        _launch_dispatch(1, world)
+        acl.Device(0).set_current()
+        assert lib.aclrtSynchronizeStream(world[0][3].handle) == 0
+        o = p0.result
+        n = int(o.ep_recv_counts.numpy()[-1])
+        assert o.expand_x.numpy()[:n].tobytes() == ref[0]["expand_x"]
+        world[1][3].synchronize()
     finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == 0, err
-    report = json.loads(out.strip().splitlines()[-1])
-    assert report["outcome"] == "interrupted", report
-    delay = report["interrupted_at"] - sent
-    # about 100 ms on an idle machine; the bound leaves room for a loaded CI box, far below the 100 s timeouts
-    assert delay < 3.0, f"KeyboardInterrupt arrived {delay:.2f} s after SIGINT"
-    assert report["close_s"] < 10.0, f"cleaning up took {report['close_s']:.2f} s"
+        _close(world)
+        acl.Device(0).set_current()
+
+
+def test_abandoned_kernel_fails_promptly_once_the_communicator_is_destroyed(acl, raw, default_timeouts):
+    """Rank 1 never launches (alive, holding its communicator). The user abandons rank 0's wait after a
+    slice and destroys rank 0's communicator: that returns promptly, the dispatch waiting inside fails
+    (507015, 'destroyed'), a combine queued behind it fails too, and synchronising and destroying the
+    stream return promptly, all with HCCL_EXEC_TIMEOUT at 120 s."""
+    from aclnn_py.errors import check_hccl
+
+    ffi, lib = raw
+    world = _form_world(acl)
+    comm0, ctx0, ccl0, s0 = world[0]
+    try:
+        acl.Device(0).set_current()
+        # a second kernel queued behind the first; both kept referenced (their inputs stay allocated,
+        # so no free has to wait for them)
+        launched = [_prepare_dispatch(0, world), _prepare_dispatch(0, world, seed=6)]
+        for p in launched:
+            p.launch(s0)
+        rc, _ = _slice(lib, s0)
+        assert rc == SYNC_TIMEOUT
+        t0 = time.monotonic()
+        check_hccl(lib.HcclCommDestroy(comm0.handle), "HcclCommDestroy")
+        comm0.handle = None                     # destroyed through the raw call
+        assert time.monotonic() - t0 < PROMPT
+        t0 = time.monotonic()
+        rc = lib.aclrtSynchronizeStream(s0.handle)
+        assert rc == AICORE_EXCEPTION, rc
+        assert "destroyed" in ffi.string(lib.aclGetRecentErrMsg()).decode()
+        s0.close()
+        assert time.monotonic() - t0 < PROMPT
+        del launched
+    finally:
+        _close(world)
+        acl.Device(0).set_current()
+
+
+@pytest.mark.parametrize("blocked_in", ["join", "kernel"])
+@pytest.mark.parametrize("how", ["sys.exit", "main ends"])
+def test_process_exits_promptly_while_a_thread_is_blocked(acl, blocked_in, how):
+    """A child interpreter blocks a daemon thread in HcclCommInitRootInfo (its peer never comes), or
+    leaves a barrier waiting on a stream, then its main thread calls sys.exit or simply ends: the
+    process is gone within seconds (the timeouts are 120 s) and /dev/shm holds nothing of its world."""
+    env = dict(os.environ, ACLNN_PY_BACKEND="mock", HCCL_BUFFSIZE="2", HCCL_EXEC_TIMEOUT="120",
+               HCCL_CONNECT_TIMEOUT="120")
+    env["PYTHONPATH"] = package_pythonpath(env)
+    if "ASAN_OPTIONS" in env:
+        # Under .ci/sanitize.sh: LeakSanitizer's exit-time scan cannot read the dynamic TLS of a
+        # thread still blocked in the mock at exit (its tracer faults); address checks stay on.
+        env["ASAN_OPTIONS"] += ":detect_leaks=0"
+    t0 = time.monotonic()
+    res = subprocess.run([sys.executable, str(HELPER), blocked_in, how], capture_output=True, text=True,
+                         timeout=60, env=env)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert "blocked" in res.stdout, res.stdout
+    world = res.stdout.split("world ", 1)[1].split()[0]
+    assert took < PROMPT + 5, took
+    assert [n for n in os.listdir("/dev/shm") if world in n] == []

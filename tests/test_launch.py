@@ -178,6 +178,91 @@ def test_run_threads_timeout(acl):
         stop.set()
 
 
+# ---- on_rank_failure="wait" -------------------------------------------------------------------------
+def test_spawn_wait_returns_every_outcome_in_rank_order(acl, tmp_path):
+    from aclnn_py import launch
+
+    res = launch.spawn(lr.mixed_outcomes, 4, str(tmp_path), timeout=60, on_rank_failure="wait")
+    assert res[0] == 0 and res[3] == 30          # the others ran to their end
+    assert isinstance(res[1], launch.RankError) and res[1].rank == 1
+    assert "killed by signal 9 (SIGKILL)" in str(res[1])
+    assert isinstance(res[2], ValueError) and str(res[2]) == "boom on rank 2"
+    assert res[2].rank == 2
+    assert isinstance(res[2].__cause__, launch.RemoteTraceback) and "mixed_outcomes" in str(res[2].__cause__)
+    assert all(_gone(p) for p in _pids(tmp_path))
+    assert _no_children_left()
+
+
+def test_spawn_stop_is_the_default(acl, tmp_path):
+    from aclnn_py import launch
+
+    t0 = time.monotonic()
+    with pytest.raises((launch.RankError, ValueError)):
+        launch.spawn(lr.mixed_outcomes, 4, str(tmp_path), timeout=60)
+    assert time.monotonic() - t0 < 20
+    assert _no_children_left()
+
+
+def test_spawn_wait_still_times_out(acl, tmp_path):
+    from aclnn_py import launch
+
+    with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2"):
+        launch.spawn(lr.sleep_forever, 2, str(tmp_path), timeout=1.5, on_rank_failure="wait")
+    assert all(_gone(p) for p in _pids(tmp_path))
+    assert _no_children_left()
+
+
+def test_on_rank_failure_is_checked(acl):
+    from aclnn_py import launch
+
+    for run in (launch.spawn, launch.run_threads):
+        with pytest.raises(ValueError, match="on_rank_failure must be 'stop' or 'wait'"):
+            run(lr.identify, 2, "x", on_rank_failure="ignore")  # type: ignore[call-overload]
+
+
+def test_spawn_wait_when_rank0_fails_before_the_root_info(acl):
+    """The other ranks would wait for a root info that never comes: they are told, and fail."""
+    import multiprocessing as mp
+
+    from aclnn_py import launch
+
+    ctx = mp.get_context("forkserver")
+    procs, conns = [], []
+    for r in range(3):
+        parent_end, child_end = ctx.Pipe(duplex=True)
+        if r == 0:
+            p = ctx.Process(target=lr.rank0_without_root, args=(child_end,))
+        else:
+            p = ctx.Process(target=launch._child_main,
+                            args=(r, 3, child_end, 0, lr.identify, ("x",), False, dict(os.environ)))
+        p.start()
+        child_end.close()
+        procs.append(p)
+        conns.append(parent_end)
+    try:
+        res = launch._Supervisor(procs, conns, keep_going=True).run(30)
+    finally:
+        launch._stop(procs)
+    assert isinstance(res[0], OSError) and res[0].rank == 0
+    for r in (1, 2):
+        assert isinstance(res[r], RuntimeError) and "rank 0 failed before it made the HCCL root info" in str(res[r])
+
+
+def test_run_threads_wait(acl):
+    from aclnn_py import launch
+
+    def fn(rank, world_size, root):
+        if rank == 1:
+            raise KeyError("thread boom")
+        time.sleep(0.2)
+        return rank
+
+    res = launch.run_threads(fn, 3, timeout=30, on_rank_failure="wait")
+    assert res[0] == 0 and res[2] == 2
+    assert isinstance(res[1], KeyError) and res[1].rank == 1
+    assert "thread boom" in str(res[1].__cause__)
+
+
 def test_mpi_bootstrap_under_mpiexec():
     mpiexec = shutil.which("mpiexec")
     if mpiexec is None:

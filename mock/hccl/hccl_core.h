@@ -39,6 +39,10 @@ static_assert(sizeof(MailboxEntry) == 128, "mailbox entry layout");
 struct Mailbox {
     MailboxEntry from[kMaxRanks];     // from[src]: written by rank src into this rank's window
     int32_t counts[kMailboxCounts];   // per-(slot) counts written by senders, e.g. [j*W+src]
+    // The doorbell: a publish increments `ring` after its entry, and wakes the owner when it sleeps
+    // (sleepers > 0) in a long wait, instead of the owner polling.
+    alignas(64) std::atomic<uint32_t> ring;
+    std::atomic<uint32_t> sleepers;
 };
 
 struct WindowHeader {
@@ -47,7 +51,7 @@ struct WindowHeader {
     uint32_t rank;
     uint32_t nranks;
     int32_t pid;                      // process owning this window, for dead-peer reports
-    uint32_t reserved;                // mock: 1 once the owner destroyed its communicator cleanly
+    uint32_t left;                    // 1 once the owner destroyed its communicator cleanly
 };
 
 enum OpTag : uint32_t { kTagBarrier = 1, kTagDispatch = 2, kTagCombine = 3 };
@@ -96,15 +100,24 @@ public:
     // into this rank's mailbox. Bounded by HCCL_EXEC_TIMEOUT seconds (default 120). Returns 0, or an
     // aclError with the message set:
     //   - ACL_ERROR_RT_AICORE_TIMEOUT: "<op> on rank r: timed out after Ns waiting for ranks [..]
-    //     (rank 3: process 1234 is dead)"
+    //     (rank 3: process 1234 is dead)"; or, within about a second of a missing peer's process
+    //     dying or its communicator being destroyed, "<op> on rank r: gave up after Ns waiting for
+    //     ranks [..]: a peer is gone, ... (rank 3: process 1234 is dead)" / "(rank 3 destroyed its
+    //     communicator)"
     //   - ACL_ERROR_RT_AICORE_EXCEPTION: a peer published a different op or a newer sequence
     //     number (call-order mismatch), or one of `fields` differs ("moe_expert_num: rank 2 has 64,
-    //     rank 0 has 32"); field_names names each field for that message.
+    //     rank 0 has 32"); field_names names each field for that message; or this communicator was
+    //     destroyed while waiting.
     int wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
                  uint32_t nfields, const char *op_name);
 
-    // Whether peer r's process is alive (always true for thread ranks of this process).
+    // Whether peer r's process is alive (always true for thread ranks of this process, and for a
+    // process of another pid namespace, whose liveness cannot be known).
     bool peer_alive(uint32_t r) const;
+    // Whether peer r will never take part in another call: it destroyed its communicator or its
+    // process is dead; *why (when given) gets " (rank r: process P is dead)" or " (rank r destroyed
+    // its communicator)".
+    bool peer_gone(uint32_t r, std::string *why) const;
 
     // Work that touches the windows (a kernel task) brackets itself with begin_use()/end_use() so
     // that HcclCommDestroy waits for it instead of unmapping the windows under it. begin_use()

@@ -20,11 +20,23 @@ namespace hccl {
 
 // ---- names ---------------------------------------------------------------------------------------
 // Every segment of this mock lives in /dev/shm under this prefix:
-//   aclmock_hccl_<world id, 16 hex>_rdv              rendezvous area of one world
-//   aclmock_hccl_<world id, 16 hex>_w<rank>_p<pid>   window of one rank, owned by process pid
+//   aclmock_hccl_<world id, 16 hex>_rdv                      rendezvous area of one world
+//   aclmock_hccl_<world id, 16 hex>_w<rank>_n<pidns>_p<pid>  window of one rank, owned by process
+//                                                            pid of pid namespace pidns
+// /dev/shm may be shared by processes of several pid namespaces (containers); a pid says whether its
+// process lives only to a reader in the same namespace, so names and the rendezvous carry it.
 constexpr const char *kShmPrefix = "aclmock_hccl_";
 std::string rdv_name(uint64_t world_id);
-std::string window_name(uint64_t world_id, uint32_t rank, int32_t pid);
+std::string window_name(uint64_t world_id, uint32_t rank, uint64_t pid_ns, int32_t pid);
+// The parts of a segment name of this mock (with or without the leading '/'); false for any other.
+struct SegmentName {
+    uint64_t world_id = 0;
+    bool rdv = false;     // the rendezvous area; else a window with rank, pid namespace and pid
+    uint32_t rank = 0;
+    uint64_t pid_ns = 0;
+    int32_t pid = 0;
+};
+bool parse_segment_name(const char *name, SegmentName *out);
 
 // ---- the root info blob (HcclRootInfo.internal, 4108 bytes) -------------------------------------
 constexpr uint64_t kRootMagic = 0x484b434f4d4c4341ULL;   // "ACLMOCKH"
@@ -40,11 +52,14 @@ struct RootBlob {
 static_assert(sizeof(RootBlob) <= 4108, "root blob fits HcclRootInfo");
 
 // ---- the rendezvous area (one POSIX shm segment per world, unlinked once all ranks mapped) ------
-enum SlotState : uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotReady = 2, kSlotLeft = 3 };
+// A slot moves Free → Claimed (pid known) → Ready (window exists) → Mapped (maps every window), or
+// to Left when its rank gives up (or its process exits) before the world formed.
+enum SlotState : uint32_t { kSlotFree = 0, kSlotClaimed = 1, kSlotReady = 2, kSlotLeft = 3, kSlotMapped = 4 };
 struct RdvSlot {
     std::atomic<uint32_t> state;
     int32_t pid;
     uint64_t window_bytes;
+    uint64_t pid_ns;
 };
 constexpr uint64_t kRdvMagic = 0x5644524b434d4341ULL;
 struct RdvHeader {
@@ -52,11 +67,12 @@ struct RdvHeader {
     uint64_t world_id;
     int32_t creator_pid;
     uint32_t nranks;                   // set by the creator (the first rank to arrive)
+    uint64_t creator_ns;               // pid namespace of creator_pid
     uint32_t creator_rank;
     std::atomic<uint32_t> ready;       // ranks whose window exists
     std::atomic<uint32_t> mapped;      // ranks that mapped every window
     std::atomic<uint32_t> present;     // ranks attached (claimed and not yet left)
-    std::atomic<int32_t> aborted_by;   // rank + 1 of a rank that gave up (timeout), 0 = none
+    std::atomic<int32_t> aborted_by;   // rank + 1 of the first rank that gave up, 0 = none
     uint32_t reserved;
     RdvSlot slots[kMaxRanks];
 };
@@ -87,17 +103,73 @@ void seg_register(const std::string &name, int32_t device, MemKind kind);
 void seg_release(const std::string &name);
 void seg_unlink(const std::string &name);
 
+// Remove segments of this mock whose owners are provably dead (see shm.cpp).
+void sweep_stale_segments();
+// The same, at most once per `min_interval` seconds in this process.
+void sweep_stale_segments_every(double min_interval);
+
+// ---- liveness ----------------------------------------------------------------------------------------
 // Whether process pid exists and is not a zombie.
 bool pid_alive(int32_t pid);
-// Remove segments of this mock whose owners are all dead.
-void sweep_stale_segments();
+// This process's pid namespace (inode of /proc/self/ns/pid; 0 when it cannot be read).
+uint64_t pid_namespace();
+// Whether the process (pid, pid_ns) is known to be gone: dead, in this pid namespace. A process of
+// another namespace is never judged dead.
+bool process_gone(int32_t pid, uint64_t pid_ns);
 
+// Paces the liveness checks of a wait on peers: due() is true at most every kPeriod seconds, and
+// each check probes at most kBatch pending ranks, resuming after the last one probed, so a wait on
+// many missing peers stays cheap while a peer that died is still noticed within about a second.
+class LivenessPacer {
+public:
+    static constexpr double kPeriod = 0.2;
+    static constexpr uint32_t kBatch = 128;
+    explicit LivenessPacer(double start) : next_(start + kPeriod) {}
+    bool due(double now) {
+        if (now < next_) return false;
+        next_ = now + kPeriod;
+        return true;
+    }
+    // Calls probe(r) for up to kBatch ranks r < n with pending(r), in rotating order.
+    template <class Pending, class Probe>
+    void probe_batch(uint32_t n, Pending &&pending, Probe &&probe) {
+        const uint32_t first = n ? cursor_ % n : 0;
+        uint32_t probed = 0;
+        for (uint32_t i = 0; i < n && probed < kBatch; ++i) {
+            uint32_t r = (first + i) % n;
+            if (!pending(r)) continue;
+            probe(r);
+            ++probed;
+            cursor_ = r + 1;
+        }
+    }
+
+private:
+    double next_;
+    uint32_t cursor_ = 0;
+};
+
+// ---- waiting (wait.cpp) ---------------------------------------------------------------------------
 double now_seconds();
-// Sleep/back-off helper for polling loops: spins briefly, then sleeps up to ~200 us.
+// Back-off of polling loops: yields briefly, then sleeps with a growing interval up to ~200 us.
+// After about half a millisecond of that a wait is "long" (long_wait()): loops that have a doorbell
+// (below) then sleep on it instead of polling, so hundreds of waiting ranks on two cores leave the
+// CPU to the ranks they wait for.
 struct Backoff {
     unsigned n = 0;
     void pause();
+    bool long_wait() const { return n >= kLongAfter; }
+    static constexpr unsigned kLongAfter = 72;
 };
+// Sleeps until *word no longer holds `seen` or `seconds` pass (a futex: works on shared memory
+// between processes). Spurious returns are possible; callers re-check their condition.
+void futex_wait(std::atomic<uint32_t> *word, uint32_t seen, double seconds);
+// Wakes every thread or process sleeping in futex_wait on *word.
+void futex_wake_all(std::atomic<uint32_t> *word);
+
+// ---- windows ---------------------------------------------------------------------------------------
+constexpr uint64_t kWindowMagic = 0x574f444e49574341ULL;   // "ACWINDOW"
+constexpr uint32_t kWindowLeft = 1;                        // WindowHeader.left after a clean destroy
 
 // ---- the communicator ----------------------------------------------------------------------------
 struct OpArgs {
@@ -119,6 +191,7 @@ struct Comm::Impl {
     std::vector<std::string> seg_names;   // window segment of each rank
     std::vector<uint8_t *> windows;       // local mapping of each rank's window
     std::vector<int32_t> pids;            // owner process of each rank's window
+    std::vector<uint64_t> pid_ns;         // pid namespace of each of those processes
     std::atomic<uint64_t> seq{0};
     std::atomic<bool> closing{false};     // HcclCommDestroy started
     std::atomic<bool> destroyed{false};   // windows unmapped
@@ -126,6 +199,12 @@ struct Comm::Impl {
     std::mutex mu;                        // op_ctx
     std::map<uint8_t, OpResCtx *> op_ctx;
 };
+
+// Drops this rank's references to every window it maps (seg_names stay, windows become NULL).
+void release_windows(Comm::Impl &m);
+
+// "[0, 1, 2]", shortened after 32 entries.
+std::string rank_list(const std::vector<uint32_t> &ranks);
 
 // Live-handle registries (thread-safe).
 void register_comm(Comm *c);

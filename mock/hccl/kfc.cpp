@@ -1,5 +1,5 @@
 // The KFC calls that CANN's context builder uses: op arguments, and the op-resource context that the
-// context tensor stores as kfcContextAddr (ABI.md §0, SPEC §8).
+// context tensor stores as kfcContextAddr (docs/concepts.md describes the context).
 #include <cctype>
 #include <cinttypes>
 #include <cstring>

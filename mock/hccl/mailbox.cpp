@@ -63,6 +63,10 @@ void Comm::publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fiel
     e.nfields = nfields;
     if (nfields && fields) memcpy(e.fields, fields, nfields * sizeof(int64_t));
     e.seq.store(seq + 1, std::memory_order_release);
+    // Ring after the entry; sequentially consistent with the owner's sleepers/ring pair in wait_all,
+    // so either the owner sees this entry before it sleeps or this publish sees it asleep.
+    mb->ring.fetch_add(1, std::memory_order_seq_cst);
+    if (mb->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&mb->ring);
 }
 
 int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
@@ -83,6 +87,7 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
     std::vector<uint8_t> done(W, 0);
     uint32_t remaining = W;
     Backoff bo;
+    LivenessPacer pacer(start);
     for (;;) {
         for (uint32_t src = 0; src < W; ++src) {
             if (done[src]) continue;
@@ -117,24 +122,45 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
             return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
                         "%s on rank %u: the communicator %s was destroyed while waiting", op, me,
                         impl_->name.c_str());
-        double waited = now_seconds() - start;
-        if (waited > timeout) {
-            std::string list, dead;
-            for (uint32_t src = 0; src < W; ++src) {
-                if (done[src]) continue;
-                list += list.empty() ? "" : ", ";
-                list += std::to_string(src);
-                if (__atomic_load_n(&header(src)->reserved, __ATOMIC_ACQUIRE) == 1)
-                    dead += format(" (rank %u destroyed its communicator)", src);
-                else if (!peer_alive(src))
-                    dead += format(" (rank %u: process %d is dead)", src, impl_->pids[src]);
-            }
+        const double now = now_seconds();
+        // A peer that is gone will never publish this call, so waiting for the timeout is pointless.
+        // Its entry may have landed just before it went: only a peer still without one counts.
+        std::string gone;
+        if (pacer.due(now))
+            pacer.probe_batch(W, [&](uint32_t src) { return !done[src]; }, [&](uint32_t src) {
+                std::string why;
+                if (peer_gone(src, &why) && mb->from[src].seq.load(std::memory_order_acquire) < want) gone += why;
+            });
+        const double waited = now - start;
+        if (!gone.empty() || waited > timeout) {
+            std::vector<uint32_t> missing;
+            for (uint32_t src = 0; src < W; ++src)
+                if (!done[src]) missing.push_back(src);
+            if (!gone.empty())
+                return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
+                            "%s on rank %u: gave up after %.1fs waiting for ranks %s: a peer is gone, so collective "
+                            "call #%" PRIu64 " can never complete (HCCL_EXEC_TIMEOUT=%g not reached)%s",
+                            op, me, waited, rank_list(missing).c_str(), seq, timeout, gone.c_str());
+            std::string notes;
+            for (uint32_t src : missing) peer_gone(src, &notes);
             return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
-                        "%s on rank %u: timed out after %.1fs waiting for ranks [%s] (HCCL_EXEC_TIMEOUT=%g, "
+                        "%s on rank %u: timed out after %.1fs waiting for ranks %s (HCCL_EXEC_TIMEOUT=%g, "
                         "collective call #%" PRIu64 ")%s",
-                        op, me, waited, list.c_str(), timeout, seq, dead.c_str());
+                        op, me, waited, rank_list(missing).c_str(), timeout, seq, notes.c_str());
         }
-        bo.pause();
+        if (!bo.long_wait()) {
+            bo.pause();
+            continue;
+        }
+        // A long wait sleeps on the doorbell, at most 50 ms at a time (destruction, liveness and the
+        // timeout are checked between sleeps).
+        mb->sleepers.fetch_add(1, std::memory_order_seq_cst);
+        const uint32_t rung = mb->ring.load(std::memory_order_seq_cst);
+        bool arrived = false;
+        for (uint32_t src = 0; src < W && !arrived; ++src)
+            arrived = !done[src] && mb->from[src].seq.load(std::memory_order_acquire) >= want;
+        if (!arrived) futex_wait(&mb->ring, rung, 0.05);
+        mb->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     }
 }
 

@@ -1,8 +1,7 @@
-// POSIX shared-memory segments of the mock HCCL: process-wide refcounted mappings, liveness of
-// owner processes, and the sweep that removes segments of worlds whose processes died.
+// POSIX shared-memory segments of the mock HCCL: their names, process-wide refcounted mappings, and
+// the sweep that removes segments of worlds whose processes died.
 #include <dirent.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -12,86 +11,137 @@
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 
 #include "hccl/hccl_internal.h"
 
 namespace aclmock {
 namespace hccl {
 
+// ---- names -----------------------------------------------------------------------------------------
 std::string rdv_name(uint64_t world_id) {
     return format("/%s%016" PRIx64 "_rdv", kShmPrefix, world_id);
 }
 
-std::string window_name(uint64_t world_id, uint32_t rank, int32_t pid) {
-    return format("/%s%016" PRIx64 "_w%u_p%d", kShmPrefix, world_id, rank, pid);
+std::string window_name(uint64_t world_id, uint32_t rank, uint64_t pid_ns, int32_t pid) {
+    return format("/%s%016" PRIx64 "_w%u_n%" PRIu64 "_p%d", kShmPrefix, world_id, rank, pid_ns, pid);
 }
 
-double now_seconds() {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-void Backoff::pause() {
-    // A short spin catches a peer that is just about to publish; after that, sleep with a growing
-    // interval capped at 200 us so that many waiting ranks on few cores leave the senders CPU time.
-    ++n;
-    if (n < 64) {
-        std::this_thread::yield();
-        return;
+bool parse_segment_name(const char *n, SegmentName *out) {
+    const size_t plen = strlen(kShmPrefix);
+    if (*n == '/') ++n;
+    if (strncmp(n, kShmPrefix, plen) != 0) return false;
+    const char *rest = n + plen;
+    if (strlen(rest) < 17 || rest[16] != '_') return false;
+    char *end = nullptr;
+    *out = SegmentName{};
+    out->world_id = strtoull(rest, &end, 16);
+    if (end != rest + 16) return false;
+    const char *kind = rest + 17;
+    if (strcmp(kind, "rdv") == 0) {
+        out->rdv = true;
+        return true;
     }
-    unsigned k = n - 64;
-    unsigned us = k < 8 ? (1u << k) : 200u;
-    if (us > 200) us = 200;
-    struct timespec ts{0, static_cast<long>(us) * 1000};
-    nanosleep(&ts, nullptr);
+    int rank = -1, pid = -1, used = 0;
+    unsigned long long ns = 0;
+    if (sscanf(kind, "w%d_n%llu_p%d%n", &rank, &ns, &pid, &used) != 3 || kind[used] != '\0' || rank < 0 ||
+        pid <= 0)
+        return false;
+    out->rank = static_cast<uint32_t>(rank);
+    out->pid_ns = ns;
+    out->pid = pid;
+    return true;
 }
 
-// ---- liveness ------------------------------------------------------------------------------------
-bool pid_alive(int32_t pid) {
-    if (pid <= 0) return false;
-    if (pid == getpid()) return true;
-    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-    // kill() succeeds on a zombie (dead, not yet reaped by its parent): look at its state.
-    char path[64];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return errno != ENOENT;
-    char buf[512];
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    const char *rp = strrchr(buf, ')');   // "pid (comm) S ..."; comm may contain spaces or ')'
-    if (!rp || rp[1] != ' ') return true;
-    char state = rp[2];
-    return state != 'Z' && state != 'X' && state != 'x';
-}
-
-// ---- segments ------------------------------------------------------------------------------------
+// ---- segments ----------------------------------------------------------------------------------------
 namespace {
-std::mutex g_seg_mu;
+std::mutex g_seg_mu;   // guards segs()
 std::map<std::string, Segment> &segs() {
     static auto *m = new std::map<std::string, Segment>();   // never destroyed: used at exit
     return *m;
 }
 
-uint8_t *map_fd(int fd, size_t size, std::string *err, const std::string &name) {
+// Another reference to a mapping this process holds; nullptr when it holds none. Caller holds g_seg_mu.
+uint8_t *ref_locked(const std::string &name) {
+    auto it = segs().find(name);
+    if (it == segs().end()) return nullptr;
+    ++it->second.refs;
+    return it->second.addr;
+}
+
+// Maps fd (and closes it), recording the mapping of `name` with one reference. Caller holds g_seg_mu.
+uint8_t *adopt_locked(const std::string &name, int fd, size_t size, std::string *err) {
     void *p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_NORESERVE, fd, 0);
+    close(fd);
     if (p == MAP_FAILED) {
         *err = format("mmap of %s (%zu bytes) failed: %s", name.c_str(), size, strerror(errno));
         return nullptr;
     }
-    return static_cast<uint8_t *>(p);
+    Segment &s = segs()[name];
+    s = Segment{};
+    s.name = name;
+    s.addr = static_cast<uint8_t *>(p);
+    s.size = size;
+    s.refs = 1;
+    return s.addr;
+}
+
+// Creates `name` exclusively and sizes it (sparse: pages cost memory only once touched). Returns the
+// fd; -1 with *exists set when the name is taken; -1 with *err set on any other failure.
+int create_sized(const std::string &name, size_t size, bool *exists, std::string *err) {
+    *exists = false;
+    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+        if (errno == EEXIST)
+            *exists = true;
+        else
+            *err = format("shm_open(%s) failed: %s", name.c_str(), strerror(errno));
+        return -1;
+    }
+    if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
+        *err = format("ftruncate(%s, %zu) failed: %s", name.c_str(), size, strerror(errno));
+        close(fd);
+        shm_unlink(name.c_str());
+        return -1;
+    }
+    return fd;
+}
+
+// Opens an existing segment of `size` bytes. A segment still at 0 bytes is being created: with a
+// `deadline` (a now_seconds() value, 0 = none) wait for its creator to size it.
+int open_sized(const std::string &name, size_t size, double deadline, std::string *err) {
+    int fd = shm_open(name.c_str(), O_RDWR, 0600);
+    if (fd < 0) {
+        *err = format("shm_open(%s) failed: %s", name.c_str(), strerror(errno));
+        return -1;
+    }
+    Backoff bo;
+    for (;;) {
+        struct stat st;
+        if (fstat(fd, &st) != 0) {
+            *err = format("fstat(%s) failed: %s", name.c_str(), strerror(errno));
+            break;
+        }
+        if (static_cast<size_t>(st.st_size) == size) return fd;
+        if (st.st_size != 0 || deadline <= 0) {
+            *err = format("shared memory segment %s has %lld bytes, expected %zu%s", name.c_str(),
+                          static_cast<long long>(st.st_size), size,
+                          st.st_size != 0 ? " (another version of the mock?)" : "");
+            break;
+        }
+        if (now_seconds() > deadline) {
+            *err = format("shared memory segment %s was never sized by its creator", name.c_str());
+            break;
+        }
+        bo.pause();
+    }
+    close(fd);
+    return -1;
 }
 }  // namespace
 
 uint8_t *seg_ref(const std::string &name) {
     std::lock_guard<std::mutex> lk(g_seg_mu);
-    auto it = segs().find(name);
-    if (it == segs().end()) return nullptr;
-    ++it->second.refs;
-    return it->second.addr;
+    return ref_locked(name);
 }
 
 uint8_t *seg_create(const std::string &name, size_t size, std::string *err) {
@@ -100,71 +150,26 @@ uint8_t *seg_create(const std::string &name, size_t size, std::string *err) {
         *err = format("shared memory segment %s already exists in this process", name.c_str());
         return nullptr;
     }
-    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd < 0 && errno == EEXIST) {
+    bool exists = false;
+    int fd = create_sized(name, size, &exists, err);
+    if (exists) {
         // Left over by a dead process whose pid was reused (names carry pid and a random world id,
         // so this is rare): replace it.
         shm_unlink(name.c_str());
-        fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+        fd = create_sized(name, size, &exists, err);
+        if (exists) *err = format("shm_open(%s) failed: %s", name.c_str(), strerror(EEXIST));
     }
-    if (fd < 0) {
-        *err = format("shm_open(%s) failed: %s", name.c_str(), strerror(errno));
-        return nullptr;
-    }
-    // ftruncate gives a sparse file: pages cost memory only once touched.
-    if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-        *err = format("ftruncate(%s, %zu) failed: %s", name.c_str(), size, strerror(errno));
-        close(fd);
-        shm_unlink(name.c_str());
-        return nullptr;
-    }
-    uint8_t *p = map_fd(fd, size, err, name);
-    close(fd);
-    if (!p) {
-        shm_unlink(name.c_str());
-        return nullptr;
-    }
-    Segment &s = segs()[name];
-    s.name = name;
-    s.addr = p;
-    s.size = size;
-    s.refs = 1;
+    if (fd < 0) return nullptr;
+    uint8_t *p = adopt_locked(name, fd, size, err);
+    if (!p) shm_unlink(name.c_str());
     return p;
 }
 
 uint8_t *seg_open(const std::string &name, size_t expect_size, std::string *err) {
     std::lock_guard<std::mutex> lk(g_seg_mu);
-    auto it = segs().find(name);
-    if (it != segs().end()) {
-        ++it->second.refs;
-        return it->second.addr;
-    }
-    int fd = shm_open(name.c_str(), O_RDWR, 0600);
-    if (fd < 0) {
-        *err = format("shm_open(%s) failed: %s", name.c_str(), strerror(errno));
-        return nullptr;
-    }
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        *err = format("fstat(%s) failed: %s", name.c_str(), strerror(errno));
-        close(fd);
-        return nullptr;
-    }
-    if (static_cast<size_t>(st.st_size) != expect_size) {
-        *err = format("shared memory segment %s has %lld bytes, expected %zu", name.c_str(),
-                      static_cast<long long>(st.st_size), expect_size);
-        close(fd);
-        return nullptr;
-    }
-    uint8_t *p = map_fd(fd, expect_size, err, name);
-    close(fd);
-    if (!p) return nullptr;
-    Segment &s = segs()[name];
-    s.name = name;
-    s.addr = p;
-    s.size = expect_size;
-    s.refs = 1;
-    return p;
+    if (uint8_t *p = ref_locked(name)) return p;
+    int fd = open_sized(name, expect_size, 0, err);
+    return fd < 0 ? nullptr : adopt_locked(name, fd, expect_size, err);
 }
 
 uint8_t *seg_attach(const std::string &name, size_t size, double deadline, bool *created,
@@ -175,60 +180,16 @@ uint8_t *seg_attach(const std::string &name, size_t size, double deadline, bool 
     std::lock_guard<std::mutex> alk(attach_mu);
     *created = false;
     if (uint8_t *p = seg_ref(name)) return p;
-    std::lock_guard<std::mutex> lk(g_seg_mu);
-    int fd = shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
-    if (fd >= 0) {
-        if (ftruncate(fd, static_cast<off_t>(size)) != 0) {
-            *err = format("ftruncate(%s, %zu) failed: %s", name.c_str(), size, strerror(errno));
-            close(fd);
-            shm_unlink(name.c_str());
-            return nullptr;
-        }
+    bool exists = false;
+    int fd = create_sized(name, size, &exists, err);
+    if (fd >= 0)
         *created = true;
-    } else if (errno == EEXIST) {
-        fd = shm_open(name.c_str(), O_RDWR, 0600);
-        if (fd < 0) {
-            *err = format("shm_open(%s) failed: %s", name.c_str(), strerror(errno));
-            return nullptr;
-        }
-        // The creator may not have sized it yet.
-        Backoff bo;
-        for (;;) {
-            struct stat st;
-            if (fstat(fd, &st) != 0) {
-                *err = format("fstat(%s) failed: %s", name.c_str(), strerror(errno));
-                close(fd);
-                return nullptr;
-            }
-            if (static_cast<size_t>(st.st_size) == size) break;
-            if (st.st_size != 0 && static_cast<size_t>(st.st_size) != size) {
-                *err = format("shared memory segment %s has %lld bytes, expected %zu (another version of "
-                              "the mock?)", name.c_str(), static_cast<long long>(st.st_size), size);
-                close(fd);
-                return nullptr;
-            }
-            if (now_seconds() > deadline) {
-                *err = format("shared memory segment %s was never sized by its creator", name.c_str());
-                close(fd);
-                return nullptr;
-            }
-            bo.pause();
-        }
-    } else {
-        *err = format("shm_open(%s) failed: %s", name.c_str(), strerror(errno));
-        return nullptr;
-    }
-    uint8_t *p = map_fd(fd, size, err, name);
-    close(fd);
-    if (!p) {
-        if (*created) shm_unlink(name.c_str());
-        return nullptr;
-    }
-    Segment &s = segs()[name];
-    s.name = name;
-    s.addr = p;
-    s.size = size;
-    s.refs = 1;
+    else if (exists)
+        fd = open_sized(name, size, deadline, err);   // another process created it
+    if (fd < 0) return nullptr;
+    std::lock_guard<std::mutex> lk(g_seg_mu);
+    uint8_t *p = adopt_locked(name, fd, size, err);
+    if (!p && *created) shm_unlink(name.c_str());
     return p;
 }
 
@@ -252,9 +213,8 @@ void seg_release(const std::string &name) {
 }
 
 void seg_unlink(const std::string &name) {
-    if (shm_unlink(name.c_str()) != 0 && errno != ENOENT) {
-        // Nothing a caller can do about it; the sweep of a later world retries.
-    }
+    // ENOENT (unlinked already, e.g. by a sweep) and other failures are left to a later sweep.
+    shm_unlink(name.c_str());
 }
 
 HcclStats hccl_stats() {
@@ -270,31 +230,37 @@ HcclStats hccl_stats() {
 }
 
 // ---- the sweep of dead worlds ----------------------------------------------------------------------
+// A segment goes only when its owners are provably dead: a window when its owner process is dead (in
+// this pid namespace); a rendezvous area when its creator and every rank that claimed a slot are dead
+// (all in this pid namespace), or when it has stayed uninitialised for a minute (its creator died
+// between creating and initialising it). A world still forming always has a live owner.
 namespace {
+constexpr int64_t kUninitialisedGraceSeconds = 60;
+
 bool rdv_is_stale(const std::string &path_name) {
     int fd = shm_open(path_name.c_str(), O_RDONLY, 0);
     if (fd < 0) return false;
     struct stat st;
     bool stale = false;
     if (fstat(fd, &st) == 0) {
+        const bool old = time(nullptr) - st.st_mtime > kUninitialisedGraceSeconds;
         if (static_cast<size_t>(st.st_size) < sizeof(RdvHeader)) {
-            // Being created right now, or its creator died between shm_open and ftruncate.
-            stale = time(nullptr) - st.st_mtime > 60;
+            stale = old;   // being created right now, or its creator died before sizing it
         } else {
             void *p = mmap(nullptr, sizeof(RdvHeader), PROT_READ, MAP_SHARED, fd, 0);
             if (p != MAP_FAILED) {
                 auto *h = static_cast<const RdvHeader *>(p);
                 if (h->magic.load(std::memory_order_acquire) != kRdvMagic) {
-                    stale = time(nullptr) - st.st_mtime > 60;
+                    stale = old;
                 } else {
-                    bool any_alive = pid_alive(h->creator_pid);
+                    bool gone = process_gone(h->creator_pid, h->creator_ns);
                     uint32_t n = h->nranks <= static_cast<uint32_t>(kMaxRanks) ? h->nranks : kMaxRanks;
-                    for (uint32_t r = 0; r < n && !any_alive; ++r) {
-                        uint32_t s = h->slots[r].state.load(std::memory_order_acquire);
-                        if ((s == kSlotClaimed || s == kSlotReady) && pid_alive(h->slots[r].pid))
-                            any_alive = true;
+                    for (uint32_t r = 0; r < n && gone; ++r) {
+                        const RdvSlot &sl = h->slots[r];
+                        uint32_t s = sl.state.load(std::memory_order_acquire);
+                        if (s != kSlotFree && s != kSlotLeft && !process_gone(sl.pid, sl.pid_ns)) gone = false;
                     }
-                    stale = !any_alive;
+                    stale = gone;
                 }
                 munmap(p, sizeof(RdvHeader));
             }
@@ -308,26 +274,28 @@ bool rdv_is_stale(const std::string &path_name) {
 void sweep_stale_segments() {
     DIR *d = opendir("/dev/shm");
     if (!d) return;
-    const size_t plen = strlen(kShmPrefix);
     std::vector<std::string> doomed;
     while (struct dirent *e = readdir(d)) {
-        const char *n = e->d_name;
-        if (strncmp(n, kShmPrefix, plen) != 0) continue;
-        const char *rest = n + plen;
-        if (strlen(rest) < 17 || rest[16] != '_') continue;
-        const char *kind = rest + 17;
-        if (kind[0] == 'w') {
-            const char *pp = strstr(kind, "_p");
-            if (!pp) continue;
-            long pid = strtol(pp + 2, nullptr, 10);
-            if (!pid_alive(static_cast<int32_t>(pid))) doomed.push_back(std::string("/") + n);
-        } else if (strcmp(kind, "rdv") == 0) {
-            std::string nm = std::string("/") + n;
-            if (rdv_is_stale(nm)) doomed.push_back(nm);
-        }
+        SegmentName sn;
+        if (!parse_segment_name(e->d_name, &sn)) continue;
+        std::string nm = std::string("/") + e->d_name;
+        if (sn.rdv ? rdv_is_stale(nm) : process_gone(sn.pid, sn.pid_ns)) doomed.push_back(nm);
     }
     closedir(d);
     for (auto &nm : doomed) shm_unlink(nm.c_str());
+}
+
+void sweep_stale_segments_every(double min_interval) {
+    // The ranks of a thread world join at the same time: one sweep serves them all.
+    static std::mutex mu;
+    static double last = -1e300;
+    {
+        std::lock_guard<std::mutex> lk(mu);
+        double now = now_seconds();
+        if (now - last < min_interval) return;
+        last = now;
+    }
+    sweep_stale_segments();
 }
 
 }  // namespace hccl

@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -30,6 +31,16 @@ using namespace aclmock;
     do {                                                                                 \
         if (!(cond)) {                                                                   \
             fprintf(stderr, "FAIL %s:%d: %s\n", __FILE__, __LINE__, #cond);              \
+            fflush(stderr);                                                              \
+            _exit(1);                                                                    \
+        }                                                                                \
+    } while (0)
+#define CHECK_RANGE(v, lo, hi)                                                           \
+    do {                                                                                 \
+        double v_ = (v);                                                                 \
+        if (!(v_ >= (lo) && v_ < (hi))) {                                                \
+            fprintf(stderr, "FAIL %s:%d: %s = %g outside [%g, %g)\n", __FILE__, __LINE__, #v, \
+                    v_, (double)(lo), (double)(hi));                                     \
             fflush(stderr);                                                              \
             _exit(1);                                                                    \
         }                                                                                \
@@ -79,6 +90,16 @@ static int shm_segments_of(const std::string &world) {
     closedir(d);
     return n;
 }
+
+static double now_s() {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+// Timing bounds of the liveness scenarios: "promptly" means well under this, on a loaded machine,
+// while the timeouts the driver sets (HCCL_EXEC_TIMEOUT / HCCL_CONNECT_TIMEOUT = 120 s) are far above.
+static const double kPrompt = 10.0;
 
 static void run_ranks(int n, const std::function<void(int)> &fn) {
     std::vector<std::thread> ts;
@@ -292,6 +313,7 @@ static void never_joins(int W) {
 static void exec_timeout() {
     HcclRootInfo root;
     CHECK_EQ(HcclGetRootInfo(&root), HCCL_SUCCESS);
+    std::atomic<bool> reported{false};
     run_ranks(2, [&](int r) {
         HcclComm c = nullptr;
         CHECK_EQ(HcclCommInitRootInfo(2, &root, r, &c), HCCL_SUCCESS);
@@ -301,11 +323,167 @@ static void exec_timeout() {
             std::string m = msg();
             CHECK_MSG(m, "HcclBarrier on rank 0: timed out");
             CHECK_MSG(m, "[1]");
+            reported = true;
+        } else {
+            // alive and holding its communicator, just not entering the barrier: only the timeout
+            // can end rank 0's wait
+            while (!reported) usleep(10000);
         }
-        // rank 1 destroys at once; rank 0's destroy after its timeout
         CHECK_EQ(HcclCommDestroy(c), HCCL_SUCCESS);
     });
     printf("ok exec_timeout\n");
+}
+
+// ---- scenario: a peer destroys its communicator while rank 0 waits for it ---------------------
+static void peer_destroyed() {
+    HcclRootInfo root;
+    CHECK_EQ(HcclGetRootInfo(&root), HCCL_SUCCESS);
+    run_ranks(2, [&](int r) {
+        HcclComm c = nullptr;
+        CHECK_EQ(HcclCommInitRootInfo(2, &root, r, &c), HCCL_SUCCESS);
+        if (r == 0) {
+            double t0 = now_s();
+            CHECK_EQ(HcclBarrier(c, nullptr), HCCL_SUCCESS);
+            CHECK_EQ(aclrtSynchronizeStream(nullptr), ACL_ERROR_RT_AICORE_TIMEOUT);
+            double took = now_s() - t0;
+            std::string m = msg();
+            CHECK_MSG(m, "waiting for ranks [1]");
+            CHECK_MSG(m, "(rank 1 destroyed its communicator)");
+            CHECK_RANGE(took, 0, kPrompt);
+        } else {
+            usleep(300000);   // rank 0 is waiting by now
+        }
+        CHECK_EQ(HcclCommDestroy(c), HCCL_SUCCESS);
+    });
+    printf("ok peer_destroyed\n");
+}
+
+// ---- scenario: host waits in short slices, then abandoned (the C side of Ctrl-C) ----------------
+// Rank 0 queues barriers that wait for rank 1. aclrtSynchronizeStreamWithTimeout returns 507046 in
+// about its slice and leaves the queued work alone: once rank 1 arrives a plain synchronise reports
+// the barrier's own result. Then rank 0 queues two more barriers, abandons them and destroys its
+// communicator: the barrier waiting inside fails at once, the one queued behind it too, and both
+// aclrtSynchronizeStream and aclrtDestroyStream return promptly (HCCL_EXEC_TIMEOUT is 120 s).
+static void sliced_waits() {
+    HcclRootInfo root;
+    CHECK_EQ(HcclGetRootInfo(&root), HCCL_SUCCESS);
+    std::atomic<int> phase{0};
+    run_ranks(2, [&](int r) {
+        HcclComm c = nullptr;
+        CHECK_EQ(HcclCommInitRootInfo(2, &root, r, &c), HCCL_SUCCESS);
+        if (r == 1) {
+            while (phase < 1) usleep(1000);
+            CHECK_EQ(HcclBarrier(c, nullptr), HCCL_SUCCESS);
+            CHECK_EQ(aclrtSynchronizeStream(nullptr), 0);
+            phase = 2;
+            while (phase < 3) usleep(1000);   // keeps its communicator while rank 0 abandons
+            CHECK_EQ(HcclCommDestroy(c), HCCL_SUCCESS);
+            return;
+        }
+        aclrtStream s = nullptr;
+        CHECK_EQ(aclrtCreateStream(&s), 0);
+        CHECK_EQ(HcclBarrier(c, s), HCCL_SUCCESS);
+        for (int i = 0; i < 3; ++i) {
+            double t0 = now_s();
+            CHECK_EQ(aclrtSynchronizeStreamWithTimeout(s, 100), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+            CHECK_RANGE(now_s() - t0, 0.099, kPrompt);
+            CHECK_MSG(msg(), "timed out after 100 ms");
+        }
+        phase = 1;   // rank 1 enters the barrier now
+        CHECK_EQ(aclrtSynchronizeStream(s), 0);   // the barrier's own result, nothing lost
+        while (phase < 2) usleep(1000);
+        // abandoned waits
+        CHECK_EQ(HcclBarrier(c, s), HCCL_SUCCESS);
+        CHECK_EQ(HcclBarrier(c, s), HCCL_SUCCESS);
+        CHECK_EQ(aclrtSynchronizeStreamWithTimeout(s, 100), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+        double t0 = now_s();
+        CHECK_EQ(HcclCommDestroy(c), HCCL_SUCCESS);
+        CHECK_RANGE(now_s() - t0, 0, kPrompt);
+        t0 = now_s();
+        CHECK_EQ(aclrtSynchronizeStream(s), ACL_ERROR_RT_AICORE_EXCEPTION);
+        CHECK_MSG(msg(), "destroyed");
+        CHECK_EQ(aclrtDestroyStream(s), 0);
+        CHECK_RANGE(now_s() - t0, 0, kPrompt);
+        phase = 3;
+    });
+    // the same, with the stream destroyed right after the communicator, without a synchronise
+    CHECK_EQ(HcclGetRootInfo(&root), HCCL_SUCCESS);
+    run_ranks(2, [&](int r) {
+        HcclComm c = nullptr;
+        CHECK_EQ(HcclCommInitRootInfo(2, &root, r, &c), HCCL_SUCCESS);
+        if (r == 1) {
+            while (phase < 4) usleep(1000);
+            CHECK_EQ(HcclCommDestroy(c), HCCL_SUCCESS);
+            return;
+        }
+        aclrtStream s = nullptr;
+        CHECK_EQ(aclrtCreateStream(&s), 0);
+        CHECK_EQ(HcclBarrier(c, s), HCCL_SUCCESS);
+        CHECK_EQ(aclrtSynchronizeStreamWithTimeout(s, 50), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+        double t0 = now_s();
+        CHECK_EQ(HcclCommDestroy(c), HCCL_SUCCESS);
+        CHECK_EQ(aclrtDestroyStream(s), 0);
+        CHECK_RANGE(now_s() - t0, 0, kPrompt);
+        phase = 4;
+    });
+    printf("ok sliced_waits\n");
+}
+
+// ---- scenario: a kernel that times out, watched in slices (HCCL_EXEC_TIMEOUT=1 by the driver) ---
+static void sliced_timeout() {
+    HcclRootInfo root;
+    CHECK_EQ(HcclGetRootInfo(&root), HCCL_SUCCESS);
+    std::atomic<bool> reported{false};
+    run_ranks(2, [&](int r) {
+        HcclComm c = nullptr;
+        CHECK_EQ(HcclCommInitRootInfo(2, &root, r, &c), HCCL_SUCCESS);
+        if (r == 0) {
+            aclrtStream s = nullptr;
+            CHECK_EQ(aclrtCreateStream(&s), 0);
+            CHECK_EQ(HcclBarrier(c, s), HCCL_SUCCESS);
+            int slices = 0, rc;
+            while ((rc = aclrtSynchronizeStreamWithTimeout(s, 100)) == ACL_ERROR_RT_STREAM_SYNC_TIMEOUT) ++slices;
+            CHECK_EQ(rc, ACL_ERROR_RT_AICORE_TIMEOUT);   // the kernel's own result
+            CHECK_MSG(msg(), "HcclBarrier on rank 0: timed out");
+            CHECK_RANGE(slices, 1, 1e9);
+            CHECK_EQ(aclrtSynchronizeStream(s), 0);      // reported once
+            CHECK_EQ(aclrtDestroyStream(s), 0);
+            reported = true;
+        } else {
+            while (!reported) usleep(10000);
+        }
+        CHECK_EQ(HcclCommDestroy(c), HCCL_SUCCESS);
+    });
+    printf("ok sliced_timeout\n");
+}
+
+// ---- scenario: main() returns while another thread is blocked (exit with a join or a wait) -------
+// Prints the world id; the driver checks that the process ended promptly and that /dev/shm holds
+// nothing of that world.
+static int exit_while_blocked(const std::string &where) {
+    static HcclRootInfo root;
+    CHECK_EQ(HcclGetRootInfo(&root), HCCL_SUCCESS);
+    if (where == "join") {
+        std::thread([] {
+            CHECK_EQ(aclrtSetDevice(0), 0);
+            HcclComm c = nullptr;
+            HcclCommInitRootInfo(2, &root, 0, &c);   // rank 1 never comes
+        }).detach();
+        double until = now_s() + 30;
+        while (shm_segments_of(hex_world(root)) < 2 && now_s() < until) usleep(10000);
+        CHECK_EQ(shm_segments_of(hex_world(root)), 2);   // its rendezvous area and its window
+    } else {
+        static HcclComm comms[2];
+        run_ranks(2, [&](int r) { CHECK_EQ(HcclCommInitRootInfo(2, &root, r, &comms[r]), HCCL_SUCCESS); });
+        CHECK_EQ(aclrtSetDevice(0), 0);
+        aclrtStream s = nullptr;
+        CHECK_EQ(aclrtCreateStream(&s), 0);
+        CHECK_EQ(HcclBarrier(comms[0], s), HCCL_SUCCESS);   // rank 1 never enters it
+        CHECK_EQ(aclrtSynchronizeStreamWithTimeout(s, 100), ACL_ERROR_RT_STREAM_SYNC_TIMEOUT);
+    }
+    printf("world %s\nok exit_while_blocked %s\n", hex_world(root).c_str(), where.c_str());
+    fflush(stdout);
+    return 0;   // exit() with the other thread still blocked
 }
 
 // ---- scenario: processes; rank W-1 is SIGKILLed after joining --------------------------------
@@ -330,8 +508,10 @@ static void procs(int W, bool kill_last) {
             CHECK_EQ(got, 7000 + (r + W - 1) % W);
             if (kill_last) {
                 if (r == W - 1) raise(SIGKILL);
+                double t0 = now_s();
                 CHECK_EQ(HcclBarrier(c, nullptr), HCCL_SUCCESS);
                 CHECK_EQ(aclrtSynchronizeStream(nullptr), ACL_ERROR_RT_AICORE_TIMEOUT);
+                CHECK_RANGE(now_s() - t0, 0, kPrompt);   // the driver sets HCCL_EXEC_TIMEOUT=120
                 std::string m = msg();
                 char want[64];
                 snprintf(want, sizeof want, "rank %d: process", W - 1);
@@ -362,6 +542,46 @@ static void procs(int W, bool kill_last) {
     printf("ok procs %d%s\n", W, kill_last ? " kill" : "");
 }
 
+// ---- scenario: a rank's process dies while the world forms -------------------------------------
+// W = 3: rank 2 never comes; rank 1 joins in a child process that the parent SIGKILLs (and leaves
+// unreaped, a zombie) while it waits; rank 0, a thread of the parent, gives up within seconds
+// although HCCL_CONNECT_TIMEOUT is 120 s, naming rank 1's dead process. Nothing is left in /dev/shm.
+static void join_dies() {
+    HcclRootInfo root;
+    CHECK_EQ(HcclGetRootInfo(&root), HCCL_SUCCESS);
+    pid_t kid = fork();
+    CHECK(kid >= 0);
+    if (kid == 0) {
+        CHECK_EQ(aclrtSetDevice(1), 0);
+        HcclComm c = nullptr;
+        HcclCommInitRootInfo(3, &root, 1, &c);
+        _exit(3);
+    }
+    std::string err;
+    double took = 0;
+    std::thread rank0([&] {
+        CHECK_EQ(aclrtSetDevice(0), 0);
+        HcclComm c = nullptr;
+        double t0 = now_s();
+        CHECK_EQ(HcclCommInitRootInfo(3, &root, 0, &c), HCCL_E_TIMEOUT);
+        took = now_s() - t0;
+        err = msg();
+    });
+    usleep(500000);   // both wait in the rendezvous by now
+    kill(kid, SIGKILL);
+    rank0.join();
+    char want[64];
+    snprintf(want, sizeof want, "(rank 1: process %d is dead)", static_cast<int>(kid));
+    CHECK_MSG(err, want);
+    CHECK_MSG(err, "waiting for ranks [2] to join");
+    CHECK_RANGE(took, 0, 0.5 + kPrompt);
+    CHECK_EQ(shm_segments_of(hex_world(root)), 0);
+    int st = 0;
+    waitpid(kid, &st, 0);
+    CHECK(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+    printf("ok join_dies\n");
+}
+
 int main(int argc, char **argv) {
     std::string sc = argc > 1 ? argv[1] : "";
     int n = argc > 2 ? atoi(argv[2]) : 4;
@@ -371,8 +591,15 @@ int main(int argc, char **argv) {
     else if (sc == "exec_timeout") exec_timeout();
     else if (sc == "procs") procs(n, false);
     else if (sc == "procs_kill") procs(n, true);
+    else if (sc == "peer_destroyed") peer_destroyed();
+    else if (sc == "sliced_waits") sliced_waits();
+    else if (sc == "sliced_timeout") sliced_timeout();
+    else if (sc == "join_dies") join_dies();
+    else if (sc == "exit_join") return exit_while_blocked("join");
+    else if (sc == "exit_wait") return exit_while_blocked("wait");
     else {
-        fprintf(stderr, "usage: hccl_selftest threads|args|never_joins|exec_timeout|procs|procs_kill [n]\n");
+        fprintf(stderr, "usage: hccl_selftest threads|args|never_joins|exec_timeout|procs|procs_kill|"
+                        "peer_destroyed|sliced_waits|sliced_timeout|join_dies|exit_join|exit_wait [n]\n");
         return 2;
     }
     return 0;
