@@ -212,6 +212,15 @@ public:
 };
 }  // namespace
 
+Slot slot_of(const aclTensor *t) {
+    Slot s;
+    if (t) {
+        s.present = true;
+        s.desc = *t;
+    }
+    return s;
+}
+
 size_t live_executor_count() {
     ExecRegistry &r = ereg();
     std::lock_guard<std::mutex> lk(r.mu);
@@ -344,12 +353,8 @@ aclOpExecutor *make_copy_executor(const aclTensor *src, aclTensor *dst, uint64_t
         return nullptr;
     }
     auto ex = std::make_shared<CopyExecutor>();
-    ex->inputs.resize(1);
-    ex->outputs.resize(1);
-    ex->inputs[0].present = true;
-    ex->inputs[0].desc = *src;
-    ex->outputs[0].present = true;
-    ex->outputs[0].desc = *dst;
+    ex->inputs.push_back(slot_of(src));
+    ex->outputs.push_back(slot_of(dst));
     ex->nbytes = nb(*src);
     ex->workspace_size = workspace_size;
     return register_executor(std::move(ex));

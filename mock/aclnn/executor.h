@@ -52,6 +52,8 @@ struct Slot {
     bool present = false;
     aclTensor desc{};
 };
+// The slot of one phase-1 argument: a copy of *t, or an empty slot when t is NULL.
+ACLMOCK_API Slot slot_of(const aclTensor *t);
 
 // Base class of every op's executor. Phase 1 (the op's GetWorkspaceSize) validates, fills the
 // slots, sets workspace_size and calls register_executor(). Phase 2 calls launch_executor().

@@ -7,7 +7,6 @@
 #include <climits>
 #include <cstdarg>
 #include <cstring>
-#include <ctime>
 
 namespace aclmock {
 namespace moe {
@@ -233,64 +232,6 @@ int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParam
     return 0;
 }
 
-void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
-                   std::vector<int32_t> *logical, std::string *err) {
-    const int64_t W = p.W;
-    table->resize(size_t(W));
-    logical->assign(size_t(W), -1);
-    for (int64_t i = 0; i < W; ++i) (*table)[size_t(i)] = int32_t(i);
-    if (!info || info[0] == 0) {
-        *logical = *table;
-        return;
-    }
-    std::string e;
-    if (info[1] != W || info[2] != p.R || info[3] != p.E) {
-        e = format("elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, moe_expert_num "
-                   "(got %d, %d, %d vs %" PRId64 ", %" PRId64 ", %" PRId64 "; the mock models a re-mapping of "
-                   "the same world)", info[1], info[2], info[3], W, p.R, p.E);
-    } else {
-        for (int64_t l = 0; l < W && e.empty(); ++l) {
-            const int32_t ph = info[4 + W + l];
-            if (ph < 0 || ph >= W || (*logical)[size_t(ph)] >= 0)
-                e = format("elastic_info: the rank table [4+W, 4+2W) must be a permutation of 0..%" PRId64
-                           " (entry %" PRId64 " is %d)", W - 1, l, ph);
-            else
-                (*logical)[size_t(ph)] = int32_t(l);
-        }
-    }
-    if (!e.empty()) {
-        if (err->empty()) *err = e;
-        *logical = *table;
-        return;
-    }
-    for (int64_t l = 0; l < W; ++l) (*table)[size_t(l)] = info[4 + W + l];
-}
-
-int64_t table_hash(const std::vector<int32_t> &table) {
-    uint64_t h = 1469598103934665603ull;
-    for (int32_t v : table) h = (h ^ uint64_t(uint32_t(v))) * 1099511628211ull;
-    return int64_t(h & 0xfffffull);
-}
-
-int64_t monotonic_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-void write_perf_stamp(uint8_t *area, int64_t src) {
-    const int64_t now = monotonic_ns();
-    std::memcpy(area + uint64_t(src) * 512, &now, 8);
-}
-
-void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready) {
-    for (int64_t src = 0; src < W; ++src) {
-        int64_t stamp;
-        std::memcpy(&stamp, area + uint64_t(src) * 512, 8);
-        perf[src] += stamp > t_ready ? (stamp - t_ready) / 1000 : 0;
-    }
-}
-
 namespace {
 
 struct CtxHead {
@@ -354,13 +295,6 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
                                                        i, i, a, want));
     }
     *comm = c;
-    return 0;
-}
-
-int begin_kernel(const aclTensor &ctx, const MoeParams &p, const char *op, hccl::Comm **comm) {
-    if (int rc = resolve_context(ctx, p, comm, kKernelFail, op)) return rc;
-    if (!(*comm)->begin_use())
-        return fail(kKernelFail, "%s: rank %" PRId64 ": the communicator is being destroyed", op, p.r);
     return 0;
 }
 

@@ -80,24 +80,6 @@ int check_reserved(const aclTensor *t, const char *param, const MoeParams &p);
 // formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L (SPEC §2, §3.2).
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p);
 
-// elastic_info at run time (golden.py choice 10): `table[l]` = the physical rank serving logical rank
-// l, `logical` its inverse. Identity without elastic_info or with flag [0] == 0. With the flag set,
-// [1], [2], [3] must equal W, R, E and [4+W, 4+2W) must be a permutation of 0..W-1; otherwise *err
-// is set (first error only) and the identity is used so the protocol still completes.
-void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
-                   std::vector<int32_t> *logical, std::string *err);
-// A small hash of a rank table, published so that ranks with different tables fail loudly.
-int64_t table_hash(const std::vector<int32_t> &table);
-
-// performance_info (SPEC §0, §3.1): each sender stamps CLOCK_MONOTONIC (ns, system-wide) into the
-// receiver's window just before it publishes; the receiver adds max(0, stamp - t_ready) / 1000 µs per
-// source rank, t_ready being when it started to wait. The stamps live in the W*1024 bytes the 950's
-// window check reserves (W*512 per data half, 8 bytes per source rank at src*512).
-inline uint64_t perf_stamp_offset(const Layout &l) { return l.dispatch_region + l.combine_region; }
-int64_t monotonic_ns();
-void write_perf_stamp(uint8_t *area, int64_t src);
-void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready);
-
 // The context of SPEC §8 read from the context tensor's memory: the live op-resource context at
 // kfcContextAddr, its communicator matching ep_world_size / ep_rank_id, epRankId and the window
 // addresses matching. Phase 1: 161002 naming `context` (or the attribute). At run time the same
@@ -116,26 +98,6 @@ struct CombineWs {
     uint64_t sendcnt = 0, acc = 0, tmp = 0, total = 0;
 };
 CombineWs combine_ws(const MoeParams &p);
-
-// Failure code of a kernel that finds bad data at run time (call-order and parameter mismatches
-// reported by wait_all use their own codes).
-constexpr int kKernelFail = ACL_ERROR_RT_AICORE_EXCEPTION;
-
-// Ends a kernel's use of its communicator (Comm::begin_use) on every return path.
-struct UseGuard {
-    hccl::Comm *c;
-    ~UseGuard() { c->end_use(); }
-};
-
-// Start of a kernel: the context resolved and checked (as resolve_context, with the kernel's
-// failure code) and the communicator held for the call (Comm::begin_use; pair with UseGuard).
-int begin_kernel(const aclTensor &ctx, const MoeParams &p, const char *op, hccl::Comm **comm);
-
-// Typed address of slot i's view, or nullptr for an absent optional tensor.
-template <class T>
-T *ptr(const std::vector<Slot> &v, int i) {
-    return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
-}
 
 }  // namespace moe
 }  // namespace aclmock
