@@ -36,7 +36,7 @@ class RawDesc:
 class World2:
     """Two communicators of one thread world, usable from the test thread afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_context: Any = None) -> None:
         from aclnn_py import Device
         from aclnn_py.hccl import Communicator, RootInfo, build_context
 
@@ -59,6 +59,9 @@ class World2:
         if errs:
             raise errs[0]
         Device(0).set_current()
+        if before_context is not None:
+            for c in self.comms:
+                before_context(c)
         self.ctx = [build_context(c) for c in self.comms]
 
     def close(self) -> None:

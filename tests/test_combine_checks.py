@@ -63,6 +63,18 @@ def test_descriptor_rules(world):
     expect(_c(world, expand_x=RawDesc((16, 1024), 27, strides=(1, 16))), INVALID, "expand_x: must be contiguous")
 
 
+@pytest.mark.parametrize("fmt,name", [(0, "NCHW"), (1, "NHWC"), (35, "NC"), (47, "NCL"), (29, "FRACTAL_NZ")])
+@pytest.mark.parametrize("arg,shape,dt", [("expand_x", (16, 1024), 27), ("assist_info_for_combine", (2048,), 3),
+                                          ("ep_send_counts", (4,), 3), ("x_out", (4, 1024), 27)])
+def test_only_nd_format_accepted(world, fmt, name, arg, shape, dt):
+    expect(_c(world, **{arg: RawDesc(shape, dt, fmt=fmt)}), INVALID, f"{arg}: format must be ND (or UNDEFINED)",
+           f"(got {name})")
+
+
+def test_undefined_format_taken_as_nd(world):
+    assert _c(world, expand_x=RawDesc((16, 1024), 27, fmt=-1), x_out=RawDesc((4, 1024), 27, fmt=-1)).run()[0] == 0
+
+
 def test_context_rules(world):
     expect(_c(world, context=np.zeros(4100, np.int64)), INVALID, "context: dtype must be ACL_INT32")
     expect(_c(world, context=np.zeros(4100, np.int32)), INVALID, "context: kfcContextAddr is not a live")
@@ -174,9 +186,14 @@ def test_tensor_rule(world, attrs, tensors, text):
     expect(_c(world, attrs, **tensors), INVALID, text)
 
 
-def test_empty_weights_and_tp_send_counts_accepted(world):
+def test_empty_weights_accepted(world):
     assert _c(world, expert_scales=np.zeros((0, 2), np.float32)).run()[0] == 0
-    assert _c(world, tp_send_counts=np.zeros(2, np.int32)).run()[0] == 0
+
+
+def test_tp_send_counts_must_be_null(world):
+    expect(_c(world, tp_send_counts=np.zeros(2, np.int32)), INVALID,
+           "tp_send_counts: is reserved and must be NULL, tensor parallelism is not supported (got a (2,) tensor)")
+    expect(_c(world, tp_send_counts=np.zeros(0, np.int32)), INVALID, "tp_send_counts: is reserved and must be NULL")
 
 
 @pytest.fixture

@@ -72,6 +72,23 @@ def test_fractal_nz_rejected(world, name, shape, dt):
     expect(c, INVALID, f"{name}: format must be ND", "(got FRACTAL_NZ)")
 
 
+@pytest.mark.parametrize("fmt,name", [(0, "NCHW"), (1, "NHWC"), (30, "NCDHW"), (35, "NC"), (47, "NCL"),
+                                      (3, "NC1HWC0"), (54, "format 54")])
+@pytest.mark.parametrize("arg,shape,dt", [("x", (4, 1024), BF), ("expert_ids", (4, 2), I32),
+                                          ("expand_x", (8, 1024), BF), ("ep_recv_counts", (4,), I32)])
+def test_only_nd_format_accepted(world, fmt, name, arg, shape, dt):
+    c = DispatchCall(world)
+    c.tensors[arg] = RawDesc(shape, dt, fmt=fmt)
+    expect(c, INVALID, f"{arg}: format must be ND (or UNDEFINED)", f"(got {name})")
+
+
+def test_undefined_format_taken_as_nd(world):
+    c = DispatchCall(world)
+    c.tensors["x"] = RawDesc((4, 1024), BF, fmt=-1)
+    c.tensors["expand_x"] = RawDesc((16, 1024), BF, fmt=-1)
+    assert c.run()[0] == 0
+
+
 def test_non_contiguous_rejected(world):
     c = DispatchCall(world)
     c.tensors["x"] = RawDesc((4, 1024), BF, strides=(1, 4))
@@ -97,7 +114,49 @@ def test_context_not_a_live_op_resource_context(world):
 def test_context_too_short(world):
     c = DispatchCall(world)
     c.tensors["context"] = np.zeros(3, np.int32)
-    expect(c, INVALID, "context: must hold at least the 16-byte head", "(got 12 bytes)")
+    expect(c, INVALID, "context: must hold the whole Mc2MoeContext struct, 16400 bytes (4100 int32) (got 12 bytes)")
+    # a context cut after the window addresses of the world's ranks is still refused
+    c = DispatchCall(world)
+    c.tensors["context"] = world.ctx[0][0].numpy()[:4099]
+    expect(c, INVALID, "context: must hold the whole Mc2MoeContext struct", "(got 16396 bytes)")
+
+
+def _op_res_ctx(comm, op_type, engine):
+    """HcclCreateOpResCtx on `comm` with op type and comm engine of our choosing (its address)."""
+    b = __import__("aclnn_py").backend()
+    ffi, lib = b.ffi, b.lib
+    args = ffi.new("void **")
+    assert lib.HcclKfcAllocOpArgs(args) == 0
+    assert lib.HcclKfcOpArgsSetCommEngine(args[0], engine) == 0
+    h = ffi.new("HcclComm *")
+    assert lib.HcclCommGetHandleWithName(comm.name.encode(), h) == 0
+    out = ffi.new("void **")
+    assert lib.HcclCreateOpResCtx(h[0], op_type, args[0], out) == 0
+    assert lib.HcclKfcFreeOpArgs(args[0]) == 0
+    return int(ffi.cast("uintptr_t", out[0]))
+
+
+def _with_kfc(ctx, addr):
+    a = ctx.numpy().copy()
+    a[2:4] = np.array([addr], np.uint64).view(np.int32)
+    return a
+
+
+def test_context_of_another_op_type(world):
+    c = DispatchCall(world)
+    c.tensors["context"] = _with_kfc(world.ctx[0][0], _op_res_ctx(world.comms[0], 7, 4))
+    expect(c, INVALID, "context: kfcContextAddr must be an op-resource context of op type 8 (all-to-all)",
+           "(got op type 7)")
+
+
+def test_context_of_another_comm_engine(acl):
+    # the engine is fixed when the communicator's all-to-all context is first created
+    w = World2(before_context=lambda comm: _op_res_ctx(comm, 8, 3))
+    try:
+        expect(DispatchCall(w), INVALID, "context: kfcContextAddr's op-resource context must use comm engine 4 "
+                                         "(AIV, HcclKfcOpArgsSetCommEngine) (got comm engine 3)")
+    finally:
+        w.close()
 
 
 def test_context_of_another_rank(world):

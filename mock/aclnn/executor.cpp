@@ -35,6 +35,7 @@ struct Entry {
     // Immutable copies of the slots handed to queued launches; rebuilt only after a rebind, so a
     // repeated launch of an unchanged executor copies nothing.
     std::shared_ptr<const std::vector<Slot>> snap_in, snap_out;
+    bool launched = false;  // phase 2 was called at least once (a repeatable executor stays live)
 };
 
 struct ExecRegistry {
@@ -217,8 +218,31 @@ Slot slot_of(const aclTensor *t) {
     if (t) {
         s.present = true;
         s.desc = *t;
+        s.src = t;
     }
     return s;
+}
+
+bool pending_executor_uses(const aclTensor *t, std::string *what) {
+    ExecRegistry &r = ereg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    for (const auto &kv : r.live) {
+        Entry &e = *kv.second;
+        std::lock_guard<std::mutex> g(e.mu);
+        if (e.launched) continue;
+        const Executor &ex = *e.exec;
+        for (int io = 0; io < 2; ++io) {
+            const std::vector<Slot> &slots = io == 0 ? ex.inputs : ex.outputs;
+            for (size_t i = 0; i < slots.size(); ++i) {
+                const Slot &s = slots[i];
+                if (!s.present || s.src != t || s.desc.serial != t->serial) continue;
+                *what = format("executor %p of %s (%s %zu)", static_cast<void *>(to_handle(kv.first)),
+                               ex.op_name().c_str(), io == 0 ? "input" : "output", i);
+                return true;
+            }
+        }
+    }
+    return false;
 }
 
 size_t live_executor_count() {
@@ -259,6 +283,7 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         if (it != r.live.end()) {
             e = it->second;
             std::lock_guard<std::mutex> g(e->mu);
+            e->launched = true;
             if (!e->exec->repeatable) {  // consumed by this call, whatever its outcome
                 r.live.erase(it);
                 bury_locked(r, id, Death::Consumed);

@@ -20,6 +20,7 @@ struct aclTensor {
     aclFormat format = ACL_FORMAT_ND;
     std::vector<int64_t> storage;     // storage dims
     void *data = nullptr;             // storage base
+    uint64_t serial = 0;              // unique per aclCreateTensor call (a reused address is a new tensor)
 };
 
 namespace aclmock {
@@ -51,6 +52,7 @@ ACLMOCK_API TensorStats tensor_stats();
 struct Slot {
     bool present = false;
     aclTensor desc{};
+    const aclTensor *src = nullptr;   // the caller's descriptor (compared with desc.serial, never read)
 };
 // The slot of one phase-1 argument: a copy of *t, or an empty slot when t is NULL.
 ACLMOCK_API Slot slot_of(const aclTensor *t);

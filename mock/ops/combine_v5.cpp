@@ -130,7 +130,8 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     return 0;
 }
 
-// expert_scales (empty → unweighted), x_active_mask, the tensors that must be NULL, expand_scales,
+// expert_scales (empty → unweighted), x_active_mask, the tensors that must be NULL (tp_send_counts,
+// activation_scale, weight_scale, group_list), expand_scales,
 // shared_expert_x, elastic_info / performance_info on A3.
 int check_options(const CombineArgs &a, CombineParams &p) {
     const aclTensor *es = a[kEScales];
@@ -143,6 +144,9 @@ int check_options(const CombineArgs &a, CombineParams &p) {
     }
     if (int rc = check_mask(a[kMask], p)) return rc;
     p.mask_dims = a[kMask] ? int(a[kMask]->view.size()) : 0;
+    if (a[kTpSend])
+        return bad("tp_send_counts", "is reserved and must be NULL, tensor parallelism is not supported (got a %s "
+                   "tensor)", dims_str(a[kTpSend]).c_str());
     for (int i : {kActScale, kWScale, kGroupList})
         if (a[i]) return bad(kInNames[i], "must be NULL (got a %s tensor)", dims_str(a[i]).c_str());
     if (const aclTensor *xs = a[kExpandScales]) {

@@ -26,7 +26,7 @@ int need(const void *p, const char *param) {
     return ACLNN_ERR_PARAM_NULLPTR;
 }
 
-const char *format_name(aclFormat f) {
+std::string format_name(aclFormat f) {
     switch (f) {
     case ACL_FORMAT_UNDEFINED: return "UNDEFINED";
     case ACL_FORMAT_NCHW: return "NCHW";
@@ -38,7 +38,7 @@ const char *format_name(aclFormat f) {
     case ACL_FORMAT_NCDHW: return "NCDHW";
     case ACL_FORMAT_NC: return "NC";
     case ACL_FORMAT_NCL: return "NCL";
-    default: return "non-ND";
+    default: return format("format %d", int(f));
     }
 }
 
@@ -47,11 +47,10 @@ std::string dims_str(const aclTensor *t) { return shape_str(t->view); }
 
 int check_tensor(const aclTensor *t, const char *param) {
     if (!tensor_alive(t)) return bad(param, "must be a live aclTensor (got a destroyed or unknown handle)");
-    if (t->format != ACL_FORMAT_ND && t->format != ACL_FORMAT_NCHW && t->format != ACL_FORMAT_NHWC &&
-        t->format != ACL_FORMAT_NCDHW && t->format != ACL_FORMAT_NC && t->format != ACL_FORMAT_NCL &&
-        t->format != ACL_FORMAT_UNDEFINED)
-        return bad(param, "format must be ND, FRACTAL_NZ and other private formats are rejected (got %s)",
-                   format_name(t->format));
+    // the ops read every tensor as plain row-major ND data; UNDEFINED is taken as ND
+    if (t->format != ACL_FORMAT_ND && t->format != ACL_FORMAT_UNDEFINED)
+        return bad(param, "format must be ND (or UNDEFINED), FRACTAL_NZ and every other format are rejected "
+                   "(got %s)", format_name(t->format).c_str());
     if (numel(*t) > 0 && !is_contiguous(*t)) return bad(param, "must be contiguous (got strides %s for shape %s)",
                                       shape_str(t->strides).c_str(), dims_str(t).c_str());
     return 0;
@@ -240,6 +239,10 @@ struct CtxHead {
     uint64_t kfc_context_addr;
 };
 static_assert(sizeof(CtxHead) == 16, "context head");
+// The whole struct: the head, epHcclBuffer_[1024] and hcommHandle_[1024] (docs/operators.md).
+constexpr uint64_t kContextBytes = sizeof(CtxHead) + 8 * 1024 + 8 * 1024;
+static_assert(kContextBytes == 16400, "Mc2MoeContext size");
+constexpr int kOpTypeAllToAll = HCCL_OP_TYPE_ALLTOALL;   // opType of CANN's MoE context builder
 
 int ctx_fail(int code, const char *op, const char *param, const std::string &msg) {
     std::string m = op ? std::string(op) + ": " : std::string();
@@ -255,9 +258,10 @@ int ctx_fail(int code, const char *op, const char *param, const std::string &msg
 int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code, const char *op) {
     const uint8_t *base = static_cast<const uint8_t *>(view_ptr(ctx));
     const uint64_t bytes = uint64_t(numel(ctx)) * 4;
-    if (bytes < sizeof(CtxHead))
-        return ctx_fail(code, op, "context", format("must hold at least the 16-byte head of the Mc2MoeContext "
-                                                   "struct (got %" PRIu64 " bytes)", bytes));
+    if (bytes < kContextBytes)
+        return ctx_fail(code, op, "context", format("must hold the whole Mc2MoeContext struct, %" PRIu64 " bytes "
+                                                   "(%" PRIu64 " int32) (got %" PRIu64 " bytes)",
+                                                   kContextBytes, kContextBytes / 4, bytes));
     MemBlock blk;
     if (!base || !find_block(base, bytes, &blk))
         return ctx_fail(code, op, "context", format("data is not device memory (got address %p, %" PRIu64 " bytes)",
@@ -269,6 +273,15 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
         return ctx_fail(code, op, "context", format("kfcContextAddr is not a live HCCL op-resource context "
                                                    "(got 0x%" PRIx64 "); build the context from a live communicator",
                                                    head.kfc_context_addr));
+    // what CANN's context builder asked HcclCreateOpResCtx for: op type all-to-all, engine AIV
+    if (res->op_type != kOpTypeAllToAll)
+        return ctx_fail(code, op, "context", format("kfcContextAddr must be an op-resource context of op type %d "
+                                                   "(all-to-all), as HcclCreateOpResCtx made for the MoE ops (got "
+                                                   "op type %u)", kOpTypeAllToAll, unsigned(res->op_type)));
+    if (res->comm_engine != HCCL_COMM_ENGINE_AIV)
+        return ctx_fail(code, op, "context", format("kfcContextAddr's op-resource context must use comm engine %d "
+                                                   "(AIV, HcclKfcOpArgsSetCommEngine) (got comm engine %u)",
+                                                   int(HCCL_COMM_ENGINE_AIV), unsigned(res->comm_engine)));
     hccl::Comm *c = res->comm;
     if (c->destroyed())
         return ctx_fail(code, op, "context", "its communicator was destroyed (got a stale context)");
@@ -282,10 +295,9 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
     if (int64_t(head.ep_rank_id) != p.r)
         return ctx_fail(code, op, "context", format("epRankId field must equal ep_rank_id (got %u, ep_rank_id %" PRId64 ")",
                                                    head.ep_rank_id, p.r));
-    // epHcclBuffer_[i] (as far as the tensor holds them) must be rank i's window
-    const uint64_t nwin = (bytes - sizeof(CtxHead)) / 8;
-    const uint64_t ncheck = nwin < uint64_t(p.W) ? nwin : uint64_t(p.W);
-    for (uint64_t i = 0; i < ncheck; ++i) {
+    // epHcclBuffer_[i] must be rank i's window for every rank of the communicator (the kernels
+    // reach their peers through these addresses on hardware)
+    for (uint64_t i = 0; i < uint64_t(p.W); ++i) {
         uint64_t a;
         std::memcpy(&a, base + sizeof(CtxHead) + 8 * i, 8);
         uint64_t want = reinterpret_cast<uint64_t>(c->window(uint32_t(i)));

@@ -47,12 +47,12 @@ struct MoeParams {
 int bad(const char *param, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // 161001 "<param>: must not be NULL" when p is NULL, else 0.
 int need(const void *p, const char *param);
-// Live aclTensor, ND format, contiguous: else 161002.
+// Live aclTensor, ND (or UNDEFINED) format, contiguous: else 161002.
 int check_tensor(const aclTensor *t, const char *param);
 
 std::vector<int64_t> dims(const aclTensor *t);
 std::string dims_str(const aclTensor *t);
-const char *format_name(aclFormat f);
+std::string format_name(aclFormat f);   // "ND", "FRACTAL_NZ", ..., or "format <n>"
 inline bool no_zero_dim(const aclTensor *t) {
     for (int64_t d : t->view) if (d == 0) return false;
     return true;
