@@ -68,8 +68,10 @@ fp8, uint8 codes for hifloat8, and uint8 bytes of shape (N, H/2) for fp4 (two co
    code 0).  fp8 outputs only.
 7. **Low-precision inputs (§4.6 "0 + low-precision input").** quant 0 only; x is an ml_dtypes fp8
    array, or uint8 with ``x_dtype`` hifloat8 / fp8 / fp4; fp4 x is packed uint8 (BS, H/2).  ``scales``
-   is required, one (BS_r, dim1) array per rank, 1 ≤ dim1 ≤ H, float32 or uint8 / float8_e8m0fnu
-   (same dtype and dim1 on every rank); row i of dynamic_scales is the source token's scale row,
+   is required, one (BS_r, dim1) array per rank, float32 or uint8 / float8_e8m0fnu (same dtype and
+   dim1 on every rank), 1 ≤ dim1 ≤ H and one row no wider than the room its token's window row has
+   after the x bytes: ``dim1 * itemsize <= align(2H, 32) - bytes of one x row`` (H/2 for fp4, H
+   otherwise), e.g. dim1 ≤ H/4 for fp8 x with float32 scales; row i of dynamic_scales is the source token's scale row,
    byte for byte (shared-expert copies too).  y_dtype, if given, must equal x's type.  fp16/bf16 x
    with quant 0 still rejects scales.
 8. **Comm quant 3 / 4 (§5, §6.3).** 3 = MXFP8 e5m2, 4 = MXFP8 e4m3fn: the sender quantises each
@@ -895,7 +897,7 @@ def dispatch(
         if quant_mode == 0:
             if isinstance(scales, np.ndarray):
                 raise ValueError("scales: per-token scales of a low-precision x need one array per rank")
-            token_scales = _token_scales(scales, cfg)
+            token_scales = _token_scales(scales, cfg, x_fmt)
         elif quant_mode == 1:
             per = [np.asarray(a) for a in _per_rank("scales", scales, w)]
             allowed = [(1,)] if y_fmt == _FMT_HIF8 else [(1,), (h,), want]
@@ -1086,8 +1088,9 @@ def _y_format(y_dtype: Any, quant_mode: int, x_fmt: str, soc: str) -> str:
     return fmt
 
 
-def _token_scales(scales: Any, cfg: _Cfg) -> list[np.ndarray]:
-    """Per-token scales of a low-precision x: (BS_r, dim1 <= H), float32 or e8m0 bytes (SPEC §4.6)."""
+def _token_scales(scales: Any, cfg: _Cfg, x_fmt: str) -> list[np.ndarray]:
+    """Per-token scales of a low-precision x: (BS_r, dim1), float32 or e8m0 bytes, with 1 <= dim1 <= H
+    and one row fitting in the token's window row after its x bytes (module docstring choice 7)."""
     per = [np.asarray(a) for a in _per_rank("scales", scales, cfg.w)]
     ok_dt = (np.dtype(F32), np.dtype(np.uint8), np.dtype(ml_dtypes.float8_e8m0fnu))
     d0 = per[0].dtype
@@ -1095,9 +1098,14 @@ def _token_scales(scales: Any, cfg: _Cfg) -> list[np.ndarray]:
     for rank, a in enumerate(per):
         if a.ndim != 2 or a.shape[0] != cfg.bss[rank] or not 1 <= a.shape[1] <= cfg.h or a.dtype not in ok_dt:
             raise ValueError(f"scales[{rank}]: must be float32 or e8m0 (BS, dim1) with 1 <= dim1 <= H = {cfg.h} "
-                             f"and BS = {cfg.bss[rank]} (got {a.dtype} {a.shape}; SPEC §4.6)")
+                             f"and BS = {cfg.bss[rank]} (got {a.dtype} {a.shape})")
         if a.dtype != d0 or a.shape[1] != dim1:
             raise ValueError(f"scales[{rank}]: dtype/dim1 differ across ranks")
+    x_bytes = cfg.h // 2 if x_fmt in _FP4 else cfg.h
+    room = _align(2 * cfg.h, 32) - x_bytes
+    if dim1 * d0.itemsize > room:
+        raise ValueError(f"scales: one row of per-token scales must fit in the token's window row: dim1 * "
+                         f"{d0.itemsize} bytes <= align(2H, 32) - {x_bytes} bytes of x = {room} (got dim1 {dim1})")
     return per
 
 

@@ -94,6 +94,16 @@ def test_moderate_world_size(acl):
     mh9.run_world(cases, combine=False)
 
 
+def test_widest_per_token_scales_match_golden(acl):
+    """Low-precision x with the widest per-token scales a window row holds (fp8 x, float32: H/4;
+    fp4 x, float32: 3H/8; e8m0: H) and the narrowest (dim1 = 1), bit for bit."""
+    base = mh.Case(seed=31337, W=2, H=1024, K=2, L=2, S=1, R=0, bss=[5, 5], global_bs=0, mask="none", quant=0)
+    cases = [mh9.Case950(base=mh.replace(base, seed=31337 + i), xfmt=x, tok_dim1=d, tok_e8m0=e8)
+             for i, (x, d, e8) in enumerate([("float8_e4m3fn", 256, False), ("float4_e2m1", 384, False),
+                                             ("hifloat8", 1024, True), ("float8_e5m2", 1, False)])]
+    mh9.run_world(cases, combine=False)
+
+
 # ---- MoeDistributeBuffer: y_dtype, x_dtype, x_smooth_scales_dtype (SPEC §10, §0) ---------------------------
 def _buffer_body(rank, world_size, root, xs, ids, kw):
     from aclnn_py import Device, MoeDistributeBuffer

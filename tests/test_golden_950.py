@@ -37,6 +37,7 @@ F16 = np.float16
 F32 = np.float32
 E4M3 = ml_dtypes.float8_e4m3fn
 E5M2 = ml_dtypes.float8_e5m2
+E8M0 = ml_dtypes.float8_e8m0fnu
 SOC = "Ascend950"
 
 
@@ -336,11 +337,29 @@ def test_low_precision_hif8_and_packed_fp4_inputs():
     assert d[0].expand_x.tolist() == [x[0][0].tolist(), x[1][0].tolist(), x[1][1].tolist()]
     assert d[0].dynamic_scales.dtype == np.uint8
     assert d[0].dynamic_scales.tolist() == [e8[0][0].tolist(), e8[1][0].tolist(), e8[1][1].tolist()]
-    # packed fp4: (BS, H/2) bytes, H = 64; scales dim1 may be up to H = 64
-    sc = [np.ones((2, 64), F32)] * 2
+    # packed fp4: (BS, H/2) bytes, H = 64; float32 scales may take the row's room after the 32 bytes of
+    # x: (align(2H, 32) - 32) / 4 = 24 columns
+    sc = [np.ones((2, 24), F32)] * 2
     d = _lp_case(x, sc, x_dtype="float4_e2m1")
     assert d[0].expand_x.shape == (3, 32) and d[0].y_dtype == "float4_e2m1"
     assert d[0].expand_x[2].tolist() == x[1][1].tolist()
+
+
+@pytest.mark.parametrize("x_fmt,sc_dt,widest", [
+    ("float8_e4m3fn", F32, 256),     # (2048 - 1024) / 4
+    ("float4_e2m1", F32, 384),       # (2048 - 512) / 4
+    ("hifloat8", np.uint8, 1024),    # room 1024 bytes, and dim1 <= H
+    ("float4_e1m2", E8M0, 1024),     # room 1536 bytes, but dim1 <= H
+])
+def test_low_precision_scales_width_edges(x_fmt, sc_dt, widest):
+    """dim1 of the per-token scales: 1, the widest accepted (H = 1024), one more refused."""
+    width = 512 if x_fmt.startswith("float4") else 1024
+    x = [np.zeros((2, width), np.uint8)] * 2
+    for dim1 in (1, widest):
+        d = _lp_case(x, [np.ones((2, dim1), sc_dt)] * 2, x_dtype=x_fmt)
+        assert d[0].dynamic_scales.shape == (3, dim1) and d[0].dynamic_scales.dtype == np.dtype(sc_dt)
+    with pytest.raises(ValueError, match="one row of per-token scales must fit|1 <= dim1 <= H"):
+        _lp_case(x, [np.ones((2, widest + 1), sc_dt)] * 2, x_dtype=x_fmt)
 
 
 def test_low_precision_rules():

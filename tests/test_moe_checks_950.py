@@ -98,6 +98,7 @@ VALID = [
     ("x e4m3 scales at the fit limit", dict(x=E4M3, scales=np.zeros((4, 256), np.float32))),
     ("x e2m1 scales at the fit limit", dict(x=E2M1, scales=np.zeros((4, 384), np.float32))),
     ("x hif8 e8m0 scales dim1 = H", dict(x=HIF8, scales=np.zeros((4, 1024), np.uint8))),
+    ("x e5m2 scales dim1 = 1", dict(x=E5M2, scales=np.zeros((4, 1), np.float32))),
 ]
 
 
