@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from moe_calls import BF16, NULL, CombineCall, RawDesc, World2
+from helpers.moe_calls import BF16, NULL, CombineCall, RawDesc, World2
 
 NULLPTR, INVALID = 161001, 161002
 NZ = 29

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from moe_calls import BF16, NULL, DispatchCall, RawDesc, World2
+from helpers.moe_calls import BF16, NULL, DispatchCall, RawDesc, World2
 
 NULLPTR, INVALID = 161001, 161002
 F32, F16, I8, I32, I64, BOOL, BF = 0, 1, 2, 3, 9, 12, 27

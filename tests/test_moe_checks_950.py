@@ -9,7 +9,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from moe_calls import BF16, NULL, CombineCall, DispatchCall, RawDesc, World2
+from helpers.moe_calls import BF16, NULL, CombineCall, DispatchCall, RawDesc, World2
 
 NULLPTR, INVALID = 161001, 161002
 F32, F16, I8, I32, U8, I64, BF = 0, 1, 2, 3, 4, 9, 27

@@ -80,9 +80,19 @@ int check_context_tensor(const aclTensor *ctx) {
     return check_rank(ctx, "context", 1);
 }
 
+SocProfile soc_profile() {
+    SocProfile prof;
+    const Soc soc = config().soc;
+    prof.soc950 = soc == Soc::Ascend950;
+    prof.name = soc_name(soc);
+    return prof;
+}
+
 int check_attrs(MoeParams &p) {
-    p.soc950 = config().soc == Soc::Ascend950;
-    const char *soc = soc_name(config().soc);
+    const SocProfile prof = soc_profile();
+    p.soc950 = prof.soc950;
+    p.soc = prof.name;
+    const char *soc = p.soc;
     const int64_t wmax = p.soc950 ? 1024 : 768;
     if (p.W < 2 || p.W > wmax)
         return bad("ep_world_size", "must be in [2, %" PRId64 "] on %s (got %" PRId64 ")", wmax, soc, p.W);
@@ -141,7 +151,7 @@ int check_attrs(MoeParams &p) {
 }
 
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
-    const char *soc = soc_name(config().soc);
+    const char *soc = p.soc;
     if (p.BS < 1 || p.BS > 512)
         return bad(bs_param, "dim 0 (BS) must be in [1, 512] (got %" PRId64 ")", p.BS);
     if (p.H < 1024 || p.H > 8192)

@@ -39,9 +39,19 @@ struct MoeParams {
     bool shared_rank = false;
     bool fullmesh_v2 = false;
     int alg_code = 0;        // 0 "" / fullmesh_v1 (same kernel), 2 fullmesh_v2
-    bool soc950 = false;
+    bool soc950 = false;     // the Ascend950 profile (else Ascend910_93)
+    const char *soc = "";    // the profile's name, for messages
     aclDataType dtype = ACL_DT_UNDEFINED;   // x (dispatch) / expand_x (combine)
 };
+
+// The SoC profile the ops apply, taken once per phase-1 call: the one place mock/ops reads the
+// configured SoC. A suffixed name (Ascend910_9391, ...) selects its family's profile; messages name
+// the family.
+struct SocProfile {
+    bool soc950 = false;
+    const char *name = "Ascend910_93";
+};
+SocProfile soc_profile();
 
 // 161002 with "<param>: <formatted rest>".
 int bad(const char *param, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -65,8 +75,8 @@ int check_dtype(const aclTensor *t, const char *param, const aclDataType *allowe
                 const char *where = nullptr);
 int check_rank(const aclTensor *t, const char *param, size_t nd);
 
-// Attribute rules of SPEC §3.2 shared by both ops (ranks, placement, expert counts, comm_alg).
-// Fills the derived fields that need no tensor shapes.
+// Attribute rules shared by both ops (ranks, placement, expert counts, comm_alg), under the SoC
+// profile (soc_profile()). Fills the profile and the derived fields that need no tensor shapes.
 int check_attrs(MoeParams &p);
 // Size rules: BS, H, K, K <= E+Z+C+Q, global_bs, fullmesh_v2 limits; derives G, maxBs, A, ...
 // `bs_param`/`h_param` name the tensors the sizes come from.

@@ -1,6 +1,7 @@
 """Raw phase-1 calls of the MoE ops for the negative tests: every argument (tensor, NULL, a destroyed
-or FRACTAL_NZ descriptor, an attribute) can be replaced, and unspecified outputs are sized by
-SPEC §2 from the attributes, so one test breaks exactly one rule."""
+or FRACTAL_NZ descriptor, an attribute) can be replaced, and unspecified outputs are sized from the
+attributes (the output sizes of docs/operators.md, computed here independently of the mock), so one
+test breaks exactly one rule."""
 
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ class Call:
         self.tensors: dict[str, Any] = {}
         self._keep: list[Any] = []
 
-    # ---- derived sizes (SPEC §2, computed here independently of the mock) ----
+    # ---- derived sizes (computed here independently of the mock) ----
     def sizes(self) -> dict[str, int]:
         a = self.attrs
         W, R, E, K, BS = a["W"], a["R"], a["E"], a["K"], a["BS"]
@@ -278,4 +279,13 @@ class CombineCall(Call):
                 out, ws, ex]
 
 
-__all__ = ["NULL", "RawDesc", "World2", "DispatchCall", "CombineCall", "BF16", "field"]
+def expect(call: Call, code: int, *texts: str) -> str:
+    """Run `call`; assert its status is `code` and its message holds every one of `texts`."""
+    ret, msg = call.run()
+    assert ret == code, f"status {ret}, message {msg!r}"
+    for t in texts:
+        assert t in msg, f"{t!r} not in {msg!r}"
+    return msg
+
+
+__all__ = ["NULL", "RawDesc", "World2", "DispatchCall", "CombineCall", "BF16", "field", "expect"]
