@@ -15,6 +15,7 @@
 #include "ops/moe_checks.h"
 #include "ops/moe_kernel.h"
 #include "ops/numerics.h"
+#include "ops/round_trace.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -260,6 +261,8 @@ public:
     int receive();
 
 private:
+    void trace_round(int64_t recv_slots);
+    bool rounds_agree();
     void add_slot(int64_t t, int64_t k, const float *weight);
     void reduce_token(int64_t t);
 
@@ -281,6 +284,7 @@ private:
     // per call
     std::string err_;
     std::vector<int32_t> table_, logical_;
+    int64_t round_ = kUnknownRound;   // the dispatch this rank's routing inputs come from
     int64_t expected_ = 0;       // slots this rank's tokens read
 };
 
@@ -320,6 +324,7 @@ void CombineKernel::send() {
     const uint64_t tc = call_.layout.tc, coff = call_.layout.combine_offset;
     const uint64_t qsoff = comm_quant_scale_offset(H);
     const int64_t recv_slots = logical_[size_t(p.r)] < p.R ? W : W * p.L;
+    trace_round(recv_slots);
     int64_t N = send_counts_[recv_slots - 1];
     if (N < 0 || N > p.expand_rows) {
         err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is outside [0, expand_x dim 0 = %" PRId64 "]",
@@ -348,7 +353,53 @@ void CombineKernel::send() {
         }
         ++sendcnt_[src];
     }
-    for (int64_t m = 0; m < W; ++m) call_.mailbox(m)->counts[p.r] = sendcnt_[m];
+    for (int64_t m = 0; m < W; ++m) {
+        int32_t *mc = call_.mailbox(m)->counts;
+        mc[p.r] = sendcnt_[m];
+        put_round(mc, p.r, round_);
+    }
+}
+
+// Which dispatch this rank's assist_info_for_combine / ep_send_counts come from (round_trace.h); a
+// combine whose inputs belong to different traced dispatch calls fails.
+void CombineKernel::trace_round(int64_t recv_slots) {
+    const CombineParams &p = p_;
+    CombineInputs ci;
+    ci.assist = assist_;
+    ci.assist_capacity = uint64_t(numel(in_[kAssist].desc)) * 4;
+    ci.counts = send_counts_;
+    ci.counts_bytes = uint64_t(recv_slots) * 4;
+    ci.ids = ids_;
+    ci.ids_bytes = uint64_t(p.BS * p.K) * 4;
+    ci.expand_x = ex_;
+    ci.expand_capacity = uint64_t(p.expand_rows * p.H) * 2;
+    CombineRound cr = trace_combine(call_.comm->name(), ci);
+    round_ = cr.round;
+    if (!cr.error.empty() && err_.empty()) err_ = cr.error;
+}
+
+// Every sender's rows must belong to the same dispatch call as this rank's (where known).
+bool CombineKernel::rounds_agree() {
+    const CombineParams &p = p_;
+    const int32_t *mc = call_.mailbox(p.r)->counts;
+    int64_t ref = round_, ref_rank = p.r;
+    for (int64_t src = 0; src < p.W; ++src) {
+        const int64_t rs = get_round(mc, src);
+        if (rs == kUnknownRound || rs == ref) continue;
+        if (ref == kUnknownRound) {
+            ref = rs;
+            ref_rank = src;
+            continue;
+        }
+        if (err_.empty())
+            err_ = format("the rows of rank %" PRId64 " belong to the dispatch of collective call #%" PRId64
+                          ", those of rank %" PRId64 "%s to the dispatch of call #%" PRId64 ": the ranks paired "
+                          "this combine with different dispatch calls (every rank must call dispatch and combine "
+                          "in the same order on a communicator)", src, rs, ref_rank,
+                          ref_rank == p.r ? " (this rank)" : "", ref);
+        return false;
+    }
+    return true;
 }
 
 int CombineKernel::wait() {
@@ -428,9 +479,11 @@ int CombineKernel::receive() {
     const int32_t *mc = call_.mailbox(p.r)->counts;
     int64_t received = 0;
     for (int64_t m = 0; m < p.W; ++m) received += mc[m];
-    const int64_t ntok = tokens_considered(mask_, p.mask_dims, p.BS);
-    for (int64_t t = 0; t < ntok; ++t)
-        if (token_valid(mask_, p.mask_dims, t, p.K)) reduce_token(t);   // x_out rows of others untouched
+    if (rounds_agree()) {
+        const int64_t ntok = tokens_considered(mask_, p.mask_dims, p.BS);
+        for (int64_t t = 0; t < ntok; ++t)
+            if (token_valid(mask_, p.mask_dims, t, p.K)) reduce_token(t);   // x_out rows of others untouched
+    }
     if (err_.empty() && received < expected_)
         err_ = format("received %" PRId64 " expert rows but this rank's expert_ids / x_active_mask need %" PRId64
                       " (assist_info_for_combine / ep_send_counts of the peers do not belong to this round)",
