@@ -3,33 +3,19 @@ listed in golden.py's module docstring).
 
 Hand-worked examples derive the expected bytes from SPEC by reasoning (the derivation is in the
 comments), never by calling the golden; property tests check bounds and invariants on seeded random
-configurations.  golden.py / dtypes.py are loaded from their paths (no compiled parts needed).
+configurations.  The golden, casts.py and dtypes.py are loaded from their files (tests/helpers/standalone.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers.standalone import load_golden, load_module
 
-_ROOT = Path(__file__).resolve().parents[1] / "aclnn_py"
-
-
-def _load(name: str, file: str):
-    spec = importlib.util.spec_from_file_location(name, _ROOT / file)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-golden = _load("_aclnn_py_golden950_under_test", "golden.py")
-casts = _load("_aclnn_py_casts_for_golden950", "casts.py")
-dtypes = _load("_aclnn_py_dtypes_for_golden950", "dtypes.py")
+golden = load_golden()
+casts = load_module("casts.py", "_aclnn_py_casts_for_golden950")
+dtypes = load_module("dtypes.py", "_aclnn_py_dtypes_for_golden950")
 DataType = dtypes.DataType
 
 BF16 = ml_dtypes.bfloat16
