@@ -1,4 +1,4 @@
-// The generic two-phase executor (ABI.md §4): registry of live executor handles, the
+// The generic two-phase executor (CANN's aclnn two-phase interface): registry of live executor handles, the
 // aclSet*TensorAddr rebinding calls, aclSetAclOpExecutorRepeatable, aclDestroyAclOpExecutor and
 // launch_executor (phase 2 of every mock op).
 //

@@ -1,5 +1,5 @@
 // Internal C++ interface of the mock aclnn meta library (libnnopbase.so): tensor descriptors and
-// the generic two-phase executor that every mock op builds on (../shared/ABI.md §4).
+// the generic two-phase executor that every mock op builds on (CANN's aclnn two-phase interface).
 #pragma once
 
 #include <cstdint>

@@ -177,7 +177,7 @@ int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
     p.maxBs = p.G / p.W;
     // No window can hold more than 2^31 rows per rank (it is at most 2^41 bytes and a row takes
     // >= 512 bytes in each of >= 2 receive blocks); bounding maxBs keeps the size arithmetic below
-    // (A, the §9.3 window formula) from overflowing.
+    // (A, the window formula) from overflowing.
     if (p.maxBs > (int64_t(1) << 31))
         return bad("global_bs", "global_bs / ep_world_size (maxBs) must be <= 2^31, no HCCL window holds more "
                    "(got %" PRId64 " with ep_world_size %" PRId64 ")", p.global_bs, p.W);

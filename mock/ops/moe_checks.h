@@ -1,9 +1,9 @@
-// Parameter rules shared by the mock MoeDistributeDispatchV5 and CombineV5 (SPEC §3, §5, §9.3),
-// with one message style (SPEC §0): "<param>: <rule> (got <value>)".
+// Parameter rules shared by the mock MoeDistributeDispatchV5 and CombineV5,
+// with one message style: "<param>: <rule> (got <value>)".
 //
 // Status codes: a required tensor/pointer that is NULL → ACLNN_ERR_PARAM_NULLPTR (161001), message
 // "<param>: must not be NULL"; every other broken rule → ACLNN_ERR_PARAM_INVALID (161002).
-// Parameter names in messages are the snake_case names of SPEC §3.1/§5 (x, expert_ids, scales,
+// Parameter names in messages are the snake_case names of docs/operators.md (x, expert_ids, scales,
 // x_active_mask, expert_scales, expand_x, ..., ep_world_size, moe_expert_num, ccl_buffer_size, ...),
 // so Python pre-checks can use the same wording.
 #pragma once
@@ -21,7 +21,7 @@
 namespace aclmock {
 namespace moe {
 
-// Attributes and derived sizes common to dispatch and combine (notation of SPEC §0).
+// Attributes and derived sizes common to dispatch and combine (notation of docs/operators.md).
 struct MoeParams {
     // attributes as passed
     int64_t W = 0, r = 0, E = 0, ccl = 0, tp_world = 0, tp_rank = 0, shard = 0;
@@ -33,7 +33,7 @@ struct MoeParams {
     int64_t L = 0;           // E / (W - R)
     int64_t BS = 0, H = 0, K = 0;
     int64_t G = 0, maxBs = 0;
-    int64_t A = 0;           // expand_x row capacity (SPEC §2)
+    int64_t A = 0;           // expand_x row capacity
     int64_t local_experts = 0;
     int64_t recv_slots = 0;  // W*L on a MoE rank, W on a shared rank
     bool shared_rank = false;
@@ -68,7 +68,7 @@ inline bool no_zero_dim(const aclTensor *t) {
     return true;
 }
 
-// 1-D int32 context (SPEC §3.1).
+// 1-D int32 context.
 int check_context_tensor(const aclTensor *ctx);
 // dtype must be one of `allowed` (n entries), with a message listing them.
 int check_dtype(const aclTensor *t, const char *param, const aclDataType *allowed, int n,
@@ -81,22 +81,22 @@ int check_attrs(MoeParams &p);
 // Size rules: BS, H, K, K <= E+Z+C+Q, global_bs, fullmesh_v2 limits; derives G, maxBs, A, ...
 // `bs_param`/`h_param` name the tensors the sizes come from.
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param);
-// x_active_mask: bool, (BS,) or (BS,K), and no uneven BS (SPEC §3.1).
+// x_active_mask: bool, (BS,) or (BS,K), and no uneven BS.
 int check_mask(const aclTensor *mask, const MoeParams &p);
 // A3: must be NULL (reserved). 950: accepted here, checked by check_elastic_perf.
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p);
-// 950 (SPEC §3.1, §4.7): elastic_info int32 (4 + 2W,), performance_info int64 (W,). With elastic_info
+// 950: elastic_info int32 (4 + 2W,), performance_info int64 (W,). With elastic_info
 // every rank may serve either role (the table is read at run time), so A = max of the shared and MoE
-// formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L (SPEC §2, §3.2).
+// formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L.
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p);
 
-// The context of SPEC §8 read from the context tensor's memory: the live op-resource context at
+// The context (the Mc2MoeContext struct of docs/operators.md) read from the context tensor's memory: the live op-resource context at
 // kfcContextAddr, its communicator matching ep_world_size / ep_rank_id, epRankId and the window
 // addresses matching. Phase 1: 161002 naming `context` (or the attribute). At run time the same
 // check runs with `code` = the kernel's failure code and `op` prefixed.
 int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code,
                     const char *op);
-// SPEC §9.3 window check against ccl_buffer_size, and ccl_buffer_size <= the real window.
+// The kernel-side window check against ccl_buffer_size, and ccl_buffer_size <= the real window.
 int check_window(const MoeParams &p, const hccl::Comm *comm);
 
 // Workspace sizes (bytes), always > 0; the kernels use every part.
