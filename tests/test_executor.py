@@ -1,5 +1,6 @@
-"""The two-phase contract of ABI.md §4 on the mock's generic executor, driven through a test copy op
-(aclnn_py._mock.make_copy_executor) and the public aclnn-meta calls."""
+"""The aclnn two-phase contract (phase 1 builds an executor, phase 2 launches it) on the mock's generic
+executor, driven through a test copy op (aclnn_py._mock.make_copy_executor) and the public aclnn-meta
+calls."""
 
 from __future__ import annotations
 
