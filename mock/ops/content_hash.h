@@ -1,6 +1,6 @@
-// A fast 64-bit fingerprint of a byte string (private to mock/ops): tells whether a buffer still
-// holds what a kernel wrote there. Fed in pieces of any size (Hasher::update) or at once
-// (hash_bytes); both give the same value. Not cryptographic: contents that differ by accident are
+// 64-bit fingerprints of byte strings (private to mock/ops): whether a buffer still holds what a
+// kernel wrote there. hash_bytes reads every byte (fed in pieces of any size through Hasher::update,
+// or at once; both give the same value); sample_hash reads a bounded sample of a large buffer. Not cryptographic: contents that differ by accident are
 // told apart (a change anywhere, rows swapped), crafted collisions are not resisted.
 #pragma once
 
@@ -26,6 +26,12 @@ private:
 };
 
 uint64_t hash_bytes(const void *p, uint64_t n);
+
+// A fingerprint of n bytes that reads at most ~4.5 KiB: the whole string when it is short, else its
+// first and last 256 bytes and 256 words spread evenly between them. It tells whether a large buffer
+// still holds what was written there (a buffer rewritten with other data differs almost surely at
+// the sampled words), at no cost proportional to its size.
+uint64_t sample_hash(const void *p, uint64_t n);
 
 }  // namespace moe
 }  // namespace aclmock

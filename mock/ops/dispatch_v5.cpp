@@ -425,7 +425,7 @@ private:
     void send_moe_rows();
     void send_shared_rows();
     void publish_counts();
-    void record(int64_t N, const Hasher &rows);
+    void record(int64_t N);
 
     const DispatchParams &p_;
     KernelCall &call_;
@@ -647,9 +647,6 @@ int DispatchKernel::receive() {
     const uint8_t *own = call_.data(p.r);
     if (p.has_perf) add_perf(ptr<int64_t>(in_, kPerf), own + perf_stamp_offset(call_.layout), W, t_ready_);
     const uint64_t orow = uint64_t(p.out_row_bytes);
-    // the rows a combine could take back unchanged (fp16 / bf16), hashed while they are in cache
-    const bool hash_rows = p.quant == 0 && p.xfmt == Fmt::None;
-    Hasher rows;
     int64_t N = 0;
     int64_t per_expert_n = 0, cum = 0;
     for (int64_t idx = 0; idx < recv_slots_; ++idx) {
@@ -669,7 +666,6 @@ int DispatchKernel::receive() {
         for (int64_t i = 0; i < c; ++i, ++N) {
             const uint8_t *row = blk + uint64_t(i) * td;
             std::memcpy(expand_x + uint64_t(N) * orow, row, size_t(orow));
-            if (hash_rows) rows.update(expand_x + uint64_t(N) * orow, orow);
             if (dyn) std::memcpy(dyn + uint64_t(N) * uint64_t(p.dyn_bytes), row + p.dyn_off, size_t(p.dyn_bytes));
             std::memcpy(assist + 3 * N, row + toff, 12);
             if (exp_scales) std::memcpy(exp_scales + N, row + woff, 4);
@@ -685,20 +681,20 @@ int DispatchKernel::receive() {
     }
     if (shared_role_) tok_nums[0] = N;
     if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, p.r, err_.c_str());
-    record(N, rows);
+    record(N);
     return 0;
 }
 
 // What this call wrote, so that a combine can tell which dispatch its inputs come from.
-void DispatchKernel::record(int64_t N, const Hasher &rows) {
+void DispatchKernel::record(int64_t N) {
     const DispatchParams &p = p_;
     DispatchRecord rec;
     rec.round = int64_t(call_.seq);
     rec.assist = traced(ptr<int32_t>(out_, kAssist), uint64_t(N) * 12);
     rec.counts = traced(ptr<int32_t>(out_, kRecvCounts), uint64_t(recv_slots_) * 4);
     rec.ids = traced(ids_, uint64_t(p.BS * p.K) * 4);
-    if (p.quant == 0 && p.xfmt == Fmt::None)
-        rec.expand_x = Traced{ptr<uint8_t>(out_, kExpandX), uint64_t(N) * uint64_t(p.out_row_bytes), rows.finish()};
+    if (p.quant == 0 && p.xfmt == Fmt::None)   // rows a combine could take back unchanged (fp16 / bf16)
+        rec.expand_x = sampled(ptr<uint8_t>(out_, kExpandX), uint64_t(N) * uint64_t(p.out_row_bytes));
     record_dispatch(call_.comm->name(), rec);
 }
 

@@ -54,15 +54,17 @@ public:
     // Whether the input's first t.bytes bytes hash to t.hash (false when it holds fewer).
     bool matches(const Traced &t) {
         if (!p_ || t.bytes > capacity_) return false;
-        auto it = cache_.find(t.bytes);
-        if (it == cache_.end()) it = cache_.emplace(t.bytes, hash_bytes(p_, t.bytes)).first;
+        const std::pair<uint64_t, bool> key{t.bytes, t.sampled};
+        auto it = cache_.find(key);
+        if (it == cache_.end())
+            it = cache_.emplace(key, t.sampled ? sample_hash(p_, t.bytes) : hash_bytes(p_, t.bytes)).first;
         return it->second == t.hash;
     }
 
 private:
     const void *p_;
     uint64_t capacity_;
-    std::map<uint64_t, uint64_t> cache_;
+    std::map<std::pair<uint64_t, bool>, uint64_t> cache_;
 };
 
 // The round of one routing input: the newest record of the same address whose content still

@@ -7,8 +7,8 @@
 //
 //  * each dispatch records, per communicator, what it wrote: its collective call number (the
 //    "round"), and where and what its assist_info_for_combine triples [0, 3N), its ep_recv_counts
-//    [0, slots) and (fp16 / bf16 outputs) its expand_x rows [0, N) hold, and what its expert_ids
-//    input held;
+//    [0, slots) and (fp16 / bf16 outputs) its expand_x rows [0, N) hold (a sampled fingerprint,
+//    content_hash.h), and what its expert_ids input held;
 //  * a combine finds the dispatch its assist_info_for_combine and ep_send_counts come from (the
 //    newest record at the same address whose content still matches, else the only round whose
 //    content matches), refuses inputs of two different traced rounds, and expert_ids or an
@@ -39,11 +39,13 @@ constexpr int kRoundSlotBase = 2048;
 constexpr int64_t kUnknownRound = -1;
 constexpr size_t kRecordsPerComm = 64;
 
-// A region of memory and the hash of its first `bytes` bytes.
+// A region of memory and the fingerprint of its first `bytes` bytes (sample_hash when `sampled`,
+// else hash_bytes).
 struct Traced {
     const void *addr = nullptr;
     uint64_t bytes = 0;
     uint64_t hash = 0;
+    bool sampled = false;
 };
 
 // What one dispatch wrote (and read, for expert_ids).
@@ -55,7 +57,8 @@ struct DispatchRecord {
     Traced expand_x;   // rows [0, N) when expand_x is fp16 / bf16 (else addr is null)
 };
 
-inline Traced traced(const void *p, uint64_t n) { return Traced{p, n, hash_bytes(p, n)}; }
+inline Traced traced(const void *p, uint64_t n) { return Traced{p, n, hash_bytes(p, n), false}; }
+inline Traced sampled(const void *p, uint64_t n) { return Traced{p, n, sample_hash(p, n), true}; }
 
 void record_dispatch(const std::string &comm, const DispatchRecord &r);
 
