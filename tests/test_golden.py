@@ -657,6 +657,16 @@ def test_ccl_buffer_size_boundaries_accepted():
 # ----------------------------------------------------------------------------------------------------
 
 
+def test_combine_refuses_int32_expert_outputs(gold):
+    """int32 expand_x has no documented arithmetic without the dequantisation tensors: refused (as the
+    mock's phase 1 does), never turned into bf16 by a guess."""
+    d = gold.dispatch(tagged_x(2, 2, 1024), [np.array([[0], [1]], np.int32)] * 2, moe_expert_num=2)
+    ys = [np.zeros((r.num_rows, 1024), np.int32) for r in d]
+    with pytest.raises(ValueError, match="expand_x.*dtype must be float16 or bfloat16"):
+        gold.combine(ys, [np.array([[0], [1]], np.int32)] * 2, [r.assist_info_for_combine for r in d],
+                     [r.ep_recv_counts for r in d], moe_expert_num=2)
+
+
 def test_rejects_uninterpretable_inputs():
     x = tagged_x(2, 2, 4)
     ids = [np.array([[0], [1]], np.int32)] * 2
