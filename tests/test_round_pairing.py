@@ -150,6 +150,48 @@ def test_inputs_built_by_hand_are_accepted(acl):
         assert out.tobytes() == g[r].tobytes()
 
 
+def _reused_buffer_body(rank, world_size, root):
+    """Dispatch A sends every token to rank 1 (rank 0 receives no row), dispatch B is an ordinary
+    call; B's expert rows (doubled) are then written into A's expand_x tensor, which the combine of B
+    takes: a reused buffer is not A's rows, whether A wrote rows there (rank 1) or none (rank 0)."""
+    from aclnn_py import Device
+    from aclnn_py.hccl import Communicator, build_context
+    from aclnn_py.ops import moe_distribute_combine, moe_distribute_dispatch
+
+    with Communicator(world_size, rank, root) as comm:
+        ctx, ccl = build_context(comm)
+        s = Device.current().create_stream()
+        kw = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=E, ccl_buffer_size=ccl, stream=s)
+        xa, _ = _inputs(rank, 1)
+        xb, ids = _inputs(rank, 2)
+        a = moe_distribute_dispatch(ctx, xa, np.array([[2, 3]] * BS, np.int32), **kw)
+        b = moe_distribute_dispatch(ctx, xb, ids, **kw)
+        s.synchronize()
+        n_a = int(a.ep_recv_counts.numpy()[-1])
+        a.expand_x.copy_from(_double(b.expand_x.numpy()))
+        out = moe_distribute_combine(ctx, a.expand_x, ids, b.assist_info_for_combine, b.ep_recv_counts, None, **kw)
+        s.synchronize()
+        res = (n_a, out.numpy())
+        s.close()
+    return res
+
+
+def _double(rows):
+    return (rows.astype(np.float32) * 2).astype(rows.dtype)
+
+
+def test_reused_output_buffer_is_not_taken_for_its_old_rows(acl):
+    from aclnn_py import golden
+    from aclnn_py.launch import run_threads
+
+    xs, ids = [_inputs(r, 2)[0] for r in range(W)], [_inputs(r, 2)[1] for r in range(W)]
+    g = [c.x_out for c in golden.round_trip(xs, ids, lambda r, d: _double(d.expand_x), moe_expert_num=E)[1]]
+    res = run_threads(_reused_buffer_body, W, timeout=120)
+    assert [n for n, _ in res] == [0, 2 * BS * W]
+    for r, (_, out) in enumerate(res):
+        assert out.tobytes() == g[r].tobytes()
+
+
 @pytest.mark.parametrize("how", ["rank0_from_a"])
 def test_rounds_are_checked_in_processes(acl, how):
     from aclnn_py.launch import spawn

@@ -365,14 +365,10 @@ void CombineKernel::send() {
 void CombineKernel::trace_round(int64_t recv_slots) {
     const CombineParams &p = p_;
     CombineInputs ci;
-    ci.assist = assist_;
-    ci.assist_capacity = uint64_t(numel(in_[kAssist].desc)) * 4;
-    ci.counts = send_counts_;
-    ci.counts_bytes = uint64_t(recv_slots) * 4;
-    ci.ids = ids_;
-    ci.ids_bytes = uint64_t(p.BS * p.K) * 4;
-    ci.expand_x = ex_;
-    ci.expand_capacity = uint64_t(p.expand_rows * p.H) * 2;
+    ci.assist = {in_[kAssist].desc.serial, assist_, uint64_t(numel(in_[kAssist].desc)) * 4};
+    ci.counts = {in_[kSendCounts].desc.serial, send_counts_, uint64_t(recv_slots) * 4};
+    ci.ids = {in_[kIds].desc.serial, ids_, uint64_t(p.BS * p.K) * 4};
+    ci.expand_x = {in_[kExpandX].desc.serial, ex_, uint64_t(p.expand_rows * p.H) * 2};
     CombineRound cr = trace_combine(call_.comm->name(), ci);
     round_ = cr.round;
     if (!cr.error.empty() && err_.empty()) err_ = cr.error;

@@ -690,11 +690,12 @@ void DispatchKernel::record(int64_t N) {
     const DispatchParams &p = p_;
     DispatchRecord rec;
     rec.round = int64_t(call_.seq);
-    rec.assist = traced(ptr<int32_t>(out_, kAssist), uint64_t(N) * 12);
-    rec.counts = traced(ptr<int32_t>(out_, kRecvCounts), uint64_t(recv_slots_) * 4);
-    rec.ids = traced(ids_, uint64_t(p.BS * p.K) * 4);
+    rec.assist = traced(out_[kAssist].desc.serial, ptr<int32_t>(out_, kAssist), uint64_t(N) * 12);
+    rec.counts = traced(out_[kRecvCounts].desc.serial, ptr<int32_t>(out_, kRecvCounts), uint64_t(recv_slots_) * 4);
+    rec.ids = traced(in_[kIds].desc.serial, ids_, uint64_t(p.BS * p.K) * 4);
     if (p.quant == 0 && p.xfmt == Fmt::None)   // rows a combine could take back unchanged (fp16 / bf16)
-        rec.expand_x = sampled(ptr<uint8_t>(out_, kExpandX), uint64_t(N) * uint64_t(p.out_row_bytes));
+        rec.expand_x = sampled(out_[kExpandX].desc.serial, ptr<uint8_t>(out_, kExpandX),
+                               uint64_t(N) * uint64_t(p.out_row_bytes));
     record_dispatch(call_.comm->name(), rec);
 }
 

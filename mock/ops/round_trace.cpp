@@ -50,10 +50,11 @@ std::vector<DispatchRecord> records_of(const std::string &comm) {
 // Hashes of one input over the lengths the records ask for, each computed once.
 class Hashes {
 public:
-    Hashes(const void *p, uint64_t capacity) : p_(p), capacity_(capacity) {}
-    // Whether the input's first t.bytes bytes hash to t.hash (false when it holds fewer).
+    explicit Hashes(const CombineInputs::Input &in) : p_(in.data), capacity_(in.bytes) {}
+    // Whether the input's first t.bytes bytes hash to t.hash (false when it holds fewer, and for an
+    // empty region, which would match anything).
     bool matches(const Traced &t) {
-        if (!p_ || t.bytes > capacity_) return false;
+        if (!p_ || t.bytes == 0 || t.bytes > capacity_) return false;
         const std::pair<uint64_t, bool> key{t.bytes, t.sampled};
         auto it = cache_.find(key);
         if (it == cache_.end())
@@ -67,12 +68,12 @@ private:
     std::map<std::pair<uint64_t, bool>, uint64_t> cache_;
 };
 
-// The round of one routing input: the newest record of the same address whose content still
+// The round of one routing input: the newest record of the same descriptor whose content still
 // matches; else the one round whose content matches; else unknown (none, or several).
-int64_t find_round(const std::vector<DispatchRecord> &recs, Traced DispatchRecord::*field, const void *addr,
+int64_t find_round(const std::vector<DispatchRecord> &recs, Traced DispatchRecord::*field, uint64_t desc,
                    Hashes &h) {
     for (const DispatchRecord &r : recs)
-        if ((r.*field).addr == addr && h.matches(r.*field)) return r.round;
+        if (desc && (r.*field).desc == desc && h.matches(r.*field)) return r.round;
     int64_t found = kUnknownRound;
     for (const DispatchRecord &r : recs) {
         if (!h.matches(r.*field)) continue;
@@ -109,12 +110,12 @@ CombineRound trace_combine(const std::string &comm, const CombineInputs &in) {
     CombineRound out;
     const std::vector<DispatchRecord> recs = records_of(comm);
     if (recs.empty()) return out;
-    Hashes assist(in.assist, in.assist_capacity), counts(in.counts, in.counts_bytes);
-    const int64_t ra = find_round(recs, &DispatchRecord::assist, in.assist, assist);
+    Hashes assist(in.assist), counts(in.counts);
+    const int64_t ra = find_round(recs, &DispatchRecord::assist, in.assist.desc, assist);
     int64_t rc = kUnknownRound;
     for (const DispatchRecord &r : recs)   // the receive slots of this rank's role, no more, no fewer
-        if (r.counts.bytes == in.counts_bytes) {
-            rc = find_round(recs, &DispatchRecord::counts, in.counts, counts);
+        if (r.counts.bytes == in.counts.bytes) {
+            rc = find_round(recs, &DispatchRecord::counts, in.counts.desc, counts);
             break;
         }
     if (ra != kUnknownRound && rc != kUnknownRound && ra != rc) {
@@ -128,10 +129,10 @@ CombineRound trace_combine(const std::string &comm, const CombineInputs &in) {
     if (out.round == kUnknownRound) return out;
     const DispatchRecord *own = record_of(recs, out.round);
     // expert_ids that another traced dispatch read, but not this one
-    Hashes ids(in.ids, in.ids_bytes);
+    Hashes ids(in.ids);
     if (own && !ids.matches(own->ids)) {
         for (const DispatchRecord &r : recs)
-            if (r.ids.bytes == in.ids_bytes && ids.matches(r.ids)) {
+            if (r.ids.bytes == in.ids.bytes && ids.matches(r.ids)) {
                 out.error = format("expert_ids are the input of the dispatch of collective call #%" PRId64 " but "
                                    "assist_info_for_combine / ep_send_counts the output of call #%" PRId64
                                    " (combine takes the expert_ids its dispatch took)", r.round, out.round);
@@ -139,10 +140,10 @@ CombineRound trace_combine(const std::string &comm, const CombineInputs &in) {
             }
     }
     // expand_x still holding, unchanged, the rows another traced dispatch wrote there
-    Hashes ex(in.expand_x, in.expand_capacity);
-    if (own && own->expand_x.addr && ex.matches(own->expand_x)) return out;
+    Hashes ex(in.expand_x);
+    if (own && ex.matches(own->expand_x)) return out;
     for (const DispatchRecord &r : recs)
-        if (r.expand_x.addr == in.expand_x && r.round != out.round && ex.matches(r.expand_x)) {
+        if (in.expand_x.desc && r.expand_x.desc == in.expand_x.desc && r.round != out.round && ex.matches(r.expand_x)) {
             out.error = format("expand_x holds, unchanged, the rows the dispatch of collective call #%" PRId64
                                " wrote, but assist_info_for_combine / ep_send_counts are the output of call #%"
                                PRId64 " (the expert rows must belong to the dispatch the routing comes from)",

@@ -6,20 +6,22 @@
 // calls with matching shapes, so the mock traces it:
 //
 //  * each dispatch records, per communicator, what it wrote: its collective call number (the
-//    "round"), and where and what its assist_info_for_combine triples [0, 3N), its ep_recv_counts
-//    [0, slots) and (fp16 / bf16 outputs) its expand_x rows [0, N) hold (a sampled fingerprint,
-//    content_hash.h), and what its expert_ids input held;
+//    "round"), and in which aclTensor (its serial: the very descriptor, not an address that a later
+//    allocation may reuse) and with what content its assist_info_for_combine triples [0, 3N), its
+//    ep_recv_counts [0, slots) and (fp16 / bf16 outputs) its expand_x rows [0, N) are (a sampled
+//    fingerprint, content_hash.h), and what its expert_ids input held;
 //  * a combine finds the dispatch its assist_info_for_combine and ep_send_counts come from (the
-//    newest record at the same address whose content still matches, else the only round whose
-//    content matches), refuses inputs of two different traced rounds, and expert_ids or an
-//    unchanged expand_x that belong to another traced round than its routing inputs;
+//    newest record of the same descriptor whose content still matches, else the only round whose
+//    content matches, empty content matching nothing), refuses inputs of two different traced
+//    rounds, and expert_ids or an unchanged expand_x (the same descriptor) that belong to another
+//    traced round than its routing inputs;
 //  * the combine carries its round with its entry to every receiver (two int32 of the receiver's
 //    mailbox counts, kRoundSlotBase + 2*src), and every receiver compares the rounds of all senders
 //    with its own: a difference fails the kernel, naming the ranks and both rounds.
 //
 // Inputs that cannot be traced (built by hand, copied and then changed, their dispatch's record
-// evicted, or content shared by several rounds and no address match) have an unknown round and are
-// accepted as before. The records of the last kRecordsPerComm dispatches of each communicator are
+// evicted, empty, or content shared by several rounds in another descriptor) have an unknown round
+// and are accepted as before. The records of the last kRecordsPerComm dispatches of each communicator are
 // kept.
 #pragma once
 
@@ -39,10 +41,10 @@ constexpr int kRoundSlotBase = 2048;
 constexpr int64_t kUnknownRound = -1;
 constexpr size_t kRecordsPerComm = 64;
 
-// A region of memory and the fingerprint of its first `bytes` bytes (sample_hash when `sampled`,
-// else hash_bytes).
+// The aclTensor (serial) a region was read through or written to, and the fingerprint of its first
+// `bytes` bytes (sample_hash when `sampled`, else hash_bytes).
 struct Traced {
-    const void *addr = nullptr;
+    uint64_t desc = 0;
     uint64_t bytes = 0;
     uint64_t hash = 0;
     bool sampled = false;
@@ -57,21 +59,19 @@ struct DispatchRecord {
     Traced expand_x;   // rows [0, N) when expand_x is fp16 / bf16 (else addr is null)
 };
 
-inline Traced traced(const void *p, uint64_t n) { return Traced{p, n, hash_bytes(p, n), false}; }
-inline Traced sampled(const void *p, uint64_t n) { return Traced{p, n, sample_hash(p, n), true}; }
+inline Traced traced(uint64_t desc, const void *p, uint64_t n) { return Traced{desc, n, hash_bytes(p, n), false}; }
+inline Traced sampled(uint64_t desc, const void *p, uint64_t n) { return Traced{desc, n, sample_hash(p, n), true}; }
 
 void record_dispatch(const std::string &comm, const DispatchRecord &r);
 
 // The inputs of one combine, with the bytes each tensor holds (what may be hashed).
 struct CombineInputs {
-    const void *assist = nullptr;
-    uint64_t assist_capacity = 0;
-    const void *counts = nullptr;
-    uint64_t counts_bytes = 0;   // the receive slots of this rank's role
-    const void *ids = nullptr;
-    uint64_t ids_bytes = 0;
-    const void *expand_x = nullptr;
-    uint64_t expand_capacity = 0;
+    struct Input {
+        uint64_t desc = 0;       // aclTensor serial
+        const void *data = nullptr;
+        uint64_t bytes = 0;      // what may be hashed
+    };
+    Input assist, counts, ids, expand_x;   // counts: the receive slots of this rank's role
 };
 
 // The round a combine's routing inputs belong to (kUnknownRound when untraced), or a message when
