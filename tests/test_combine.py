@@ -208,7 +208,7 @@ def _combine_lonely_body(rank, world_size, root, c, inp, timeout_s):
     with Communicator(world_size, rank, root) as comm:
         ctx, ccl = build_context(comm)
         if rank == 1:
-            time.sleep(timeout_s + 1.5)
+            time.sleep(timeout_s + 1.0)
             return None
         s = Device.current().create_stream()
         a = max(c.bss) * world_size * min(c.L, c.K)
@@ -230,11 +230,11 @@ def _combine_lonely_body(rank, world_size, root, c, inp, timeout_s):
 def test_combine_peer_that_never_calls_times_out(acl, profile, monkeypatch):
     from aclnn_py.launch import run_threads
 
-    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "1")
+    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "0.5")
     c = Case(seed=3, W=2, H=1024, K=2, L=2, S=1, R=0, bss=[4, 4], global_bs=0, mask="none", dtype="fp16")
-    code, msg, dt = run_threads(_combine_lonely_body, 2, c, make_inputs(c), 1.0, timeout=60)[0]
+    code, msg, dt = run_threads(_combine_lonely_body, 2, c, make_inputs(c), 0.5, timeout=60)[0]
     assert code == 507014 and "Combine" in msg and "[1]" in msg
-    assert 0.9 <= dt < 4.0
+    assert 0.45 <= dt < 3.5
 
 
 def _missing_rows_body(rank, world_size, root, c, inp):

@@ -276,7 +276,7 @@ def _lonely_body(rank, world_size, root, c, inp, timeout_s):
     with Communicator(world_size, rank, root) as comm:
         ctx, ccl = build_context(comm)
         if rank == 1:
-            time.sleep(timeout_s + 1.5)     # never calls dispatch; keeps its window alive meanwhile
+            time.sleep(timeout_s + 1.0)     # never calls dispatch; keeps its window alive meanwhile
             return None
         s = Device.current().create_stream()
         p = prepare_dispatch(ctx, inp.x[rank], inp.ids[rank], ep_world_size=world_size, ep_rank_id=rank,
@@ -296,13 +296,13 @@ def _lonely_body(rank, world_size, root, c, inp, timeout_s):
 def test_peer_that_never_calls_times_out(acl, profile, monkeypatch):
     from aclnn_py.launch import run_threads
 
-    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "1")
+    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "0.5")
     c = _small_case(quant=0, escales=False)
-    res = run_threads(_lonely_body, 2, c, make_inputs(c), 1.0, timeout=60)
+    res = run_threads(_lonely_body, 2, c, make_inputs(c), 0.5, timeout=60)
     code, msg, dt = res[0]
     assert code == 507014
     assert "rank 0" in msg and "[1]" in msg and "Dispatch" in msg
-    assert 0.9 <= dt < 4.0
+    assert 0.45 <= dt < 3.5
 
 
 def _mismatch_body(rank, world_size, root, cases, inputs, combine_on):
