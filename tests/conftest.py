@@ -52,3 +52,12 @@ def raw(acl):
 def device0(acl):
     acl.Device(0).set_current()
     return acl.Device(0)
+
+
+@pytest.fixture(params=["Ascend910_93", "Ascend950"])
+def profile(request, mock):
+    """The mock's SoC profile for the test: every profile, unless the test parametrises `profile`
+    itself (indirectly, e.g. with helpers.moe_cases.on_profile); the default is restored after it."""
+    mock.set_soc(request.param)
+    yield request.param
+    mock.set_soc("Ascend910_93")

@@ -1,49 +1,70 @@
-"""aclnnMoeDistributeDispatchV5 on the mock vs aclnn_py.golden, bit for bit (SPEC §4, §0), over 300+
-seeded random configurations of the issue 4 matrix (threads, and a subset in real processes), plus
-the two-phase contract, timeouts, call-order/parameter mismatches, the all-zero-row rule and the
-untouched-region rule."""
+"""aclnnMoeDistributeDispatchV5 on the mock vs aclnn_py.golden, bit for bit, on both SoC profiles:
+Ascend910_93 over 300 seeded configurations of its matrix, Ascend950 over 320 of its own (quant modes
+1-5 with every output format, low-precision inputs with forwarded per-token scales, extreme MX rows,
+elastic_info, performance_info; tests/helpers/moe_cases.py), in thread worlds and a subset in process
+worlds; plus the two-phase contract, the all-zero-row and untouched-region rules, timeouts, call-order
+and parameter mismatches, and the 950's buffer dtype arguments, performance_info timing and elastic_info
+run-time errors."""
 
 from __future__ import annotations
 
 import time
 
-import moe_harness as mh
 import numpy as np
 import pytest
+from helpers.moe_cases import (
+    A3,
+    A950,
+    COMM_ALGS,
+    LOWP_X,
+    PROFILES,
+    SR_PAIRS,
+    Y_FORMATS,
+    Case,
+    cases_for,
+    make_inputs,
+    on_profile,
+    random_case,
+    replace,
+)
+from helpers.moe_world import golden_dispatch, run_world, world_body
 
-# 300 configurations in worlds of 20 (one world runs many calls): W -> number of configurations
-MATRIX = {2: 80, 3: 60, 4: 60, 8: 60, 16: 40}
-CHUNK = 20
+# per profile: W -> configurations, configurations per world, seed base
+MATRIX = {A3: ({2: 80, 3: 60, 4: 60, 8: 60, 16: 40}, 20, 40_000),
+          A950: ({2: 100, 3: 70, 4: 70, 8: 50, 16: 30}, 35, 95_000)}
 
 
 def _chunks():
-    for w, n in MATRIX.items():
-        for i in range(0, n, CHUNK):
-            yield pytest.param(w, i, min(CHUNK, n - i), id=f"W{w}-{i // CHUNK}")
+    for soc in PROFILES:
+        matrix, chunk, _ = MATRIX[soc]
+        for w, n in matrix.items():
+            for i in range(0, n, chunk):
+                yield pytest.param(soc, w, i, min(chunk, n - i), id=f"{soc}-W{w}-{i // chunk}")
 
 
-def cases_for(w: int, start: int, count: int, combine: bool = False, base_seed: int = 40_000) -> list[mh.Case]:
-    rng = np.random.default_rng(base_seed + 97 * w + start)
-    return [mh.random_case(rng, w, seed=base_seed + 1000 * w + start + i, combine=combine) for i in range(count)]
+def _matrix_cases(soc: str) -> list[Case]:
+    matrix, chunk, seed = MATRIX[soc]
+    return [c for w, n in matrix.items() for i in range(0, n, chunk)
+            for c in cases_for(soc, w, i, min(chunk, n - i), seed)]
 
 
-@pytest.mark.parametrize("w,start,count", list(_chunks()))
-def test_dispatch_matches_golden(acl, w, start, count):
-    mh.run_world(cases_for(w, start, count), combine=False)
+@pytest.mark.parametrize("profile,w,start,count", list(_chunks()), indirect=["profile"])
+def test_dispatch_matches_golden(acl, profile, w, start, count):
+    run_world(cases_for(profile, w, start, count, MATRIX[profile][2]), combine=False)
 
 
-def test_matrix_covers_the_issue(acl):
-    cases = [c for w, n in MATRIX.items() for i in range(0, n, CHUNK) for c in cases_for(w, i, min(CHUNK, n - i))]
+def test_a3_matrix_covers_the_issue(acl):
+    cases = _matrix_cases(A3)
     assert len(cases) >= 300
     seen = lambda f: {f(c) for c in cases}  # noqa: E731
     assert seen(lambda c: c.W) == {2, 3, 4, 8, 16}
     assert seen(lambda c: c.H) == {1024, 2048, 7168}
-    assert seen(lambda c: (c.S, c.R)) == set(mh.SR_PAIRS)
+    assert seen(lambda c: (c.S, c.R)) == set(SR_PAIRS)
     assert seen(lambda c: c.mask) == {"none", "1d", "2d"}
     assert seen(lambda c: c.quant) == {0, 2} and seen(lambda c: c.smooth) == {False, True}
     assert seen(lambda c: c.dtype) == {"fp16", "bf16"}
     assert seen(lambda c: c.escales) == {False, True} and seen(lambda c: c.ent_type) == {0, 1}
-    assert seen(lambda c: c.comm_alg) == set(mh.COMM_ALGS)
+    assert seen(lambda c: c.comm_alg) == set(COMM_ALGS)
     assert seen(lambda c: len(set(c.bss)) > 1) == {False, True}          # uneven BS with global_bs
     assert seen(lambda c: c.Z > 0) == {False, True} and seen(lambda c: c.C > 0) == {False, True}
     assert seen(lambda c: c.Q > 0) == {False, True}
@@ -52,26 +73,49 @@ def test_matrix_covers_the_issue(acl):
     assert min(seen(lambda c: max(c.bss))) == 1 and max(seen(lambda c: max(c.bss))) >= 60
 
 
+def test_950_matrix_covers_the_issue(acl):
+    cases = _matrix_cases(A950)
+    assert len(cases) >= 300
+    seen = lambda f: {f(c) for c in cases}  # noqa: E731
+    modes = seen(lambda c: (c.quant, c.yfmt))
+    for q, fmts in Y_FORMATS.items():
+        for f in fmts:
+            assert (q, f) in modes, (q, f)
+    assert seen(lambda c: c.xfmt) >= set(LOWP_X)
+    assert seen(lambda c: c.static_kind if c.quant == 1 else None) >= {"scalar", "row", "expert"}
+    assert seen(lambda c: (c.quant, c.smooth) if c.quant in (2, 3) else None) >= {(2, True), (2, False), (3, True),
+                                                                                 (3, False)}
+    assert seen(lambda c: c.tok_e8m0 if c.xfmt else None) >= {True, False}
+    assert seen(lambda c: c.extreme) == {False, True}
+    assert seen(lambda c: c.elastic) == {"none", "flag0", "perm"}
+    assert seen(lambda c: (c.elastic, c.R > 0)) >= {("perm", True), ("perm", False)}
+    assert seen(lambda c: c.perf) == {False, True}
+    assert seen(lambda c: c.dtype) == {"fp16", "bf16"}
+    assert seen(lambda c: c.H % 2 == 1 and c.yfmt is not None and c.yfmt.startswith("float4")) == {False}
+    assert seen(lambda c: c.mask) == {"none", "1d", "2d"} and seen(lambda c: (c.S, c.R)) == set(SR_PAIRS)
+    assert seen(lambda c: c.comm_alg) == set(COMM_ALGS) and seen(lambda c: len(set(c.bss)) > 1) == {False, True}
+
+
 @pytest.mark.parametrize("w", [2, 4])
-def test_dispatch_in_processes(acl, w):
-    mh.run_world(cases_for(w, 0, 6, base_seed=41_000), combine=False, processes=True)
+def test_dispatch_in_processes(acl, profile, w):
+    run_world(cases_for(profile, w, 0, 6, 41_000 if profile == A3 else 96_000), combine=False, processes=True)
 
 
-def test_comm_algs_give_identical_outputs(acl):
+def test_comm_algs_give_identical_outputs(acl, profile):
     rng = np.random.default_rng(5)
-    base = mh.random_case(rng, 4, seed=777)
-    base = mh.replace(base, K=min(base.K, 12), bss=[8] * 4, global_bs=0, quant=2, smooth=True)
-    cases = [mh.replace(base, comm_alg=a) for a in mh.COMM_ALGS]
-    inputs = [mh.make_inputs(cases[0])] * 3
+    base = random_case(rng, 4, seed=777)
+    base = replace(base, K=min(base.K, 12), bss=[8] * 4, global_bs=0, quant=2, smooth=True, soc=profile)
+    cases = [replace(base, comm_alg=a) for a in COMM_ALGS]
+    inputs = [make_inputs(cases[0])] * 3
     from aclnn_py.launch import run_threads
 
-    res = run_threads(mh.world_body, 4, cases, inputs, False)
+    res = run_threads(world_body, 4, cases, inputs, False)
     for r in range(4):
         for k in ("expand_x", "dynamic_scales", "assist", "recv", "tok_nums", "expand_scales"):
             assert res[r][0][k].tobytes() == res[r][1][k].tobytes() == res[r][2][k].tobytes(), k
 
 
-# ---- the all-zero row and untouched regions (SPEC §0) ---------------------------------------------------
+# ---- the all-zero row and untouched regions ------------------------------------------------------------------
 def _zero_row_body(rank, world_size, root):
     from aclnn_py import Device, Tensor
     from aclnn_py.hccl import Communicator, build_context
@@ -102,7 +146,7 @@ def _zero_row_body(rank, world_size, root):
     return res
 
 
-def test_all_zero_row_and_untouched_regions(acl):
+def test_all_zero_row_and_untouched_regions(acl, profile):
     from aclnn_py.launch import run_threads
 
     for ex, ds, ai, recv in run_threads(_zero_row_body, 2, timeout=60):
@@ -119,11 +163,11 @@ def test_all_zero_row_and_untouched_regions(acl):
         assert np.all(ai[3 * n:].view(np.uint8) == 0x5A)
 
 
-# ---- two-phase contract ----------------------------------------------------------------------------------
+# ---- two-phase contract --------------------------------------------------------------------------------------
 def _small_case(w=2, **kw):
-    c = mh.Case(seed=99, W=w, H=1024, K=2, L=2, S=1, R=0, bss=[6] * w, global_bs=0, mask="none", quant=2,
+    c = Case(seed=99, W=w, H=1024, K=2, L=2, S=1, R=0, bss=[6] * w, global_bs=0, mask="none", quant=2,
                 escales=True)
-    return mh.replace(c, **kw)
+    return replace(c, **kw)
 
 
 def _two_phase_body(rank, world_size, root, c1, in1, in2):
@@ -205,13 +249,13 @@ def _msg():
     return _recent_message() or ""
 
 
-def test_two_phase_contract(acl):
+def test_two_phase_contract(acl, profile):
     from aclnn_py.launch import run_threads
 
-    c = _small_case()
-    in1 = mh.make_inputs(c)
-    in2 = mh.make_inputs(mh.replace(c, seed=100))
-    g1, g2 = mh.golden_dispatch(c, in1), mh.golden_dispatch(c, in2)
+    c = _small_case(soc=profile)
+    in1 = make_inputs(c)
+    in2 = make_inputs(replace(c, seed=100))
+    g1, g2 = golden_dispatch(c, in1), golden_dispatch(c, in2)
     res = run_threads(_two_phase_body, 2, c, in1, in2, timeout=120)
     for r, o in enumerate(res):
         code, msg = o["second_launch"]
@@ -228,7 +272,7 @@ def test_two_phase_contract(acl):
         assert not np.array_equal(o["first"]["expand_x"][:8], o["second"]["expand_x"][:8])
 
 
-# ---- timeouts, call order, parameter agreement --------------------------------------------------------
+# ---- timeouts, call order, parameter agreement ---------------------------------------------------------------
 def _lonely_body(rank, world_size, root, c, inp, timeout_s):
     from aclnn_py import Device
     from aclnn_py.errors import AclError
@@ -238,7 +282,7 @@ def _lonely_body(rank, world_size, root, c, inp, timeout_s):
     with Communicator(world_size, rank, root) as comm:
         ctx, ccl = build_context(comm)
         if rank == 1:
-            time.sleep(timeout_s + 1.5)     # never calls dispatch; keeps its window alive meanwhile
+            time.sleep(timeout_s + 1.0)     # never calls dispatch; keeps its window alive meanwhile
             return None
         s = Device.current().create_stream()
         p = prepare_dispatch(ctx, inp.x[rank], inp.ids[rank], ep_world_size=world_size, ep_rank_id=rank,
@@ -254,16 +298,17 @@ def _lonely_body(rank, world_size, root, c, inp, timeout_s):
             s.close()
 
 
-def test_peer_that_never_calls_times_out(acl, monkeypatch):
+@on_profile(A3)
+def test_peer_that_never_calls_times_out(acl, profile, monkeypatch):
     from aclnn_py.launch import run_threads
 
-    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "1")
+    monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "0.5")
     c = _small_case(quant=0, escales=False)
-    res = run_threads(_lonely_body, 2, c, mh.make_inputs(c), 1.0, timeout=60)
+    res = run_threads(_lonely_body, 2, c, make_inputs(c), 0.5, timeout=60)
     code, msg, dt = res[0]
     assert code == 507014
     assert "rank 0" in msg and "[1]" in msg and "Dispatch" in msg
-    assert 0.9 <= dt < 4.0
+    assert 0.45 <= dt < 3.5
 
 
 def _mismatch_body(rank, world_size, root, cases, inputs, combine_on):
@@ -295,12 +340,12 @@ def _mismatch_body(rank, world_size, root, cases, inputs, combine_on):
     return res
 
 
-def test_call_order_mismatch_is_detected(acl, monkeypatch):
+def test_call_order_mismatch_is_detected(acl, profile, monkeypatch):
     from aclnn_py.launch import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "5")
-    c = _small_case(quant=0, escales=False, dtype="fp16")
-    inp = mh.make_inputs(c)
+    c = _small_case(quant=0, escales=False, dtype="fp16", soc=profile)
+    inp = make_inputs(c)
     res = run_threads(_mismatch_body, 2, [c, c], [inp, inp], 1, timeout=60)
     for code, msg in res:
         assert code == 507015 and "call-order mismatch" in msg
@@ -311,13 +356,197 @@ def test_call_order_mismatch_is_detected(acl, monkeypatch):
     ("H", {"H": 2048}, "H (x dim 1): rank"),
     ("global_bs", {"bss": [7, 7]}, "maxBs (global_bs / ep_world_size): rank"),   # global_bs=0, unequal BS
 ])
-def test_parameter_mismatch_names_the_field(acl, monkeypatch, field, kw, text):
+def test_parameter_mismatch_names_the_field(acl, profile, monkeypatch, field, kw, text):
     from aclnn_py.launch import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "5")
-    c0 = _small_case(quant=0, escales=False)
-    c1 = mh.replace(c0, **kw)
-    inputs = [mh.make_inputs(c0), mh.make_inputs(c1)]
+    c0 = _small_case(quant=0, escales=False, soc=profile)
+    c1 = replace(c0, **kw)
+    inputs = [make_inputs(c0), make_inputs(c1)]
     res = run_threads(_mismatch_body, 2, [c0, c1], inputs, -1, timeout=60)
     for code, msg in res:
         assert code == 507015 and text in msg, msg
+
+
+# ---- the Ascend950 profile only ------------------------------------------------------------------------------
+@on_profile(A950)
+def test_moderate_world_size(acl, profile):
+    # W = 32 on the 950 (W up to 1024 is checked in tests/test_moe_checks.py)
+    rng = np.random.default_rng(32)
+    cases = [random_case(rng, 32, seed=97_000 + i, soc=A950) for i in range(4)]
+    cases = [replace(c, bss=[min(b, 4) for b in c.bss],
+                     global_bs=max(min(b, 4) for b in c.bss) * 32 if c.global_bs else 0, mask="none", extreme=False,
+                     perf=True) for c in cases]
+    for c in cases:
+        if len(set(c.bss)) == 1 and c.global_bs == 0:
+            continue
+        c.global_bs = max(c.bss) * 32
+    run_world(cases, combine=False)
+
+
+@on_profile(A950)
+def test_widest_per_token_scales_match_golden(acl, profile):
+    """Low-precision x with the widest per-token scales a window row holds (fp8 x, float32: H/4;
+    fp4 x, float32: 3H/8; e8m0: H) and the narrowest (dim1 = 1), bit for bit."""
+    base = Case(seed=31337, W=2, H=1024, K=2, L=2, S=1, R=0, bss=[5, 5], global_bs=0, mask="none", quant=0,
+                soc=A950)
+    cases = [replace(base, seed=31337 + i, xfmt=x, tok_dim1=d, tok_e8m0=e8)
+             for i, (x, d, e8) in enumerate([("float8_e4m3fn", 256, False), ("float4_e2m1", 384, False),
+                                             ("hifloat8", 1024, True), ("float8_e5m2", 1, False)])]
+    run_world(cases, combine=False)
+
+
+# ---- MoeDistributeBuffer: y_dtype, x_dtype, x_smooth_scales_dtype --------------------------------------------
+def _buffer_body(rank, world_size, root, xs, ids, kw):
+    from aclnn_py import Device, MoeDistributeBuffer
+    from aclnn_py.hccl import Communicator
+
+    with Communicator(world_size, rank, root) as comm:
+        buf = MoeDistributeBuffer(comm)
+        s = Device.current().create_stream()
+        out = buf.low_latency_dispatch(xs[rank], ids[rank], 4, stream=s,
+                                       **{k: (v[rank] if isinstance(v, list) else v) for k, v in kw.items()})
+        buf.synchronize(s)
+        n = int(out.ep_recv_counts.numpy()[-1])
+        res = (n, out.expand_x.numpy()[:n], out.dynamic_scales.numpy()[:n], out.expand_x.dtype,
+               out.expand_x.shape, out.dynamic_scales.dtype, out.dynamic_scales.shape)
+        s.close()
+    return res
+
+
+@pytest.mark.parametrize("case", ["fp8-q2", "fp4-q4", "hif8-q1", "e5m2-q5", "q3", "hif8-x", "fp4-x", "e8m0-scales"])
+@on_profile(A950)
+def test_buffer_dtype_arguments(acl, profile, case):
+    import ml_dtypes
+
+    from aclnn_py import DataType, golden
+    from aclnn_py.launch import run_threads
+
+    rng = np.random.default_rng(len(case))
+    w, bs, h = 2, 3, 1024
+    xs = [(rng.standard_normal((bs, h), dtype=np.float32) * 3).astype(ml_dtypes.bfloat16) for _ in range(w)]
+    ids = [np.array([[0, 1], [2, 3], [1, 2]], np.int32) for _ in range(w)]
+    kw: dict = {}
+    gkw: dict = {}
+    if case == "fp8-q2":
+        kw = dict(quant_mode=2, y_dtype=ml_dtypes.float8_e4m3fn)
+        gkw = dict(quant_mode=2, y_dtype="float8_e4m3fn")
+    elif case == "fp4-q4":
+        kw = dict(quant_mode=4, y_dtype=DataType.FLOAT4_E2M1)
+        gkw = dict(quant_mode=4, y_dtype="float4_e2m1")
+    elif case == "hif8-q1":
+        sc = np.array([2.5], np.float32)
+        kw = dict(quant_mode=1, y_dtype=DataType.HIFLOAT8, x_smooth_scale=sc)
+        gkw = dict(quant_mode=1, y_dtype="hifloat8", scales=sc)
+    elif case == "e5m2-q5":
+        kw = dict(quant_mode=5, y_dtype="float8_e5m2")
+        gkw = dict(quant_mode=5, y_dtype="float8_e5m2")
+    elif case == "q3":
+        kw = dict(quant_mode=3, y_dtype=ml_dtypes.float8_e5m2)
+        gkw = dict(quant_mode=3, y_dtype="float8_e5m2")
+    else:
+        fmt = {"hif8-x": DataType.HIFLOAT8, "fp4-x": DataType.FLOAT4_E1M2, "e8m0-scales": DataType.FLOAT8_E4M3FN}[case]
+        width = h // 2 if fmt == DataType.FLOAT4_E1M2 else h
+        xs = [rng.integers(0, 256, size=(bs, width), dtype=np.uint8) for _ in range(w)]
+        if case == "e8m0-scales":
+            sc = [rng.integers(0, 256, size=(bs, h // 32), dtype=np.uint8) for _ in range(w)]
+            kw = dict(x_dtype=fmt, x_smooth_scale=sc, x_smooth_scales_dtype=DataType.FLOAT8_E8M0)
+        else:
+            sc = [rng.standard_normal((bs, 4), dtype=np.float32) for _ in range(w)]
+            kw = dict(x_dtype=fmt, x_smooth_scale=sc, x_smooth_scales_dtype=np.float32)
+        gkw = dict(x_dtype=int(fmt), scales=sc)
+    res = run_threads(_buffer_body, w, xs, ids, kw, timeout=60)
+    g = golden.dispatch(xs, ids, moe_expert_num=4, soc="Ascend950", **gkw)
+    for r in range(w):
+        n, ex, ds, ex_dt, ex_shape, ds_dt, ds_shape = res[r]
+        assert n == g[r].num_rows
+        assert ex.tobytes() == np.ascontiguousarray(g[r].expand_x).tobytes(), case
+        assert ex_shape[1] == h   # logical elements; packed fp4 downloads as (A, H/2) bytes
+        if g[r].dynamic_scales is not None:
+            assert ds.tobytes() == np.ascontiguousarray(g[r].dynamic_scales).tobytes(), case
+            assert ds_shape[1:] == g[r].dynamic_scales.shape[1:]
+
+
+# ---- performance_info: µs waited per source rank -------------------------------------------------------------
+def _perf_body(rank, world_size, root, rounds, delay):
+    from aclnn_py import Device, Tensor, _mock
+    from aclnn_py.hccl import Communicator, build_context
+    from aclnn_py.ops import moe_distribute_dispatch
+
+    x = np.ones((2, 1024), np.float16)
+    ids = np.array([[0, 1], [1, 0]], np.int32)
+    seen = []
+    with Communicator(world_size, rank, root) as comm:
+        ctx, ccl = build_context(comm)
+        s = Device.current().create_stream()
+        perf = Tensor.zeros((world_size,), np.int64)
+        for i in range(rounds):
+            if delay and rank == 1 and i == 1:
+                _mock.inject_fault("dispatch", rank=1, kind="delay", seconds=delay)
+            moe_distribute_dispatch(ctx, x, ids, ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=2,
+                                    ccl_buffer_size=ccl, performance_info=perf, stream=s)
+            s.synchronize()
+            seen.append(perf.numpy().copy())
+        s.close()
+    return seen
+
+
+@on_profile(A950)
+def test_performance_info_accumulates_wait_per_source_rank(acl, profile):
+    from aclnn_py.launch import run_threads
+
+    res = run_threads(_perf_body, 2, 4, 0.3, timeout=60)
+    for seen in res:
+        for a, b in zip(seen, seen[1:]):
+            assert (b >= a).all(), seen                       # only grows
+        assert all(p.shape == (2,) and p.dtype == np.int64 for p in seen)
+    # rank 1 arrived 0.3 s late in round 1: rank 0 waited for it that long (µs), not for itself
+    r0 = res[0]
+    assert r0[1][1] - r0[0][1] >= 250_000, r0
+    assert r0[-1][0] < 100_000, r0
+    assert res[1][-1][0] < 250_000, res[1]
+
+
+# ---- elastic_info at run time (golden choice 10) -------------------------------------------------------------
+def _elastic_body(rank, world_size, root, info):
+    from aclnn_py import Device
+    from aclnn_py.errors import AclError
+    from aclnn_py.hccl import Communicator, build_context
+    from aclnn_py.ops import moe_distribute_dispatch
+
+    x = np.ones((2, 1024), np.float16)
+    ids = np.array([[0, 1], [1, 0]], np.int32)
+    with Communicator(world_size, rank, root) as comm:
+        ctx, ccl = build_context(comm)
+        s = Device.current().create_stream()
+        moe_distribute_dispatch(ctx, x, ids, ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=2,
+                                ccl_buffer_size=ccl, elastic_info=info, stream=s)
+        try:
+            s.synchronize()
+            return 0, ""
+        except AclError as e:
+            return e.code, str(e)
+        finally:
+            s.close()
+
+
+@pytest.mark.parametrize("info,text", [
+    ([1, 2, 0, 2, 0, 0, 0, 0], "elastic_info: the rank table [4+W, 4+2W) must be a permutation of 0..1 (entry 1 is 0)"),
+    ([1, 2, 0, 2, 0, 0, 1, 5], "must be a permutation of 0..1 (entry 1 is 5)"),
+    ([1, 3, 0, 2, 0, 0, 1, 0], "elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, "
+                               "moe_expert_num (got 3, 0, 2 vs 2, 0, 2"),
+], ids=["not-a-permutation", "out-of-range", "other-world"])
+@on_profile(A950)
+def test_elastic_info_bad_table_fails_the_kernel(acl, profile, info, text):
+    from aclnn_py.launch import run_threads
+
+    for code, msg in run_threads(_elastic_body, 2, np.array(info, np.int32), timeout=60):
+        assert code == 507015 and text in msg, msg
+
+
+@on_profile(A950)
+def test_elastic_info_flag_zero_is_the_identity(acl, profile):
+    from aclnn_py.launch import run_threads
+
+    info = np.array([0, 9, 9, 9, 0, 0, 1, 1], np.int32)   # flag 0: nothing else is read
+    assert [code for code, _ in run_threads(_elastic_body, 2, info, timeout=60)] == [0, 0]

@@ -1,5 +1,6 @@
-"""The two-phase contract of ABI.md §4 on the mock's generic executor, driven through a test copy op
-(aclnn_py._mock.make_copy_executor) and the public aclnn-meta calls."""
+"""The aclnn two-phase contract (phase 1 builds an executor, phase 2 launches it) on the mock's generic
+executor, driven through a test copy op (aclnn_py._mock.make_copy_executor) and the public aclnn-meta
+calls."""
 
 from __future__ import annotations
 
@@ -118,3 +119,38 @@ def test_no_leaked_executors(acl, mock, copy_op):
         assert mock.launch_executor(make(), ws.ptr, 128) == 0
     acl.Stream.default().synchronize()
     assert mock.stats()["executors"] == before
+
+
+def test_set_raw_tensor_addr_between_the_phases_is_refused(acl, mock, copy_op):
+    """The executor keeps the address phase 1 saw: changing the tensor's address before phase 2 would
+    be lost silently, so it is refused; before phase 1 and after phase 2 it is allowed."""
+    src, dst, ws, make = copy_op
+    ffi, lib = acl.backend().ffi, acl.backend().lib
+    other = acl.DeviceMemory(64)
+    raw = ffi.cast("void *", other.ptr)
+    ex_int = make()
+    for d, what in ((src.descriptor(), "input 0"), (dst.descriptor(), "output 0")):
+        assert lib.aclSetRawTensorAddr(d, raw) == PARAM_INVALID
+        m = acl.errors._recent_message()
+        assert "aclSetRawTensorAddr: tensor" in m and "MockCopy" in m and what in m, m
+        assert "between its phase 1 and phase 2" in m, m
+    # a repeatable executor that was never launched is still between its phases
+    ex = ffi.cast("aclOpExecutor *", ex_int)
+    assert lib.aclSetAclOpExecutorRepeatable(ex) == 0
+    assert lib.aclSetRawTensorAddr(src.descriptor(), raw) == PARAM_INVALID
+    acl.errors._recent_message()
+    assert mock.launch_executor(ex_int, ws.ptr, 128) == 0    # phase 2: the tensors are free again
+    acl.Stream.default().synchronize()
+    assert dst.numpy().tolist() == list(range(16))
+    assert lib.aclSetRawTensorAddr(src.descriptor(), ffi.cast("void *", src.ptr)) == 0
+    assert lib.aclDestroyAclOpExecutor(ex) == 0
+    # destroying a never-launched executor frees its tensors too
+    ex2 = ffi.cast("aclOpExecutor *", make())
+    assert lib.aclSetRawTensorAddr(dst.descriptor(), ffi.cast("void *", dst.ptr)) == PARAM_INVALID
+    acl.errors._recent_message()
+    assert lib.aclDestroyAclOpExecutor(ex2) == 0
+    assert lib.aclSetRawTensorAddr(dst.descriptor(), ffi.cast("void *", dst.ptr)) == 0
+    # a consumed normal executor (launched) no longer holds them
+    assert mock.launch_executor(make(), ws.ptr, 128) == 0
+    acl.Stream.default().synchronize()
+    assert lib.aclSetRawTensorAddr(src.descriptor(), ffi.cast("void *", src.ptr)) == 0

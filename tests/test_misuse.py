@@ -175,8 +175,9 @@ def test_destroyed_tensor_in_an_op_call(acl, mock, world):
 
 def test_host_pointer_or_bad_address_as_tensor_data(acl, world):
     b = acl.backend()
-    host = np.zeros(BS * H, np.uint16)
-    for addr, text in ((host.ctypes.data, "not device memory"), (0x10, "not device memory"),
+    host = np.zeros(BS * H + 16, np.uint16)
+    host_base = -(-host.ctypes.data // 32) * 32       # storage bases must be 32-byte aligned
+    for addr, text in ((host_base, "not device memory"), (0x20, "not device memory"),
                        (0, "address is NULL")):
         bad = acl.Tensor.from_address(addr, (BS, H), "bfloat16", owner=host)
         p = prepare_with_x(acl, world, 0, bad)
@@ -184,15 +185,13 @@ def test_host_pointer_or_bad_address_as_tensor_data(acl, world):
         assert launch_raw(acl, p, workspace=mem.ptr) == PARAM_INVALID
         m = msg(acl)
         assert "input 1" in m and text in m, m
-    # a device address that is not aligned to the element size
+    # a storage base that is not 32-byte aligned never becomes a descriptor
     mem = acl.DeviceMemory(BS * H * 2 + 64)
     bad = acl.Tensor.from_address(mem.ptr + 1, (BS, H), "bfloat16", owner=mem)
-    p = prepare_with_x(acl, world, 0, bad)
-    ws = acl.DeviceMemory(p.workspace_size)
-    assert launch_raw(acl, p, workspace=ws.ptr) == PARAM_INVALID
-    assert "not aligned to its element size (2 bytes)" in msg(acl)
+    with pytest.raises(acl.AclnnError, match="tensorData \\(the storage base\\) must be 32-byte aligned"):
+        bad.descriptor()
     # the context is read at phase 1: host memory there is refused at once
-    ctx_host = acl.Tensor.from_address(host.ctypes.data, (4100,), np.int32, owner=host)
+    ctx_host = acl.Tensor.from_address(host_base, (4100,), np.int32, owner=host)
     assert _phase1_with(acl, world, 0, {"context": ctx_host.descriptor()}) == PARAM_INVALID
     assert "context: data is not device memory" in msg(acl)
     del b

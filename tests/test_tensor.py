@@ -114,3 +114,46 @@ def test_low_precision_views_keep_their_dtype(acl, dtype):
     assert col.numpy().dtype == np.dtype(dtype)
     assert col.numpy().tobytes() == np.ascontiguousarray(a[:, 1:3]).tobytes()
     assert col.numpy_view().tobytes() == np.ascontiguousarray(a[:, 1:3]).tobytes()
+
+
+def _raw_tensor(acl, addr):
+    """aclCreateTensor of a (4,) float32 ND view whose storage starts at `addr` (NULL on refusal)."""
+    b = acl.backend()
+    ffi = b.ffi
+    dims = ffi.new("int64_t[]", [4])
+    return b.lib.aclCreateTensor(dims, 1, int(DataType.FLOAT), ffi.NULL, 0, b.lib.ACL_FORMAT_ND, dims, 1,
+                                 ffi.cast("void *", addr))
+
+
+def test_create_tensor_needs_a_32_byte_aligned_storage_base(acl):
+    from aclnn_py.errors import _recent_message
+
+    ffi, lib = acl.backend().ffi, acl.backend().lib
+    mem = acl.DeviceMemory(256)
+    assert mem.ptr % 64 == 0
+    for off in (1, 2, 4, 8, 16, 48):
+        assert _raw_tensor(acl, mem.ptr + off) == ffi.NULL, off
+        m = _recent_message()
+        assert "aclCreateTensor: tensorData (the storage base) must be 32-byte aligned, or NULL" in m, m
+        assert hex(mem.ptr + off) in m, m
+    for addr in (0, mem.ptr, mem.ptr + 32, mem.ptr + 96):     # NULL and aligned bases are fine
+        t = _raw_tensor(acl, addr)
+        assert t != ffi.NULL, _recent_message()
+        assert lib.aclDestroyTensor(t) == 0
+    # an element further in is addressed with the offset, not the base
+    t = acl.Tensor.from_address(mem.ptr, (4,), np.float32, offset=3, owner=mem)
+    assert t.descriptor() != ffi.NULL
+
+
+def test_set_raw_tensor_addr_needs_a_32_byte_aligned_base(acl):
+    from aclnn_py.errors import _recent_message
+
+    lib, ffi = acl.backend().lib, acl.backend().ffi
+    mem = acl.DeviceMemory(256)
+    t = _raw_tensor(acl, mem.ptr)
+    assert lib.aclSetRawTensorAddr(t, ffi.cast("void *", mem.ptr + 16)) == 161002
+    assert "aclSetRawTensorAddr: addr (the storage base) must be 32-byte aligned" in _recent_message()
+    assert lib.aclSetRawTensorAddr(t, ffi.cast("void *", mem.ptr + 64)) == 0
+    cell = ffi.new("void **")
+    assert lib.aclGetRawTensorAddr(t, cell) == 0 and int(ffi.cast("uintptr_t", cell[0])) == mem.ptr + 64
+    assert lib.aclDestroyTensor(t) == 0

@@ -1,4 +1,4 @@
-// The generic two-phase executor (ABI.md §4): registry of live executor handles, the
+// The generic two-phase executor (CANN's aclnn two-phase interface): registry of live executor handles, the
 // aclSet*TensorAddr rebinding calls, aclSetAclOpExecutorRepeatable, aclDestroyAclOpExecutor and
 // launch_executor (phase 2 of every mock op).
 //
@@ -35,6 +35,7 @@ struct Entry {
     // Immutable copies of the slots handed to queued launches; rebuilt only after a rebind, so a
     // repeated launch of an unchanged executor copies nothing.
     std::shared_ptr<const std::vector<Slot>> snap_in, snap_out;
+    bool launched = false;  // phase 2 was called at least once (a repeatable executor stays live)
 };
 
 struct ExecRegistry {
@@ -212,6 +213,38 @@ public:
 };
 }  // namespace
 
+Slot slot_of(const aclTensor *t) {
+    Slot s;
+    if (t) {
+        s.present = true;
+        s.desc = *t;
+        s.src = t;
+    }
+    return s;
+}
+
+bool pending_executor_uses(const aclTensor *t, std::string *what) {
+    ExecRegistry &r = ereg();
+    std::lock_guard<std::mutex> lk(r.mu);
+    for (const auto &kv : r.live) {
+        Entry &e = *kv.second;
+        std::lock_guard<std::mutex> g(e.mu);
+        if (e.launched) continue;
+        const Executor &ex = *e.exec;
+        for (int io = 0; io < 2; ++io) {
+            const std::vector<Slot> &slots = io == 0 ? ex.inputs : ex.outputs;
+            for (size_t i = 0; i < slots.size(); ++i) {
+                const Slot &s = slots[i];
+                if (!s.present || s.src != t || s.desc.serial != t->serial) continue;
+                *what = format("executor %p of %s (%s %zu)", static_cast<void *>(to_handle(kv.first)),
+                               ex.op_name().c_str(), io == 0 ? "input" : "output", i);
+                return true;
+            }
+        }
+    }
+    return false;
+}
+
 size_t live_executor_count() {
     ExecRegistry &r = ereg();
     std::lock_guard<std::mutex> lk(r.mu);
@@ -250,6 +283,7 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         if (it != r.live.end()) {
             e = it->second;
             std::lock_guard<std::mutex> g(e->mu);
+            e->launched = true;
             if (!e->exec->repeatable) {  // consumed by this call, whatever its outcome
                 r.live.erase(it);
                 bury_locked(r, id, Death::Consumed);
@@ -344,12 +378,8 @@ aclOpExecutor *make_copy_executor(const aclTensor *src, aclTensor *dst, uint64_t
         return nullptr;
     }
     auto ex = std::make_shared<CopyExecutor>();
-    ex->inputs.resize(1);
-    ex->outputs.resize(1);
-    ex->inputs[0].present = true;
-    ex->inputs[0].desc = *src;
-    ex->outputs[0].present = true;
-    ex->outputs[0].desc = *dst;
+    ex->inputs.push_back(slot_of(src));
+    ex->outputs.push_back(slot_of(dst));
     ex->nbytes = nb(*src);
     ex->workspace_size = workspace_size;
     return register_executor(std::move(ex));

@@ -1,5 +1,5 @@
 // Internal C++ interface of the mock aclnn meta library (libnnopbase.so): tensor descriptors and
-// the generic two-phase executor that every mock op builds on (../shared/ABI.md §4).
+// the generic two-phase executor that every mock op builds on (CANN's aclnn two-phase interface).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@ struct aclTensor {
     aclFormat format = ACL_FORMAT_ND;
     std::vector<int64_t> storage;     // storage dims
     void *data = nullptr;             // storage base
+    uint64_t serial = 0;              // unique per aclCreateTensor call (a reused address is a new tensor)
 };
 
 namespace aclmock {
@@ -51,7 +52,10 @@ ACLMOCK_API TensorStats tensor_stats();
 struct Slot {
     bool present = false;
     aclTensor desc{};
+    const aclTensor *src = nullptr;   // the caller's descriptor (compared with desc.serial, never read)
 };
+// The slot of one phase-1 argument: a copy of *t, or an empty slot when t is NULL.
+ACLMOCK_API Slot slot_of(const aclTensor *t);
 
 // Base class of every op's executor. Phase 1 (the op's GetWorkspaceSize) validates, fills the
 // slots, sets workspace_size and calls register_executor(). Phase 2 calls launch_executor().

@@ -4,9 +4,14 @@
 // * aclCreateTensor returns NULL (with a message) for: a NULL dims pointer with count > 0, a
 //   negative view or storage dim, a negative stride (views never reach below the storage base
 //   here), a negative offset, an aclDataType value that does not exist, a format outside
-//   [-1, 127] (what the aclFormat enum can hold). Unknown format values inside that range are
-//   accepted (formats are only labels to the mock). tensorData may be NULL or any address at
-//   creation time; the ops check it against the memory registry at launch.
+//   [-1, 127] (what the aclFormat enum can hold), a tensorData (storage base) that is not 32-byte
+//   aligned. Unknown format values inside that range are accepted (formats are only labels here;
+//   the ops take ND only). tensorData may be NULL or any aligned address at creation time; the ops
+//   check it against the memory registry at launch.
+// * aclSetRawTensorAddr takes the same 32-byte aligned storage base, and is refused (161002) while
+//   the tensor is an argument of a live executor that has not been launched yet: between phase 1
+//   and phase 2 the executor holds the address phase 1 saw, so the change would be silently lost
+//   (repeatable executors are rebound with aclSetInputTensorAddr / aclSetOutputTensorAddr).
 // * Every live tensor is in a registry, so destroyed or garbage handles are recognised without
 //   being dereferenced: getters return ACLNN_ERR_PARAM_INVALID (161002) for them (161001 for NULL
 //   arguments), aclDestroyTensor(NULL) is 0, destroying a dead handle is 161002. The memory of the
@@ -31,6 +36,8 @@
 namespace aclmock {
 namespace {
 constexpr uint64_t kMaxViewBytes = uint64_t(1) << 62;
+constexpr uintptr_t kStorageAlign = 32;   // tensorData / storage base alignment (CANN's rule)
+std::atomic<uint64_t> g_next_serial{1};
 bool valid_dtype(int dt);
 // An address inside this library, for pin_library_of.
 void valid_dtype_fn() {}
@@ -185,6 +192,11 @@ ACLMOCK_API aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDim
         fail(ACLNN_ERR_PARAM_INVALID, "%s: offset must be >= 0 (got %lld)", api, static_cast<long long>(offset));
         return nullptr;
     }
+    if (reinterpret_cast<uintptr_t>(tensorData) % kStorageAlign != 0) {
+        fail(ACLNN_ERR_PARAM_INVALID, "%s: tensorData (the storage base) must be 32-byte aligned, or NULL (got %p); "
+             "address an element further in with offset", api, tensorData);
+        return nullptr;
+    }
     for (uint64_t i = 0; i < viewDimsNum; ++i)
         if (viewDims[i] < 0) {
             fail(ACLNN_ERR_PARAM_INVALID, "%s: viewDims[%llu] must be >= 0 (got %lld)", api,
@@ -238,6 +250,7 @@ ACLMOCK_API aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDim
     t->format = format;
     t->storage.assign(storageDims, storageDims + storageDimsNum);
     t->data = tensorData;
+    t->serial = g_next_serial.fetch_add(1, std::memory_order_relaxed);
     TensorRegistry &r = treg();
     std::lock_guard<std::mutex> lk(r.mu);
     r.live.insert(t);
@@ -293,10 +306,21 @@ ACLMOCK_API aclnnStatus aclGetViewOffset(const aclTensor *tensor, int64_t *offse
     return ACLNN_SUCCESS;
 }
 
-// Allowed before phase 1 or after phase 2 (the mock cannot tell; an executor keeps its own copy
-// of the descriptors taken at phase 1, so it is unaffected either way).
+// Allowed before phase 1 or after phase 2 (an executor keeps its own copy of the descriptors taken
+// at phase 1); refused in between (see the decisions at the top).
 ACLMOCK_API aclnnStatus aclSetRawTensorAddr(aclTensor *tensor, void *addr) {
-    if (aclnnStatus s = check_tensor("aclSetRawTensorAddr", "tensor", tensor)) return s;
+    const char *api = "aclSetRawTensorAddr";
+    if (aclnnStatus s = check_tensor(api, "tensor", tensor)) return s;
+    if (reinterpret_cast<uintptr_t>(addr) % kStorageAlign != 0)
+        return fail(ACLNN_ERR_PARAM_INVALID, "%s: addr (the storage base) must be 32-byte aligned, or NULL (got %p)",
+                    api, addr);
+    std::string user;
+    if (pending_executor_uses(tensor, &user))
+        return fail(ACLNN_ERR_PARAM_INVALID,
+                    "%s: tensor %p is an argument of %s, between its phase 1 and phase 2: the executor keeps the "
+                    "address phase 1 saw, so it must not change now (launch or destroy the executor first, or make "
+                    "it repeatable and rebind with aclSetInputTensorAddr / aclSetOutputTensorAddr)",
+                    api, static_cast<void *>(tensor), user.c_str());
     tensor->data = addr;
     return ACLNN_SUCCESS;
 }

@@ -1,7 +1,10 @@
-// aclnnMoeDistributeCombineV5 on the mock (SPEC §1.2, §5, §6; window layout in moe_window.h).
-// Ascend950 profile (SPEC §6.3, §4.7): comm quant 3 / 4 (MXFP8 e5m2 / e4m3fn, block 32, e8m0
-// scales; golden.py choice 8), the fused int8 dequantisation (the same values as A3, choice 9),
-// elastic_info (choice 10) and performance_info.
+// aclnnMoeDistributeCombineV5 on the mock (semantics: docs/operators.md; window layout:
+// moe_window.h). Phase 1 checks the inputs, then the output, then the context and the window, and
+// builds the executor; the kernel sends every expert row back to the slot of the token it came from,
+// waits for every rank's entry of the call, and reduces each token's slots into x_out.
+// Ascend950 profile: comm quant 3 / 4 (MXFP8 e5m2 / e4m3fn, block 32, e8m0 scales; golden choice 8),
+// the fused int8 dequantisation (the same values as A3, choice 9), elastic_info (choice 10) and
+// performance_info.
 #include <cinttypes>
 #include <cstring>
 #include <memory>
@@ -10,7 +13,9 @@
 #include "aclnnop/aclnn_moe_distribute_combine_v5.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
+#include "ops/moe_kernel.h"
 #include "ops/numerics.h"
+#include "ops/round_trace.h"
 
 #pragma GCC visibility push(hidden)
 
@@ -28,8 +33,15 @@ enum In {
 };
 enum Out { kXOut, kNumOut };
 
+const char *const kInNames[kNumIn] = {
+    "context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
+    "tp_send_counts", "x_active_mask", "activation_scale", "weight_scale", "group_list", "expand_scales",
+    "shared_expert_x", "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
+    "const_expert_v", "performance_info"};
+
 struct CombineParams : MoeParams {
     int64_t comm_quant = 0;
+    int64_t out_dtype = 0, group_list_type = 0;   // reserved attributes
     bool has_w = false;            // expert_scales non-empty → weighted
     int mask_dims = 0;
     bool has_shared_x = false;
@@ -37,6 +49,178 @@ struct CombineParams : MoeParams {
     bool has_elastic = false;
     bool has_perf = false;
 };
+
+// The tensor arguments of one phase-1 call: the inputs in slot order, and x_out.
+struct CombineArgs {
+    const aclTensor *in[kNumIn];
+    aclTensor *x_out;
+    const aclTensor *operator[](int i) const { return in[i]; }
+};
+
+const aclDataType kI32[] = {ACL_INT32};
+const aclDataType kF32[] = {ACL_FLOAT};
+
+// ================================================================================================
+// Phase 1
+// ================================================================================================
+
+int check_pointers(const CombineArgs &a, const uint64_t *workspace_size, aclOpExecutor **executor) {
+    for (int i : {kCtx, kExpandX, kIds, kAssist, kSendCounts, kEScales})
+        if (int rc = need(a[i], kInNames[i])) return rc;
+    if (int rc = need(a.x_out, "x_out")) return rc;
+    if (int rc = need(workspace_size, "workspaceSize")) return rc;
+    return need(executor, "executor");
+}
+
+// Every descriptor given: live, ND, contiguous; the context 1-D int32.
+int check_descriptors(const CombineArgs &a) {
+    for (int i = 0; i < kNumIn; ++i)
+        if (a[i])
+            if (int rc = check_tensor(a[i], kInNames[i])) return rc;
+    if (int rc = check_tensor(a.x_out, "x_out")) return rc;
+    return check_context_tensor(a[kCtx]);
+}
+
+// The attribute rules shared with dispatch, then combine's own modes.
+int check_modes(CombineParams &p) {
+    if (int rc = check_attrs(p)) return rc;
+    if (p.soc950) {
+        if (p.comm_quant != 0 && p.comm_quant != 2 && p.comm_quant != 3 && p.comm_quant != 4)
+            return bad("comm_quant_mode", "must be 0, 2, 3 or 4 on Ascend950 (got %" PRId64 ")", p.comm_quant);
+    } else if (p.comm_quant != 0 && p.comm_quant != 2) {
+        return bad("comm_quant_mode", "must be 0 or 2 on Ascend910_93 (got %" PRId64 ")", p.comm_quant);
+    }
+    if (p.out_dtype != 0) return bad("out_dtype", "is reserved and must be 0 (got %" PRId64 ")", p.out_dtype);
+    if (p.group_list_type != 0)
+        return bad("group_list_type", "is reserved and must be 0 (got %" PRId64 ")", p.group_list_type);
+    return 0;
+}
+
+// expand_x, expert_ids and the sizes they give, then the routing inputs from dispatch
+// (assist_info_for_combine, ep_send_counts).
+int check_rows(const CombineArgs &a, CombineParams &p) {
+    static const aclDataType f16s[] = {ACL_FLOAT16, ACL_BF16};
+    const aclTensor *ex = a[kExpandX], *ids = a[kIds], *assist = a[kAssist], *counts = a[kSendCounts];
+    if (int rc = check_dtype(ex, "expand_x", f16s, 2)) return rc;
+    if (int rc = check_rank(ex, "expand_x", 2)) return rc;
+    if (int rc = check_dtype(ids, "expert_ids", kI32, 1)) return rc;
+    if (int rc = check_rank(ids, "expert_ids", 2)) return rc;
+    p.dtype = ex->dtype;
+    p.BS = ids->view[0];
+    p.K = ids->view[1];
+    p.H = ex->view[1];
+    if (int rc = check_sizes(p, "expert_ids", "expand_x")) return rc;
+    // 950: elastic_info makes A the larger of both roles'; A3 refuses both in check_options
+    if (int rc = check_elastic_perf(a[kElastic], a[kPerf], p)) return rc;
+    p.has_elastic = p.soc950 && a[kElastic] != nullptr;
+    p.has_perf = p.soc950 && a[kPerf] != nullptr;
+    if (ex->view[0] < p.A)
+        return bad("expand_x", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, ex->view[0]);
+    p.expand_rows = ex->view[0];
+    if (int rc = check_dtype(assist, "assist_info_for_combine", kI32, 1)) return rc;
+    if (int rc = check_rank(assist, "assist_info_for_combine", 1)) return rc;
+    if (assist->view[0] < p.A * 128)
+        return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
+                   p.A * 128, assist->view[0]);
+    if (int rc = check_dtype(counts, "ep_send_counts", kI32, 1)) return rc;
+    if (int rc = check_rank(counts, "ep_send_counts", 1)) return rc;
+    if (counts->view[0] < p.recv_slots)
+        return bad("ep_send_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
+                   p.shared_rank && !p.has_elastic ? "ep_world_size on a shared-expert rank" : "ep_world_size * L",
+                   p.recv_slots, counts->view[0]);
+    return 0;
+}
+
+// expert_scales (empty → unweighted), x_active_mask, the tensors that must be NULL (tp_send_counts,
+// activation_scale, weight_scale, group_list), expand_scales,
+// shared_expert_x, elastic_info / performance_info on A3.
+int check_options(const CombineArgs &a, CombineParams &p) {
+    const aclTensor *es = a[kEScales];
+    if (int rc = check_dtype(es, "expert_scales", kF32, 1)) return rc;
+    if (no_zero_dim(es)) {
+        if (es->view.size() != 2 || es->view[0] != p.BS || es->view[1] != p.K)
+            return bad("expert_scales", "shape must be (BS, K) = (%" PRId64 ", %" PRId64 ") or empty (got %s)", p.BS,
+                       p.K, dims_str(es).c_str());
+        p.has_w = true;
+    }
+    if (int rc = check_mask(a[kMask], p)) return rc;
+    p.mask_dims = a[kMask] ? int(a[kMask]->view.size()) : 0;
+    if (a[kTpSend])
+        return bad("tp_send_counts", "is reserved and must be NULL, tensor parallelism is not supported (got a %s "
+                   "tensor)", dims_str(a[kTpSend]).c_str());
+    for (int i : {kActScale, kWScale, kGroupList})
+        if (a[i]) return bad(kInNames[i], "must be NULL (got a %s tensor)", dims_str(a[i]).c_str());
+    if (const aclTensor *xs = a[kExpandScales]) {
+        if (int rc = check_dtype(xs, "expand_scales", kF32, 1)) return rc;
+        if (int rc = check_rank(xs, "expand_scales", 1)) return rc;
+    }
+    if (const aclTensor *sx = a[kSharedX]) {
+        if (p.R != 0)
+            return bad("shared_expert_x", "is only allowed when shared_expert_rank_num is 0 (got "
+                       "shared_expert_rank_num %" PRId64 ")", p.R);
+        const aclDataType same[] = {p.dtype};
+        if (int rc = check_dtype(sx, "shared_expert_x", same, 1, "(expand_x's dtype)")) return rc;
+        const auto &d = sx->view;
+        const bool ok = (d.size() == 2 && d[0] == p.BS && d[1] == p.H) ||
+                        (d.size() == 3 && d[0] * d[1] == p.BS && d[2] == p.H);
+        if (!ok)
+            return bad("shared_expert_x", "shape must be (BS, H) = (%" PRId64 ", %" PRId64 ") or 3-D (a, b, H) with "
+                       "a*b == BS (got %s)", p.BS, p.H, dims_str(sx).c_str());
+        p.has_shared_x = true;
+    }
+    if (int rc = check_reserved(a[kElastic], "elastic_info", p)) return rc;
+    return check_reserved(a[kPerf], "performance_info", p);
+}
+
+// ori_x (copy and const experts) and the const-expert tensors.
+int check_special_experts(const CombineArgs &a, const CombineParams &p) {
+    const aclDataType same[] = {p.dtype};
+    const aclTensor *ori = a[kOriX];
+    if ((p.C > 0 || p.Q > 0) && !ori) {
+        set_error(format("ori_x: must not be NULL when copy_expert_num or const_expert_num is > 0 (got %" PRId64
+                         ", %" PRId64 ")", p.C, p.Q));
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (ori) {
+        if (int rc = check_dtype(ori, "ori_x", same, 1, "(expand_x's dtype)")) return rc;
+        const auto &d = ori->view;
+        if (d.size() != 2 || d[0] != p.BS || d[1] != p.H)
+            return bad("ori_x", "shape must be (BS, H) = (%" PRId64 ", %" PRId64 ") (got %s)", p.BS, p.H,
+                       dims_str(ori).c_str());
+    }
+    for (int i : {kAlpha1, kAlpha2, kConstV}) {
+        const aclTensor *t = a[i];
+        const char *name = kInNames[i];
+        if (p.Q > 0 && !t) {
+            set_error(format("%s: must not be NULL when const_expert_num is > 0 (got %" PRId64 ")", name, p.Q));
+            return ACLNN_ERR_PARAM_NULLPTR;
+        }
+        if (!t) continue;
+        if (int rc = check_dtype(t, name, same, 1, "(expand_x's dtype)")) return rc;
+        const auto &d = t->view;
+        if (p.Q > 0 && (d.size() != 2 || d[0] != p.Q || d[1] != p.H))
+            return bad(name, "shape must be (const_expert_num, H) = (%" PRId64 ", %" PRId64 ") (got %s)", p.Q, p.H,
+                       dims_str(t).c_str());
+    }
+    return 0;
+}
+
+int check_inputs(const CombineArgs &a, CombineParams &p) {
+    if (int rc = check_rows(a, p)) return rc;
+    if (int rc = check_options(a, p)) return rc;
+    return check_special_experts(a, p);
+}
+
+// x_out: (BS, H) in expand_x's dtype.
+int check_outputs(const CombineArgs &a, const CombineParams &p) {
+    const aclDataType same[] = {p.dtype};
+    if (int rc = check_dtype(a.x_out, "x_out", same, 1, "(expand_x's dtype)")) return rc;
+    const auto &d = a.x_out->view;
+    if (d.size() != 2 || d[0] != p.BS || d[1] != p.H)
+        return bad("x_out", "shape must be (BS, H) = (%" PRId64 ", %" PRId64 ") (got %s)", p.BS, p.H,
+                   dims_str(a.x_out).c_str());
+    return 0;
+}
 
 class CombineExecutor final : public Executor {
 public:
@@ -47,175 +231,270 @@ private:
     CombineParams p_;
 };
 
-int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
-    const CombineParams &p = p_;
-    hccl::Comm *comm = nullptr;
-    if (int rc = begin_kernel(in[kCtx].desc, p, kOp, &comm)) return rc;
-    UseGuard guard{comm};
+int make_executor(const CombineArgs &a, const CombineParams &p, uint64_t *workspace_size,
+                  aclOpExecutor **executor) {
+    auto ex = std::make_shared<CombineExecutor>(p);
+    for (const aclTensor *t : a.in) ex->inputs.push_back(slot_of(t));
+    ex->outputs.push_back(slot_of(a.x_out));
+    ex->workspace_size = combine_ws(p).total;
+    aclOpExecutor *h = register_executor(ex);
+    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", kOp);
+    *workspace_size = ex->workspace_size;
+    *executor = h;
+    return ACLNN_SUCCESS;
+}
 
-    const uint64_t seq = comm->next_seq();
-    const int half = int(seq % 2);
-    const int64_t W = p.W, S = p.S, K = p.K, H = p.H, E = p.E, r = p.r, maxBs = p.maxBs;
-    const int64_t KS = K + S;
-    const bool bf16 = p.dtype == ACL_BF16;
-    const Layout lay = make_layout(W, p.L, maxBs, H, K, S, p.fullmesh_v2);
-    const uint64_t tc = lay.tc, coff = lay.combine_offset;
-    const uint64_t qsoff = comm_quant_scale_offset(H);
-    const Fmt mxfmt = p.comm_quant == 3 ? Fmt::E5M2 : Fmt::E4M3;   // comm quant 3 / 4 (SPEC §5)
+// ================================================================================================
+// Kernel
+// ================================================================================================
 
-    const uint16_t *ex = ptr<const uint16_t>(in, kExpandX);
-    const int32_t *ids = ptr<const int32_t>(in, kIds);
-    const int32_t *assist = ptr<const int32_t>(in, kAssist);
-    const int32_t *send_counts = ptr<const int32_t>(in, kSendCounts);
-    const float *w = p.has_w ? ptr<const float>(in, kEScales) : nullptr;
-    const uint8_t *mask = p.mask_dims ? ptr<const uint8_t>(in, kMask) : nullptr;
-    const uint16_t *shared_x = p.has_shared_x ? ptr<const uint16_t>(in, kSharedX) : nullptr;
-    const uint16_t *ori = ptr<const uint16_t>(in, kOriX);
-    const uint16_t *al1 = ptr<const uint16_t>(in, kAlpha1);
-    const uint16_t *al2 = ptr<const uint16_t>(in, kAlpha2);
-    const uint16_t *cv = ptr<const uint16_t>(in, kConstV);
-    uint16_t *x_out = ptr<uint16_t>(out, kXOut);
+// One run of the combine kernel: send() writes every expert row this rank holds into the slot of
+// its token in the source rank's window, wait() exchanges the call's mailbox entries, receive()
+// reduces this rank's tokens from its own window into x_out. A data error is remembered in err_ and
+// reported after the exchange, so the peers never wait for a rank that gave up.
+class CombineKernel {
+public:
+    CombineKernel(const CombineParams &p, KernelCall &call, const std::vector<Slot> &in,
+                  const std::vector<Slot> &out, void *workspace);
+    void send();
+    int wait();
+    int receive();
+
+private:
+    void trace_round(int64_t recv_slots);
+    bool rounds_agree();
+    void add_slot(int64_t t, int64_t k, const float *weight);
+    void reduce_token(int64_t t);
+
+    const CombineParams &p_;
+    KernelCall &call_;
+    const std::vector<Slot> &in_, &out_;
+    bool bf16_;
+    Fmt mxfmt_;                  // comm quant 3 / 4
+    // inputs and output
+    const uint16_t *ex_;
+    const int32_t *ids_, *assist_, *send_counts_;
+    const float *w_;
+    const uint8_t *mask_;
+    const uint16_t *shared_x_, *ori_, *al1_, *al2_, *cv_;
+    uint16_t *x_out_;
+    // workspace
+    int32_t *sendcnt_;
+    float *acc_, *tmp_;
+    // per call
+    std::string err_;
+    std::vector<int32_t> table_, logical_;
+    int64_t round_ = kUnknownRound;   // the dispatch this rank's routing inputs come from
+    int64_t expected_ = 0;       // slots this rank's tokens read
+};
+
+CombineKernel::CombineKernel(const CombineParams &p, KernelCall &call, const std::vector<Slot> &in,
+                             const std::vector<Slot> &out, void *workspace)
+    : p_(p), call_(call), in_(in), out_(out) {
+    bf16_ = p.dtype == ACL_BF16;
+    mxfmt_ = p.comm_quant == 3 ? Fmt::E5M2 : Fmt::E4M3;
+    ex_ = ptr<const uint16_t>(in, kExpandX);
+    ids_ = ptr<const int32_t>(in, kIds);
+    assist_ = ptr<const int32_t>(in, kAssist);
+    send_counts_ = ptr<const int32_t>(in, kSendCounts);
+    w_ = p.has_w ? ptr<const float>(in, kEScales) : nullptr;
+    mask_ = p.mask_dims ? ptr<const uint8_t>(in, kMask) : nullptr;
+    shared_x_ = p.has_shared_x ? ptr<const uint16_t>(in, kSharedX) : nullptr;
+    ori_ = ptr<const uint16_t>(in, kOriX);
+    al1_ = ptr<const uint16_t>(in, kAlpha1);
+    al2_ = ptr<const uint16_t>(in, kAlpha2);
+    cv_ = ptr<const uint16_t>(in, kConstV);
+    x_out_ = ptr<uint16_t>(out, kXOut);
 
     const CombineWs wsl = combine_ws(p);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
-    int32_t *sendcnt = reinterpret_cast<int32_t *>(ws + wsl.sendcnt);
-    float *acc = reinterpret_cast<float *>(ws + wsl.acc);
-    float *tmp = reinterpret_cast<float *>(ws + wsl.tmp);
-    std::memset(sendcnt, 0, size_t(W) * 4);
+    sendcnt_ = reinterpret_cast<int32_t *>(ws + wsl.sendcnt);
+    acc_ = reinterpret_cast<float *>(ws + wsl.acc);
+    tmp_ = reinterpret_cast<float *>(ws + wsl.tmp);
+    std::memset(sendcnt_, 0, size_t(p.W) * 4);
+    // elastic_info: this physical rank's role (and so its row count) is its logical rank's
+    elastic_table(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &table_, &logical_, &err_);
+}
 
-    // ---- send phase (SPEC §6.1) ------------------------------------------------------------------
-    std::string err;
-    // elastic_info (SPEC §4.7): this physical rank's role (and so its row count) is its logical rank's
-    std::vector<int32_t> table, logical;
-    elastic_table(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &table, &logical, &err);
-    const int64_t recv_slots = logical[size_t(r)] < p.R ? W : W * p.L;
-    int64_t N = send_counts[recv_slots - 1];
+// Row i < N (N = the last ep_send_counts entry of this rank's role) goes to slot t*(K+S) + k of
+// rank src, from the triple (src, t, k) of assist_info_for_combine.
+void CombineKernel::send() {
+    const CombineParams &p = p_;
+    const int64_t W = p.W, H = p.H, KS = p.K + p.S, maxBs = p.maxBs;
+    const uint64_t tc = call_.layout.tc, coff = call_.layout.combine_offset;
+    const uint64_t qsoff = comm_quant_scale_offset(H);
+    const int64_t recv_slots = logical_[size_t(p.r)] < p.R ? W : W * p.L;
+    trace_round(recv_slots);
+    int64_t N = send_counts_[recv_slots - 1];
     if (N < 0 || N > p.expand_rows) {
-        err = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is outside [0, expand_x dim 0 = %" PRId64 "]",
-                     recv_slots - 1, N, p.expand_rows);
+        err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is outside [0, expand_x dim 0 = %" PRId64 "]",
+                      recv_slots - 1, N, p.expand_rows);
         N = N < 0 ? 0 : p.expand_rows;
     }
     for (int64_t i = 0; i < N; ++i) {
-        const int64_t src = assist[3 * i], t = assist[3 * i + 1], k = assist[3 * i + 2];
+        const int64_t src = assist_[3 * i], t = assist_[3 * i + 1], k = assist_[3 * i + 2];
         if (src < 0 || src >= W || t < 0 || t >= maxBs || k < 0 || k >= KS) {
-            if (err.empty())
-                err = format("assist_info_for_combine row %" PRId64 " = (%" PRId64 ", %" PRId64 ", %" PRId64
-                             ") is not a valid (rank < %" PRId64 ", token < maxBs = %" PRId64 ", slot < K+S = %" PRId64
-                             ") triple", i, src, t, k, W, maxBs, KS);
+            if (err_.empty())
+                err_ = format("assist_info_for_combine row %" PRId64 " = (%" PRId64 ", %" PRId64 ", %" PRId64
+                              ") is not a valid (rank < %" PRId64 ", token < maxBs = %" PRId64 ", slot < K+S = %" PRId64
+                              ") triple", i, src, t, k, W, maxBs, KS);
             continue;
         }
-        uint8_t *d = comm->data_half(uint32_t(src), half) + coff + uint64_t(t * KS + k) * tc;
-        const uint16_t *row = ex + i * H;
+        uint8_t *d = call_.data(src) + coff + uint64_t(t * KS + k) * tc;
+        const uint16_t *row = ex_ + i * H;
         if (p.comm_quant == 0) {
             std::memcpy(d, row, size_t(H) * 2);
         } else if (p.comm_quant == 2) {
-            comm_quant_row(row, bf16, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff), tmp, H);
+            comm_quant_row(row, bf16_, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff), tmp_,
+                           H);
         } else {
             // MXFP8: H codes, then ceil(H/32) e8m0 bytes at align(H, 32)
-            mx_quant_row(row, bf16, mxfmt, false, d, d + qsoff, tmp, H);
+            mx_quant_row(row, bf16_, mxfmt_, false, d, d + qsoff, tmp_, H);
         }
-        ++sendcnt[src];
+        ++sendcnt_[src];
     }
-    for (int64_t m = 0; m < W; ++m) comm->mailbox(uint32_t(m), half)->counts[r] = sendcnt[m];
+    for (int64_t m = 0; m < W; ++m) {
+        int32_t *mc = call_.mailbox(m)->counts;
+        mc[p.r] = sendcnt_[m];
+        put_round(mc, p.r, round_);
+    }
+}
+
+// Which dispatch this rank's assist_info_for_combine / ep_send_counts come from (round_trace.h); a
+// combine whose inputs belong to different traced dispatch calls fails.
+void CombineKernel::trace_round(int64_t recv_slots) {
+    const CombineParams &p = p_;
+    CombineInputs ci;
+    ci.assist = {in_[kAssist].desc.serial, assist_, uint64_t(numel(in_[kAssist].desc)) * 4};
+    ci.counts = {in_[kSendCounts].desc.serial, send_counts_, uint64_t(recv_slots) * 4};
+    ci.ids = {in_[kIds].desc.serial, ids_, uint64_t(p.BS * p.K) * 4};
+    ci.expand_x = {in_[kExpandX].desc.serial, ex_, uint64_t(p.expand_rows * p.H) * 2};
+    CombineRound cr = trace_combine(call_.comm->name(), ci);
+    round_ = cr.round;
+    if (!cr.error.empty() && err_.empty()) err_ = cr.error;
+}
+
+// Every sender's rows must belong to the same dispatch call as this rank's (where known).
+bool CombineKernel::rounds_agree() {
+    const CombineParams &p = p_;
+    const int32_t *mc = call_.mailbox(p.r)->counts;
+    int64_t ref = round_, ref_rank = p.r;
+    for (int64_t src = 0; src < p.W; ++src) {
+        const int64_t rs = get_round(mc, src);
+        if (rs == kUnknownRound || rs == ref) continue;
+        if (ref == kUnknownRound) {
+            ref = rs;
+            ref_rank = src;
+            continue;
+        }
+        if (err_.empty())
+            err_ = format("the rows of rank %" PRId64 " belong to the dispatch of collective call #%" PRId64
+                          ", those of rank %" PRId64 "%s to the dispatch of call #%" PRId64 ": the ranks paired "
+                          "this combine with different dispatch calls (every rank must call dispatch and combine "
+                          "in the same order on a communicator)", src, rs, ref_rank,
+                          ref_rank == p.r ? " (this rank)" : "", ref);
+        return false;
+    }
+    return true;
+}
+
+int CombineKernel::wait() {
+    const CombineParams &p = p_;
     static const char *const names[] = {"ep_world_size", "moe_expert_num", "maxBs (global_bs / ep_world_size)",
                                          "K (expert_ids dim 1)", "H (expand_x dim 1)", "shared_expert_num",
                                          "shared_expert_rank_num", "comm_quant_mode", "zero_expert_num",
                                          "copy_expert_num", "const_expert_num", "expand_x dtype", "comm_alg",
                                          "elastic_info (2 + 4 * a hash of its table)"};
-    const int64_t fields[] = {W, E, maxBs, K, H, S, p.R, p.comm_quant, p.Z, p.C, p.Q, int64_t(p.dtype),
-                              int64_t(p.alg_code), p.has_elastic ? 2 + 4 * table_hash(table) : 0};
+    const int64_t fields[] = {p.W, p.E, p.maxBs, p.K, p.H, p.S, p.R, p.comm_quant, p.Z, p.C, p.Q, int64_t(p.dtype),
+                              int64_t(p.alg_code), p.has_elastic ? 2 + 4 * table_hash(table_) : 0};
     constexpr uint32_t nf = sizeof(fields) / sizeof(fields[0]);
     static_assert(nf <= hccl::kMailboxFields, "mailbox fields");
-    const uint64_t stamps = perf_stamp_offset(lay);
-    // publish to this rank first (a delay injected into this call happens there), then to every peer,
-    // each entry preceded by this rank's time stamp for the peer's performance_info
-    comm->publish(uint32_t(r), seq, hccl::kTagCombine, fields, nf);
-    for (int64_t m = 0; m < W; ++m) {
-        if (p.soc950) write_perf_stamp(comm->data_half(uint32_t(m), half) + stamps, r);
-        if (m != r) comm->publish(uint32_t(m), seq, hccl::kTagCombine, fields, nf);
-    }
-    const int64_t t_ready = monotonic_ns();
-    if (int rc = comm->wait_all(seq, hccl::kTagCombine, fields, names, nf, kOp)) return rc;
-    if (p.has_perf) add_perf(ptr<int64_t>(in, kPerf), comm->data_half(uint32_t(r), half) + stamps, W, t_ready);
-
-    // ---- receive and reduce (SPEC §6.2) ---------------------------------------------------------
-    const int32_t *mc = comm->mailbox(uint32_t(r), half)->counts;
-    int64_t received = 0;
-    for (int64_t m = 0; m < W; ++m) received += mc[m];
-    const uint8_t *own = comm->data_half(uint32_t(r), half) + coff;
-    const int64_t BS = p.BS;
-    int64_t ntok = BS;
-    if (p.mask_dims == 1) {
-        ntok = 0;
-        for (int64_t t = 0; t < BS; ++t) ntok += mask[t] != 0;
-    }
-    const int64_t E_end = E + p.Z + p.C + p.Q;
-    int64_t expected = 0;
-    // add one received slot (dequantised with comm quant 2) to acc, weighted or not
-    auto add_slot = [&](int64_t t, int64_t k, bool weighted, float wt) {
-        const uint8_t *s = own + uint64_t(t * KS + k) * tc;
-        ++expected;
-        if (p.comm_quant == 0) {
-            const uint16_t *row = reinterpret_cast<const uint16_t *>(s);
-            weighted ? acc_add_row_w(acc, row, bf16, wt, H) : acc_add_row(acc, row, bf16, H);
-        } else {
-            // dequantised, rounded to the row dtype, then weighted in fp32 (SPEC §6.3; on the 950 the
-            // int8 dequantisation is fused with the weighting in this order, golden choice 9)
-            if (p.comm_quant == 2)
-                comm_dequant_row(reinterpret_cast<const int8_t *>(s), reinterpret_cast<const uint16_t *>(s + qsoff),
-                                 bf16, tmp, H);
-            else
-                mx_dequant_row(s, s + qsoff, mxfmt, bf16, tmp, H);
-            weighted ? acc_add_f32_w(acc, tmp, wt, H) : acc_add_f32(acc, tmp, H);
-        }
-    };
-    for (int64_t t = 0; t < ntok; ++t) {
-        if (p.mask_dims == 2) {
-            bool any = false;
-            for (int64_t k = 0; k < K; ++k) any |= mask[t * K + k] != 0;
-            if (!any) continue;   // x_out row left untouched
-        }
-        std::memset(acc, 0, size_t(H) * 4);
-        for (int64_t k = 0; k < K; ++k) {
-            if (p.mask_dims == 2 && !mask[t * K + k]) continue;
-            const int64_t id = ids[t * K + k];
-            const float wt = w ? w[t * K + k] : 1.0f;
-            if (id >= 0 && id < E) {
-                add_slot(t, k, w != nullptr, wt);
-            } else if (id >= E && id < E + p.Z) {
-                // zero expert: contributes nothing
-            } else if (id >= E + p.Z && id < E + p.Z + p.C) {
-                const uint16_t *row = ori + t * H;
-                w ? acc_add_row_w(acc, row, bf16, wt, H) : acc_add_row(acc, row, bf16, H);
-            } else if (id >= E + p.Z + p.C && id < E_end) {
-                const int64_t c = id - (E + p.Z + p.C);
-                const_expert_row(ori + t * H, al1 + c * H, al2 + c * H, cv + c * H, bf16, tmp, H);
-                w ? acc_add_f32_w(acc, tmp, wt, H) : acc_add_f32(acc, tmp, H);
-            } else if (err.empty()) {
-                err = format("expert_ids[%" PRId64 ", %" PRId64 "] = %" PRId64 " is outside [0, %" PRId64 ")", t, k, id,
-                             E_end);
-            }
-        }
-        if (p.R > 0)
-            for (int64_t s = 0; s < S; ++s) add_slot(t, K + s, false, 1.0f);
-        if (shared_x) acc_add_row(acc, shared_x + t * H, bf16, H);
-        f32_to_row(acc, x_out + t * H, bf16, H);
-    }
-    if (err.empty() && received < expected)
-        err = format("received %" PRId64 " expert rows but this rank's expert_ids / x_active_mask need %" PRId64
-                     " (assist_info_for_combine / ep_send_counts of the peers do not belong to this round)",
-                     received, expected);
-    if (!err.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, r, err.c_str());
+    int64_t t_ready = 0;
+    if (int rc = call_.exchange(hccl::kTagCombine, fields, names, nf, &t_ready)) return rc;
+    if (p.has_perf)
+        add_perf(ptr<int64_t>(in_, kPerf), call_.data(p.r) + perf_stamp_offset(call_.layout), p.W, t_ready);
     return 0;
 }
 
-Slot slot_of(const aclTensor *t) {
-    Slot s;
-    if (t) {
-        s.present = true;
-        s.desc = *t;
+// Adds one received slot to acc_ (dequantised with comm quant 2 / 3 / 4), weighted or not.
+void CombineKernel::add_slot(int64_t t, int64_t k, const float *weight) {
+    const int64_t H = p_.H, KS = p_.K + p_.S;
+    const uint8_t *s = call_.data(p_.r) + call_.layout.combine_offset + uint64_t(t * KS + k) * call_.layout.tc;
+    const uint64_t qsoff = comm_quant_scale_offset(H);
+    ++expected_;
+    if (p_.comm_quant == 0) {
+        const uint16_t *row = reinterpret_cast<const uint16_t *>(s);
+        weight ? acc_add_row_w(acc_, row, bf16_, *weight, H) : acc_add_row(acc_, row, bf16_, H);
+        return;
     }
-    return s;
+    // dequantised, rounded to the row dtype, then weighted in fp32 (on the 950 the int8
+    // dequantisation is fused with the weighting in this order, golden choice 9)
+    if (p_.comm_quant == 2)
+        comm_dequant_row(reinterpret_cast<const int8_t *>(s), reinterpret_cast<const uint16_t *>(s + qsoff), bf16_,
+                         tmp_, H);
+    else
+        mx_dequant_row(s, s + qsoff, mxfmt_, bf16_, tmp_, H);
+    weight ? acc_add_f32_w(acc_, tmp_, *weight, H) : acc_add_f32(acc_, tmp_, H);
+}
+
+// acc = sum over k of the (weighted) expert values in k order, then the shared-expert slots, then
+// shared_expert_x; x_out[t] = acc rounded to the row dtype.
+void CombineKernel::reduce_token(int64_t t) {
+    const CombineParams &p = p_;
+    const int64_t H = p.H, K = p.K, E = p.E;
+    const int64_t E_end = E + p.Z + p.C + p.Q;
+    std::memset(acc_, 0, size_t(H) * 4);
+    for (int64_t k = 0; k < K; ++k) {
+        if (p.mask_dims == 2 && !mask_[t * K + k]) continue;
+        const int64_t id = ids_[t * K + k];
+        const float *wt = w_ ? &w_[t * K + k] : nullptr;
+        if (id >= 0 && id < E) {
+            add_slot(t, k, wt);
+        } else if (id >= E && id < E + p.Z) {
+            // zero expert: contributes nothing
+        } else if (id >= E + p.Z && id < E + p.Z + p.C) {
+            const uint16_t *row = ori_ + t * H;
+            wt ? acc_add_row_w(acc_, row, bf16_, *wt, H) : acc_add_row(acc_, row, bf16_, H);
+        } else if (id >= E + p.Z + p.C && id < E_end) {
+            const int64_t c = id - (E + p.Z + p.C);
+            const_expert_row(ori_ + t * H, al1_ + c * H, al2_ + c * H, cv_ + c * H, bf16_, tmp_, H);
+            wt ? acc_add_f32_w(acc_, tmp_, *wt, H) : acc_add_f32(acc_, tmp_, H);
+        } else if (err_.empty()) {
+            err_ = format("expert_ids[%" PRId64 ", %" PRId64 "] = %" PRId64 " is outside [0, %" PRId64 ")", t, k, id,
+                          E_end);
+        }
+    }
+    if (p.R > 0)
+        for (int64_t s = 0; s < p.S; ++s) add_slot(t, K + s, nullptr);
+    if (shared_x_) acc_add_row(acc_, shared_x_ + t * H, bf16_, H);
+    f32_to_row(acc_, x_out_ + t * H, bf16_, H);
+}
+
+int CombineKernel::receive() {
+    const CombineParams &p = p_;
+    const int32_t *mc = call_.mailbox(p.r)->counts;
+    int64_t received = 0;
+    for (int64_t m = 0; m < p.W; ++m) received += mc[m];
+    if (rounds_agree()) {
+        const int64_t ntok = tokens_considered(mask_, p.mask_dims, p.BS);
+        for (int64_t t = 0; t < ntok; ++t)
+            if (token_valid(mask_, p.mask_dims, t, p.K)) reduce_token(t);   // x_out rows of others untouched
+    }
+    if (err_.empty() && received < expected_)
+        err_ = format("received %" PRId64 " expert rows but this rank's expert_ids / x_active_mask need %" PRId64
+                      " (assist_info_for_combine / ep_send_counts of the peers do not belong to this round)",
+                      received, expected_);
+    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, p.r, err_.c_str());
+    return 0;
+}
+
+int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
+    KernelCall call;
+    if (int rc = call.begin(in[kCtx].desc, p_, kOp)) return rc;
+    CombineKernel k(p_, call, in, out, workspace);
+    k.send();
+    if (int rc = k.wait()) return rc;
+    return k.receive();
 }
 
 }  // namespace
@@ -237,32 +516,14 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5GetWorkspaceSize(
     int64_t outDtype, int64_t commQuantMode, int64_t groupListType, const char *commAlg,
     int64_t zeroExpertNum, int64_t copyExpertNum, int64_t constExpertNum, aclTensor *xOut,
     uint64_t *workspaceSize, aclOpExecutor **executor) {
-    if (int rc = need(context, "context")) return rc;
-    if (int rc = need(expandX, "expand_x")) return rc;
-    if (int rc = need(expertIds, "expert_ids")) return rc;
-    if (int rc = need(assistInfoForCombine, "assist_info_for_combine")) return rc;
-    if (int rc = need(epSendCounts, "ep_send_counts")) return rc;
-    if (int rc = need(expertScales, "expert_scales")) return rc;
-    if (int rc = need(xOut, "x_out")) return rc;
-    if (int rc = need(workspaceSize, "workspaceSize")) return rc;
-    if (int rc = need(executor, "executor")) return rc;
-
-    const aclTensor *ins[kNumIn] = {context, expandX, expertIds, assistInfoForCombine, epSendCounts, expertScales,
-                                    tpSendCountsOptional, xActiveMaskOptional, activationScaleOptional,
-                                    weightScaleOptional, groupListOptional, expandScalesOptional,
-                                    sharedExpertXOptional, elasticInfoOptional, oriXOptional,
-                                    constExpertAlpha1Optional, constExpertAlpha2Optional, constExpertVOptional,
-                                    performanceInfoOptional};
-    static const char *const in_names[kNumIn] = {
-        "context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
-        "tp_send_counts", "x_active_mask", "activation_scale", "weight_scale", "group_list", "expand_scales",
-        "shared_expert_x", "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
-        "const_expert_v", "performance_info"};
-    for (int i = 0; i < kNumIn; ++i)
-        if (ins[i])
-            if (int rc = check_tensor(ins[i], in_names[i])) return rc;
-    if (int rc = check_tensor(xOut, "x_out")) return rc;
-    if (int rc = check_context_tensor(context)) return rc;
+    const CombineArgs a{{context, expandX, expertIds, assistInfoForCombine, epSendCounts, expertScales,
+                         tpSendCountsOptional, xActiveMaskOptional, activationScaleOptional, weightScaleOptional,
+                         groupListOptional, expandScalesOptional, sharedExpertXOptional, elasticInfoOptional,
+                         oriXOptional, constExpertAlpha1Optional, constExpertAlpha2Optional, constExpertVOptional,
+                         performanceInfoOptional},
+                        xOut};
+    if (int rc = check_pointers(a, workspaceSize, executor)) return rc;
+    if (int rc = check_descriptors(a)) return rc;
 
     CombineParams p;
     p.W = epWorldSize; p.r = epRankId; p.E = moeExpertNum; p.ccl = cclBufferSize;
@@ -270,130 +531,15 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5GetWorkspaceSize(
     p.S_attr = sharedExpertNum; p.R = sharedExpertRankNum; p.global_bs = globalBs;
     p.Z = zeroExpertNum; p.C = copyExpertNum; p.Q = constExpertNum;
     p.comm_alg = commAlg ? commAlg : "";
-    p.comm_quant = commQuantMode;
-    if (int rc = check_attrs(p)) return rc;
-    if (p.soc950) {
-        if (p.comm_quant != 0 && p.comm_quant != 2 && p.comm_quant != 3 && p.comm_quant != 4)
-            return bad("comm_quant_mode", "must be 0, 2, 3 or 4 on Ascend950 (got %" PRId64 ")", p.comm_quant);
-    } else if (p.comm_quant != 0 && p.comm_quant != 2) {
-        return bad("comm_quant_mode", "must be 0 or 2 on Ascend910_93 (got %" PRId64 ")", p.comm_quant);
-    }
-    if (outDtype != 0) return bad("out_dtype", "is reserved and must be 0 (got %" PRId64 ")", outDtype);
-    if (groupListType != 0)
-        return bad("group_list_type", "is reserved and must be 0 (got %" PRId64 ")", groupListType);
-
-    static const aclDataType f16s[] = {ACL_FLOAT16, ACL_BF16};
-    static const aclDataType i32[] = {ACL_INT32};
-    static const aclDataType f32[] = {ACL_FLOAT};
-    if (int rc = check_dtype(expandX, "expand_x", f16s, 2)) return rc;
-    if (int rc = check_rank(expandX, "expand_x", 2)) return rc;
-    if (int rc = check_dtype(expertIds, "expert_ids", i32, 1)) return rc;
-    if (int rc = check_rank(expertIds, "expert_ids", 2)) return rc;
-    p.dtype = expandX->dtype;
-    p.BS = expertIds->view[0];
-    p.K = expertIds->view[1];
-    p.H = expandX->view[1];
-    if (int rc = check_sizes(p, "expert_ids", "expand_x")) return rc;
-    // 950: elastic_info makes A the larger of both roles' (SPEC §2); A3 refuses both further down
-    if (int rc = check_elastic_perf(elasticInfoOptional, performanceInfoOptional, p)) return rc;
-    p.has_elastic = p.soc950 && elasticInfoOptional != nullptr;
-    p.has_perf = p.soc950 && performanceInfoOptional != nullptr;
-    if (expandX->view[0] < p.A)
-        return bad("expand_x", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, expandX->view[0]);
-    p.expand_rows = expandX->view[0];
-    if (int rc = check_dtype(assistInfoForCombine, "assist_info_for_combine", i32, 1)) return rc;
-    if (int rc = check_rank(assistInfoForCombine, "assist_info_for_combine", 1)) return rc;
-    if (assistInfoForCombine->view[0] < p.A * 128)
-        return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
-                   p.A * 128, assistInfoForCombine->view[0]);
-    if (int rc = check_dtype(epSendCounts, "ep_send_counts", i32, 1)) return rc;
-    if (int rc = check_rank(epSendCounts, "ep_send_counts", 1)) return rc;
-    if (epSendCounts->view[0] < p.recv_slots)
-        return bad("ep_send_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
-                   p.shared_rank && !p.has_elastic ? "ep_world_size on a shared-expert rank" : "ep_world_size * L", p.recv_slots,
-                   epSendCounts->view[0]);
-    if (int rc = check_dtype(expertScales, "expert_scales", f32, 1)) return rc;
-    if (no_zero_dim(expertScales)) {
-        if (expertScales->view.size() != 2 || expertScales->view[0] != p.BS || expertScales->view[1] != p.K)
-            return bad("expert_scales", "shape must be (BS, K) = (%" PRId64 ", %" PRId64 ") or empty (got %s)", p.BS,
-                       p.K, dims_str(expertScales).c_str());
-        p.has_w = true;
-    }
-    if (int rc = check_mask(xActiveMaskOptional, p)) return rc;
-    p.mask_dims = xActiveMaskOptional ? int(xActiveMaskOptional->view.size()) : 0;
-    if (activationScaleOptional)
-        return bad("activation_scale", "must be NULL (got a %s tensor)", dims_str(activationScaleOptional).c_str());
-    if (weightScaleOptional)
-        return bad("weight_scale", "must be NULL (got a %s tensor)", dims_str(weightScaleOptional).c_str());
-    if (groupListOptional)
-        return bad("group_list", "must be NULL (got a %s tensor)", dims_str(groupListOptional).c_str());
-    if (expandScalesOptional) {
-        if (int rc = check_dtype(expandScalesOptional, "expand_scales", f32, 1)) return rc;
-        if (int rc = check_rank(expandScalesOptional, "expand_scales", 1)) return rc;
-    }
-    const aclDataType same[] = {p.dtype};
-    if (sharedExpertXOptional) {
-        if (p.R != 0)
-            return bad("shared_expert_x", "is only allowed when shared_expert_rank_num is 0 (got "
-                       "shared_expert_rank_num %" PRId64 ")", p.R);
-        if (int rc = check_dtype(sharedExpertXOptional, "shared_expert_x", same, 1, "(expand_x's dtype)")) return rc;
-        const auto &d = sharedExpertXOptional->view;
-        bool ok = (d.size() == 2 && d[0] == p.BS && d[1] == p.H) ||
-                  (d.size() == 3 && d[0] * d[1] == p.BS && d[2] == p.H);
-        if (!ok)
-            return bad("shared_expert_x", "shape must be (BS, H) = (%" PRId64 ", %" PRId64 ") or 3-D (a, b, H) with "
-                       "a*b == BS (got %s)", p.BS, p.H, dims_str(sharedExpertXOptional).c_str());
-        p.has_shared_x = true;
-    }
-    if (int rc = check_reserved(elasticInfoOptional, "elastic_info", p)) return rc;
-    if (int rc = check_reserved(performanceInfoOptional, "performance_info", p)) return rc;
-    if (p.C > 0 || p.Q > 0) {
-        if (!oriXOptional) {
-            set_error(format("ori_x: must not be NULL when copy_expert_num or const_expert_num is > 0 (got %" PRId64
-                             ", %" PRId64 ")", p.C, p.Q));
-            return ACLNN_ERR_PARAM_NULLPTR;
-        }
-    }
-    if (oriXOptional) {
-        if (int rc = check_dtype(oriXOptional, "ori_x", same, 1, "(expand_x's dtype)")) return rc;
-        const auto &d = oriXOptional->view;
-        if (d.size() != 2 || d[0] != p.BS || d[1] != p.H)
-            return bad("ori_x", "shape must be (BS, H) = (%" PRId64 ", %" PRId64 ") (got %s)", p.BS, p.H,
-                       dims_str(oriXOptional).c_str());
-    }
-    const struct { const aclTensor *t; const char *name; } consts[] = {
-        {constExpertAlpha1Optional, "const_expert_alpha_1"}, {constExpertAlpha2Optional, "const_expert_alpha_2"},
-        {constExpertVOptional, "const_expert_v"}};
-    for (const auto &c : consts) {
-        if (p.Q > 0 && !c.t) {
-            set_error(format("%s: must not be NULL when const_expert_num is > 0 (got %" PRId64 ")", c.name, p.Q));
-            return ACLNN_ERR_PARAM_NULLPTR;
-        }
-        if (!c.t) continue;
-        if (int rc = check_dtype(c.t, c.name, same, 1, "(expand_x's dtype)")) return rc;
-        const auto &d = c.t->view;
-        if (p.Q > 0 && (d.size() != 2 || d[0] != p.Q || d[1] != p.H))
-            return bad(c.name, "shape must be (const_expert_num, H) = (%" PRId64 ", %" PRId64 ") (got %s)", p.Q, p.H,
-                       dims_str(c.t).c_str());
-    }
-    if (int rc = check_dtype(xOut, "x_out", same, 1, "(expand_x's dtype)")) return rc;
-    if (xOut->view.size() != 2 || xOut->view[0] != p.BS || xOut->view[1] != p.H)
-        return bad("x_out", "shape must be (BS, H) = (%" PRId64 ", %" PRId64 ") (got %s)", p.BS, p.H,
-                   dims_str(xOut).c_str());
+    p.comm_quant = commQuantMode; p.out_dtype = outDtype; p.group_list_type = groupListType;
+    if (int rc = check_modes(p)) return rc;
+    if (int rc = check_inputs(a, p)) return rc;
+    if (int rc = check_outputs(a, p)) return rc;
 
     hccl::Comm *comm = nullptr;
     if (int rc = resolve_context(*context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
     if (int rc = check_window(p, comm)) return rc;
-
-    auto ex = std::make_shared<CombineExecutor>(p);
-    for (const aclTensor *t : ins) ex->inputs.push_back(slot_of(t));
-    ex->outputs.push_back(slot_of(xOut));
-    ex->workspace_size = combine_ws(p).total;
-    aclOpExecutor *h = register_executor(ex);
-    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", kOp);
-    *workspaceSize = ex->workspace_size;
-    *executor = h;
-    return ACLNN_SUCCESS;
+    return make_executor(a, p, workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5(void *workspace, uint64_t workspaceSize,

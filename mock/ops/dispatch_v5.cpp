@@ -1,7 +1,10 @@
-// aclnnMoeDistributeDispatchV5 on the mock (SPEC §1.1, §3, §4; window layout in moe_window.h).
-// Ascend950 profile (SPEC §4.6, §4.7, §11): quant modes 1, 3, 4, 5, fp8 outputs of mode 2,
-// low-precision inputs with forwarded per-token scales, elastic_info and performance_info; the
-// numerics follow the choices listed in aclnn_py/golden.py's docstring (lowp.h).
+// aclnnMoeDistributeDispatchV5 on the mock (semantics: docs/operators.md; window layout:
+// moe_window.h). Phase 1 checks the inputs, then the outputs, then the context and the window, and
+// builds the executor; the kernel sends every (token, expert) row into its receiver's window, waits
+// for every rank's entry of the call, and assembles its outputs from its own window.
+// Ascend950 profile: quant modes 1, 3, 4, 5, fp8 outputs of mode 2, low-precision inputs with
+// forwarded per-token scales, elastic_info and performance_info; the numerics follow the choices
+// listed in the aclnn_py.golden docstring (lowp.h).
 #include <cinttypes>
 #include <cstring>
 #include <memory>
@@ -10,7 +13,9 @@
 #include "aclnnop/aclnn_moe_distribute_dispatch_v5.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
+#include "ops/moe_kernel.h"
 #include "ops/numerics.h"
+#include "ops/round_trace.h"
 
 using namespace aclmock;
 using namespace aclmock::moe;
@@ -31,7 +36,7 @@ struct DispatchParams : MoeParams {
     bool has_smooth = false;       // smooth scales (quant 2 / 3)
     int mask_dims = 0;             // 0 none, 1, 2
     int64_t expand_rows = 0;       // expand_x dim0 (capacity actually given)
-    // formats and row layout (SPEC §4.6; window row layout in moe_window.h)
+    // formats and row layout (window row layout in moe_window.h)
     Fmt yfmt = Fmt::None;          // expand_x format (None: a copy of fp16/bf16 x, quant 0)
     Fmt xfmt = Fmt::None;          // low-precision x (None: fp16/bf16)
     aclDataType ydtype = ACL_DT_UNDEFINED;
@@ -41,9 +46,17 @@ struct DispatchParams : MoeParams {
     int64_t tok_scale_bytes = 0;   // low-precision x: one per-token scale row (forwarded)
     int64_t dyn_bytes = 0;         // one dynamic_scales row written (0: none)
     int64_t dyn_off = 0;           // where it travels in the window row
-    // Ascend950 inputs (SPEC §4.7, §0)
+    // Ascend950 inputs
     bool has_elastic = false;
     bool has_perf = false;
+};
+
+// The tensor arguments of one phase-1 call, named as in docs/operators.md.
+struct DispatchArgs {
+    const aclTensor *context, *x, *expert_ids, *scales, *x_active_mask, *expert_scales, *elastic_info,
+        *performance_info;
+    aclTensor *expand_x, *dynamic_scales, *assist_info, *expert_token_nums, *ep_recv_counts, *tp_recv_counts,
+        *expand_scales;
 };
 
 // Bytes of n elements of a (possibly 4-bit) type.
@@ -61,6 +74,308 @@ Fmt fmt_of(aclDataType dt) {
     }
 }
 
+const aclDataType kI32[] = {ACL_INT32};
+const aclDataType kI64[] = {ACL_INT64};
+const aclDataType kF32[] = {ACL_FLOAT};
+
+// ================================================================================================
+// Phase 1
+// ================================================================================================
+
+int check_pointers(const DispatchArgs &a, const uint64_t *workspace_size, aclOpExecutor **executor) {
+    if (int rc = need(a.context, "context")) return rc;
+    if (int rc = need(a.x, "x")) return rc;
+    if (int rc = need(a.expert_ids, "expert_ids")) return rc;
+    if (int rc = need(a.expand_x, "expand_x")) return rc;
+    if (int rc = need(a.dynamic_scales, "dynamic_scales")) return rc;
+    if (int rc = need(a.assist_info, "assist_info_for_combine")) return rc;
+    if (int rc = need(a.expert_token_nums, "expert_token_nums")) return rc;
+    if (int rc = need(a.ep_recv_counts, "ep_recv_counts")) return rc;
+    if (int rc = need(workspace_size, "workspaceSize")) return rc;
+    return need(executor, "executor");
+}
+
+// Every descriptor given: live, ND, contiguous; the context 1-D int32.
+int check_descriptors(const DispatchArgs &a) {
+    const struct { const aclTensor *t; const char *name; } all[] = {
+        {a.context, "context"}, {a.x, "x"}, {a.expert_ids, "expert_ids"}, {a.scales, "scales"},
+        {a.x_active_mask, "x_active_mask"}, {a.expert_scales, "expert_scales"},
+        {a.elastic_info, "elastic_info"}, {a.performance_info, "performance_info"},
+        {a.expand_x, "expand_x"}, {a.dynamic_scales, "dynamic_scales"},
+        {a.assist_info, "assist_info_for_combine"}, {a.expert_token_nums, "expert_token_nums"},
+        {a.ep_recv_counts, "ep_recv_counts"}, {a.tp_recv_counts, "tp_recv_counts"},
+        {a.expand_scales, "expand_scales"}};
+    for (const auto &e : all)
+        if (e.t)
+            if (int rc = check_tensor(e.t, e.name)) return rc;
+    return check_context_tensor(a.context);
+}
+
+// The attribute rules shared with combine, then dispatch's own modes.
+int check_modes(DispatchParams &p) {
+    if (int rc = check_attrs(p)) return rc;
+    if (p.soc950) {
+        if (p.quant < 0 || p.quant > 5)
+            return bad("quant_mode", "must be in [0, 5] on Ascend950 (got %" PRId64 ")", p.quant);
+    } else if (p.quant != 0 && p.quant != 2) {
+        return bad("quant_mode", "must be 0 or 2 on Ascend910_93%s (got %" PRId64 ")",
+                   p.quant == 1 ? ", static quant is not supported" : "", p.quant);
+    }
+    if (p.ent_type != 0 && p.ent_type != 1)
+        return bad("expert_token_nums_type", "must be 0 or 1 (got %" PRId64 ")", p.ent_type);
+    return 0;
+}
+
+// x, expert_ids and the sizes they give (BS, H, K).
+int check_tokens(const DispatchArgs &a, DispatchParams &p) {
+    static const aclDataType f16s[] = {ACL_FLOAT16, ACL_BF16};
+    static const aclDataType x950[] = {ACL_FLOAT16, ACL_BF16, ACL_HIFLOAT8, ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2,
+                                       ACL_FLOAT4_E2M1, ACL_FLOAT4_E1M2};
+    const aclTensor *x = a.x, *ids = a.expert_ids;
+    if (p.soc950) {
+        if (int rc = check_dtype(x, "x", x950, 7, "on Ascend950")) return rc;
+    } else {
+        if (int rc = check_dtype(x, "x", f16s, 2, "on Ascend910_93")) return rc;
+    }
+    if (int rc = check_rank(x, "x", 2)) return rc;
+    if (int rc = check_dtype(ids, "expert_ids", kI32, 1)) return rc;
+    if (int rc = check_rank(ids, "expert_ids", 2)) return rc;
+    p.dtype = x->dtype;
+    p.xfmt = fmt_of(x->dtype);
+    p.BS = x->view[0];
+    p.H = x->view[1];
+    p.K = ids->view[1];
+    if (ids->view[0] != p.BS)
+        return bad("expert_ids", "dim 0 must equal x dim 0 (BS = %" PRId64 ") (got %" PRId64 ")", p.BS,
+                   ids->view[0]);
+    if (int rc = check_sizes(p, "x", "x")) return rc;
+    // low-precision x (golden choice 7)
+    if (p.xfmt != Fmt::None) {
+        if (p.quant != 0)
+            return bad("x", "a %s input needs quant_mode 0 (got quant_mode %" PRId64 ")", dtype_name(x->dtype), p.quant);
+        if (is_fp4(p.xfmt) && p.H % 2)
+            return bad("x", "dim 1 (H) must be even for a packed fp4 input (got %" PRId64 ")", p.H);
+    }
+    p.xrow_bytes = bytes_of(x->dtype, p.H);
+    return 0;
+}
+
+// Per-token scales of a low-precision x (BS, dim1), forwarded as dynamic_scales.
+int check_token_scales(const DispatchArgs &a, DispatchParams &p) {
+    const aclTensor *sc = a.scales;
+    if (!sc) {
+        set_error(format("scales: must not be NULL for a %s x: its per-token scales (BS, dim1) are forwarded",
+                         dtype_name(a.x->dtype)));
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    static const aclDataType tsd[] = {ACL_FLOAT, ACL_UINT8, ACL_FLOAT8_E8M0};
+    if (int rc = check_dtype(sc, "scales", tsd, 3, "for a low-precision x")) return rc;
+    if (int rc = check_rank(sc, "scales", 2)) return rc;
+    const int64_t d0 = sc->view[0], d1 = sc->view[1];
+    if (d0 != p.BS || d1 < 1 || d1 > p.H)
+        return bad("scales", "shape must be (BS, dim1) = (%" PRId64 ", 1..%" PRId64 ") for a low-precision x "
+                   "(got %s)", p.BS, p.H, dims_str(sc).c_str());
+    p.tok_scale_bytes = bytes_of(sc->dtype, d1);
+    // mock rule: the scale row travels in the token's window row after the x bytes
+    const int64_t room = int64_t(dispatch_payload_bytes(p.H)) - p.xrow_bytes;
+    if (p.tok_scale_bytes > room)
+        return bad("scales", "one row of per-token scales must fit in the token's window row: dim1 * %d bytes "
+                   "<= align(2H, 32) - %" PRId64 " bytes of x = %" PRId64 " (got dim1 %" PRId64 ", %" PRId64
+                   " bytes)", dtype_bits(sc->dtype) / 8, p.xrow_bytes, room, d1, p.tok_scale_bytes);
+    p.dyn_off = p.xrow_bytes;
+    p.dyn_bytes = p.tok_scale_bytes;
+    return 0;
+}
+
+// Smooth scales (quant 2 / 3) or static scales (quant 1), float32.
+int check_quant_scales(const DispatchArgs &a, DispatchParams &p) {
+    const aclTensor *sc = a.scales;
+    if (!sc) {
+        if (p.quant != 1) return 0;
+        set_error("scales: must not be NULL with static quant_mode 1 (the 950 rejects static quant without "
+                  "scales)");
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (p.quant == 0)
+        return bad("scales", "must be NULL when quant_mode is 0 (got a %s tensor)", dims_str(sc).c_str());
+    if (p.quant == 4 || p.quant == 5)
+        return bad("scales", "must be NULL with MX quant_mode %" PRId64 " (got a %s tensor)", p.quant,
+                   dims_str(sc).c_str());
+    if (int rc = check_dtype(sc, "scales", kF32, 1)) return rc;
+    const int64_t rows = p.R != 0 ? p.E + p.S : p.E;
+    const char *rows_name = p.R != 0 ? "moe_expert_num + shared_expert_num" : "moe_expert_num";
+    const auto &d = sc->view;
+    if (p.quant == 1) {
+        // static scales: (1,), (H,) or per expert; the hifloat8 check follows expand_x
+        if (d.size() == 1 && d[0] == 1) {
+            p.static_kind = 0;
+        } else if (d.size() == 1 && d[0] == p.H) {
+            p.static_kind = 1;
+        } else if (d.size() == 2 && d[0] == rows && d[1] == p.H) {
+            p.static_kind = 2;
+        } else {
+            return bad("scales", "shape must be (1,), (H,) = (%" PRId64 ",) or (%s, H) = (%" PRId64 ", %" PRId64
+                       ") with quant_mode 1 (got %s)", p.H, rows_name, rows, p.H, dims_str(sc).c_str());
+        }
+        return 0;
+    }
+    if (int rc = check_rank(sc, "scales", 2)) return rc;
+    if (d[0] != rows || d[1] != p.H)
+        return bad("scales", "shape must be (%s, H) = (%" PRId64 ", %" PRId64 ") (got %s)", rows_name, rows, p.H,
+                   dims_str(sc).c_str());
+    p.has_smooth = true;
+    return 0;
+}
+
+int check_inputs(const DispatchArgs &a, DispatchParams &p) {
+    if (int rc = check_tokens(a, p)) return rc;
+    if (p.xfmt != Fmt::None) {
+        if (int rc = check_token_scales(a, p)) return rc;
+    } else if (int rc = check_quant_scales(a, p)) {
+        return rc;
+    }
+    if (int rc = check_mask(a.x_active_mask, p)) return rc;
+    p.mask_dims = a.x_active_mask ? int(a.x_active_mask->view.size()) : 0;
+    const aclTensor *es = a.expert_scales;
+    if (es && no_zero_dim(es)) {
+        if (int rc = check_dtype(es, "expert_scales", kF32, 1)) return rc;
+        if (es->view.size() != 2 || es->view[0] != p.BS || es->view[1] != p.K)
+            return bad("expert_scales", "shape must be (BS, K) = (%" PRId64 ", %" PRId64 ") (got %s)", p.BS, p.K,
+                       dims_str(es).c_str());
+        p.has_escales = true;
+    }
+    if (int rc = check_reserved(a.elastic_info, "elastic_info", p)) return rc;
+    if (int rc = check_reserved(a.performance_info, "performance_info", p)) return rc;
+    if (int rc = check_elastic_perf(a.elastic_info, a.performance_info, p)) return rc;
+    p.has_elastic = a.elastic_info != nullptr;
+    p.has_perf = a.performance_info != nullptr;
+    return 0;
+}
+
+// expand_x: x's dtype with quant 0, the quantised format otherwise; (>= A, H).
+int check_expand_x(const DispatchArgs &a, DispatchParams &p) {
+    aclTensor *ex = a.expand_x;
+    if (p.quant == 0) {
+        const aclDataType same[] = {p.dtype};
+        if (int rc = check_dtype(ex, "expand_x", same, 1, "(x's dtype with quant_mode 0)")) return rc;
+    } else if (!p.soc950) {
+        static const aclDataType i8[] = {ACL_INT8};
+        if (int rc = check_dtype(ex, "expand_x", i8, 1, "with quant_mode 2")) return rc;
+    } else {
+        static const aclDataType q1[] = {ACL_INT8, ACL_HIFLOAT8};
+        static const aclDataType q2[] = {ACL_INT8, ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2};
+        static const aclDataType q3[] = {ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2};
+        static const aclDataType q4[] = {ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2, ACL_FLOAT4_E2M1, ACL_FLOAT4_E1M2};
+        const aclDataType *allowed = p.quant == 1 ? q1 : p.quant == 2 ? q2 : p.quant == 4 ? q4 : q3;
+        const int n = p.quant == 1 ? 2 : p.quant == 2 ? 3 : p.quant == 4 ? 4 : 2;
+        const std::string where = format("with quant_mode %" PRId64 " on Ascend950", p.quant);
+        if (int rc = check_dtype(ex, "expand_x", allowed, n, where.c_str())) return rc;
+    }
+    p.ydtype = ex->dtype;
+    p.yfmt = p.quant == 0 ? Fmt::None : fmt_of(ex->dtype);
+    if (is_fp4(p.yfmt) && p.H % 2)
+        return bad("x", "dim 1 (H) must be even for a packed fp4 expand_x (got %" PRId64 ")", p.H);
+    if (p.quant == 1 && p.yfmt == Fmt::HiF8 && p.static_kind != 0)
+        return bad("scales", "must be a scalar (1,) with quant_mode 1 and a hifloat8 expand_x (got %s)",
+                   dims_str(a.scales).c_str());
+    if (int rc = check_rank(ex, "expand_x", 2)) return rc;
+    if (ex->view[0] < p.A || ex->view[1] != p.H)
+        return bad("expand_x", "shape must be (>= A, H) = (>= %" PRId64 ", %" PRId64 ") (got %s)", p.A, p.H,
+                   dims_str(ex).c_str());
+    p.expand_rows = ex->view[0];
+    p.out_row_bytes = bytes_of(ex->dtype, p.H);
+    return 0;
+}
+
+// dynamic_scales: (>= A,) float32 with quant 2; 2-D on the 950 for modes 3, 4, 5 and the forwarded
+// per-token scales of a low-precision x; not written otherwise.
+int check_dynamic_scales(const DispatchArgs &a, DispatchParams &p) {
+    aclTensor *ds = a.dynamic_scales;
+    if (p.quant == 2) {
+        if (int rc = check_dtype(ds, "dynamic_scales", kF32, 1, "with quant_mode 2")) return rc;
+        if (int rc = check_rank(ds, "dynamic_scales", 1)) return rc;
+        if (ds->view[0] < p.A)
+            return bad("dynamic_scales", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, ds->view[0]);
+        p.dyn_off = int64_t(dispatch_scale_offset(p.H));
+        p.dyn_bytes = 4;
+        return 0;
+    }
+    if (p.quant < 3 && p.xfmt == Fmt::None) return 0;
+    // 2-D: (A, ceil(H/128)) float32, (A, align2(ceil(H/32))) e8m0 bytes, or the forwarded per-token
+    // scales (A, dim1) in their own dtype
+    static const aclDataType e8[] = {ACL_FLOAT8_E8M0, ACL_UINT8};
+    const char *what;
+    int64_t cols;
+    if (p.quant == 3) {
+        if (int rc = check_dtype(ds, "dynamic_scales", kF32, 1, "with quant_mode 3")) return rc;
+        what = "ceil(H/128)";
+        cols = group_cols(p.H);
+        p.dyn_bytes = cols * 4;
+        p.dyn_off = int64_t(align_up(uint64_t(p.H), 32));
+    } else if (p.quant >= 4) {
+        const std::string where = format("with quant_mode %" PRId64, p.quant);
+        if (int rc = check_dtype(ds, "dynamic_scales", e8, 2, where.c_str())) return rc;
+        what = "align2(ceil(H/32))";
+        cols = mx_scale_cols(p.H);
+        p.dyn_bytes = cols;
+        p.dyn_off = int64_t(align_up(uint64_t(p.out_row_bytes), 32));
+    } else {
+        const aclDataType same[] = {a.scales->dtype};
+        if (int rc = check_dtype(ds, "dynamic_scales", same, 1, "(scales' dtype for a low-precision x)"))
+            return rc;
+        what = "scales dim 1";
+        cols = a.scales->view[1];
+    }
+    if (int rc = check_rank(ds, "dynamic_scales", 2)) return rc;
+    if (ds->view[0] < p.A || ds->view[1] != cols)
+        return bad("dynamic_scales", "shape must be (>= A, %s) = (>= %" PRId64 ", %" PRId64 ") (got %s)", what, p.A,
+                   cols, dims_str(ds).c_str());
+    return 0;
+}
+
+// assist_info_for_combine, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales.
+int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
+    aclTensor *ai = a.assist_info, *tn = a.expert_token_nums, *rc_ = a.ep_recv_counts;
+    if (int rc = check_dtype(ai, "assist_info_for_combine", kI32, 1)) return rc;
+    if (int rc = check_rank(ai, "assist_info_for_combine", 1)) return rc;
+    if (ai->view[0] < p.A * 128)
+        return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
+                   p.A * 128, ai->view[0]);
+    if (int rc = check_dtype(tn, "expert_token_nums", kI64, 1)) return rc;
+    if (int rc = check_rank(tn, "expert_token_nums", 1)) return rc;
+    if (tn->view[0] != p.local_experts)
+        return bad("expert_token_nums", "dim 0 must be %s = %" PRId64 " (got %" PRId64 ")",
+                   p.has_elastic ? "max(L, 1) with elastic_info"
+                                 : p.shared_rank ? "1 on a shared-expert rank" : "the local expert count L",
+                   p.local_experts, tn->view[0]);
+    if (int rc = check_dtype(rc_, "ep_recv_counts", kI32, 1)) return rc;
+    if (int rc = check_rank(rc_, "ep_recv_counts", 1)) return rc;
+    if (rc_->view[0] < p.recv_slots)
+        return bad("ep_recv_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
+                   p.has_elastic || !p.shared_rank ? "ep_world_size * L" : "ep_world_size on a shared-expert rank",
+                   p.recv_slots, rc_->view[0]);
+    if (a.tp_recv_counts)
+        if (int rc = check_dtype(a.tp_recv_counts, "tp_recv_counts", kI32, 1)) return rc;
+    if (p.has_escales) {
+        aclTensor *es = a.expand_scales;
+        if (!es) {
+            set_error("expand_scales: must not be NULL when expert_scales is given");
+            return ACLNN_ERR_PARAM_NULLPTR;
+        }
+        if (int rc = check_dtype(es, "expand_scales", kF32, 1)) return rc;
+        if (int rc = check_rank(es, "expand_scales", 1)) return rc;
+        if (es->view[0] < p.A)
+            return bad("expand_scales", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, es->view[0]);
+    }
+    return 0;
+}
+
+int check_outputs(const DispatchArgs &a, DispatchParams &p) {
+    if (int rc = check_expand_x(a, p)) return rc;
+    if (int rc = check_dynamic_scales(a, p)) return rc;
+    return check_routing_outputs(a, p);
+}
+
 class DispatchExecutor final : public Executor {
 public:
     explicit DispatchExecutor(const DispatchParams &p) : Executor(kOp), p_(p) {}
@@ -70,166 +385,234 @@ private:
     DispatchParams p_;
 };
 
-int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
-    const DispatchParams &p = p_;
-    hccl::Comm *comm = nullptr;
-    if (int rc = begin_kernel(in[kCtx].desc, p, kOp, &comm)) return rc;
-    UseGuard guard{comm};
+int make_executor(const DispatchArgs &a, const DispatchParams &p, uint64_t *workspace_size,
+                  aclOpExecutor **executor) {
+    auto ex = std::make_shared<DispatchExecutor>(p);
+    // an empty expert_scales keeps its slot (so indices stay stable) but is never read
+    const aclTensor *ins[kNumIn] = {a.context, a.x, a.expert_ids, a.scales, a.x_active_mask, a.expert_scales,
+                                    a.elastic_info, a.performance_info};
+    const aclTensor *outs[kNumOut] = {a.expand_x, a.dynamic_scales, a.assist_info, a.expert_token_nums,
+                                      a.ep_recv_counts, a.tp_recv_counts, a.expand_scales};
+    for (const aclTensor *t : ins) ex->inputs.push_back(slot_of(t));
+    for (const aclTensor *t : outs) ex->outputs.push_back(slot_of(t));
+    ex->workspace_size = dispatch_ws(p).total;
+    aclOpExecutor *h = register_executor(ex);
+    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", kOp);
+    *workspace_size = ex->workspace_size;
+    *executor = h;
+    return ACLNN_SUCCESS;
+}
 
-    const uint64_t seq = comm->next_seq();
-    const int half = int(seq % 2);
-    const int64_t W = p.W, R = p.R, S = p.S, L = p.L, K = p.K, H = p.H, E = p.E, r = p.r;
-    const int64_t maxBs = p.maxBs;
-    const bool bf16 = p.dtype == ACL_BF16;
-    const Layout lay = make_layout(W, L, maxBs, H, K, S, p.fullmesh_v2);
-    const uint64_t td = lay.td;
-    const uint64_t soff = dispatch_scale_offset(H), woff = dispatch_weight_offset(H), toff = dispatch_triple_offset(H);
-    const uint64_t payload = dispatch_payload_bytes(H);
+// ================================================================================================
+// Kernel
+// ================================================================================================
 
-    const uint8_t *xb = ptr<const uint8_t>(in, kX);
-    const uint16_t *x = ptr<const uint16_t>(in, kX);
-    const int32_t *ids = ptr<const int32_t>(in, kIds);
-    const float *scales = ptr<const float>(in, kScales);            // smooth / static (float32)
-    const uint8_t *tok_scales = p.xfmt != Fmt::None ? ptr<const uint8_t>(in, kScales) : nullptr;
-    const float *smooth = p.has_smooth ? scales : nullptr;
-    const uint8_t *mask = p.mask_dims ? ptr<const uint8_t>(in, kMask) : nullptr;
-    const float *escales = p.has_escales ? ptr<const float>(in, kEScales) : nullptr;
+// One run of the dispatch kernel: send() writes this rank's rows and counts into the receivers'
+// windows, wait() exchanges the call's mailbox entries, receive() assembles the outputs from this
+// rank's own window. A data error (bad expert id, overfull block) is remembered in err_ and reported
+// after the exchange, so the peers never wait for a rank that gave up.
+class DispatchKernel {
+public:
+    DispatchKernel(const DispatchParams &p, KernelCall &call, const std::vector<Slot> &in,
+                   const std::vector<Slot> &out, void *workspace);
+    void send();
+    int wait();
+    int receive();
+
+private:
+    void fill(uint8_t *buf, int64_t t, int64_t srow);
+    void write_row(uint8_t *dst, int64_t t, int64_t srow, const float *weight, int32_t kslot);
+    void send_moe_rows();
+    void send_shared_rows();
+    void publish_counts();
+    void record(int64_t N);
+
+    const DispatchParams &p_;
+    KernelCall &call_;
+    const std::vector<Slot> &in_, &out_;
+    // inputs
+    const uint8_t *xb_;
+    const uint16_t *x_;
+    const int32_t *ids_;
+    const float *scales_;        // smooth / static (float32)
+    const uint8_t *tok_scales_;  // per-token scales of a low-precision x
+    const float *smooth_;
+    const uint8_t *mask_;
+    const float *escales_;
+    // workspace
+    int32_t *cnt_;               // rows sent per MoE expert e
+    uint8_t *qrow_;              // staged payload of one row
+    float *tmp_;
+    // per call
+    std::string err_;            // first data error
+    std::vector<int32_t> table_, logical_;
+    bool shared_role_ = false;
+    int64_t recv_slots_ = 0;
+    int64_t nvalid_ = 0;         // valid tokens (sent once per shared expert)
+    int64_t staged_ = -1;        // token whose payload qrow_ holds
+    bool per_expert_ = false;    // payload depends on the expert (per-expert scales)
+    int64_t t_ready_ = 0;
+};
+
+DispatchKernel::DispatchKernel(const DispatchParams &p, KernelCall &call, const std::vector<Slot> &in,
+                               const std::vector<Slot> &out, void *workspace)
+    : p_(p), call_(call), in_(in), out_(out) {
+    xb_ = ptr<const uint8_t>(in, kX);
+    x_ = ptr<const uint16_t>(in, kX);
+    ids_ = ptr<const int32_t>(in, kIds);
+    scales_ = ptr<const float>(in, kScales);
+    tok_scales_ = p.xfmt != Fmt::None ? ptr<const uint8_t>(in, kScales) : nullptr;
+    smooth_ = p.has_smooth ? scales_ : nullptr;
+    mask_ = p.mask_dims ? ptr<const uint8_t>(in, kMask) : nullptr;
+    escales_ = p.has_escales ? ptr<const float>(in, kEScales) : nullptr;
 
     const DispatchWs wsl = dispatch_ws(p);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
-    int32_t *cnt = reinterpret_cast<int32_t *>(ws + wsl.counts);   // rows sent per MoE expert e
-    uint8_t *qrow = ws + wsl.qrow;                                  // staged payload of one row
-    float *tmp = reinterpret_cast<float *>(ws + wsl.tmp);
-    std::memset(cnt, 0, size_t(E) * 4);
+    cnt_ = reinterpret_cast<int32_t *>(ws + wsl.counts);
+    qrow_ = ws + wsl.qrow;
+    tmp_ = reinterpret_cast<float *>(ws + wsl.tmp);
+    std::memset(cnt_, 0, size_t(p.E) * 4);
 
-    std::string err;    // first data error; the protocol still completes so peers do not hang
-    // elastic_info (SPEC §4.7, golden choice 10): logical rank l is served by physical rank table[l]
-    std::vector<int32_t> table, logical;
-    elastic_table(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &table, &logical, &err);
-    const int64_t lr = logical[size_t(r)];           // the logical rank this rank serves
-    const bool shared_role = lr < R;
-    const int64_t recv_slots = shared_role ? W : W * L;
+    // elastic_info: logical rank l is served by physical rank table_[l]
+    elastic_table(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &table_, &logical_, &err_);
+    shared_role_ = logical_[size_t(p.r)] < p.R;
+    recv_slots_ = shared_role_ ? p.W : p.W * p.L;
+    per_expert_ = (p.quant == 1 && p.static_kind == 2) || ((p.quant == 2 || p.quant == 3) && smooth_);
+}
 
-    // ---- send phase -------------------------------------------------------------------------
-    const int64_t BS = p.BS;
-    int64_t ntok = BS;  // tokens considered (1-D mask: the first sum(mask))
-    if (p.mask_dims == 1) {
-        ntok = 0;
-        for (int64_t t = 0; t < BS; ++t) ntok += mask[t] != 0;
+// The row payload of token t (srow: its smooth / static scale row), written at buf [0, D+4).
+void DispatchKernel::fill(uint8_t *buf, int64_t t, int64_t srow) {
+    const int64_t H = p_.H;
+    const bool bf16 = p_.dtype == ACL_BF16;
+    const uint16_t *xr = x_ + t * H;
+    switch (p_.quant) {
+    case 0:
+        std::memcpy(buf, xb_ + t * p_.xrow_bytes, size_t(p_.xrow_bytes));
+        if (tok_scales_)
+            std::memcpy(buf + p_.dyn_off, tok_scales_ + t * p_.tok_scale_bytes, size_t(p_.tok_scale_bytes));
+        break;
+    case 1: {
+        const float *sc = p_.static_kind == 2 ? scales_ + srow * H : scales_;
+        static_quant_row(xr, bf16, sc, p_.static_kind == 0, p_.yfmt, buf, tmp_, H);
+        break;
     }
-    // The row payload of token t (srow: its smooth / static scale row), written at buf [0, D+4).
-    auto fill = [&](uint8_t *buf, int64_t t, int64_t srow) {
-        const uint16_t *xr = x + t * H;
-        switch (p.quant) {
-        case 0:
-            std::memcpy(buf, xb + t * p.xrow_bytes, size_t(p.xrow_bytes));
-            if (tok_scales)
-                std::memcpy(buf + p.dyn_off, tok_scales + t * p.tok_scale_bytes, size_t(p.tok_scale_bytes));
-            break;
-        case 1: {
-            const float *sc = p.static_kind == 2 ? scales + srow * H : scales;
-            static_quant_row(xr, bf16, sc, p.static_kind == 0, p.yfmt, buf, tmp, H);
-            break;
-        }
-        case 2: {
-            const float *sm = smooth ? smooth + srow * H : nullptr;
-            float sc;
-            if (p.yfmt == Fmt::Int8)
-                sc = quant_int8_row(xr, bf16, sm, reinterpret_cast<int8_t *>(buf), tmp, H);
-            else
-                fp8_dynamic_row(xr, bf16, sm, p.yfmt, H, buf, &sc, tmp, H);
-            std::memcpy(buf + soff, &sc, 4);
-            break;
-        }
-        case 3:
-            fp8_dynamic_row(xr, bf16, smooth ? smooth + srow * H : nullptr, p.yfmt, 128, buf,
-                            reinterpret_cast<float *>(buf + p.dyn_off), tmp, H);
-            break;
-        default: {   // 4, 5: MX
-            uint8_t *e8 = buf + p.dyn_off;
-            mx_quant_row(xr, bf16, p.yfmt, p.quant == 5, buf, e8, tmp, H);
-            const int64_t nb = mx_blocks(H);
-            if (nb & 1) e8[nb] = 0;   // the padding block of an odd block count: scale 0
-            break;
-        }
-        }
-    };
-    // Rows whose payload does not depend on the expert are quantised once per token and copied.
-    const bool per_expert = (p.quant == 1 && p.static_kind == 2) || ((p.quant == 2 || p.quant == 3) && smooth);
-    const size_t staged_bytes = size_t(payload) + 4;
-    auto write_row = [&](uint8_t *dst, int64_t t, int64_t srow, float weight, bool with_w, int32_t kslot,
-                         int64_t *staged) {
-        if (p.quant == 0 || per_expert) {
-            fill(dst, t, srow);
-        } else {
-            if (*staged != t) {
-                fill(qrow, t, srow);
-                *staged = t;
-            }
-            std::memcpy(dst, qrow, staged_bytes);
-        }
-        if (with_w) std::memcpy(dst + woff, &weight, 4);
-        int32_t tri[3] = {int32_t(r), int32_t(t), kslot};
-        std::memcpy(dst + toff, tri, sizeof tri);
-    };
+    case 2: {
+        const float *sm = smooth_ ? smooth_ + srow * H : nullptr;
+        float sc;
+        if (p_.yfmt == Fmt::Int8)
+            sc = quant_int8_row(xr, bf16, sm, reinterpret_cast<int8_t *>(buf), tmp_, H);
+        else
+            fp8_dynamic_row(xr, bf16, sm, p_.yfmt, H, buf, &sc, tmp_, H);
+        std::memcpy(buf + dispatch_scale_offset(H), &sc, 4);
+        break;
+    }
+    case 3:
+        fp8_dynamic_row(xr, bf16, smooth_ ? smooth_ + srow * H : nullptr, p_.yfmt, 128, buf,
+                        reinterpret_cast<float *>(buf + p_.dyn_off), tmp_, H);
+        break;
+    default: {   // 4, 5: MX
+        uint8_t *e8 = buf + p_.dyn_off;
+        mx_quant_row(xr, bf16, p_.yfmt, p_.quant == 5, buf, e8, tmp_, H);
+        const int64_t nb = mx_blocks(H);
+        if (nb & 1) e8[nb] = 0;   // the padding block of an odd block count: scale 0
+        break;
+    }
+    }
+}
 
-    int64_t staged = -1;
-    const int64_t nspecial_end = E + p.Z + p.C + p.Q;
+// One window row: the payload (quantised once per token and copied when it does not depend on the
+// expert), the top-k weight when given, and the triple (src_rank, src_token_index, k_slot).
+void DispatchKernel::write_row(uint8_t *dst, int64_t t, int64_t srow, const float *weight, int32_t kslot) {
+    const int64_t H = p_.H;
+    if (p_.quant == 0 || per_expert_) {
+        fill(dst, t, srow);
+    } else {
+        if (staged_ != t) {
+            fill(qrow_, t, srow);
+            staged_ = t;
+        }
+        std::memcpy(dst, qrow_, size_t(dispatch_payload_bytes(H)) + 4);
+    }
+    if (weight) std::memcpy(dst + dispatch_weight_offset(H), weight, 4);
+    const int32_t tri[3] = {int32_t(p_.r), int32_t(t), kslot};
+    std::memcpy(dst + dispatch_triple_offset(H), tri, sizeof tri);
+}
+
+// Valid (t, k) pairs with a MoE expert, in flattened t*K + k order, each to block j*W + r of the
+// expert's rank; zero / copy / const experts are never communicated.
+void DispatchKernel::send_moe_rows() {
+    const int64_t W = p_.W, K = p_.K, E = p_.E, L = p_.L, R = p_.R, S = p_.S, r = p_.r, maxBs = p_.maxBs;
+    const uint64_t td = call_.layout.td;
+    const int64_t ntok = tokens_considered(mask_, p_.mask_dims, p_.BS);
+    const int64_t special_end = E + p_.Z + p_.C + p_.Q;
     for (int64_t t = 0; t < ntok; ++t) {
         for (int64_t k = 0; k < K; ++k) {
-            if (p.mask_dims == 2 && !mask[t * K + k]) continue;
-            const int64_t e = ids[t * K + k];
+            if (p_.mask_dims == 2 && !mask_[t * K + k]) continue;
+            const int64_t e = ids_[t * K + k];
             if (e >= E) {
-                if (e >= nspecial_end && err.empty())
-                    err = format("expert_ids[%" PRId64 ", %" PRId64 "] = %" PRId64 " is outside [0, %" PRId64 ")",
-                                 t, k, e, nspecial_end);
-                continue;   // zero / copy / const experts are never communicated (SPEC §4.1)
+                if (e >= special_end && err_.empty())
+                    err_ = format("expert_ids[%" PRId64 ", %" PRId64 "] = %" PRId64 " is outside [0, %" PRId64 ")",
+                                  t, k, e, special_end);
+                continue;
             }
             if (e < 0) {
-                if (err.empty())
-                    err = format("expert_ids[%" PRId64 ", %" PRId64 "] = %" PRId64 " is negative", t, k, e);
+                if (err_.empty())
+                    err_ = format("expert_ids[%" PRId64 ", %" PRId64 "] = %" PRId64 " is negative", t, k, e);
                 continue;
             }
-            const int64_t row = cnt[e];
+            const int64_t row = cnt_[e];
             if (row >= maxBs) {
-                if (err.empty())
-                    err = format("expert %" PRId64 " is listed more than once in a row of expert_ids (token %" PRId64
-                                 "): more than maxBs = %" PRId64 " rows for one receive block", e, t, maxBs);
+                if (err_.empty())
+                    err_ = format("expert %" PRId64 " is listed more than once in a row of expert_ids (token %" PRId64
+                                  "): more than maxBs = %" PRId64 " rows for one receive block", e, t, maxBs);
                 continue;
             }
-            cnt[e] = int32_t(row + 1);
-            const int64_t dst = table[size_t(e / L + R)], j = e % L;
-            uint8_t *d = comm->data_half(uint32_t(dst), half) + (uint64_t((j * W + r) * maxBs + row)) * td;
-            write_row(d, t, e + S, escales ? escales[t * K + k] : 0.0f, escales != nullptr, int32_t(k), &staged);
+            cnt_[e] = int32_t(row + 1);
+            const int64_t dst = table_[size_t(e / L + R)], j = e % L;
+            uint8_t *d = call_.data(dst) + uint64_t((j * W + r) * maxBs + row) * td;
+            write_row(d, t, e + S, escales_ ? &escales_[t * K + k] : nullptr, int32_t(k));
         }
     }
-    // shared experts: every valid token once per shared expert, to replica (r % P) + s*P
-    int64_t nvalid = 0;
-    if (R > 0) {
-        for (int64_t t = 0; t < ntok; ++t) {
-            if (p.mask_dims == 2) {
-                bool any = false;
-                for (int64_t k = 0; k < K; ++k) any |= mask[t * K + k] != 0;
-                if (!any) continue;
-            }
-            for (int64_t s = 0; s < S; ++s) {
-                const int64_t dst = table[size_t((r % p.P) + s * p.P)];
-                uint8_t *d = comm->data_half(uint32_t(dst), half) + uint64_t(r * maxBs + nvalid) * td;
-                write_row(d, t, s, 0.0f, false, int32_t(K + s), &staged);
-            }
-            ++nvalid;
+}
+
+// Every valid token once per shared expert s, to replica (r % P) + s*P, block r.
+void DispatchKernel::send_shared_rows() {
+    if (p_.R == 0) return;
+    const int64_t ntok = tokens_considered(mask_, p_.mask_dims, p_.BS);
+    const uint64_t td = call_.layout.td;
+    for (int64_t t = 0; t < ntok; ++t) {
+        if (!token_valid(mask_, p_.mask_dims, t, p_.K)) continue;
+        for (int64_t s = 0; s < p_.S; ++s) {
+            const int64_t dst = table_[size_t((p_.r % p_.P) + s * p_.P)];
+            uint8_t *d = call_.data(dst) + uint64_t(p_.r * p_.maxBs + nvalid_) * td;
+            write_row(d, t, s, nullptr, int32_t(p_.K + s));
         }
+        ++nvalid_;
     }
-    // counts, then publish (the release in publish makes rows and counts visible to dst)
+}
+
+// Each receiver's count of this rank's rows per receive slot (made visible by the publish).
+void DispatchKernel::publish_counts() {
+    const int64_t W = p_.W, r = p_.r;
     for (int64_t m = 0; m < W; ++m) {
-        int32_t *mc = comm->mailbox(uint32_t(m), half)->counts;
-        const int64_t lm = logical[size_t(m)];
-        if (lm < R) {
-            mc[r] = (lm % p.P == r % p.P) ? int32_t(nvalid) : 0;
+        int32_t *mc = call_.mailbox(m)->counts;
+        const int64_t lm = logical_[size_t(m)];
+        if (lm < p_.R) {
+            mc[r] = (lm % p_.P == r % p_.P) ? int32_t(nvalid_) : 0;
         } else {
-            for (int64_t j = 0; j < L; ++j) mc[j * W + r] = cnt[(lm - R) * L + j];
+            for (int64_t j = 0; j < p_.L; ++j) mc[j * W + r] = cnt_[(lm - p_.R) * p_.L + j];
         }
     }
+}
+
+void DispatchKernel::send() {
+    send_moe_rows();
+    send_shared_rows();
+    publish_counts();
+}
+
+int DispatchKernel::wait() {
+    const DispatchParams &p = p_;
     static const char *const names[] = {"ep_world_size", "moe_expert_num", "maxBs (global_bs / ep_world_size)",
                                          "K (expert_ids dim 1)", "H (x dim 1)", "shared_expert_num",
                                          "shared_expert_rank_num",
@@ -238,47 +621,45 @@ int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &
                                          "x dtype * 1000 + expand_x dtype (+ 10^6 * per-token scale bytes of a low-precision x)",
                                          "comm_alg",
                                          "expert_scales present (1) + elastic_info (2 + 4 * a hash of its table)"};
-    const int64_t fields[] = {W, E, maxBs, K, H, S, R, p.quant, p.Z, p.C, p.Q,
-                              int64_t(p.dtype) * 1000 + int64_t(p.ydtype) + 1000000 * p.tok_scale_bytes, int64_t(p.alg_code),
-                              int64_t(p.has_escales) + (p.has_elastic ? 2 + 4 * table_hash(table) : 0)};
+    const int64_t fields[] = {p.W, p.E, p.maxBs, p.K, p.H, p.S, p.R, p.quant, p.Z, p.C, p.Q,
+                              int64_t(p.dtype) * 1000 + int64_t(p.ydtype) + 1000000 * p.tok_scale_bytes,
+                              int64_t(p.alg_code),
+                              int64_t(p.has_escales) + (p.has_elastic ? 2 + 4 * table_hash(table_) : 0)};
     constexpr uint32_t nf = sizeof(fields) / sizeof(fields[0]);
     static_assert(nf <= hccl::kMailboxFields, "mailbox fields");
-    const uint64_t stamps = perf_stamp_offset(lay);
-    // publish to this rank first (a delay injected into this call happens there), then to every peer,
-    // each entry preceded by this rank's time stamp for the peer's performance_info
-    comm->publish(uint32_t(r), seq, hccl::kTagDispatch, fields, nf);
-    for (int64_t m = 0; m < W; ++m) {
-        if (p.soc950) write_perf_stamp(comm->data_half(uint32_t(m), half) + stamps, r);
-        if (m != r) comm->publish(uint32_t(m), seq, hccl::kTagDispatch, fields, nf);
-    }
-    const int64_t t_ready = monotonic_ns();
-    if (int rc = comm->wait_all(seq, hccl::kTagDispatch, fields, names, nf, kOp)) return rc;
+    return call_.exchange(hccl::kTagDispatch, fields, names, nf, &t_ready_);
+}
 
-    // ---- receive phase: assemble the outputs from this rank's window (SPEC §4.4) ---------------
-    uint8_t *expand_x = ptr<uint8_t>(out, kExpandX);
-    uint8_t *dyn = p.dyn_bytes ? ptr<uint8_t>(out, kDynScales) : nullptr;
-    int32_t *assist = ptr<int32_t>(out, kAssist);
-    int64_t *tok_nums = ptr<int64_t>(out, kTokNums);
-    int32_t *recv = ptr<int32_t>(out, kRecvCounts);
-    float *exp_scales = (p.has_escales && !shared_role) ? ptr<float>(out, kExpandScales) : nullptr;
+// The outputs, from this rank's window: rows walked in receive-slot order (docs/operators.md).
+int DispatchKernel::receive() {
+    const DispatchParams &p = p_;
+    const int64_t W = p.W, maxBs = p.maxBs;
+    const uint64_t td = call_.layout.td;
+    const uint64_t woff = dispatch_weight_offset(p.H), toff = dispatch_triple_offset(p.H);
+    uint8_t *expand_x = ptr<uint8_t>(out_, kExpandX);
+    uint8_t *dyn = p.dyn_bytes ? ptr<uint8_t>(out_, kDynScales) : nullptr;
+    int32_t *assist = ptr<int32_t>(out_, kAssist);
+    int64_t *tok_nums = ptr<int64_t>(out_, kTokNums);
+    int32_t *recv = ptr<int32_t>(out_, kRecvCounts);
+    float *exp_scales = (p.has_escales && !shared_role_) ? ptr<float>(out_, kExpandScales) : nullptr;
 
-    const int32_t *mc = comm->mailbox(uint32_t(r), half)->counts;
-    const uint8_t *own = comm->data_half(uint32_t(r), half);
-    if (p.has_perf) add_perf(ptr<int64_t>(in, kPerf), own + stamps, W, t_ready);
+    const int32_t *mc = call_.mailbox(p.r)->counts;
+    const uint8_t *own = call_.data(p.r);
+    if (p.has_perf) add_perf(ptr<int64_t>(in_, kPerf), own + perf_stamp_offset(call_.layout), W, t_ready_);
     const uint64_t orow = uint64_t(p.out_row_bytes);
     int64_t N = 0;
     int64_t per_expert_n = 0, cum = 0;
-    for (int64_t idx = 0; idx < recv_slots; ++idx) {
+    for (int64_t idx = 0; idx < recv_slots_; ++idx) {
         int64_t c = mc[idx];
         if (c < 0 || c > maxBs) {
-            if (err.empty())
-                err = format("receive slot %" PRId64 " holds %" PRId64 " rows, outside [0, maxBs = %" PRId64 "]",
-                             idx, c, maxBs);
+            if (err_.empty())
+                err_ = format("receive slot %" PRId64 " holds %" PRId64 " rows, outside [0, maxBs = %" PRId64 "]",
+                              idx, c, maxBs);
             c = c < 0 ? 0 : maxBs;
         }
         if (N + c > p.expand_rows) {
-            if (err.empty())
-                err = format("%" PRId64 " rows received exceed expand_x dim 0 (%" PRId64 ")", N + c, p.expand_rows);
+            if (err_.empty())
+                err_ = format("%" PRId64 " rows received exceed expand_x dim 0 (%" PRId64 ")", N + c, p.expand_rows);
             c = p.expand_rows - N;
         }
         const uint8_t *blk = own + uint64_t(idx * maxBs) * td;
@@ -291,25 +672,40 @@ int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &
         }
         recv[idx] = int32_t(N);
         per_expert_n += c;
-        if (!shared_role && (idx + 1) % W == 0) {
+        if (!shared_role_ && (idx + 1) % W == 0) {
             const int64_t j = idx / W;
             cum += per_expert_n;
             tok_nums[j] = p.ent_type == 0 ? cum : per_expert_n;
             per_expert_n = 0;
         }
     }
-    if (shared_role) tok_nums[0] = N;
-    if (!err.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, r, err.c_str());
+    if (shared_role_) tok_nums[0] = N;
+    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, p.r, err_.c_str());
+    record(N);
     return 0;
 }
 
-Slot slot_of(const aclTensor *t) {
-    Slot s;
-    if (t) {
-        s.present = true;
-        s.desc = *t;
-    }
-    return s;
+// What this call wrote, so that a combine can tell which dispatch its inputs come from.
+void DispatchKernel::record(int64_t N) {
+    const DispatchParams &p = p_;
+    DispatchRecord rec;
+    rec.round = int64_t(call_.seq);
+    rec.assist = traced(out_[kAssist].desc.serial, ptr<int32_t>(out_, kAssist), uint64_t(N) * 12);
+    rec.counts = traced(out_[kRecvCounts].desc.serial, ptr<int32_t>(out_, kRecvCounts), uint64_t(recv_slots_) * 4);
+    rec.ids = traced(in_[kIds].desc.serial, ids_, uint64_t(p.BS * p.K) * 4);
+    if (p.quant == 0 && p.xfmt == Fmt::None)   // rows a combine could take back unchanged (fp16 / bf16)
+        rec.expand_x = sampled(out_[kExpandX].desc.serial, ptr<uint8_t>(out_, kExpandX),
+                               uint64_t(N) * uint64_t(p.out_row_bytes));
+    record_dispatch(call_.comm->name(), rec);
+}
+
+int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
+    KernelCall call;
+    if (int rc = call.begin(in[kCtx].desc, p_, kOp)) return rc;
+    DispatchKernel k(p_, call, in, out, workspace);
+    k.send();
+    if (int rc = k.wait()) return rc;
+    return k.receive();
 }
 
 }  // namespace
@@ -326,33 +722,13 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5GetWorkspaceSize(
     aclTensor *assistInfoForCombineOut, aclTensor *expertTokenNumsOut, aclTensor *epRecvCountsOut,
     aclTensor *tpRecvCountsOut, aclTensor *expandScalesOut, uint64_t *workspaceSize,
     aclOpExecutor **executor) {
-    // ---- required pointers (161001) ----
-    if (int rc = need(context, "context")) return rc;
-    if (int rc = need(x, "x")) return rc;
-    if (int rc = need(expertIds, "expert_ids")) return rc;
-    if (int rc = need(expandXOut, "expand_x")) return rc;
-    if (int rc = need(dynamicScalesOut, "dynamic_scales")) return rc;
-    if (int rc = need(assistInfoForCombineOut, "assist_info_for_combine")) return rc;
-    if (int rc = need(expertTokenNumsOut, "expert_token_nums")) return rc;
-    if (int rc = need(epRecvCountsOut, "ep_recv_counts")) return rc;
-    if (int rc = need(workspaceSize, "workspaceSize")) return rc;
-    if (int rc = need(executor, "executor")) return rc;
+    const DispatchArgs a{context, x, expertIds, scalesOptional, xActiveMaskOptional, expertScalesOptional,
+                         elasticInfoOptional, performanceInfoOptional, expandXOut, dynamicScalesOut,
+                         assistInfoForCombineOut, expertTokenNumsOut, epRecvCountsOut, tpRecvCountsOut,
+                         expandScalesOut};
+    if (int rc = check_pointers(a, workspaceSize, executor)) return rc;
+    if (int rc = check_descriptors(a)) return rc;
 
-    // ---- live, ND, contiguous ----
-    const struct { const aclTensor *t; const char *name; } all[] = {
-        {context, "context"}, {x, "x"}, {expertIds, "expert_ids"}, {scalesOptional, "scales"},
-        {xActiveMaskOptional, "x_active_mask"}, {expertScalesOptional, "expert_scales"},
-        {elasticInfoOptional, "elastic_info"}, {performanceInfoOptional, "performance_info"},
-        {expandXOut, "expand_x"}, {dynamicScalesOut, "dynamic_scales"},
-        {assistInfoForCombineOut, "assist_info_for_combine"}, {expertTokenNumsOut, "expert_token_nums"},
-        {epRecvCountsOut, "ep_recv_counts"}, {tpRecvCountsOut, "tp_recv_counts"},
-        {expandScalesOut, "expand_scales"}};
-    for (const auto &e : all)
-        if (e.t)
-            if (int rc = check_tensor(e.t, e.name)) return rc;
-    if (int rc = check_context_tensor(context)) return rc;
-
-    // ---- attributes (SPEC §3.2) ----
     DispatchParams p;
     p.W = epWorldSize; p.r = epRankId; p.E = moeExpertNum; p.ccl = cclBufferSize;
     p.tp_world = tpWorldSize; p.tp_rank = tpRankId; p.shard = expertShardType;
@@ -360,247 +736,14 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5GetWorkspaceSize(
     p.Z = zeroExpertNum; p.C = copyExpertNum; p.Q = constExpertNum;
     p.comm_alg = commAlg ? commAlg : "";
     p.quant = quantMode; p.ent_type = expertTokenNumsType;
-    if (int rc = check_attrs(p)) return rc;
-    if (p.soc950) {
-        if (p.quant < 0 || p.quant > 5)
-            return bad("quant_mode", "must be in [0, 5] on Ascend950 (got %" PRId64 ")", p.quant);
-    } else if (p.quant != 0 && p.quant != 2) {
-        return bad("quant_mode", "must be 0 or 2 on Ascend910_93%s (got %" PRId64 ")",
-                   p.quant == 1 ? ", static quant is not supported" : "", p.quant);
-    }
-    if (p.ent_type != 0 && p.ent_type != 1)
-        return bad("expert_token_nums_type", "must be 0 or 1 (got %" PRId64 ")", p.ent_type);
+    if (int rc = check_modes(p)) return rc;
+    if (int rc = check_inputs(a, p)) return rc;
+    if (int rc = check_outputs(a, p)) return rc;
 
-    // ---- x, expert_ids and sizes ----
-    static const aclDataType f16s[] = {ACL_FLOAT16, ACL_BF16};
-    static const aclDataType x950[] = {ACL_FLOAT16, ACL_BF16, ACL_HIFLOAT8, ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2,
-                                       ACL_FLOAT4_E2M1, ACL_FLOAT4_E1M2};
-    if (p.soc950) {
-        if (int rc = check_dtype(x, "x", x950, 7, "on Ascend950")) return rc;
-    } else {
-        if (int rc = check_dtype(x, "x", f16s, 2, "on Ascend910_93")) return rc;
-    }
-    if (int rc = check_rank(x, "x", 2)) return rc;
-    static const aclDataType i32[] = {ACL_INT32};
-    static const aclDataType i64[] = {ACL_INT64};
-    static const aclDataType f32[] = {ACL_FLOAT};
-    static const aclDataType i8[] = {ACL_INT8};
-    if (int rc = check_dtype(expertIds, "expert_ids", i32, 1)) return rc;
-    if (int rc = check_rank(expertIds, "expert_ids", 2)) return rc;
-    p.dtype = x->dtype;
-    p.xfmt = fmt_of(x->dtype);
-    p.BS = x->view[0];
-    p.H = x->view[1];
-    p.K = expertIds->view[1];
-    if (expertIds->view[0] != p.BS)
-        return bad("expert_ids", "dim 0 must equal x dim 0 (BS = %" PRId64 ") (got %" PRId64 ")", p.BS,
-                   expertIds->view[0]);
-    if (int rc = check_sizes(p, "x", "x")) return rc;
-    // low-precision x (SPEC §4.6 "0 + low-precision input", golden choice 7)
-    if (p.xfmt != Fmt::None) {
-        if (p.quant != 0)
-            return bad("x", "a %s input needs quant_mode 0 (got quant_mode %" PRId64 ")", dtype_name(x->dtype), p.quant);
-        if (is_fp4(p.xfmt) && p.H % 2)
-            return bad("x", "dim 1 (H) must be even for a packed fp4 input (got %" PRId64 ")", p.H);
-    }
-    p.xrow_bytes = bytes_of(x->dtype, p.H);
-
-    // ---- optional inputs ----
-    if (p.xfmt != Fmt::None) {
-        if (!scalesOptional) {
-            set_error(format("scales: must not be NULL for a %s x: its per-token scales (BS, dim1) are forwarded "
-                             "(SPEC §4.6)", dtype_name(x->dtype)));
-            return ACLNN_ERR_PARAM_NULLPTR;
-        }
-        static const aclDataType tsd[] = {ACL_FLOAT, ACL_UINT8, ACL_FLOAT8_E8M0};
-        if (int rc = check_dtype(scalesOptional, "scales", tsd, 3, "for a low-precision x")) return rc;
-        if (int rc = check_rank(scalesOptional, "scales", 2)) return rc;
-        const int64_t d0 = scalesOptional->view[0], d1 = scalesOptional->view[1];
-        if (d0 != p.BS || d1 < 1 || d1 > p.H)
-            return bad("scales", "shape must be (BS, dim1) = (%" PRId64 ", 1..%" PRId64 ") for a low-precision x "
-                       "(got %s)", p.BS, p.H, dims_str(scalesOptional).c_str());
-        p.tok_scale_bytes = bytes_of(scalesOptional->dtype, d1);
-        // mock rule: the scale row travels in the token's window row after the x bytes (SPEC §9.1)
-        const int64_t room = int64_t(dispatch_payload_bytes(p.H)) - p.xrow_bytes;
-        if (p.tok_scale_bytes > room)
-            return bad("scales", "one row of per-token scales must fit in the token's window row: dim1 * %d bytes "
-                       "<= align(2H, 32) - %" PRId64 " bytes of x = %" PRId64 " (got dim1 %" PRId64 ", %" PRId64
-                       " bytes)", dtype_bits(scalesOptional->dtype) / 8, p.xrow_bytes, room, d1, p.tok_scale_bytes);
-        p.dyn_off = p.xrow_bytes;
-        p.dyn_bytes = p.tok_scale_bytes;
-    } else if (scalesOptional) {
-        if (p.quant == 0)
-            return bad("scales", "must be NULL when quant_mode is 0 (got a %s tensor)", dims_str(scalesOptional).c_str());
-        if (p.quant == 4 || p.quant == 5)
-            return bad("scales", "must be NULL with MX quant_mode %" PRId64 " (got a %s tensor)", p.quant,
-                       dims_str(scalesOptional).c_str());
-        if (int rc = check_dtype(scalesOptional, "scales", f32, 1)) return rc;
-        const int64_t rows = p.R != 0 ? p.E + p.S : p.E;
-        const auto &d = scalesOptional->view;
-        if (p.quant == 1) {
-            // static scales: (1,), (H,) or per expert (SPEC §4.6); the hifloat8 check follows expand_x
-            if (d.size() == 1 && d[0] == 1) {
-                p.static_kind = 0;
-            } else if (d.size() == 1 && d[0] == p.H) {
-                p.static_kind = 1;
-            } else if (d.size() == 2 && d[0] == rows && d[1] == p.H) {
-                p.static_kind = 2;
-            } else {
-                return bad("scales", "shape must be (1,), (H,) = (%" PRId64 ",) or (%s, H) = (%" PRId64 ", %" PRId64
-                           ") with quant_mode 1 (got %s)", p.H,
-                           p.R != 0 ? "moe_expert_num + shared_expert_num" : "moe_expert_num", rows, p.H,
-                           dims_str(scalesOptional).c_str());
-            }
-        } else {
-            if (int rc = check_rank(scalesOptional, "scales", 2)) return rc;
-            if (d[0] != rows || d[1] != p.H)
-                return bad("scales", "shape must be (%s, H) = (%" PRId64 ", %" PRId64 ") (got %s)",
-                           p.R != 0 ? "moe_expert_num + shared_expert_num" : "moe_expert_num", rows, p.H,
-                           dims_str(scalesOptional).c_str());
-            p.has_smooth = true;
-        }
-    } else if (p.quant == 1) {
-        set_error("scales: must not be NULL with static quant_mode 1 (SPEC §3.2: the 950 rejects static quant "
-                  "without scales)");
-        return ACLNN_ERR_PARAM_NULLPTR;
-    }
-    if (int rc = check_mask(xActiveMaskOptional, p)) return rc;
-    p.mask_dims = xActiveMaskOptional ? int(xActiveMaskOptional->view.size()) : 0;
-    if (expertScalesOptional && no_zero_dim(expertScalesOptional)) {
-        if (int rc = check_dtype(expertScalesOptional, "expert_scales", f32, 1)) return rc;
-        if (expertScalesOptional->view.size() != 2 || expertScalesOptional->view[0] != p.BS ||
-            expertScalesOptional->view[1] != p.K)
-            return bad("expert_scales", "shape must be (BS, K) = (%" PRId64 ", %" PRId64 ") (got %s)", p.BS, p.K,
-                       dims_str(expertScalesOptional).c_str());
-        p.has_escales = true;
-    }
-    if (int rc = check_reserved(elasticInfoOptional, "elastic_info", p)) return rc;
-    if (int rc = check_reserved(performanceInfoOptional, "performance_info", p)) return rc;
-    if (int rc = check_elastic_perf(elasticInfoOptional, performanceInfoOptional, p)) return rc;
-    p.has_elastic = elasticInfoOptional != nullptr;
-    p.has_perf = performanceInfoOptional != nullptr;
-
-    // ---- outputs (SPEC §2, §3.1, §3.2 output shape minimums; 950: §4.6, §10.4) ----
-    if (p.quant == 0) {
-        const aclDataType same[] = {p.dtype};
-        if (int rc = check_dtype(expandXOut, "expand_x", same, 1, "(x's dtype with quant_mode 0)")) return rc;
-    } else if (!p.soc950) {
-        if (int rc = check_dtype(expandXOut, "expand_x", i8, 1, "with quant_mode 2")) return rc;
-    } else {
-        static const aclDataType q1[] = {ACL_INT8, ACL_HIFLOAT8};
-        static const aclDataType q2[] = {ACL_INT8, ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2};
-        static const aclDataType q3[] = {ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2};
-        static const aclDataType q4[] = {ACL_FLOAT8_E4M3FN, ACL_FLOAT8_E5M2, ACL_FLOAT4_E2M1, ACL_FLOAT4_E1M2};
-        const aclDataType *allowed = p.quant == 1 ? q1 : p.quant == 2 ? q2 : p.quant == 4 ? q4 : q3;
-        const int n = p.quant == 1 ? 2 : p.quant == 2 ? 3 : p.quant == 4 ? 4 : 2;
-        const std::string where = format("with quant_mode %" PRId64 " on Ascend950", p.quant);
-        if (int rc = check_dtype(expandXOut, "expand_x", allowed, n, where.c_str())) return rc;
-    }
-    p.ydtype = expandXOut->dtype;
-    p.yfmt = p.quant == 0 ? Fmt::None : fmt_of(expandXOut->dtype);
-    if (is_fp4(p.yfmt) && p.H % 2)
-        return bad("x", "dim 1 (H) must be even for a packed fp4 expand_x (got %" PRId64 ")", p.H);
-    if (p.quant == 1 && p.yfmt == Fmt::HiF8 && p.static_kind != 0)
-        return bad("scales", "must be a scalar (1,) with quant_mode 1 and a hifloat8 expand_x (got %s)",
-                   dims_str(scalesOptional).c_str());
-    if (int rc = check_rank(expandXOut, "expand_x", 2)) return rc;
-    if (expandXOut->view[0] < p.A || expandXOut->view[1] != p.H)
-        return bad("expand_x", "shape must be (>= A, H) = (>= %" PRId64 ", %" PRId64 ") (got %s)", p.A, p.H,
-                   dims_str(expandXOut).c_str());
-    p.expand_rows = expandXOut->view[0];
-    p.out_row_bytes = bytes_of(expandXOut->dtype, p.H);
-    if (p.quant == 2) {
-        if (int rc = check_dtype(dynamicScalesOut, "dynamic_scales", f32, 1, "with quant_mode 2")) return rc;
-        if (int rc = check_rank(dynamicScalesOut, "dynamic_scales", 1)) return rc;
-        if (dynamicScalesOut->view[0] < p.A)
-            return bad("dynamic_scales", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A,
-                       dynamicScalesOut->view[0]);
-        p.dyn_off = int64_t(dispatch_scale_offset(p.H));
-        p.dyn_bytes = 4;
-    } else if (p.quant >= 3 || p.xfmt != Fmt::None) {
-        // 2-D scales (SPEC §4.6): (A, ceil(H/128)) float32, (A, align2(ceil(H/32))) e8m0 bytes, or the
-        // forwarded per-token scales (A, dim1) in their own dtype
-        static const aclDataType e8[] = {ACL_FLOAT8_E8M0, ACL_UINT8};
-        const char *what;
-        int64_t cols;
-        if (p.quant == 3) {
-            if (int rc = check_dtype(dynamicScalesOut, "dynamic_scales", f32, 1, "with quant_mode 3")) return rc;
-            what = "ceil(H/128)";
-            cols = group_cols(p.H);
-            p.dyn_bytes = cols * 4;
-            p.dyn_off = int64_t(align_up(uint64_t(p.H), 32));
-        } else if (p.quant >= 4) {
-            const std::string where = format("with quant_mode %" PRId64, p.quant);
-            if (int rc = check_dtype(dynamicScalesOut, "dynamic_scales", e8, 2, where.c_str())) return rc;
-            what = "align2(ceil(H/32))";
-            cols = mx_scale_cols(p.H);
-            p.dyn_bytes = cols;
-            p.dyn_off = int64_t(align_up(uint64_t(p.out_row_bytes), 32));
-        } else {
-            const aclDataType same[] = {scalesOptional->dtype};
-            if (int rc = check_dtype(dynamicScalesOut, "dynamic_scales", same, 1, "(scales' dtype for a "
-                                     "low-precision x)")) return rc;
-            what = "scales dim 1";
-            cols = scalesOptional->view[1];
-        }
-        if (int rc = check_rank(dynamicScalesOut, "dynamic_scales", 2)) return rc;
-        if (dynamicScalesOut->view[0] < p.A || dynamicScalesOut->view[1] != cols)
-            return bad("dynamic_scales", "shape must be (>= A, %s) = (>= %" PRId64 ", %" PRId64 ") (got %s)", what,
-                       p.A, cols, dims_str(dynamicScalesOut).c_str());
-    }
-    if (int rc = check_dtype(assistInfoForCombineOut, "assist_info_for_combine", i32, 1)) return rc;
-    if (int rc = check_rank(assistInfoForCombineOut, "assist_info_for_combine", 1)) return rc;
-    if (assistInfoForCombineOut->view[0] < p.A * 128)
-        return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
-                   p.A * 128, assistInfoForCombineOut->view[0]);
-    if (int rc = check_dtype(expertTokenNumsOut, "expert_token_nums", i64, 1)) return rc;
-    if (int rc = check_rank(expertTokenNumsOut, "expert_token_nums", 1)) return rc;
-    if (expertTokenNumsOut->view[0] != p.local_experts)
-        return bad("expert_token_nums", "dim 0 must be %s = %" PRId64 " (got %" PRId64 ")",
-                   p.has_elastic ? "max(L, 1) with elastic_info"
-                                 : p.shared_rank ? "1 on a shared-expert rank" : "the local expert count L",
-                   p.local_experts, expertTokenNumsOut->view[0]);
-    if (int rc = check_dtype(epRecvCountsOut, "ep_recv_counts", i32, 1)) return rc;
-    if (int rc = check_rank(epRecvCountsOut, "ep_recv_counts", 1)) return rc;
-    if (epRecvCountsOut->view[0] < p.recv_slots)
-        return bad("ep_recv_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
-                   p.has_elastic || !p.shared_rank ? "ep_world_size * L" : "ep_world_size on a shared-expert rank",
-                   p.recv_slots, epRecvCountsOut->view[0]);
-    if (tpRecvCountsOut)
-        if (int rc = check_dtype(tpRecvCountsOut, "tp_recv_counts", i32, 1)) return rc;
-    if (p.has_escales) {
-        if (!expandScalesOut) {
-            set_error("expand_scales: must not be NULL when expert_scales is given");
-            return ACLNN_ERR_PARAM_NULLPTR;
-        }
-        if (int rc = check_dtype(expandScalesOut, "expand_scales", f32, 1)) return rc;
-        if (int rc = check_rank(expandScalesOut, "expand_scales", 1)) return rc;
-        if (expandScalesOut->view[0] < p.A)
-            return bad("expand_scales", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A,
-                       expandScalesOut->view[0]);
-    }
-
-    // ---- context and window (SPEC §8, §9.3) ----
     hccl::Comm *comm = nullptr;
     if (int rc = resolve_context(*context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
     if (int rc = check_window(p, comm)) return rc;
-
-    auto ex = std::make_shared<DispatchExecutor>(p);
-    const aclTensor *ins[kNumIn] = {context, x, expertIds, scalesOptional, xActiveMaskOptional,
-                                    (p.has_escales ? expertScalesOptional : nullptr), elasticInfoOptional,
-                                    performanceInfoOptional};
-    // an empty expert_scales keeps its slot (so indices stay stable) but is never read
-    if (!p.has_escales && expertScalesOptional) ins[kEScales] = expertScalesOptional;
-    const aclTensor *outs[kNumOut] = {expandXOut, dynamicScalesOut, assistInfoForCombineOut, expertTokenNumsOut,
-                                      epRecvCountsOut, tpRecvCountsOut, expandScalesOut};
-    for (const aclTensor *t : ins) ex->inputs.push_back(slot_of(t));
-    for (const aclTensor *t : outs) ex->outputs.push_back(slot_of(t));
-    ex->workspace_size = dispatch_ws(p).total;
-    aclOpExecutor *h = register_executor(ex);
-    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", kOp);
-    *workspaceSize = ex->workspace_size;
-    *executor = h;
-    return ACLNN_SUCCESS;
+    return make_executor(a, p, workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5(void *workspace, uint64_t workspaceSize,

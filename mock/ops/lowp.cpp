@@ -1,6 +1,6 @@
 // Row kernels of the Ascend 950 quantisation modes; see lowp.h. Plain loops over H with selects
 // (no data-dependent branches inside the element loops) so GCC vectorises them; -ffp-contract=off
-// keeps every multiply separately rounded (SPEC §0).
+// keeps every multiply separately rounded.
 #include "ops/lowp.h"
 
 #include <cstring>
@@ -37,7 +37,7 @@ void encode_nosat(const float *__restrict y, float ds, uint8_t *__restrict c, in
 
 template <class F, bool BF16>
 void mx_row_t(const float *__restrict t, const uint8_t *__restrict e8, uint8_t *__restrict c, int64_t H) {
-    // x * 2^(127 - e8m0): a float32 multiply; bf16 rows round the product to bf16 (SPEC §4.6 mode 4
+    // x * 2^(127 - e8m0): a float32 multiply; bf16 rows round the product to bf16 (mode 4
     // step 4); then the saturating RNE cast. A 0xFF block (inf/NaN inside) gets code 0.
     const int64_t nb = mx_blocks(H);
     for (int64_t b = 0; b < nb; ++b) {
@@ -126,7 +126,7 @@ void fp8_dynamic_row(const uint16_t *x, bool bf16, const float *smooth, Fmt fmt,
         const float ds = fmax / m;
         scales[g] = 1.0f / ds;
         if (!(ds <= 3.4028234663852886e38f)) {
-            // max 0 (or fmax/max overflowing): ds = +inf, scale 1/ds = 0, codes +0 (SPEC §0)
+            // max 0 (or fmax/max overflowing): ds = +inf, scale 1/ds = 0, codes +0
             std::memset(codes + lo, 0, size_t(hi - lo));
             continue;
         }
@@ -157,10 +157,10 @@ void mx_quant_row(const uint16_t *x, bool bf16, Fmt fmt, bool clip, uint8_t *cod
         if (ef == 255) {
             s = 255;                                                    // inf / NaN in the block
         } else if (!clip) {
-            s = int32_t(ef) > emax ? ef - uint32_t(emax) : 0;          // SPEC §4.6 mode 4 step 3
+            s = int32_t(ef) > emax ? ef - uint32_t(emax) : 0;          // mode 4 step 3
         } else if (amax == 0.0f) {
             s = 0;
-        } else {                                                        // SPEC §4.6 mode 5 step 3
+        } else {                                                        // mode 5 step 3
             const float t = (amax > floor_t ? amax : floor_t) * inv;
             const uint32_t tb = f2u(t), ex = (tb >> 23) & 0xffu, mn = tb & 0x7fffffu;
             const bool up = (ex > 0 && ex < 254 && mn > 0) || (ex == 0 && mn > 0x400000u);

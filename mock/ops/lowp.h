@@ -1,7 +1,7 @@
 // Low-precision formats of the Ascend 950 profile (private to mock/ops, also compiled into the
 // aclnn_py._mock test hook): bit-exact float32 -> fp8 / fp4 / HiFloat8 encoders, fp8 / e8m0
 // decoders, and the row kernels of dispatch quant modes 1, 2 (fp8), 3, 4, 5 and combine comm quant
-// 3 / 4 (SPEC §4.6, §6.3). The rules are the ones aclnn_py/casts.py and aclnn_py/golden.py state
+// 3 / 4. The rules are the ones aclnn_py/casts.py and the aclnn_py.golden package docstring states
 // (their module docstrings, "choices" 1-8); this file is written from those rules, not from the
 // Python code, and tests/test_casts_mock.py checks both against each other on dense inputs.
 //
@@ -171,13 +171,13 @@ inline float decode_fmt(Fmt f, uint32_t c) {
 
 inline bool is_fp8(Fmt f) { return f == Fmt::E4M3 || f == Fmt::E5M2; }
 inline bool is_fp4(Fmt f) { return f == Fmt::E2M1 || f == Fmt::E1M2; }
-// Unbiased exponent of the format's largest binade (SPEC §4.6 mode 4 step 2).
+// Unbiased exponent of the format's largest binade (mode 4 step 2).
 inline int32_t fmt_emax(Fmt f) {
     return f == Fmt::E4M3 ? 8 : f == Fmt::E5M2 ? 15 : f == Fmt::E2M1 ? 2 : 0;
 }
 inline float fp8_max(Fmt f) { return f == Fmt::E4M3 ? 448.0f : 57344.0f; }
 
-// Columns of the e8m0 scales of an MX row: align2(ceil(H/32)) (SPEC §4.6 mode 4).
+// Columns of the e8m0 scales of an MX row: align2(ceil(H/32)) (mode 4).
 inline int64_t mx_blocks(int64_t H) { return (H + 31) / 32; }
 inline int64_t mx_scale_cols(int64_t H) { int64_t nb = mx_blocks(H); return nb + (nb & 1); }
 inline int64_t group_cols(int64_t H) { return (H + 127) / 128; }

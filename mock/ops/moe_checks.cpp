@@ -7,7 +7,6 @@
 #include <climits>
 #include <cstdarg>
 #include <cstring>
-#include <ctime>
 
 namespace aclmock {
 namespace moe {
@@ -27,7 +26,7 @@ int need(const void *p, const char *param) {
     return ACLNN_ERR_PARAM_NULLPTR;
 }
 
-const char *format_name(aclFormat f) {
+std::string format_name(aclFormat f) {
     switch (f) {
     case ACL_FORMAT_UNDEFINED: return "UNDEFINED";
     case ACL_FORMAT_NCHW: return "NCHW";
@@ -39,7 +38,7 @@ const char *format_name(aclFormat f) {
     case ACL_FORMAT_NCDHW: return "NCDHW";
     case ACL_FORMAT_NC: return "NC";
     case ACL_FORMAT_NCL: return "NCL";
-    default: return "non-ND";
+    default: return format("format %d", int(f));
     }
 }
 
@@ -48,11 +47,10 @@ std::string dims_str(const aclTensor *t) { return shape_str(t->view); }
 
 int check_tensor(const aclTensor *t, const char *param) {
     if (!tensor_alive(t)) return bad(param, "must be a live aclTensor (got a destroyed or unknown handle)");
-    if (t->format != ACL_FORMAT_ND && t->format != ACL_FORMAT_NCHW && t->format != ACL_FORMAT_NHWC &&
-        t->format != ACL_FORMAT_NCDHW && t->format != ACL_FORMAT_NC && t->format != ACL_FORMAT_NCL &&
-        t->format != ACL_FORMAT_UNDEFINED)
-        return bad(param, "format must be ND, FRACTAL_NZ and other private formats are rejected (got %s)",
-                   format_name(t->format));
+    // the ops read every tensor as plain row-major ND data; UNDEFINED is taken as ND
+    if (t->format != ACL_FORMAT_ND && t->format != ACL_FORMAT_UNDEFINED)
+        return bad(param, "format must be ND (or UNDEFINED), FRACTAL_NZ and every other format are rejected "
+                   "(got %s)", format_name(t->format).c_str());
     if (numel(*t) > 0 && !is_contiguous(*t)) return bad(param, "must be contiguous (got strides %s for shape %s)",
                                       shape_str(t->strides).c_str(), dims_str(t).c_str());
     return 0;
@@ -82,9 +80,19 @@ int check_context_tensor(const aclTensor *ctx) {
     return check_rank(ctx, "context", 1);
 }
 
+SocProfile soc_profile() {
+    SocProfile prof;
+    const Soc soc = config().soc;
+    prof.soc950 = soc == Soc::Ascend950;
+    prof.name = soc_name(soc);
+    return prof;
+}
+
 int check_attrs(MoeParams &p) {
-    p.soc950 = config().soc == Soc::Ascend950;
-    const char *soc = soc_name(config().soc);
+    const SocProfile prof = soc_profile();
+    p.soc950 = prof.soc950;
+    p.soc = prof.name;
+    const char *soc = p.soc;
     const int64_t wmax = p.soc950 ? 1024 : 768;
     if (p.W < 2 || p.W > wmax)
         return bad("ep_world_size", "must be in [2, %" PRId64 "] on %s (got %" PRId64 ")", wmax, soc, p.W);
@@ -143,7 +151,7 @@ int check_attrs(MoeParams &p) {
 }
 
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
-    const char *soc = soc_name(config().soc);
+    const char *soc = p.soc;
     if (p.BS < 1 || p.BS > 512)
         return bad(bs_param, "dim 0 (BS) must be in [1, 512] (got %" PRId64 ")", p.BS);
     if (p.H < 1024 || p.H > 8192)
@@ -169,7 +177,7 @@ int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
     p.maxBs = p.G / p.W;
     // No window can hold more than 2^31 rows per rank (it is at most 2^41 bytes and a row takes
     // >= 512 bytes in each of >= 2 receive blocks); bounding maxBs keeps the size arithmetic below
-    // (A, the §9.3 window formula) from overflowing.
+    // (A, the window formula) from overflowing.
     if (p.maxBs > (int64_t(1) << 31))
         return bad("global_bs", "global_bs / ep_world_size (maxBs) must be <= 2^31, no HCCL window holds more "
                    "(got %" PRId64 " with ep_world_size %" PRId64 ")", p.global_bs, p.W);
@@ -233,64 +241,6 @@ int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParam
     return 0;
 }
 
-void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
-                   std::vector<int32_t> *logical, std::string *err) {
-    const int64_t W = p.W;
-    table->resize(size_t(W));
-    logical->assign(size_t(W), -1);
-    for (int64_t i = 0; i < W; ++i) (*table)[size_t(i)] = int32_t(i);
-    if (!info || info[0] == 0) {
-        *logical = *table;
-        return;
-    }
-    std::string e;
-    if (info[1] != W || info[2] != p.R || info[3] != p.E) {
-        e = format("elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, moe_expert_num "
-                   "(got %d, %d, %d vs %" PRId64 ", %" PRId64 ", %" PRId64 "; the mock models a re-mapping of "
-                   "the same world)", info[1], info[2], info[3], W, p.R, p.E);
-    } else {
-        for (int64_t l = 0; l < W && e.empty(); ++l) {
-            const int32_t ph = info[4 + W + l];
-            if (ph < 0 || ph >= W || (*logical)[size_t(ph)] >= 0)
-                e = format("elastic_info: the rank table [4+W, 4+2W) must be a permutation of 0..%" PRId64
-                           " (entry %" PRId64 " is %d)", W - 1, l, ph);
-            else
-                (*logical)[size_t(ph)] = int32_t(l);
-        }
-    }
-    if (!e.empty()) {
-        if (err->empty()) *err = e;
-        *logical = *table;
-        return;
-    }
-    for (int64_t l = 0; l < W; ++l) (*table)[size_t(l)] = info[4 + W + l];
-}
-
-int64_t table_hash(const std::vector<int32_t> &table) {
-    uint64_t h = 1469598103934665603ull;
-    for (int32_t v : table) h = (h ^ uint64_t(uint32_t(v))) * 1099511628211ull;
-    return int64_t(h & 0xfffffull);
-}
-
-int64_t monotonic_ns() {
-    timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
-
-void write_perf_stamp(uint8_t *area, int64_t src) {
-    const int64_t now = monotonic_ns();
-    std::memcpy(area + uint64_t(src) * 512, &now, 8);
-}
-
-void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready) {
-    for (int64_t src = 0; src < W; ++src) {
-        int64_t stamp;
-        std::memcpy(&stamp, area + uint64_t(src) * 512, 8);
-        perf[src] += stamp > t_ready ? (stamp - t_ready) / 1000 : 0;
-    }
-}
-
 namespace {
 
 struct CtxHead {
@@ -299,6 +249,10 @@ struct CtxHead {
     uint64_t kfc_context_addr;
 };
 static_assert(sizeof(CtxHead) == 16, "context head");
+// The whole struct: the head, epHcclBuffer_[1024] and hcommHandle_[1024] (docs/operators.md).
+constexpr uint64_t kContextBytes = sizeof(CtxHead) + 8 * 1024 + 8 * 1024;
+static_assert(kContextBytes == 16400, "Mc2MoeContext size");
+constexpr int kOpTypeAllToAll = HCCL_OP_TYPE_ALLTOALL;   // opType of CANN's MoE context builder
 
 int ctx_fail(int code, const char *op, const char *param, const std::string &msg) {
     std::string m = op ? std::string(op) + ": " : std::string();
@@ -314,9 +268,10 @@ int ctx_fail(int code, const char *op, const char *param, const std::string &msg
 int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code, const char *op) {
     const uint8_t *base = static_cast<const uint8_t *>(view_ptr(ctx));
     const uint64_t bytes = uint64_t(numel(ctx)) * 4;
-    if (bytes < sizeof(CtxHead))
-        return ctx_fail(code, op, "context", format("must hold at least the 16-byte head of the Mc2MoeContext "
-                                                   "struct (got %" PRIu64 " bytes)", bytes));
+    if (bytes < kContextBytes)
+        return ctx_fail(code, op, "context", format("must hold the whole Mc2MoeContext struct, %" PRIu64 " bytes "
+                                                   "(%" PRIu64 " int32) (got %" PRIu64 " bytes)",
+                                                   kContextBytes, kContextBytes / 4, bytes));
     MemBlock blk;
     if (!base || !find_block(base, bytes, &blk))
         return ctx_fail(code, op, "context", format("data is not device memory (got address %p, %" PRIu64 " bytes)",
@@ -328,6 +283,15 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
         return ctx_fail(code, op, "context", format("kfcContextAddr is not a live HCCL op-resource context "
                                                    "(got 0x%" PRIx64 "); build the context from a live communicator",
                                                    head.kfc_context_addr));
+    // what CANN's context builder asked HcclCreateOpResCtx for: op type all-to-all, engine AIV
+    if (res->op_type != kOpTypeAllToAll)
+        return ctx_fail(code, op, "context", format("kfcContextAddr must be an op-resource context of op type %d "
+                                                   "(all-to-all), as HcclCreateOpResCtx made for the MoE ops (got "
+                                                   "op type %u)", kOpTypeAllToAll, unsigned(res->op_type)));
+    if (res->comm_engine != HCCL_COMM_ENGINE_AIV)
+        return ctx_fail(code, op, "context", format("kfcContextAddr's op-resource context must use comm engine %d "
+                                                   "(AIV, HcclKfcOpArgsSetCommEngine) (got comm engine %u)",
+                                                   int(HCCL_COMM_ENGINE_AIV), unsigned(res->comm_engine)));
     hccl::Comm *c = res->comm;
     if (c->destroyed())
         return ctx_fail(code, op, "context", "its communicator was destroyed (got a stale context)");
@@ -341,10 +305,9 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
     if (int64_t(head.ep_rank_id) != p.r)
         return ctx_fail(code, op, "context", format("epRankId field must equal ep_rank_id (got %u, ep_rank_id %" PRId64 ")",
                                                    head.ep_rank_id, p.r));
-    // epHcclBuffer_[i] (as far as the tensor holds them) must be rank i's window
-    const uint64_t nwin = (bytes - sizeof(CtxHead)) / 8;
-    const uint64_t ncheck = nwin < uint64_t(p.W) ? nwin : uint64_t(p.W);
-    for (uint64_t i = 0; i < ncheck; ++i) {
+    // epHcclBuffer_[i] must be rank i's window for every rank of the communicator (the kernels
+    // reach their peers through these addresses on hardware)
+    for (uint64_t i = 0; i < uint64_t(p.W); ++i) {
         uint64_t a;
         std::memcpy(&a, base + sizeof(CtxHead) + 8 * i, 8);
         uint64_t want = reinterpret_cast<uint64_t>(c->window(uint32_t(i)));
@@ -354,13 +317,6 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
                                                        i, i, a, want));
     }
     *comm = c;
-    return 0;
-}
-
-int begin_kernel(const aclTensor &ctx, const MoeParams &p, const char *op, hccl::Comm **comm) {
-    if (int rc = resolve_context(ctx, p, comm, kKernelFail, op)) return rc;
-    if (!(*comm)->begin_use())
-        return fail(kKernelFail, "%s: rank %" PRId64 ": the communicator is being destroyed", op, p.r);
     return 0;
 }
 

@@ -1,9 +1,9 @@
-// Parameter rules shared by the mock MoeDistributeDispatchV5 and CombineV5 (SPEC §3, §5, §9.3),
-// with one message style (SPEC §0): "<param>: <rule> (got <value>)".
+// Parameter rules shared by the mock MoeDistributeDispatchV5 and CombineV5,
+// with one message style: "<param>: <rule> (got <value>)".
 //
 // Status codes: a required tensor/pointer that is NULL → ACLNN_ERR_PARAM_NULLPTR (161001), message
 // "<param>: must not be NULL"; every other broken rule → ACLNN_ERR_PARAM_INVALID (161002).
-// Parameter names in messages are the snake_case names of SPEC §3.1/§5 (x, expert_ids, scales,
+// Parameter names in messages are the snake_case names of docs/operators.md (x, expert_ids, scales,
 // x_active_mask, expert_scales, expand_x, ..., ep_world_size, moe_expert_num, ccl_buffer_size, ...),
 // so Python pre-checks can use the same wording.
 #pragma once
@@ -21,7 +21,7 @@
 namespace aclmock {
 namespace moe {
 
-// Attributes and derived sizes common to dispatch and combine (notation of SPEC §0).
+// Attributes and derived sizes common to dispatch and combine (notation of docs/operators.md).
 struct MoeParams {
     // attributes as passed
     int64_t W = 0, r = 0, E = 0, ccl = 0, tp_world = 0, tp_rank = 0, shard = 0;
@@ -33,78 +33,70 @@ struct MoeParams {
     int64_t L = 0;           // E / (W - R)
     int64_t BS = 0, H = 0, K = 0;
     int64_t G = 0, maxBs = 0;
-    int64_t A = 0;           // expand_x row capacity (SPEC §2)
+    int64_t A = 0;           // expand_x row capacity
     int64_t local_experts = 0;
     int64_t recv_slots = 0;  // W*L on a MoE rank, W on a shared rank
     bool shared_rank = false;
     bool fullmesh_v2 = false;
     int alg_code = 0;        // 0 "" / fullmesh_v1 (same kernel), 2 fullmesh_v2
-    bool soc950 = false;
+    bool soc950 = false;     // the Ascend950 profile (else Ascend910_93)
+    const char *soc = "";    // the profile's name, for messages
     aclDataType dtype = ACL_DT_UNDEFINED;   // x (dispatch) / expand_x (combine)
 };
+
+// The SoC profile the ops apply, taken once per phase-1 call: the one place mock/ops reads the
+// configured SoC. A suffixed name (Ascend910_9391, ...) selects its family's profile; messages name
+// the family.
+struct SocProfile {
+    bool soc950 = false;
+    const char *name = "Ascend910_93";
+};
+SocProfile soc_profile();
 
 // 161002 with "<param>: <formatted rest>".
 int bad(const char *param, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 // 161001 "<param>: must not be NULL" when p is NULL, else 0.
 int need(const void *p, const char *param);
-// Live aclTensor, ND format, contiguous: else 161002.
+// Live aclTensor, ND (or UNDEFINED) format, contiguous: else 161002.
 int check_tensor(const aclTensor *t, const char *param);
 
 std::vector<int64_t> dims(const aclTensor *t);
 std::string dims_str(const aclTensor *t);
-const char *format_name(aclFormat f);
+std::string format_name(aclFormat f);   // "ND", "FRACTAL_NZ", ..., or "format <n>"
 inline bool no_zero_dim(const aclTensor *t) {
     for (int64_t d : t->view) if (d == 0) return false;
     return true;
 }
 
-// 1-D int32 context (SPEC §3.1).
+// 1-D int32 context.
 int check_context_tensor(const aclTensor *ctx);
 // dtype must be one of `allowed` (n entries), with a message listing them.
 int check_dtype(const aclTensor *t, const char *param, const aclDataType *allowed, int n,
                 const char *where = nullptr);
 int check_rank(const aclTensor *t, const char *param, size_t nd);
 
-// Attribute rules of SPEC §3.2 shared by both ops (ranks, placement, expert counts, comm_alg).
-// Fills the derived fields that need no tensor shapes.
+// Attribute rules shared by both ops (ranks, placement, expert counts, comm_alg), under the SoC
+// profile (soc_profile()). Fills the profile and the derived fields that need no tensor shapes.
 int check_attrs(MoeParams &p);
 // Size rules: BS, H, K, K <= E+Z+C+Q, global_bs, fullmesh_v2 limits; derives G, maxBs, A, ...
 // `bs_param`/`h_param` name the tensors the sizes come from.
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param);
-// x_active_mask: bool, (BS,) or (BS,K), and no uneven BS (SPEC §3.1).
+// x_active_mask: bool, (BS,) or (BS,K), and no uneven BS.
 int check_mask(const aclTensor *mask, const MoeParams &p);
 // A3: must be NULL (reserved). 950: accepted here, checked by check_elastic_perf.
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p);
-// 950 (SPEC §3.1, §4.7): elastic_info int32 (4 + 2W,), performance_info int64 (W,). With elastic_info
+// 950: elastic_info int32 (4 + 2W,), performance_info int64 (W,). With elastic_info
 // every rank may serve either role (the table is read at run time), so A = max of the shared and MoE
-// formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L (SPEC §2, §3.2).
+// formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L.
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p);
 
-// elastic_info at run time (golden.py choice 10): `table[l]` = the physical rank serving logical rank
-// l, `logical` its inverse. Identity without elastic_info or with flag [0] == 0. With the flag set,
-// [1], [2], [3] must equal W, R, E and [4+W, 4+2W) must be a permutation of 0..W-1; otherwise *err
-// is set (first error only) and the identity is used so the protocol still completes.
-void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
-                   std::vector<int32_t> *logical, std::string *err);
-// A small hash of a rank table, published so that ranks with different tables fail loudly.
-int64_t table_hash(const std::vector<int32_t> &table);
-
-// performance_info (SPEC §0, §3.1): each sender stamps CLOCK_MONOTONIC (ns, system-wide) into the
-// receiver's window just before it publishes; the receiver adds max(0, stamp - t_ready) / 1000 µs per
-// source rank, t_ready being when it started to wait. The stamps live in the W*1024 bytes the 950's
-// window check reserves (W*512 per data half, 8 bytes per source rank at src*512).
-inline uint64_t perf_stamp_offset(const Layout &l) { return l.dispatch_region + l.combine_region; }
-int64_t monotonic_ns();
-void write_perf_stamp(uint8_t *area, int64_t src);
-void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready);
-
-// The context of SPEC §8 read from the context tensor's memory: the live op-resource context at
+// The context (the Mc2MoeContext struct of docs/operators.md) read from the context tensor's memory: the live op-resource context at
 // kfcContextAddr, its communicator matching ep_world_size / ep_rank_id, epRankId and the window
 // addresses matching. Phase 1: 161002 naming `context` (or the attribute). At run time the same
 // check runs with `code` = the kernel's failure code and `op` prefixed.
 int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code,
                     const char *op);
-// SPEC §9.3 window check against ccl_buffer_size, and ccl_buffer_size <= the real window.
+// The kernel-side window check against ccl_buffer_size, and ccl_buffer_size <= the real window.
 int check_window(const MoeParams &p, const hccl::Comm *comm);
 
 // Workspace sizes (bytes), always > 0; the kernels use every part.
@@ -116,26 +108,6 @@ struct CombineWs {
     uint64_t sendcnt = 0, acc = 0, tmp = 0, total = 0;
 };
 CombineWs combine_ws(const MoeParams &p);
-
-// Failure code of a kernel that finds bad data at run time (call-order and parameter mismatches
-// reported by wait_all use their own codes).
-constexpr int kKernelFail = ACL_ERROR_RT_AICORE_EXCEPTION;
-
-// Ends a kernel's use of its communicator (Comm::begin_use) on every return path.
-struct UseGuard {
-    hccl::Comm *c;
-    ~UseGuard() { c->end_use(); }
-};
-
-// Start of a kernel: the context resolved and checked (as resolve_context, with the kernel's
-// failure code) and the communicator held for the call (Comm::begin_use; pair with UseGuard).
-int begin_kernel(const aclTensor &ctx, const MoeParams &p, const char *op, hccl::Comm **comm);
-
-// Typed address of slot i's view, or nullptr for an absent optional tensor.
-template <class T>
-T *ptr(const std::vector<Slot> &v, int i) {
-    return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
-}
 
 }  // namespace moe
 }  // namespace aclmock

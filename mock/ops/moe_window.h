@@ -6,10 +6,10 @@
 //   [1 MiB, end)   data area, two halves; a call with sequence number seq uses half seq % 2
 //                  (Comm::data_half(rank, seq % 2)).
 //
-// Inside one data half of a receiving rank the ops use (SPEC §9.1, §9.3):
+// Inside one data half of a receiving rank the ops use:
 //
 //   offset 0                         DISPATCH REGION, maxBs * Td * W * L bytes
-//     block b = idx * maxBs rows of Td bytes, where idx is the receiver's status slot (SPEC §4.4):
+//     block b = idx * maxBs rows of Td bytes, where idx is the receiver's status slot:
 //       MoE rank:    idx = j*W + src   (local expert j, source rank src), idx < L*W
 //       shared rank: idx = src                                          , idx < W
 //     row i of block idx = the i-th row sender src wrote for that slot, in the sender's ascending
@@ -27,10 +27,10 @@
 //     slot k (k >= K: shared expert k-K). One slot (Tc bytes):
 //       comm_quant 0: H elements of the row dtype (2H bytes)
 //       comm_quant 2: H int8 at 0, then at align(H, 32) the per-8-element block scales in the row
-//                     dtype (ceil(H/16)*2 of them, SPEC §6.3)
+//                     dtype (ceil(H/16)*2 of them)
 //     The number of rows each sender wrote travels in the receiver's Mailbox counts[src].
 //
-// The §9.3 check guarantees 2*(dispatch region + combine region) <= cclBufferSize - 1 MiB <= window
+// The window check guarantees 2*(dispatch region + combine region) <= cclBufferSize - 1 MiB <= window
 // size - 1 MiB, i.e. both regions fit in one data half. A rank can be at most one call ahead of any
 // peer (it must see every peer's entry for call n before it starts call n+1, and a peer publishes
 // call n+1 only after reading its own half of call n), so two halves are enough.
@@ -44,19 +44,19 @@ namespace aclmock {
 namespace moe {
 
 constexpr uint64_t kMiB = 1ull << 20;
-constexpr uint64_t kScaleSlotBytes = 32;   // SPEC §9.1: 32-byte scale slot ...
+constexpr uint64_t kScaleSlotBytes = 32;   // the sizing's 32-byte scale slot ...
 constexpr uint64_t kTripleBytes = 12;      // ... plus three int32 index entries = +44
 
 inline uint64_t align_up(uint64_t v, uint64_t b) { return (v + b - 1) / b * b; }
 inline uint64_t ceil_div(uint64_t v, uint64_t b) { return (v + b - 1) / b; }
 
-// Payload bytes of a dispatch row: align(2H, 32) (SPEC §9.2 "tal" without the +44).
+// Payload bytes of a dispatch row: align(2H, 32) ("tal" of the buffer sizing, without the +44).
 inline uint64_t dispatch_payload_bytes(int64_t H) { return align_up(uint64_t(H) * 2, 32); }
 inline uint64_t dispatch_scale_offset(int64_t H) { return dispatch_payload_bytes(H); }
 inline uint64_t dispatch_weight_offset(int64_t H) { return dispatch_payload_bytes(H) + 4; }
 inline uint64_t dispatch_triple_offset(int64_t H) { return dispatch_payload_bytes(H) + kScaleSlotBytes; }
 
-// Td and Tc of SPEC §9.2.
+// Td and Tc of the buffer sizing (docs/operators.md).
 inline uint64_t token_bytes_dispatch(int64_t H, bool fullmesh_v2) {
     uint64_t tal = dispatch_payload_bytes(H) + kScaleSlotBytes + kTripleBytes;
     return fullmesh_v2 ? ceil_div(tal, 480) * 512 : align_up(tal, 512);
@@ -85,7 +85,7 @@ inline Layout make_layout(int64_t W, int64_t L, int64_t maxBs, int64_t H, int64_
     return l;
 }
 
-// Left-hand side of the §9.3 requirement (bytes): 2*(maxBs*Td*W*L + maxBs*Tc*(K+S)) [+ W*1024 on
+// Left-hand side of the window requirement (bytes): 2*(maxBs*Td*W*L + maxBs*Tc*(K+S)) [+ W*1024 on
 // the 950]; it must be <= cclBufferSize - 1 MiB.
 inline uint64_t window_need_bytes(const Layout &l, int64_t W, bool soc950) {
     return 2 * (l.dispatch_region + l.combine_region) + (soc950 ? uint64_t(W) * 1024 : 0);

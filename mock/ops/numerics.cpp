@@ -87,7 +87,7 @@ float quant_int8_row(const uint16_t *x, bool bf16, const float *smooth, int8_t *
     float scale = 1.0f / ds;
     if (!finite_pos(ds)) {
         // m == 0 (all-zero row) or 127/m overflows: ds = +inf, stored scale 1/ds = 0, values 0
-        // (SPEC §0 all-zero-row rule, applied to every ds = +inf).
+        // (the all-zero-row rule, applied to every ds = +inf).
         std::memset(q, 0, size_t(n));
         return scale;
     }
@@ -143,7 +143,7 @@ void comm_quant_row(const uint16_t *x, bool bf16, int8_t *__restrict q, uint16_t
     for (int64_t b = 0; b < nsc; ++b) scales[b] = from_f32(sc[b], bf16);
     if (finite) {
         // q = int8(rint(xf / sc)), dividing by the unrounded fp32 sc: |xf / sc| <= 127.00002. An
-        // all-zero block (sc = 0) divides its zeros by 1 instead: values 0 (SPEC §0).
+        // all-zero block (sc = 0) divides its zeros by 1 instead: values 0.
         for (int64_t b = 0; b < nfull; ++b) {
             const float d = sc[b] > 0.0f ? sc[b] : 1.0f;
             for (int i = 0; i < 8; ++i) dv[b * 8 + i] = d;

@@ -1,7 +1,7 @@
 // Bit-exact numerics of the mock MoE kernels (private to mock/ops): fp16/bf16 <-> fp32 with
-// round-half-to-even, per-token int8 quantisation (SPEC §4.6 mode 2), comm quant int8 (SPEC §6.3)
-// and the fp32 accumulation helpers of combine (SPEC §6.2). The build uses -ffp-contract=off, so
-// every `a*b + c` below is a rounded multiply followed by a rounded add (SPEC §0).
+// round-half-to-even, per-token int8 quantisation (mode 2), comm quant int8
+// and the fp32 accumulation helpers of combine. The build uses -ffp-contract=off, so
+// every `a*b + c` below is a rounded multiply followed by a rounded add.
 //
 // The scalar converters are branch-light inline functions so the row loops in numerics.cpp
 // vectorise. NaN conversions follow numpy (fp16: sign | 0x7c00 | top mantissa bits, never turning a
@@ -87,22 +87,22 @@ void acc_add_row_w(float *acc, const uint16_t *src, bool bf16, float w, int64_t 
 void acc_add_f32(float *acc, const float *v, int64_t n);
 void acc_add_f32_w(float *acc, const float *v, float w, int64_t n);
 
-// SPEC §4.6 mode 2: xf = float(x) [* smooth]; m = max|xf|; ds = 127/m; q = rint(xf*ds) → int8;
+// Quant mode 2: xf = float(x) [* smooth]; m = max|xf|; ds = 127/m; q = rint(xf*ds) → int8;
 // returns the stored scale 1/ds. ds = +inf (m == 0, or 127/m overflowing) gives scale 0 and every
-// q = 0 (SPEC §0). `tmp` holds n floats of scratch.
+// q = 0. `tmp` holds n floats of scratch.
 float quant_int8_row(const uint16_t *x, bool bf16, const float *smooth, int8_t *q, float *tmp, int64_t n);
 
-// SPEC §6.3 sender: int8 data and comm_quant_scale_count(n) block scales in the row dtype.
+// Comm quant 2 sender: int8 data and comm_quant_scale_count(n) block scales in the row dtype.
 // `tmp` holds comm_quant_tmp_floats(n) floats of scratch.
 void comm_quant_row(const uint16_t *x, bool bf16, int8_t *q, uint16_t *scales, float *tmp, int64_t n);
 inline uint64_t comm_quant_tmp_floats(int64_t n) {
     // the row as floats, the block scales, one divisor per element
     return align_up(uint64_t(n), 16) + align_up(comm_quant_scale_count(n), 16) + uint64_t(n);
 }
-// SPEC §6.3 receiver: v[h] = float(round_to_row_dtype(float(q[h]) * float(scale of its block))).
+// Comm quant 2 receiver: v[h] = float(round_to_row_dtype(float(q[h]) * float(scale of its block))).
 void comm_dequant_row(const int8_t *q, const uint16_t *scales, bool bf16, float *v, int64_t n);
 
-// Const expert (SPEC §6.2, §0): a1/a2 fp32 dot products summed h ascending; softmax in double;
+// Const expert: a1/a2 fp32 dot products summed h ascending; softmax in double;
 // v = p1*ori + p2*cv in fp32.
 void const_expert_row(const uint16_t *ori, const uint16_t *alpha1, const uint16_t *alpha2,
                       const uint16_t *cv, bool bf16, float *v, int64_t n);

@@ -42,13 +42,13 @@ static py::dict stats() {
 }
 
 static void set_soc_by_name(const std::string &name) {
-    if (name == "Ascend910_93") {
-        set_soc(Soc::Ascend910_93);
-    } else if (name == "Ascend950") {
-        set_soc(Soc::Ascend950);
-    } else {
-        throw py::value_error("unknown SoC profile '" + name + "' (expected Ascend910_93 or Ascend950)");
-    }
+    std::string why;
+    if (!set_soc_name(name, &why)) throw py::value_error("set_soc: " + why);
+}
+
+static void reload_config_checked() {
+    reload_config();
+    if (std::string why = config_error(); !why.empty()) throw py::value_error("reload_config: " + why);
 }
 
 // Test hook of the 950 casts (mock/ops/lowp.h, the same inline code the kernels run).
@@ -96,7 +96,9 @@ PYBIND11_MODULE(_mock, m) {
     m.def("stats", &stats, "Live objects of the mock in this process: allocations, bytes, streams, events, "
                            "tensors, executors, communicators, mapped windows.");
     m.def("soc", [] { return std::string(soc_name(config().soc)); }, "The active SoC profile.");
-    m.def("set_soc", &set_soc_by_name, py::arg("name"), "Switch the SoC profile (Ascend910_93 | Ascend950).");
+    m.def("set_soc", &set_soc_by_name, py::arg("name"),
+          "Switch the SoC profile by the family of `name` (Ascend910_93..., Ascend950...); aclrtGetSocName "
+          "then reports `name` exactly. ValueError for a name of no known family.");
     m.def("poison", [] { return config().poison; }, "Whether new allocations are filled with 0xA5.");
     m.def("set_poison", &set_poison, py::arg("on"), "Turn the poison fill of new allocations on or off.");
     m.def("set_skip_kernels", &set_skip_kernels, py::arg("on"),
@@ -133,7 +135,9 @@ PYBIND11_MODULE(_mock, m) {
             return d;
         },
         "Armed faults and how many times a fault fired in this process.");
-    m.def("reload_config", &reload_config, "Re-read ACLNN_MOCK_* from the environment.");
+    m.def("reload_config", &reload_config_checked,
+          "Re-read ACLNN_MOCK_* from the environment; ValueError (the configuration stays refused, aclInit "
+          "fails) for an ACLNN_MOCK_SOC of no known family.");
     m.def("device_count", [] { return config().device_count; });
     m.def("clear_error", &clear_error, "Drop this thread's recent error message.");
     m.def("exec_timeout", &hccl::exec_timeout_seconds, "HCCL_EXEC_TIMEOUT as the mock reads it (s).");

@@ -1,8 +1,12 @@
 // Configuration of the mock, read from the environment at first use:
 //   ACLNN_MOCK_DEVICE_COUNT  number of devices, 1..1024 (default 16)
-//   ACLNN_MOCK_SOC           Ascend910_93 (default) or Ascend950 (case-insensitive)
+//   ACLNN_MOCK_SOC           a SoC name of the Ascend910_93 family (default; the A3 line's names such
+//                            as Ascend910_9391) or of the Ascend950 family; the profile is chosen by
+//                            family prefix (case-insensitive) and aclrtGetSocName reports the name
+//                            exactly as given. A name of no known family is refused: aclInit fails
+//                            with config_error() until a valid profile is set.
 //   ACLNN_MOCK_POISON        0/off/false/no disables the 0xA5 fill of new allocations
-// A value that is not understood falls back to the default and leaves a note (config_notes()).
+// Other values that are not understood fall back to the default and leave a note (config_notes()).
 #include <atomic>
 #include <strings.h>
 
@@ -10,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string>
 
 #include "runtime/rt_core.h"
@@ -22,6 +27,20 @@ std::mutex g_cfg_mu;
 std::once_flag g_cfg_once;
 Config g_cfg;
 std::string g_notes;
+std::string g_error;                      // the refused ACLNN_MOCK_SOC, if any
+std::atomic<const char *> g_reported{nullptr};   // aclrtGetSocName; nullptr: the profile's own name
+
+// Names handed out by aclrtGetSocName stay valid for the life of the process.
+const char *intern(const std::string &name) {
+    static auto *names = new std::set<std::string>();   // never destroyed (read during exit)
+    return names->insert(name).first->c_str();
+}
+
+struct Family {
+    const char *prefix;
+    Soc soc;
+};
+constexpr Family kFamilies[] = {{"Ascend910_93", Soc::Ascend910_93}, {"Ascend950", Soc::Ascend950}};
 
 void load_locked() {
     Config c;
@@ -36,14 +55,14 @@ void load_locked() {
         else
             c.device_count = static_cast<int>(n);
     }
+    std::string error;
+    const char *reported = nullptr;
     if (const char *v = std::getenv("ACLNN_MOCK_SOC"); v && *v) {
-        if (strcasecmp(v, "Ascend910_93") == 0)
-            c.soc = Soc::Ascend910_93;
-        else if (strcasecmp(v, "Ascend950") == 0)
-            c.soc = Soc::Ascend950;
+        std::string why;
+        if (soc_profile_of(v, &c.soc, &why))
+            reported = intern(v);
         else
-            notes += format("ACLNN_MOCK_SOC='%s' is not Ascend910_93 or Ascend950; using %s. ", v,
-                            soc_name(c.soc));
+            error = format("ACLNN_MOCK_SOC='%s' is refused: %s", v, why.c_str());
     }
     if (const char *v = std::getenv("ACLNN_MOCK_POISON"); v && *v) {
         if (!std::strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false") ||
@@ -58,6 +77,8 @@ void load_locked() {
     if (!notes.empty() && notes.back() == ' ') notes.pop_back();
     g_cfg = c;
     g_notes = notes;
+    g_error = error;
+    g_reported.store(reported);
 }
 
 void ensure_loaded() {
@@ -83,6 +104,47 @@ void set_soc(Soc soc) {
     ensure_loaded();
     std::lock_guard<std::mutex> lk(g_cfg_mu);
     g_cfg.soc = soc;
+    g_error.clear();
+    g_reported.store(nullptr);
+}
+
+bool soc_profile_of(const std::string &name, Soc *soc, std::string *why) {
+    for (const Family &f : kFamilies)
+        if (strncasecmp(name.c_str(), f.prefix, std::strlen(f.prefix)) == 0) {
+            *soc = f.soc;
+            return true;
+        }
+    *why = format("'%s' names no SoC the mock simulates; the profile is chosen by family: a name beginning "
+                  "Ascend910_93 (Atlas A3, e.g. Ascend910_9391, Ascend910_9392) or Ascend950 (950DT, e.g. "
+                  "Ascend950)", name.c_str());
+    return false;
+}
+
+bool set_soc_name(const std::string &name, std::string *why) {
+    Soc soc;
+    if (!soc_profile_of(name, &soc, why)) return false;
+    ensure_loaded();
+    std::lock_guard<std::mutex> lk(g_cfg_mu);
+    g_cfg.soc = soc;
+    g_error.clear();
+    g_reported.store(intern(name));
+    return true;
+}
+
+const char *reported_soc_name() {
+    ensure_loaded();
+    {
+        std::lock_guard<std::mutex> lk(g_cfg_mu);
+        if (!g_error.empty()) return nullptr;
+    }
+    const char *r = g_reported.load();
+    return r ? r : soc_name(config().soc);
+}
+
+std::string config_error() {
+    ensure_loaded();
+    std::lock_guard<std::mutex> lk(g_cfg_mu);
+    return g_error;
 }
 
 void set_poison(bool on) {

@@ -43,7 +43,8 @@ extern "C" {
 
 ACLMOCK_API aclError aclInit(const char *configPath) {
     (void)configPath;
-    (void)config();
+    if (std::string why = config_error(); !why.empty())
+        return fail(ACL_ERROR_INVALID_PARAM, "aclInit: %s", why.c_str());
     int64_t prev = g_init_count.fetch_add(1);
     if (prev == 0) return ACL_SUCCESS;
     return fail(ACL_ERROR_REPEAT_INITIALIZE,
@@ -73,7 +74,7 @@ ACLMOCK_API aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersio
     return ACL_SUCCESS;
 }
 
-ACLMOCK_API const char *aclrtGetSocName(void) { return soc_name(config().soc); }
+ACLMOCK_API const char *aclrtGetSocName(void) { return reported_soc_name(); }
 
 ACLMOCK_API aclError aclrtSetDevice(int32_t deviceId) {
     if (!valid_device(deviceId))

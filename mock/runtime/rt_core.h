@@ -44,7 +44,20 @@ ACLMOCK_API void set_poison(bool on);
 // nothing, so host overhead can be measured without the kernels' own work (never on by default).
 ACLMOCK_API void set_skip_kernels(bool on);
 ACLMOCK_API bool skip_kernels();
-ACLMOCK_API const char *soc_name(Soc soc);
+ACLMOCK_API const char *soc_name(Soc soc);   // the profile's own (family) name
+// SoC names by family (case-insensitive prefix): a name beginning "Ascend910_93" (the A3 line,
+// e.g. Ascend910_9391, Ascend910_9392) selects Ascend910_93, one beginning "Ascend950" selects
+// Ascend950. Any other name: false, with *why saying what is accepted.
+ACLMOCK_API bool soc_profile_of(const std::string &name, Soc *soc, std::string *why);
+// Selects the profile of `name` and makes aclrtGetSocName report `name` exactly; an unknown name is
+// refused (false, *why set) and changes nothing.
+ACLMOCK_API bool set_soc_name(const std::string &name, std::string *why);
+// What aclrtGetSocName reports: the name configured, or the profile's own name after set_soc.
+// NULL while the configuration is refused (config_error()).
+ACLMOCK_API const char *reported_soc_name();
+// Why the configuration read from the environment is refused (an ACLNN_MOCK_SOC of no known
+// family); empty when it is accepted. aclInit fails with this message until a valid profile is set.
+ACLMOCK_API std::string config_error();
 // A numeric environment variable, or dflt when unset/unparsable.
 ACLMOCK_API double env_double(const char *name, double dflt);
 // Notes about environment values that were not understood (e.g. an unknown ACLNN_MOCK_SOC, which

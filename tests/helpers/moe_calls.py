@@ -1,6 +1,7 @@
 """Raw phase-1 calls of the MoE ops for the negative tests: every argument (tensor, NULL, a destroyed
-or FRACTAL_NZ descriptor, an attribute) can be replaced, and unspecified outputs are sized by
-SPEC §2 from the attributes, so one test breaks exactly one rule."""
+or FRACTAL_NZ descriptor, an attribute) can be replaced, and unspecified outputs are sized from the
+attributes (the output sizes of docs/operators.md, computed here independently of the mock), so one
+test breaks exactly one rule."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ class RawDesc:
 class World2:
     """Two communicators of one thread world, usable from the test thread afterwards."""
 
-    def __init__(self) -> None:
+    def __init__(self, before_context: Any = None) -> None:
         from aclnn_py import Device
         from aclnn_py.hccl import Communicator, RootInfo, build_context
 
@@ -59,6 +60,9 @@ class World2:
         if errs:
             raise errs[0]
         Device(0).set_current()
+        if before_context is not None:
+            for c in self.comms:
+                before_context(c)
         self.ctx = [build_context(c) for c in self.comms]
 
     def close(self) -> None:
@@ -88,7 +92,7 @@ class Call:
         self.tensors: dict[str, Any] = {}
         self._keep: list[Any] = []
 
-    # ---- derived sizes (SPEC §2, computed here independently of the mock) ----
+    # ---- derived sizes (computed here independently of the mock) ----
     def sizes(self) -> dict[str, int]:
         a = self.attrs
         W, R, E, K, BS = a["W"], a["R"], a["E"], a["K"], a["BS"]
@@ -275,4 +279,13 @@ class CombineCall(Call):
                 out, ws, ex]
 
 
-__all__ = ["NULL", "RawDesc", "World2", "DispatchCall", "CombineCall", "BF16", "field"]
+def expect(call: Call, code: int, *texts: str) -> str:
+    """Run `call`; assert its status is `code` and its message holds every one of `texts`."""
+    ret, msg = call.run()
+    assert ret == code, f"status {ret}, message {msg!r}"
+    for t in texts:
+        assert t in msg, f"{t!r} not in {msg!r}"
+    return msg
+
+
+__all__ = ["NULL", "RawDesc", "World2", "DispatchCall", "CombineCall", "BF16", "field", "expect"]

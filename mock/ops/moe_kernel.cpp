@@ -1,0 +1,107 @@
+// Run-time pieces shared by the mock MoE kernels; see moe_kernel.h.
+#include "ops/moe_kernel.h"
+
+#include <cinttypes>
+#include <cstring>
+#include <ctime>
+
+namespace aclmock {
+namespace moe {
+
+KernelCall::~KernelCall() {
+    if (held_) comm->end_use();
+}
+
+int KernelCall::begin(const aclTensor &ctx, const MoeParams &p, const char *op_name) {
+    params = &p;
+    op = op_name;
+    if (int rc = resolve_context(ctx, p, &comm, kKernelFail, op)) return rc;
+    if (!comm->begin_use())
+        return fail(kKernelFail, "%s: rank %" PRId64 ": the communicator is being destroyed", op, p.r);
+    held_ = true;
+    seq = comm->next_seq();
+    half = int(seq % 2);
+    layout = make_layout(p.W, p.L, p.maxBs, p.H, p.K, p.S, p.fullmesh_v2);
+    return 0;
+}
+
+int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
+                         int64_t *t_ready) {
+    const MoeParams &p = *params;
+    const uint64_t stamps = perf_stamp_offset(layout);
+    comm->publish(uint32_t(p.r), seq, tag, fields, nfields);
+    for (int64_t m = 0; m < p.W; ++m) {
+        if (p.soc950) write_perf_stamp(data(m) + stamps, p.r);
+        if (m != p.r) comm->publish(uint32_t(m), seq, tag, fields, nfields);
+    }
+    *t_ready = monotonic_ns();
+    return comm->wait_all(seq, tag, fields, names, nfields, op);
+}
+
+int64_t tokens_considered(const uint8_t *mask, int mask_dims, int64_t BS) {
+    if (mask_dims != 1) return BS;
+    int64_t n = 0;
+    for (int64_t t = 0; t < BS; ++t) n += mask[t] != 0;
+    return n;
+}
+
+void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
+                   std::vector<int32_t> *logical, std::string *err) {
+    const int64_t W = p.W;
+    table->resize(size_t(W));
+    logical->assign(size_t(W), -1);
+    for (int64_t i = 0; i < W; ++i) (*table)[size_t(i)] = int32_t(i);
+    if (!info || info[0] == 0) {
+        *logical = *table;
+        return;
+    }
+    std::string e;
+    if (info[1] != W || info[2] != p.R || info[3] != p.E) {
+        e = format("elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, moe_expert_num "
+                   "(got %d, %d, %d vs %" PRId64 ", %" PRId64 ", %" PRId64 "; the mock models a re-mapping of "
+                   "the same world)", info[1], info[2], info[3], W, p.R, p.E);
+    } else {
+        for (int64_t l = 0; l < W && e.empty(); ++l) {
+            const int32_t ph = info[4 + W + l];
+            if (ph < 0 || ph >= W || (*logical)[size_t(ph)] >= 0)
+                e = format("elastic_info: the rank table [4+W, 4+2W) must be a permutation of 0..%" PRId64
+                           " (entry %" PRId64 " is %d)", W - 1, l, ph);
+            else
+                (*logical)[size_t(ph)] = int32_t(l);
+        }
+    }
+    if (!e.empty()) {
+        if (err->empty()) *err = e;
+        *logical = *table;
+        return;
+    }
+    for (int64_t l = 0; l < W; ++l) (*table)[size_t(l)] = info[4 + W + l];
+}
+
+int64_t table_hash(const std::vector<int32_t> &table) {
+    uint64_t h = 1469598103934665603ull;
+    for (int32_t v : table) h = (h ^ uint64_t(uint32_t(v))) * 1099511628211ull;
+    return int64_t(h & 0xfffffull);
+}
+
+int64_t monotonic_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
+
+void write_perf_stamp(uint8_t *area, int64_t src) {
+    const int64_t now = monotonic_ns();
+    std::memcpy(area + uint64_t(src) * 512, &now, 8);
+}
+
+void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready) {
+    for (int64_t src = 0; src < W; ++src) {
+        int64_t stamp;
+        std::memcpy(&stamp, area + uint64_t(src) * 512, 8);
+        perf[src] += stamp > t_ready ? (stamp - t_ready) / 1000 : 0;
+    }
+}
+
+}  // namespace moe
+}  // namespace aclmock

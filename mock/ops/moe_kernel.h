@@ -1,0 +1,98 @@
+// What the dispatch and combine kernels share at run time (private to mock/ops): the start of a
+// kernel call (context, communicator, sequence number, data half), the exchange of mailbox entries
+// with every peer, token validity under x_active_mask, elastic_info's rank table and the
+// performance_info stamps.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "aclnn/executor.h"
+#include "hccl/hccl_core.h"
+#include "ops/moe_checks.h"
+#include "ops/moe_window.h"
+
+#pragma GCC visibility push(hidden)  // nothing but the four aclnn entry points is exported
+
+namespace aclmock {
+namespace moe {
+
+// Failure code of a kernel that finds bad data at run time (call-order and parameter mismatches
+// reported by Comm::wait_all use the same code).
+constexpr int kKernelFail = ACL_ERROR_RT_AICORE_EXCEPTION;
+
+// One run of a kernel on its communicator. begin() resolves and checks the context (as phase 1
+// does, with the kernel's failure code), holds the communicator for the call (Comm::begin_use,
+// released by the destructor) and takes the call's sequence number; the call then owns data half
+// seq % 2 of every rank's window (moe_window.h).
+class KernelCall {
+public:
+    KernelCall() = default;
+    KernelCall(const KernelCall &) = delete;
+    KernelCall &operator=(const KernelCall &) = delete;
+    ~KernelCall();
+
+    int begin(const aclTensor &ctx, const MoeParams &p, const char *op);
+
+    // Publishes this rank's mailbox entry (tag, fields) to itself first (a delay injected into the
+    // call happens there), then to every peer, each entry preceded on the 950 by this rank's time
+    // stamp for the peer's performance_info; then waits for every rank's entry of this call
+    // (Comm::wait_all: timeouts, call-order and parameter mismatches). *t_ready is when the wait
+    // began.
+    int exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
+                 int64_t *t_ready);
+
+    hccl::Comm *comm = nullptr;
+    uint64_t seq = 0;
+    int half = 0;
+    Layout layout;
+    const MoeParams *params = nullptr;
+    const char *op = nullptr;
+
+    uint8_t *data(int64_t rank) const { return comm->data_half(uint32_t(rank), half); }
+    hccl::Mailbox *mailbox(int64_t rank) const { return comm->mailbox(uint32_t(rank), half); }
+
+private:
+    bool held_ = false;
+};
+
+// Typed address of slot i's view, or nullptr for an absent optional tensor.
+template <class T>
+T *ptr(const std::vector<Slot> &v, int i) {
+    return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
+}
+
+// Tokens a kernel considers (docs/operators.md): all BS without a mask; with a 1-D mask only the
+// count of true flags matters (the first sum(mask) tokens); with a 2-D mask all BS, each token valid
+// when any of its K flags is true.
+int64_t tokens_considered(const uint8_t *mask, int mask_dims, int64_t BS);
+inline bool token_valid(const uint8_t *mask, int mask_dims, int64_t t, int64_t K) {
+    if (mask_dims != 2) return true;
+    for (int64_t k = 0; k < K; ++k)
+        if (mask[t * K + k]) return true;
+    return false;
+}
+
+// elastic_info at run time (docs/operators.md; aclnn_py.golden choice 10): `table[l]` = the physical rank serving logical rank
+// l, `logical` its inverse. Identity without elastic_info or with flag [0] == 0. With the flag set,
+// [1], [2], [3] must equal W, R, E and [4+W, 4+2W) must be a permutation of 0..W-1; otherwise *err
+// is set (first error only) and the identity is used so the protocol still completes.
+void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
+                   std::vector<int32_t> *logical, std::string *err);
+// A small hash of a rank table, published so that ranks with different tables fail loudly.
+int64_t table_hash(const std::vector<int32_t> &table);
+
+// performance_info (docs/operators.md): each sender stamps CLOCK_MONOTONIC (ns, system-wide) into the
+// receiver's window just before it publishes; the receiver adds max(0, stamp - t_ready) / 1000 µs per
+// source rank, t_ready being when it started to wait. The stamps live in the W*1024 bytes the 950's
+// window check reserves (W*512 per data half, 8 bytes per source rank at src*512).
+inline uint64_t perf_stamp_offset(const Layout &l) { return l.dispatch_region + l.combine_region; }
+int64_t monotonic_ns();
+void write_perf_stamp(uint8_t *area, int64_t src);
+void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready);
+
+}  // namespace moe
+}  // namespace aclmock
+
+#pragma GCC visibility pop

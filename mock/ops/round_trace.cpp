@@ -1,0 +1,157 @@
+// Records of the dispatch calls and the tracing of combine inputs; see round_trace.h.
+#include "ops/round_trace.h"
+
+#include <cinttypes>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <unordered_map>
+#include <vector>
+
+#include "hccl/hccl_core.h"
+#include "runtime/rt_core.h"
+
+namespace aclmock {
+namespace moe {
+
+static_assert(kRoundSlotBase + 2 * hccl::kMaxRanks <= hccl::kMailboxCounts, "round words fit the mailbox");
+
+namespace {
+
+constexpr size_t kMaxComms = 256;   // communicators whose records are kept (least recently used go)
+
+struct CommRecords {
+    std::deque<DispatchRecord> recs;   // oldest first
+    uint64_t used = 0;
+};
+
+struct Registry {
+    std::mutex mu;
+    std::unordered_map<std::string, CommRecords> comms;
+    uint64_t clock = 0;
+};
+
+Registry &registry() {
+    static auto *r = new Registry();   // never destroyed (kernels may run during exit)
+    return *r;
+}
+
+// The records of `comm`, newest first (a copy: the lookups hash outside the lock).
+std::vector<DispatchRecord> records_of(const std::string &comm) {
+    Registry &r = registry();
+    std::lock_guard<std::mutex> lk(r.mu);
+    auto it = r.comms.find(comm);
+    if (it == r.comms.end()) return {};
+    it->second.used = ++r.clock;
+    return std::vector<DispatchRecord>(it->second.recs.rbegin(), it->second.recs.rend());
+}
+
+// Hashes of one input over the lengths the records ask for, each computed once.
+class Hashes {
+public:
+    explicit Hashes(const CombineInputs::Input &in) : p_(in.data), capacity_(in.bytes) {}
+    // Whether the input's first t.bytes bytes hash to t.hash (false when it holds fewer, and for an
+    // empty region, which would match anything).
+    bool matches(const Traced &t) {
+        if (!p_ || t.bytes == 0 || t.bytes > capacity_) return false;
+        const std::pair<uint64_t, bool> key{t.bytes, t.sampled};
+        auto it = cache_.find(key);
+        if (it == cache_.end())
+            it = cache_.emplace(key, t.sampled ? sample_hash(p_, t.bytes) : hash_bytes(p_, t.bytes)).first;
+        return it->second == t.hash;
+    }
+
+private:
+    const void *p_;
+    uint64_t capacity_;
+    std::map<std::pair<uint64_t, bool>, uint64_t> cache_;
+};
+
+// The round of one routing input: the newest record of the same descriptor whose content still
+// matches; else the one round whose content matches; else unknown (none, or several).
+int64_t find_round(const std::vector<DispatchRecord> &recs, Traced DispatchRecord::*field, uint64_t desc,
+                   Hashes &h) {
+    for (const DispatchRecord &r : recs)
+        if (desc && (r.*field).desc == desc && h.matches(r.*field)) return r.round;
+    int64_t found = kUnknownRound;
+    for (const DispatchRecord &r : recs) {
+        if (!h.matches(r.*field)) continue;
+        if (found != kUnknownRound && found != r.round) return kUnknownRound;
+        found = r.round;
+    }
+    return found;
+}
+
+const DispatchRecord *record_of(const std::vector<DispatchRecord> &recs, int64_t round) {
+    for (const DispatchRecord &r : recs)
+        if (r.round == round) return &r;
+    return nullptr;
+}
+
+}  // namespace
+
+void record_dispatch(const std::string &comm, const DispatchRecord &rec) {
+    Registry &r = registry();
+    std::lock_guard<std::mutex> lk(r.mu);
+    if (r.comms.size() >= kMaxComms && !r.comms.count(comm)) {
+        auto oldest = r.comms.begin();
+        for (auto it = r.comms.begin(); it != r.comms.end(); ++it)
+            if (it->second.used < oldest->second.used) oldest = it;
+        r.comms.erase(oldest);
+    }
+    CommRecords &c = r.comms[comm];
+    c.used = ++r.clock;
+    c.recs.push_back(rec);
+    if (c.recs.size() > kRecordsPerComm) c.recs.pop_front();
+}
+
+CombineRound trace_combine(const std::string &comm, const CombineInputs &in) {
+    CombineRound out;
+    const std::vector<DispatchRecord> recs = records_of(comm);
+    if (recs.empty()) return out;
+    Hashes assist(in.assist), counts(in.counts);
+    const int64_t ra = find_round(recs, &DispatchRecord::assist, in.assist.desc, assist);
+    int64_t rc = kUnknownRound;
+    for (const DispatchRecord &r : recs)   // the receive slots of this rank's role, no more, no fewer
+        if (r.counts.bytes == in.counts.bytes) {
+            rc = find_round(recs, &DispatchRecord::counts, in.counts.desc, counts);
+            break;
+        }
+    if (ra != kUnknownRound && rc != kUnknownRound && ra != rc) {
+        out.error = format("assist_info_for_combine is the output of the dispatch of collective call #%" PRId64
+                           " but ep_send_counts that of call #%" PRId64 " (both must come from the same dispatch)",
+                           ra, rc);
+        out.round = ra;
+        return out;
+    }
+    out.round = ra != kUnknownRound ? ra : rc;
+    if (out.round == kUnknownRound) return out;
+    const DispatchRecord *own = record_of(recs, out.round);
+    // expert_ids that another traced dispatch read, but not this one
+    Hashes ids(in.ids);
+    if (own && !ids.matches(own->ids)) {
+        for (const DispatchRecord &r : recs)
+            if (r.ids.bytes == in.ids.bytes && ids.matches(r.ids)) {
+                out.error = format("expert_ids are the input of the dispatch of collective call #%" PRId64 " but "
+                                   "assist_info_for_combine / ep_send_counts the output of call #%" PRId64
+                                   " (combine takes the expert_ids its dispatch took)", r.round, out.round);
+                return out;
+            }
+    }
+    // expand_x still holding, unchanged, the rows another traced dispatch wrote there
+    Hashes ex(in.expand_x);
+    if (own && ex.matches(own->expand_x)) return out;
+    for (const DispatchRecord &r : recs)
+        if (in.expand_x.desc && r.expand_x.desc == in.expand_x.desc && r.round != out.round && ex.matches(r.expand_x)) {
+            out.error = format("expand_x holds, unchanged, the rows the dispatch of collective call #%" PRId64
+                               " wrote, but assist_info_for_combine / ep_send_counts are the output of call #%"
+                               PRId64 " (the expert rows must belong to the dispatch the routing comes from)",
+                               r.round, out.round);
+            return out;
+        }
+    return out;
+}
+
+}  // namespace moe
+}  // namespace aclmock

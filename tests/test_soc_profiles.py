@@ -1,0 +1,51 @@
+"""SoC names by family on the mock: ACLNN_MOCK_SOC and _mock.set_soc take the names real parts report
+(Ascend910_9391, Ascend950..., any case), choose the profile by family prefix, and aclrtGetSocName reports
+the name exactly as given; a name of no known family is refused where it is configured. (The profile the
+ops then apply: tests/test_moe_checks.py.)"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import package_pythonpath
+from helpers.moe_cases import A3, on_profile
+
+
+@on_profile(A3)
+@pytest.mark.parametrize("name", ["Ascend910B4", "Ascend910_9", "Ascend310P3", "Ascend95", "", "Ascend 950"])
+def test_unknown_name_refused_by_set_soc(acl, mock, profile, name):
+    mock.set_soc("Ascend910_9392")
+    with pytest.raises(ValueError, match=f"set_soc: '{name}' names no SoC the mock simulates; the profile is chosen "
+                                         "by family: a name beginning Ascend910_93 .* or Ascend950"):
+        mock.set_soc(name)
+    assert acl.soc_name() == "Ascend910_9392" and mock.soc() == "Ascend910_93"   # unchanged
+
+
+def _child(soc: str) -> subprocess.CompletedProcess:
+    code = ("import aclnn_py as a\n"
+            "try:\n"
+            "    a.init('mock')\n"
+            "except a.AclError as e:\n"
+            "    print('REFUSED', e.code, e.message)\n"
+            "else:\n"
+            "    from aclnn_py import _mock\n"
+            "    print('OK', a.soc_name(), _mock.soc())\n")
+    env = dict(os.environ, ACLNN_MOCK_SOC=soc)
+    env["PYTHONPATH"] = package_pythonpath(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.mark.parametrize("soc,family", [("Ascend910_9391", "Ascend910_93"), ("Ascend950PR_9599", "Ascend950")])
+def test_environment_variable_by_family(acl, soc, family):
+    res = _child(soc)
+    assert res.stdout.split() == ["OK", soc, family], res.stdout + res.stderr
+
+
+def test_environment_variable_of_no_known_family_fails_acl_init(acl):
+    res = _child("Ascend910B4")
+    out = res.stdout.strip()
+    assert out.startswith("REFUSED 100000 aclInit: ACLNN_MOCK_SOC='Ascend910B4' is refused: 'Ascend910B4' names "
+                          "no SoC the mock simulates"), out + res.stderr
