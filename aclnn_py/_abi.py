@@ -506,15 +506,15 @@ class AbiReport:
         return [c for c in self.checks if c.status in ("not found", "unreadable")]
 
     def summary(self) -> str:
-        """One line for people: what was verified against what."""
+        """One line for people: what was verified against what (the header paths are in ``headers``)."""
         n = sum(c.status == "match" for c in self.checks)
         if self.status == "mismatch":
             bad = self.mismatches
             return f"MISMATCH in {len(bad)} function(s): " + "; ".join(f"{c.name} ({c.header})" for c in bad)
         if self.status == "verified":
-            return f"verified: {n} bound prototypes equal the installed headers " + ", ".join(self.headers)
+            return f"verified: all {n} bound prototypes equal the installed headers ({len(self.headers)} files)"
         if self.status == "partial":
-            return (f"partially verified: {n} prototypes equal the installed headers ({', '.join(self.headers)}); "
+            return (f"partially verified: {n} prototypes equal the installed headers ({len(self.headers)} files); "
                     f"not checked: {', '.join(c.name for c in self.unchecked)}")
         return "unverified: " + (self.note or "no installed header declares a bound function")
 

@@ -4,6 +4,7 @@ declare a bound function differently (end to end with copies of the mock root as
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -207,16 +208,20 @@ def test_op_headers_next_to_the_bound_library_come_first(tmp_path):
 LOAD = ("import aclnn_py as acl, sys\n"
         "b = acl.init(sys.argv[1] if len(sys.argv) > 1 else {root!r})\n"
         "print(b.kind, b.abi.status)\n"
-        "print(b.abi.summary())\n")
+        "print(b.abi.summary())\n"
+        "print(*b.abi.headers, sep=chr(10))\n")
 
 
 def test_unchanged_copy_is_verified(tmp_path):
     root = copy_mock_root(tmp_path / "cann")
     r = run_python(LOAD.format(root=str(root)))
     assert r.returncode == 0, r.stderr
-    kind_status, summary = r.stdout.splitlines()[:2]
+    kind_status, summary, *headers = r.stdout.splitlines()
     assert kind_status == "cann verified"
-    assert str(root / OP_INCLUDE / DISPATCH_HEADER) in summary and str(root / "include/acl/acl_rt.h") in summary
+    m = re.fullmatch(r"verified: all (\d+) bound prototypes equal the installed headers \((\d+) files\)", summary)
+    assert m and int(m.group(1)) >= 60 and int(m.group(2)) == len(headers), summary
+    assert str(root / OP_INCLUDE / DISPATCH_HEADER) in headers and str(root / "include/acl/acl_rt.h") in headers
+    assert str(root / "include/aclnnop" / DISPATCH_HEADER) not in headers  # the op package's own header is used
 
 
 def test_group_string_dispatch_header_is_refused(tmp_path):
