@@ -405,56 +405,87 @@ def _find_declarations(body: str, names: list[str], known: Mapping[str, str]) ->
     return found
 
 
-def extract_prototypes(text: str, names: Iterable[str], typedefs: Mapping[str, str], header: str = "<header>",
-                       ) -> dict[str, Extracted]:
-    """The prototypes of `names` declared in the header `text` (first declaration of each), parsed with
-    pycparser after removing what C++ headers wrap around them. `typedefs` are the canonical forms of
-    the project's typedef names; simple typedefs of other names in the same header are expanded too."""
+@dataclass
+class _Scanned:
+    """The declarations of bound functions found in one header's text, not yet parsed."""
+
+    header: str
+    decls: dict[str, str]                 # name -> "ret name(params);"
+    local: list[tuple[str, str]]          # the header's own simple typedefs: (type, name)
+    used: set[str]                        # identifiers used as type names
+
+
+def _scan(text: str, names: Iterable[str], typedefs: Mapping[str, str], header: str) -> _Scanned | None:
     wanted = [n for n in set(names) if n in text]
     if not wanted:
-        return {}
+        return None
     body = _denoise(strip_header(text)[0])
     found = _find_declarations(body, wanted, typedefs)
     if not found:
-        return {}
+        return None
     local = [(t, n) for t, n in _LOCAL_TYPEDEF.findall(body) if n not in typedefs and n not in _PRELUDE_NAMES]
-    decls = {name: f"{ret} {name}({', '.join(params) or 'void'});" for name, (ret, params) in found.items()}
     used: set[str] = set()
     for ret, params in found.values():
         for d in [ret, *params]:
             used |= _type_names(d)
     for t, _ in local:
         used |= _type_names(t)
-    local_names = {n for _, n in local}
-    opaque = sorted((used | set(typedefs)) - local_names - _PRELUDE_NAMES)
-    prelude = PARSE_PRELUDE + "".join(f"typedef struct __aclnnpy_{n} {n};\n" for n in opaque)
-    local_text = "".join(f"typedef {t} {n};\n" for t, n in local)
+    decls = {name: f"{ret} {name}({', '.join(params) or 'void'});" for name, (ret, params) in found.items()}
+    return _Scanned(header, decls, local, used)
+
+
+def _parse_scanned(scans: list[_Scanned], typedefs: Mapping[str, str]) -> dict[str, Extracted]:
+    """Parse every scanned declaration in one pycparser run; when that fails, header by header, and
+    within a header declaration by declaration, so that only the unreadable ones are reported."""
     try:
-        protos = _parse_prototypes(prelude, local_text, list(decls.values()), typedefs)
-    except Exception:  # noqa: BLE001 - one bad declaration: parse them one by one to say which
-        protos = {}
-        for name, decl in decls.items():
-            try:
-                protos.update(_parse_prototypes(prelude, local_text, [decl], typedefs))
-            except Exception as exc:  # noqa: BLE001
-                try:  # maybe it is one of the header's own typedefs that pycparser cannot read
-                    protos.update(_parse_prototypes(prelude, "", [decl], typedefs))
-                except Exception:  # noqa: BLE001
-                    protos[name] = f"could not parse `{decl}`: {exc}"
-    return {name: Extracted(header, p) if isinstance(p, Prototype) else Extracted(header, None, p)
-            for name, p in protos.items()}
+        return _parse_group(scans, typedefs)
+    except Exception as exc:  # noqa: BLE001 - any parser failure: narrow it down
+        if len(scans) > 1:
+            out: dict[str, Extracted] = {}
+            for one in scans:
+                out.update(_parse_scanned([one], typedefs))
+            return out
+        only = scans[0]
+        if len(only.decls) == 1:
+            name, decl = next(iter(only.decls.items()))
+            if only.local:  # maybe one of the header's own typedefs is what pycparser cannot read
+                return _parse_scanned([_Scanned(only.header, only.decls, [], only.used)], typedefs)
+            return {name: Extracted(only.header, None, f"could not parse `{decl}`: {exc}")}
+        out = {}
+        for name, decl in only.decls.items():
+            out.update(_parse_scanned([_Scanned(only.header, {name: decl}, only.local, only.used)], typedefs))
+        return out
 
 
-def _parse_prototypes(prelude: str, local_typedefs: str, decls: list[str], typedefs: Mapping[str, str],
-                      ) -> dict[str, Prototype | str]:
-    parser = pycparser.CParser()
-    n_prelude = len(parser.parse(prelude).ext)
-    ast = parser.parse(prelude + local_typedefs + "\n".join(decls), filename="<prototypes>")
-    nodes = ast.ext[n_prelude:]
-    known = _typedef_map((n for n in nodes if isinstance(n, c_ast.Typedef)), typedefs)
+def _parse_group(scans: list[_Scanned], typedefs: Mapping[str, str]) -> dict[str, Extracted]:
+    local: dict[str, str] = {}
+    for one in scans:
+        for t, n in one.local:
+            if local.setdefault(n, t) != t:
+                raise ValueError(f"typedef {n} differs between headers")
+    used = set().union(*(one.used for one in scans))
+    opaque = sorted((used | set(typedefs)) - set(local) - _PRELUDE_NAMES)
+    source = (PARSE_PRELUDE + "".join(f"typedef struct __aclnnpy_{n} {n};\n" for n in opaque)
+              + "".join(f"typedef {t} {n};\n" for n, t in local.items())
+              + "\n".join(d for one in scans for d in one.decls.values()))
+    ast = pycparser.CParser().parse(source, filename="<prototypes>")
+    known = _typedef_map((n for n in ast.ext if isinstance(n, c_ast.Typedef) and n.name in local), typedefs)
+    header_of = {name: one.header for one in scans for name in one.decls}
     gen = c_generator.CGenerator()
-    return {n.name: _prototype(n, gen, known) for n in nodes
-            if isinstance(n, c_ast.Decl) and isinstance(n.type, c_ast.FuncDecl)}
+    out: dict[str, Extracted] = {}
+    for node in ast.ext:
+        if isinstance(node, c_ast.Decl) and isinstance(node.type, c_ast.FuncDecl) and node.name in header_of:
+            out[node.name] = Extracted(header_of[node.name], _prototype(node, gen, known))
+    return out
+
+
+def extract_prototypes(text: str, names: Iterable[str], typedefs: Mapping[str, str], header: str = "<header>",
+                       ) -> dict[str, Extracted]:
+    """The prototypes of `names` declared in the header `text` (first declaration of each), parsed with
+    pycparser after removing what C++ headers wrap around them. `typedefs` are the canonical forms of
+    the project's typedef names; simple typedefs of other names in the same header are expanded too."""
+    scanned = _scan(text, names, typedefs, header)
+    return _parse_scanned([scanned], typedefs) if scanned is not None else {}
 
 
 # ---- comparing ------------------------------------------------------------------------------------
@@ -578,11 +609,11 @@ def check_root(root: Path, bound: Mapping[str, str | None], groups: Mapping[str,
         if library is None or name not in compiled.functions:
             continue
         plan.setdefault(tuple(header_dirs(root, groups[name], library)), []).append(name)
-    found: dict[str, Extracted] = {}
+    scans: list[_Scanned] = []
+    seen: set[str] = set()  # names whose declaration was found (the first header in search order wins)
     for dirs, names in plan.items():
         for directory, glob in dirs:
-            pending = [n for n in names if n not in found]
-            if not pending:
+            if all(n in seen for n in names):
                 break
             for path in _header_files(directory, glob):
                 if path not in texts:
@@ -590,9 +621,11 @@ def check_root(root: Path, bound: Mapping[str, str | None], groups: Mapping[str,
                         texts[path] = path.read_text(errors="replace")
                     except OSError:
                         texts[path] = ""
-                got = extract_prototypes(texts[path], [n for n in pending if n not in found],
-                                         compiled.typedefs, str(path))
-                found.update(got)
+                scanned = _scan(texts[path], [n for n in names if n not in seen], compiled.typedefs, str(path))
+                if scanned is not None:
+                    scans.append(scanned)
+                    seen |= set(scanned.decls)
+    found = _parse_scanned(scans, compiled.typedefs) if scans else {}
     checks: list[FunctionCheck] = []
     for name in sorted(n for n, lib in bound.items() if lib is not None and n in compiled.functions):
         ex = found.get(name)

@@ -185,6 +185,14 @@ def test_unparseable_prototype_is_reported_not_guessed(compiled):
     assert got["aclrtSetDevice"].prototype is None and "could not parse" in got["aclrtSetDevice"].error
 
 
+def test_one_unreadable_prototype_does_not_hide_the_others(compiled):
+    text = ("aclError aclrtSetDevice(int32_t deviceId);\n"
+            "aclError aclrtResetDevice(int32_t deviceId, ...garbage @@);\n")
+    got = _abi.extract_prototypes(text, ["aclrtSetDevice", "aclrtResetDevice"], compiled.typedefs)
+    assert got["aclrtSetDevice"].prototype is not None and got["aclrtResetDevice"].prototype is None
+    assert got["aclrtResetDevice"].error.startswith("could not parse `aclError aclrtResetDevice(")
+
+
 def test_strip_header_keeps_the_c_branch_of_cplusplus_conditionals():
     text = ("#ifdef __cplusplus\nint cxx_only;\n#else\nint c_only;\n#endif\n"
             "#ifndef __cplusplus\nint c_too;\n#endif\n#if FOO\nint any1;\n#else\nint any2;\n#endif\n"
