@@ -15,7 +15,7 @@ import os
 import platform
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -184,8 +184,10 @@ def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
                   if compiled is not None else _abi.AbiReport("unverified", note="no prototype table compiled in"))
     doc["abi"] = report.to_json()
     if report.status == "mismatch":
-        problems.append("ABI mismatch (loaded anyway because ACLNN_PY_SKIP_ABI_CHECK=1): " + report.refusal())
-    doc["cann_version"] = cann_version(Path(b.root)).__dict__
+        why = ("loaded anyway because ACLNN_PY_SKIP_ABI_CHECK=1" if b.abi is not None
+               else "the package's own mock root is not guarded at load")
+        problems.append(f"ABI mismatch ({why}): {report.refusal()}")
+    doc["cann_version"] = asdict(cann_version(Path(b.root)))
     doc["soc"] = doc["devices"] = None
     if "error" not in doc["backend"]:
         try:

@@ -232,6 +232,14 @@ def test_unchanged_copy_is_verified(tmp_path):
     assert str(root / "include/aclnnop" / DISPATCH_HEADER) not in headers  # the op package's own header is used
 
 
+def test_copy_named_by_the_environment_is_a_cann_root(tmp_path):
+    root = copy_mock_root(tmp_path / "cann")
+    r = run_python("import aclnn_py as acl\nb = acl.init()\nprint(b.kind, b.abi.status, b.root)\n",
+                   ACLNN_PY_BACKEND=str(root))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == f"cann verified {root}"
+
+
 def test_group_string_dispatch_header_is_refused(tmp_path):
     root = copy_mock_root(tmp_path / "cann")
     header = root / OP_INCLUDE / DISPATCH_HEADER

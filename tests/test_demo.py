@@ -78,6 +78,14 @@ def test_demo_on_a_copy_of_the_mock_root(tmp_path):
     assert doc["title"].startswith(f"aclnn-py demo: 2 ranks (processes) on CANN 8.5.0 at {root} (Ascend910_93")
 
 
+def test_demo_on_chosen_devices():
+    r = run_cli("demo", "--devices", "5,2", "--experts", "4", "--topk", "2", "--json", ACLNN_MOCK_DEVICE_COUNT="6")
+    assert r.returncode == 0 and r.stderr == "", r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["result"] == "MATCH" and doc["devices"] == [5, 2]
+    assert [(row["rank"], row["device"]) for row in doc["ranks"]] == [(0, 5), (1, 2)]
+
+
 def test_documented_example_through_moe_distribute_buffer(acl):
     """W = 16, BS = 8, H = 7168, 32 experts, K = 8, one zero and one copy expert, quant 2, bf16."""
     from aclnn_py import demo

@@ -94,6 +94,18 @@ def test_doctor_reports_a_mismatch_and_exits_1(tmp_path):
     assert f"{DISPATCH_WS}: parameter 9 is" in t.stdout
 
 
+def test_doctor_with_the_skip_variable_loads_but_reports_the_mismatch(tmp_path):
+    root = copy_mock_root(tmp_path / "cann")
+    header = root / OP_INCLUDE / DISPATCH_HEADER
+    header.write_text(group_string_dispatch(header.read_text()))
+    r = run_cli("doctor", "--backend", str(root), "--json", ACLNN_PY_SKIP_ABI_CHECK="1")
+    assert r.returncode == 1 and r.stderr == "", r.stdout + r.stderr  # the warning goes into the document
+    doc = json.loads(r.stdout)
+    assert doc["backend"]["loaded"] is True and doc["abi"]["status"] == "mismatch"
+    assert doc["problems"][0].startswith("ABI mismatch (loaded anyway because ACLNN_PY_SKIP_ABI_CHECK=1): ")
+    assert any("parameter 9" in w for w in doc["warnings"])
+
+
 def test_doctor_without_headers_is_unverified_and_strict_fails(tmp_path):
     root = copy_mock_root(tmp_path / "cann")
     for d in (root / "include", root / OP_INCLUDE):
