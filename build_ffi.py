@@ -1,11 +1,14 @@
 """Generate the C source of ``aclnn_py._aclnn``, the cffi API-mode binding, from ``include/``.
 
-The headers in ``include/`` are the one source of truth for the ABI (DESIGN.md §3.1). This script
-reads them, keeps the C declarations (typedefs, enums, ``#define`` integer constants, prototypes),
+The headers in ``include/`` are the one source of truth for the ABI. This script reads them with
+the parser of ``aclnn_py/_abi.py`` (loaded from its file; the ABI guard uses the same one), keeps the
+C declarations (typedefs, enums, ``#define`` integer constants, prototypes),
 and emits a cffi out-of-line module in which every C function is a *trampoline*: a static function
 of the same name that calls through a pointer. The pointers start out at per-function "missing"
 stubs and are filled at run time by ``aclnn_py._loader`` with ``dlsym`` results, so the extension
-links to no CANN library and one build serves the mock and real hardware.
+links to no CANN library and one build serves the mock and real hardware. ``aclnnpy_prototypes()``
+returns the prototype table (JSON) the module was generated from, for the guard to compare with the
+headers of an installed CANN.
 
 Usage: ``python build_ffi.py --include include --out _aclnn.c``
 """
@@ -13,110 +16,27 @@ Usage: ``python build_ffi.py --include include --out _aclnn.c``
 from __future__ import annotations
 
 import argparse
-import re
+import importlib.util
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import cffi
-import pycparser
-from pycparser import c_ast, c_generator
-
-# Order matters: later headers use types of earlier ones.
-HEADERS = [
-    "acl/acl_base.h",
-    "acl/acl_rt.h",
-    "aclnn/acl_meta.h",
-    "aclnn/aclnn_base.h",
-    "aclnnop/aclnn_moe_distribute_dispatch_v5.h",
-    "aclnnop/aclnn_moe_distribute_combine_v5.h",
-    "hccl/hccl_types.h",
-    "hccl/hccl_comm.h",
-    "hccl/hccl_kfc.h",
-]
-
-# Types the headers take from <stdint.h>/<stddef.h>/<stdbool.h>; declared only so pycparser can parse.
-_PARSE_PRELUDE = """
-typedef signed char int8_t; typedef short int16_t; typedef int int32_t; typedef long int64_t;
-typedef unsigned char uint8_t; typedef unsigned short uint16_t; typedef unsigned int uint32_t;
-typedef unsigned long uint64_t; typedef unsigned long size_t; typedef _Bool bool;
-"""
-
-_DEFINE_RE = re.compile(r"^\s*#\s*define\s+([A-Za-z_]\w*)\s+(-?(?:0x[0-9A-Fa-f]+|\d+))[uUlL]*\s*$")
 
 
-def strip_header(text: str) -> tuple[str, list[tuple[str, str]]]:
-    """Remove comments and preprocessor lines; return (declarations, integer #defines)."""
-    text = re.sub(r"/\*.*?\*/", "", text, flags=re.S)
-    text = re.sub(r"//[^\n]*", "", text)
-    out: list[str] = []
-    defines: list[tuple[str, str]] = []
-    skip_depth = 0  # inside `#ifdef __cplusplus` ... `#endif`
-    for line in text.splitlines():
-        s = line.strip()
-        if s.startswith("#"):
-            directive = s[1:].strip()
-            if directive.startswith("ifdef __cplusplus"):
-                skip_depth += 1
-            elif directive.startswith("endif") and skip_depth:
-                skip_depth -= 1
-            else:
-                m = _DEFINE_RE.match(s)
-                if m and not skip_depth:
-                    defines.append((m.group(1), m.group(2)))
-            continue
-        if not skip_depth:
-            out.append(line)
-    return "\n".join(out), defines
+def _load_abi() -> ModuleType:
+    """aclnn_py/_abi.py, the header parser the ABI guard shares, loaded from its file: the package
+    itself (and its compiled parts) need not be importable while it is being built."""
+    path = Path(__file__).resolve().parent / "aclnn_py" / "_abi.py"
+    spec = importlib.util.spec_from_file_location("_aclnn_py_abi_for_build", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
+    spec.loader.exec_module(module)
+    return module
 
 
-class _Function:
-    def __init__(self, name: str, decl: str, ret: str, params: list[tuple[str, str]]):
-        self.name = name
-        self.decl = decl      # full prototype text, without the trailing ';'
-        self.ret = ret        # return type text
-        self.params = params  # (type-with-name declaration, name)
-
-
-def parse(include_dir: Path) -> tuple[str, list[tuple[str, str]], list[_Function]]:
-    """Return (type declarations, #defines, functions) of all bound headers."""
-    decl_text = []
-    defines: list[tuple[str, str]] = []
-    for rel in HEADERS:
-        body, defs = strip_header((include_dir / rel).read_text())
-        decl_text.append(body)
-        defines.extend(defs)
-    source = "\n".join(decl_text)
-    ast = pycparser.CParser().parse(_PARSE_PRELUDE + source, filename="<include>")
-    gen = c_generator.CGenerator()
-    types: list[str] = []
-    functions: list[_Function] = []
-    n_prelude = len(pycparser.CParser().parse(_PARSE_PRELUDE).ext)
-    for node in ast.ext[n_prelude:]:
-        if isinstance(node, c_ast.Decl) and isinstance(node.type, c_ast.FuncDecl):
-            fdecl = node.type
-            params: list[tuple[str, str]] = []
-            for p in (fdecl.args.params if fdecl.args else []):
-                if isinstance(p, c_ast.Typename):  # `(void)`
-                    continue
-                params.append((gen.visit(p), p.name))
-            ret = _type_text(gen, fdecl.type)
-            functions.append(_Function(node.name, gen.visit(node), ret, params))
-        else:
-            types.append(gen.visit(node) + ";")
-    return "\n".join(types), defines, functions
-
-
-def _type_text(gen: c_generator.CGenerator, node: c_ast.Node) -> str:
-    """Render a declarator's type without its name (e.g. `const char *`)."""
-    decl = c_ast.Typename(None, [], None, node)
-    # Strip the declared name, if any, from the innermost TypeDecl.
-    inner = node
-    while not isinstance(inner, c_ast.TypeDecl):
-        inner = inner.type
-    saved = inner.declname
-    inner.declname = None
-    text = gen.visit(decl)
-    inner.declname = saved
-    return text
+_abi = _load_abi()
 
 
 def _missing_value(ret: str) -> str:
@@ -132,7 +52,8 @@ def _missing_value(ret: str) -> str:
 
 def generate(include_dir: Path) -> tuple[str, str]:
     """Return (cdef, C source) for the cffi module."""
-    types, defines, functions = parse(include_dir)
+    headers = _abi.parse(include_dir)
+    types, defines, functions = headers.types, headers.defines, headers.functions
     define_lines = "\n".join(f"#define {n} {v}" for n, v in defines)
 
     cdef = [define_lines, types]
@@ -151,6 +72,7 @@ uintptr_t aclnnpy_address_of(int index);
 void aclnnpy_dlpack_deleter(void *managed);
 void aclnnpy_dlpack_deleter_versioned(void *managed);
 void aclnnpy_dlpack_capsule_destructor(void *capsule);
+const char *aclnnpy_prototypes(void);
 """
     )
 
@@ -165,12 +87,12 @@ void aclnnpy_dlpack_capsule_destructor(void *capsule);
         "const char *aclnnpy_last_missing(void) { return aclnnpy_missing_name; }",
     ]
     for f in functions:
-        args = ", ".join(p for p, _ in f.params) or "void"
-        names = ", ".join(n for _, n in f.params)
+        args = ", ".join(p.decl for p in f.params) or "void"
+        names = ", ".join(p.name for p in f.params)
         src.append(f"typedef {f.ret} (*aclnnpy_fn_{f.name})({args});")
         src.append(
             f"static {f.ret} aclnnpy_missing_{f.name}({args}) {{\n"
-            + "".join(f"    (void){n};\n" for _, n in f.params)
+            + "".join(f"    (void){p.name};\n" for p in f.params)
             + f'    aclnnpy_missing_name = "{f.name}";\n'
             f"    return {_missing_value(f.ret)};\n}}"
         )
@@ -199,7 +121,16 @@ void aclnnpy_dlpack_capsule_destructor(void *capsule);
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
     src.append((Path(__file__).resolve().parent / "build_ffi_dlpack.c").read_text())
+    # The prototypes this module was generated from, for the ABI guard (aclnn_py/_abi.py).
+    src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")
     return "\n".join(cdef), "\n".join(src)
+
+
+def _c_string(text: str) -> str:
+    """`text` (ASCII) as a C string literal, in pieces of at most 200 characters (split before
+    escaping, so no escape sequence is cut in two)."""
+    pieces = [text[i:i + 200] for i in range(0, len(text), 200)] or [""]
+    return "\n".join('"' + p.replace("\\", "\\\\").replace('"', '\\"') + '"' for p in pieces)
 
 
 def main() -> None:

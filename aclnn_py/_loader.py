@@ -16,9 +16,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _package, errors
+
+if TYPE_CHECKING:
+    from ._abi import AbiReport
 
 #: Functions of libnnopbase.so; every other non-HCCL, non-op name is libascendcl.so's.
 _META_FUNCTIONS = frozenset(
@@ -160,6 +163,7 @@ class Backend:
     lib: Any
     libraries: dict[str, list[str]] = field(default_factory=dict)   # group -> loaded paths
     symbols: dict[str, str | None] = field(default_factory=dict)    # symbol -> library or None
+    abi: AbiReport | None = None   # the ABI guard's result for a CANN root (None: the package's mock)
 
     @property
     def missing(self) -> list[str]:
@@ -248,9 +252,19 @@ def _load(kind: str, root: Path) -> Backend:
                 break
         if symbols[name] is None:
             missing[name] = ", ".join(str(p) for p in search) or f"no {group} library under {root}"
+    abi = None
+    if kind == "cann":
+        from ._abi import guard
+
+        try:
+            abi = guard(root, symbols, _aclnn, symbol_group)
+        except errors.BackendError:
+            for i in range(raw.aclnnpy_symbol_count()):
+                raw.aclnnpy_bind_symbol(i, ffi.NULL)  # refused: no call may reach a differing prototype
+            raise
     lib = _Lib(raw, missing)
     errors.set_message_reader(lambda: _recent_message(ffi, lib))
-    return Backend(kind=kind, root=root, ffi=ffi, lib=lib, libraries=loaded, symbols=symbols)
+    return Backend(kind=kind, root=root, ffi=ffi, lib=lib, libraries=loaded, symbols=symbols, abi=abi)
 
 
 def _recent_message(ffi: Any, lib: Any) -> str | None:

@@ -1,69 +1,95 @@
-"""`aclnn-py` command line: ``doctor`` (what is loaded from where), ``demo``, ``bench``."""
+"""`aclnn-py` command line: ``doctor`` (what is loaded from where, and can it be trusted), ``demo``
+(a seeded MoE round checked against the golden, on the mock or on an install) and ``bench``.
+
+Conventions: ``--help`` of every command shows the defaults; a mistake in the command line or the
+environment prints one line ``aclnn-py <command>: error: ...`` and exits 2; an internal error prints
+its traceback and exits 3. Commands describe their other exit codes in their ``--help``.
+"""
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
+import traceback
 from collections.abc import Sequence
+from typing import Any, NoReturn
 
-from . import bench, demo
+DESCRIPTION = """\
+aclnn-py: CANN's MoE dispatch / combine operators from Python, with a CPU mock of the same C ABI.
 
-ENV_VARS = (
-    "ACLNN_PY_BACKEND", "ACLNN_PY_MOCK_ROOT", "ACLNN_PY_BUILD_DIR", "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME",
-    "ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH", "ACLNN_MOCK_SOC", "ACLNN_MOCK_DEVICE_COUNT",
-    "ACLNN_MOCK_POISON", "HCCL_BUFFSIZE", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT",
-)
+A mistake in the command line or the environment prints one line and exits 2; an internal error
+prints its traceback and exits 3; each command's --help gives its defaults and other exit codes."""
+EXIT_USAGE = 2
+EXIT_INTERNAL = 3
 
 
-def doctor(args: argparse.Namespace) -> int:
-    """Report the backend, its libraries, which bound symbols are present, SoC and settings."""
-    import aclnn_py as acl
-    from aclnn_py._loader import symbol_group
+class UsageError(Exception):
+    """A mistake of the user's (arguments, environment, a request the install cannot serve): the
+    CLI prints its one-line message and exits 2, without a traceback. `prog` names the command
+    ("aclnn-py demo"); the CLI fills it in when a command raises without it."""
 
-    try:
-        b = acl.init(args.backend)
-    except acl.BackendError as e:
-        print(f"backend: NOT LOADED ({e})")
-        return 1
-    print(f"backend: {b.kind}")
-    print(f"root:    {b.root}")
-    for group in ("runtime", "meta", "hccl", "ops"):
-        libs = b.libraries.get(group) or ["(none found)"]
-        print(f"{group:8} {libs[0]}")
-        for extra in libs[1:]:
-            print(f"{'':8} {extra}")
-    bad = 0
-    print("symbols:")
-    for group in ("runtime", "meta", "hccl", "ops"):
-        names = sorted(n for n in b.symbols if symbol_group(n) == group)
-        present = [n for n in names if b.symbols[n]]
-        missing = [n for n in names if not b.symbols[n]]
-        print(f"  {group:8} {len(present)}/{len(names)} present" + (f"; missing: {', '.join(missing)}" if missing else ""))
-        bad += len(missing)
-    try:
-        print(f"soc:     {acl.soc_name()}")
-        print(f"devices: {acl.Device.count()}")
-    except acl.AclnnPyError as e:
-        print(f"runtime query failed: {e}")
-        bad += 1
-    print("environment:")
-    for var in ENV_VARS:
-        print(f"  {var}={os.environ[var]}" if var in os.environ else f"  {var} (unset)")
-    return 0 if bad == 0 or not args.strict else 1
+    def __init__(self, message: str, prog: str | None = None):
+        super().__init__(message)
+        self.prog = prog
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults shown in every option's help (except flags, and None, which an option's help
+    explains in words); descriptions and epilogs keep their line breaks."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        if action.default is None or action.nargs == 0:
+            return action.help
+        return super()._get_help_string(action)
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with the CLI's conventions: defaults in help, and errors as :class:`UsageError`
+    (one line) instead of usage + message on stderr."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{message} (see {self.prog} --help)", self.prog)
+
+
+def build_parser() -> Parser:
+    from . import __version__, bench, demo, doctor
+
+    ap = Parser(prog="aclnn-py", description=DESCRIPTION,
+                epilog="Run `aclnn-py <command> --help` for a command's options and exit status.")
+    ap.add_argument("--version", action="version", version=f"aclnn-py {__version__}")
+    sub = ap.add_subparsers(dest="cmd", metavar="<command>", parser_class=Parser)
+    doctor.add_parser(sub)
+    demo.add_parser(sub)
+    bench.add_parser(sub)
+    return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="aclnn-py", description="aclnn-py: CANN MoE dispatch/combine from Python")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    d = sub.add_parser("doctor", help="which backend, libraries, symbols, SoC and settings")
-    d.add_argument("--backend", default=None, help='"mock", "cann" or a CANN root (default: auto)')
-    d.add_argument("--strict", action="store_true", help="exit 1 when any bound symbol is missing")
-    d.set_defaults(func=doctor)
-    demo.add_parser(sub)
-    bench.add_parser(sub)
-    args = ap.parse_args(argv)
-    return int(args.func(args))
+    """Entry point of the ``aclnn-py`` script and ``python -m aclnn_py``; returns the exit status."""
+    cmd: str | None = None
+    try:
+        ap = build_parser()
+        args = ap.parse_args(argv)
+        cmd = args.cmd
+        if cmd is None:  # bare `aclnn-py`: say what there is (like --help)
+            ap.print_help()
+            return 0
+        return int(args.func(args))
+    except UsageError as e:
+        prog = e.prog or (f"aclnn-py {cmd}" if cmd else "aclnn-py")
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("aclnn-py: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - an internal error: the traceback is what a bug report needs
+        traceback.print_exc()
+        print("aclnn-py: internal error (traceback above)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -67,7 +67,7 @@ ACLMOCK_API aclError aclrtGetVersion(int32_t *majorVersion, int32_t *minorVersio
         return fail(ACL_ERROR_INVALID_PARAM,
                     "aclrtGetVersion: %s must not be NULL",
                     !majorVersion ? "majorVersion" : !minorVersion ? "minorVersion" : "patchVersion");
-    // The mock root's version.info says 8.5.0.
+    // The mock root's <arch>-linux/ascend_toolkit_install.info says 8.5.0.
     *majorVersion = 8;
     *minorVersion = 5;
     *patchVersion = 0;
