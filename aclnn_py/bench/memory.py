@@ -1,5 +1,5 @@
 """Memory figures of the bench: this process's resident and proportional set, the machine's
-available memory, and the shared memory in use (the mock's HCCL windows live in /dev/shm)."""
+available memory, and the touched pages of the mock's HCCL windows (segments in /dev/shm)."""
 
 from __future__ import annotations
 
@@ -42,7 +42,23 @@ def total_mb() -> float:
     return _kb_fields("/proc/meminfo", ("MemTotal",)).get("MemTotal", 0.0) / 1024
 
 
-def shm_used_mb() -> float:
-    """Bytes in use on /dev/shm (every process's segments, not only ours), MiB."""
-    st = os.statvfs("/dev/shm")
-    return (st.f_blocks - st.f_bfree) * st.f_frsize / 2**20
+WINDOW_PREFIX = "aclmock_hccl_"  # the mock's segment names (unlinked once the world has formed)
+
+
+def windows_mb() -> float:
+    """Touched memory of the mock HCCL windows this process has mapped, MiB — every rank maps the
+    whole world's windows, so this is the world's window memory: the pages of those (unlinked)
+    /dev/shm segments that were written (tmpfs allocates on first touch), each segment counted once.
+    NaN when /proc/self/map_files cannot be read."""
+    sizes: dict[int, int] = {}
+    try:
+        with open("/proc/self/maps") as f:
+            ranges = [line.split()[0] for line in f if WINDOW_PREFIX in line]
+        for rng in ranges:
+            st = os.stat(f"/proc/self/map_files/{rng}")
+            sizes[st.st_ino] = st.st_blocks * 512
+    except FileNotFoundError:
+        pass  # unmapped meanwhile: count what was seen
+    except OSError:
+        return float("nan")
+    return sum(sizes.values()) / 2**20

@@ -101,8 +101,9 @@ def throughput_table(t: dict[str, Any]) -> list[str]:
     if t.get("golden_round_s") == t.get("golden_round_s"):  # not NaN
         rows.append(["numpy golden of the same round",
                      f"{_num(t['golden_round_s'])} s → the mock is {_x(t['golden_over_round'])} faster"])
-    rows.append(["memory: peak RSS per rank / whole world (PSS)",
-                 f"{_num(t['peak_rss_mb_per_rank'])} / {_num(t.get('pss_mb_total', float('nan')))} MiB"])
+    rows.append(["memory: peak RSS per rank / whole world (sum of PSS) / windows touched",
+                 f"{_num(t['peak_rss_mb_per_rank'])} / {_num(t.get('pss_mb_total', float('nan')))} / "
+                 f"{_num(t.get('shm_touched_mb', float('nan')))} MiB"])
     return _table([title, ""], rows)
 
 
