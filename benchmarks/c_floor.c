@@ -61,7 +61,8 @@ static int64_t fail(const char *call, int status) {
 FLOOR_API int aclnnpy_floor_bind(const char *symbol, const char *library) {
     void *handle = dlopen(library, RTLD_NOW | RTLD_NOLOAD);
     if (!handle) {
-        snprintf(last_error, sizeof last_error, "%s is not loaded in this process: %s", library, dlerror());
+        snprintf(last_error, sizeof last_error, "%s is not loaded in this process: %s", library,
+                 dlerror());
         return -1;
     }
     void *address = dlsym(handle, symbol);
@@ -89,9 +90,11 @@ FLOOR_API int aclnnpy_floor_bind(const char *symbol, const char *library) {
 
 /* The address bound to `symbol` (0 when unbound), so a test can check it is the binding's own. */
 FLOOR_API uintptr_t aclnnpy_floor_address(const char *symbol) {
-    if (strcmp(symbol, "aclnnMoeDistributeDispatchV5GetWorkspaceSize") == 0) return (uintptr_t)fns.dispatch_phase1;
+    if (strcmp(symbol, "aclnnMoeDistributeDispatchV5GetWorkspaceSize") == 0)
+        return (uintptr_t)fns.dispatch_phase1;
     if (strcmp(symbol, "aclnnMoeDistributeDispatchV5") == 0) return (uintptr_t)fns.dispatch_launch;
-    if (strcmp(symbol, "aclnnMoeDistributeCombineV5GetWorkspaceSize") == 0) return (uintptr_t)fns.combine_phase1;
+    if (strcmp(symbol, "aclnnMoeDistributeCombineV5GetWorkspaceSize") == 0)
+        return (uintptr_t)fns.combine_phase1;
     if (strcmp(symbol, "aclnnMoeDistributeCombineV5") == 0) return (uintptr_t)fns.combine_launch;
     if (strcmp(symbol, "aclSetInputTensorAddr") == 0) return (uintptr_t)fns.set_input;
     return 0;
@@ -103,6 +106,12 @@ static int64_t now_ns(void) {
     return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
 }
 
+static int64_t workspace_too_small(uint64_t need, uint64_t have) {
+    snprintf(last_error, sizeof last_error, "phase 1 asks for a %llu-byte workspace; the loop was given %llu",
+             (unsigned long long)need, (unsigned long long)have);
+    return -1;
+}
+
 static int64_t unbound(const char *what) {
     snprintf(last_error, sizeof last_error, "%s is not bound: call aclnnpy_floor_bind first", what);
     return -1;
@@ -112,7 +121,8 @@ static int64_t unbound(const char *what) {
  * for absent optional inputs); `attrs` the 12 integer attributes before commAlg then the 3 after it. */
 FLOOR_API int64_t aclnnpy_floor_dispatch_per_call(aclTensor *const tensors[15], const int64_t attrs[15],
                                                   const char *comm_alg, void *workspace,
-                                                  uint64_t workspace_capacity, aclrtStream stream, int64_t calls) {
+                                                  uint64_t workspace_capacity, aclrtStream stream,
+                                                  int64_t calls) {
     if (!fns.dispatch_phase1 || !fns.dispatch_launch) return unbound("dispatch");
     aclTensor *const *in = tensors, *const *out = tensors + 8;
     const int64_t *a = attrs;
@@ -120,12 +130,12 @@ FLOOR_API int64_t aclnnpy_floor_dispatch_per_call(aclTensor *const tensors[15], 
     for (int64_t i = 0; i < calls; ++i) {
         uint64_t ws = 0;
         aclOpExecutor *ex = NULL;
-        aclnnStatus st = fns.dispatch_phase1(in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], a[0], a[1],
-                                             a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11],
-                                             comm_alg, a[12], a[13], a[14], out[0], out[1], out[2], out[3],
-                                             out[4], out[5], out[6], &ws, &ex);
+        aclnnStatus st = fns.dispatch_phase1(
+            in[0], in[1], in[2], in[3], in[4], in[5], in[6], in[7], a[0], a[1], a[2], a[3], a[4], a[5], a[6],
+            a[7], a[8], a[9], a[10], a[11], comm_alg, a[12], a[13], a[14], out[0], out[1], out[2], out[3],
+            out[4], out[5], out[6], &ws, &ex);
         if (st) return fail("aclnnMoeDistributeDispatchV5GetWorkspaceSize", st);
-        if (ws > workspace_capacity) return fail("workspace larger than the bench's buffer", (int)ws);
+        if (ws > workspace_capacity) return workspace_too_small(ws, workspace_capacity);
         st = fns.dispatch_launch(workspace, ws, ex, stream);
         if (st) return fail("aclnnMoeDistributeDispatchV5", st);
     }
@@ -136,7 +146,8 @@ FLOOR_API int64_t aclnnpy_floor_dispatch_per_call(aclTensor *const tensors[15], 
  * before commAlg then the 3 after it. */
 FLOOR_API int64_t aclnnpy_floor_combine_per_call(aclTensor *const tensors[20], const int64_t attrs[16],
                                                  const char *comm_alg, void *workspace,
-                                                 uint64_t workspace_capacity, aclrtStream stream, int64_t calls) {
+                                                 uint64_t workspace_capacity, aclrtStream stream,
+                                                 int64_t calls) {
     if (!fns.combine_phase1 || !fns.combine_launch) return unbound("combine");
     aclTensor *const *t = tensors;
     const int64_t *a = attrs;
@@ -144,12 +155,12 @@ FLOOR_API int64_t aclnnpy_floor_combine_per_call(aclTensor *const tensors[20], c
     for (int64_t i = 0; i < calls; ++i) {
         uint64_t ws = 0;
         aclOpExecutor *ex = NULL;
-        aclnnStatus st = fns.combine_phase1(t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10],
-                                            t[11], t[12], t[13], t[14], t[15], t[16], t[17], t[18], a[0], a[1],
-                                            a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
-                                            comm_alg, a[13], a[14], a[15], t[19], &ws, &ex);
+        aclnnStatus st = fns.combine_phase1(
+            t[0], t[1], t[2], t[3], t[4], t[5], t[6], t[7], t[8], t[9], t[10], t[11], t[12], t[13], t[14], t[15],
+            t[16], t[17], t[18], a[0], a[1], a[2], a[3], a[4], a[5], a[6], a[7], a[8], a[9], a[10], a[11], a[12],
+            comm_alg, a[13], a[14], a[15], t[19], &ws, &ex);
         if (st) return fail("aclnnMoeDistributeCombineV5GetWorkspaceSize", st);
-        if (ws > workspace_capacity) return fail("workspace larger than the bench's buffer", (int)ws);
+        if (ws > workspace_capacity) return workspace_too_small(ws, workspace_capacity);
         st = fns.combine_launch(workspace, ws, ex, stream);
         if (st) return fail("aclnnMoeDistributeCombineV5", st);
     }
@@ -160,9 +171,12 @@ FLOOR_API int64_t aclnnpy_floor_combine_per_call(aclTensor *const tensors[20], c
  * + j] through descs[j] (aclSetInputTensorAddr), then launches phase 2 of `op` (FLOOR_DISPATCH or
  * FLOOR_COMBINE). `sets` address sets alternate, as a plan called with new activations each step. */
 FLOOR_API int64_t aclnnpy_floor_plan(int op, aclOpExecutor *executor, int64_t nslots, const int64_t *slots,
-                                     aclTensor *const *descs, void *const *addrs, int64_t sets, void *workspace,
-                                     uint64_t workspace_size, aclrtStream stream, int64_t calls) {
-    launch_fn launch = op == FLOOR_DISPATCH ? fns.dispatch_launch : op == FLOOR_COMBINE ? fns.combine_launch : NULL;
+                                     aclTensor *const *descs, void *const *addrs, int64_t sets,
+                                     void *workspace, uint64_t workspace_size, aclrtStream stream,
+                                     int64_t calls) {
+    launch_fn launch = op == FLOOR_DISPATCH  ? fns.dispatch_launch
+                       : op == FLOOR_COMBINE ? fns.combine_launch
+                                             : NULL;
     if (!launch || (nslots && !fns.set_input)) return unbound("plan launch / aclSetInputTensorAddr");
     if (sets < 1) sets = 1;
     int64_t t0 = now_ns();
@@ -173,7 +187,8 @@ FLOOR_API int64_t aclnnpy_floor_plan(int op, aclOpExecutor *executor, int64_t ns
             if (st) return fail("aclSetInputTensorAddr", st);
         }
         aclnnStatus st = launch(workspace, workspace_size, executor, stream);
-        if (st) return fail(op == FLOOR_DISPATCH ? "aclnnMoeDistributeDispatchV5" : "aclnnMoeDistributeCombineV5", st);
+        if (st) return fail(op == FLOOR_DISPATCH ? "aclnnMoeDistributeDispatchV5" : "aclnnMoeDistributeCombineV5",
+                            st);
     }
     return now_ns() - t0;
 }

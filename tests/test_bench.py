@@ -72,7 +72,7 @@ def test_help_shows_defaults():
     proc = run_bench("--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
-    for expected in ("(default: 3000; --quick: 300)", "(default: 256; --quick: 4)", "Ascend910_93:768",
+    for expected in ("(default: 3000; --quick: 300)", "(default: 512; --quick: 4)", "Ascend910_93:768",
                      "Ascend950:1024", "(default: 4096)"):
         assert expected in text, expected
 

@@ -54,7 +54,7 @@ DEFAULTS: dict[str, tuple[Any, Any]] = {
     "calls": (3000, 300),
     "repeats": (7, 3),
     "rounds": (5, 2),
-    "max_world": (256, 4),
+    "max_world": (512, 4),
     "thread_world": ([f"{s}:{w}" for s, w in DEFAULT_WORLDS], ["Ascend910_93:8", "Ascend950:8"]),
 }
 

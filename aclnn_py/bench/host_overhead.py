@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -72,84 +73,130 @@ def _ratios(row: dict[str, Any]) -> None:
     row["plan_reuse_over_c_plan_reuse"] = ratio(med["plan_reuse"], med["c_plan_reuse"])
 
 
-def _measure_rank0(ctx: Any, stream: Any, world_size: int, ccl: int, d: Any, y: Any, x: Any, ids: Any,
+@dataclass
+class _Setup:
+    """What every path of one rank shares: context, stream, attributes, two sets of activations
+    (the second at other addresses, so a plan call can be given new tensors each step), the real
+    dispatch outputs, and the baselines' own objects."""
+
+    ctx: Any
+    stream: Any
+    attrs: dict[str, Any]
+    x: tuple[Any, Any]
+    ids: tuple[Any, Any]
+    y: tuple[Any, Any]
+    assist: tuple[Any, Any]
+    counts: tuple[Any, Any]
+    d: Any                 # DispatchOutputs of a real round: the per-call paths' outputs
+    c_out: Any
+    empty_weights: Any
+    ctypes: CtypesBinding
+    floor: CFloor
+    workspace: Any         # for the ctypes and C per-call loops
+    closing: list[Any] = field(default_factory=list)
+
+    @property
+    def int_attrs(self) -> list[int]:
+        a = self.attrs
+        return [a["ep_world_size"], a["ep_rank_id"], a["moe_expert_num"], a["ccl_buffer_size"]]
+
+
+def _py(fn: Callable[[], object]) -> Runner:
+    return lambda n: batch_us(fn, n)
+
+
+def _plan_floor(s: _Setup, op: int, prepared: Any, rebound: dict[int, str],
+                address_sets: list[list[int]]) -> tuple[Runner, Runner]:
+    """The C plan loops on `prepared`'s repeatable executor: rebinding `rebound` to the alternating
+    `address_sets`, and launching only."""
+    import aclnn_py as acl
+
+    ws = acl.DeviceMemory(max(prepared.workspace_size, 32))
+    s.closing += [prepared, ws]
+    ex, sh, size = address(_executor_of(prepared)), s.stream.address, prepared.workspace_size
+    descs = _input_descriptors(prepared, rebound)
+
+    def rebinding(n: int) -> float:
+        return s.floor.plan(op, ex, list(rebound), descs, address_sets, ws.ptr, size, sh, n)
+
+    def launch_only(n: int) -> float:
+        return s.floor.plan(op, ex, [], [], [[]], ws.ptr, size, sh, n)
+
+    return rebinding, launch_only
+
+
+def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
+    from aclnn_py.dtypes import bfloat16
+    from aclnn_py.ops import DispatchPlan, moe_distribute_dispatch, prepare_dispatch
+
+    x, ids = s.x[0], s.ids[0]
+    bs, h = x.shape
+    plan = DispatchPlan(s.ctx, bs=bs, hidden=h, topk=ids.shape[1], x_dtype=bfloat16, **s.attrs)
+    prepared = prepare_dispatch(s.ctx, x, ids, repeatable=True, **s.attrs)
+    s.closing.append(plan)
+    attrs = s.int_attrs + [0, 0, 0, 1, 0, 0, 0, 1]  # the defaults prepare_dispatch passes
+    tail = [0, 0, 0]  # zero / copy / const experts, after commAlg
+    tensors = [address(t.descriptor()) if t is not None else 0 for t in [s.ctx, x, ids] + [None] * 5 + list(s.d)]
+    steps = itertools.cycle(list(zip(s.x, s.ids)))
+    c_plan, c_plan_reuse = _plan_floor(s, DISPATCH, prepared, DISPATCH_REBOUND,
+                                       [[xi.data_ptr, ii.data_ptr] for xi, ii in zip(s.x, s.ids)])
+    sh, ws = s.stream.address, s.workspace.ptr
+    return {
+        "ctypes": _py(lambda: s.ctypes.dispatch([s.ctx, x, ids] + [None] * 5, list(s.d), attrs, b"", tail, sh, ws)),
+        "per_call": _py(lambda: moe_distribute_dispatch(s.ctx, x, ids, stream=s.stream, outputs=s.d, **s.attrs)),
+        "c_per_call": lambda n: s.floor.dispatch_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
+        "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
+        "c_plan": c_plan,
+        "plan_reuse": _py(lambda: plan(x, ids, stream=s.stream)),
+        "c_plan_reuse": c_plan_reuse,
+    }
+
+
+def _combine_runners(s: _Setup) -> dict[str, Runner]:
+    from aclnn_py.dtypes import bfloat16
+    from aclnn_py.ops import CombinePlan, moe_distribute_combine, prepare_combine
+
+    y, ids, assist, counts = s.y[0], s.ids[0], s.assist[0], s.counts[0]
+    bs, h = s.x[0].shape
+    plan = CombinePlan(s.ctx, a=y.shape[0], bs=bs, hidden=h, topk=ids.shape[1], dtype=bfloat16,
+                       assist_len=assist.shape[0], counts_len=counts.shape[0], **s.attrs)
+    prepared = prepare_combine(s.ctx, y, ids, assist, counts, repeatable=True, **s.attrs)
+    s.closing.append(plan)
+    attrs = s.int_attrs + [0, 0, 0, 1, 0, 0, 0, 0, 0]  # the defaults prepare_combine passes
+    tail = [0, 0, 0]
+    ins = [s.ctx, y, ids, assist, counts, s.empty_weights] + [None] * 13
+    tensors = [address(t.descriptor()) if t is not None else 0 for t in ins + [s.c_out]]
+    steps = itertools.cycle(list(zip(s.y, s.ids, s.assist, s.counts)))
+    c_plan, c_plan_reuse = _plan_floor(s, COMBINE, prepared, COMBINE_REBOUND,
+                                       [[t.data_ptr for t in step] for step in zip(s.y, s.ids, s.assist, s.counts)])
+    sh, ws = s.stream.address, s.workspace.ptr
+    return {
+        "ctypes": _py(lambda: s.ctypes.combine(ins, [s.c_out], attrs, b"", tail, sh, ws)),
+        "per_call": _py(lambda: moe_distribute_combine(s.ctx, y, ids, assist, counts, stream=s.stream, x_out=s.c_out,
+                                                       **s.attrs)),
+        "c_per_call": lambda n: s.floor.combine_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
+        "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
+        "c_plan": c_plan,
+        "plan_reuse": _py(lambda: plan(y, ids, assist, counts, stream=s.stream)),
+        "c_plan_reuse": c_plan_reuse,
+    }
+
+
+def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any, x: Any, ids: Any,
                    calls: int, repeats: int, progress: Progress) -> dict[str, Any]:
     import aclnn_py as acl
-    from aclnn_py.ops import (
-        CombinePlan,
-        DispatchPlan,
-        moe_distribute_combine,
-        moe_distribute_dispatch,
-        prepare_combine,
-        prepare_dispatch,
-    )
     from aclnn_py.ops._common import keepalive
 
-    bf16 = acl.dtypes.bfloat16
-    rank, e = 0, world_size
-    bs, h = x.shape
-    k = ids.shape[1]
-    attrs: dict[str, Any] = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=e, ccl_buffer_size=ccl)
+    def second(t: Any) -> Any:  # the same values at another address
+        return acl.Tensor.from_numpy(t.numpy())
+
     assist, counts = d.assist_info_for_combine, d.ep_recv_counts
-    # a second set of activations at other addresses: a plan call each step sees new tensors
-    x2, ids2, y2 = (acl.Tensor.from_numpy(t.numpy()) for t in (x, ids, y))
-    assist2, counts2 = (acl.Tensor.from_numpy(t.numpy()) for t in (assist, counts))
-    dplan = DispatchPlan(ctx, bs=bs, hidden=h, topk=k, x_dtype=bf16, **attrs)
-    cplan = CombinePlan(ctx, a=y.shape[0], bs=bs, hidden=h, topk=k, dtype=bf16, assist_len=assist.shape[0],
-                        counts_len=counts.shape[0], **attrs)
-    dprep = prepare_dispatch(ctx, x, ids, repeatable=True, **attrs)
-    cprep = prepare_combine(ctx, y, ids, assist, counts, repeatable=True, **attrs)
-    cb = CtypesBinding(acl.backend().libraries)
-    floor = CFloor()
-    ws = acl.DeviceMemory(WORKSPACE_BYTES)
-    dws = acl.DeviceMemory(max(dprep.workspace_size, 32))
-    cws = acl.DeviceMemory(max(cprep.workspace_size, 32))
-    sh = stream.address
-    empty_w = acl.Tensor.from_numpy(np.zeros((0,), np.float32))
-    c_out = acl.Tensor.empty((bs, h), bf16)
-    d_attrs = [world_size, rank, e, ccl, 0, 0, 0, 1, 0, 0, 0, 1]  # the defaults prepare_dispatch passes
-    c_attrs = [world_size, rank, e, ccl, 0, 0, 0, 1, 0, 0, 0, 0, 0]  # ... and prepare_combine
-    tail = [0, 0, 0]  # zero / copy / const experts, after commAlg
-    d_tensors = [address(t.descriptor()) if t is not None else 0 for t in [ctx, x, ids] + [None] * 5 + list(d)]
-    c_tensors = [address(t.descriptor()) if t is not None else 0
-                 for t in [ctx, y, ids, assist, counts, empty_w] + [None] * 13 + [c_out]]
-    d_sets = [[x.data_ptr, ids.data_ptr], [x2.data_ptr, ids2.data_ptr]]
-    c_sets = [[y.data_ptr, ids.data_ptr, assist.data_ptr, counts.data_ptr],
-              [y2.data_ptr, ids2.data_ptr, assist2.data_ptr, counts2.data_ptr]]
-    d_steps = itertools.cycle([(x, ids), (x2, ids2)])
-    c_steps = itertools.cycle([(y, ids, assist, counts), (y2, ids2, assist2, counts2)])
-
-    def py(fn: Callable[[], object]) -> Runner:
-        return lambda n: batch_us(fn, n)
-
-    dispatch: dict[str, Runner] = {
-        "ctypes": py(lambda: cb.dispatch([ctx, x, ids] + [None] * 5, list(d), d_attrs, b"", tail, sh, ws.ptr)),
-        "per_call": py(lambda: moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, **attrs)),
-        "c_per_call": lambda n: floor.dispatch_per_call(d_tensors, d_attrs + tail, b"", ws.ptr, WORKSPACE_BYTES,
-                                                        sh, n),
-        "plan": py(lambda: dplan(*next(d_steps), stream=stream)),
-        "c_plan": lambda n: floor.plan(DISPATCH, address(_executor_of(dprep)), list(DISPATCH_REBOUND),
-                                       _input_descriptors(dprep, DISPATCH_REBOUND), d_sets,
-                                       dws.ptr, dprep.workspace_size, sh, n),
-        "plan_reuse": py(lambda: dplan(x, ids, stream=stream)),
-        "c_plan_reuse": lambda n: floor.plan(DISPATCH, address(_executor_of(dprep)), [], [], [[]], dws.ptr,
-                                             dprep.workspace_size, sh, n),
-    }
-    combine: dict[str, Runner] = {
-        "ctypes": py(lambda: cb.combine([ctx, y, ids, assist, counts, empty_w] + [None] * 13, [c_out], c_attrs, b"",
-                                        tail, sh, ws.ptr)),
-        "per_call": py(lambda: moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=c_out,
-                                                      **attrs)),
-        "c_per_call": lambda n: floor.combine_per_call(c_tensors, c_attrs + tail, b"", ws.ptr, WORKSPACE_BYTES,
-                                                       sh, n),
-        "plan": py(lambda: cplan(*next(c_steps), stream=stream)),
-        "c_plan": lambda n: floor.plan(COMBINE, address(_executor_of(cprep)), list(COMBINE_REBOUND),
-                                       _input_descriptors(cprep, COMBINE_REBOUND), c_sets,
-                                       cws.ptr, cprep.workspace_size, sh, n),
-        "plan_reuse": py(lambda: cplan(y, ids, assist, counts, stream=stream)),
-        "c_plan_reuse": lambda n: floor.plan(COMBINE, address(_executor_of(cprep)), [], [], [[]], cws.ptr,
-                                             cprep.workspace_size, sh, n),
-    }
+    s = _Setup(ctx=ctx, stream=stream, attrs=attrs, x=(x, second(x)), ids=(ids, second(ids)), y=(y, second(y)),
+               assist=(assist, second(assist)), counts=(counts, second(counts)), d=d,
+               c_out=acl.Tensor.empty(x.shape, acl.dtypes.bfloat16),
+               empty_weights=acl.Tensor.from_numpy(np.zeros((0,), np.float32)),
+               ctypes=CtypesBinding(acl.backend().libraries), floor=CFloor(),
+               workspace=acl.DeviceMemory(WORKSPACE_BYTES))
 
     def settle() -> None:
         stream.synchronize()
@@ -157,7 +204,9 @@ def _measure_rank0(ctx: Any, stream: Any, world_size: int, ccl: int, d: Any, y: 
 
     result: dict[str, Any] = {}
     try:
-        for op, runners, rebound in (("dispatch", dispatch, DISPATCH_REBOUND), ("combine", combine, COMBINE_REBOUND)):
+        for op, make, rebound in (("dispatch", _dispatch_runners, DISPATCH_REBOUND),
+                                  ("combine", _combine_runners, COMBINE_REBOUND)):
+            runners = make(s)
             progress(f"host overhead: {op}, {len(runners)} paths x {repeats} repeats x {calls} calls")
             for run in runners.values():  # warm caches
                 run(min(calls, 200))
@@ -168,8 +217,8 @@ def _measure_rank0(ctx: Any, stream: Any, world_size: int, ccl: int, d: Any, y: 
             result[op] = row
     finally:
         settle()
-        for p in (dplan, cplan, dprep, cprep):
-            p.close()
+        for obj in s.closing:
+            obj.close()
     return result
 
 
@@ -202,7 +251,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
         if rank == 0:
             _mock.set_skip_kernels(True)
             try:
-                result = _measure_rank0(ctx, stream, world_size, ccl, d, y, x, ids, calls, repeats, progress)
+                result = _measure_rank0(ctx, stream, attrs, d, y, x, ids, calls, repeats, progress)
             finally:
                 _mock.set_skip_kernels(False)
         comm.barrier(stream)
