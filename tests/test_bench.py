@@ -262,6 +262,15 @@ def test_scaling_reports_a_failed_size_and_stops(monkeypatch):
                        "error": "TimeoutError: spawn: ranks [1, 3] of 4 did not finish within 9 s"}
 
 
+def test_failure_reasons_are_short():
+    exc = TimeoutError("HcclCommInitRootInfo: waiting for ranks [3, 5, 8, 9, 12, 13, ... (40 more)] to join "
+                       "(12 of 64 joined)\ntraceback line")
+    assert scaling.short_reason(exc) == ("TimeoutError: HcclCommInitRootInfo: waiting for ranks [3, 5, 8, 9, …] to join "
+                                         "(12 of 64 joined)")
+    assert scaling.shorten_rank_lists("ranks [1, 2] and [1, 2, 3, 4]") == "ranks [1, 2] and [1, 2, 3, 4]"
+    assert len(scaling.short_reason(RuntimeError("x" * 1000))) == 300
+
+
 def test_parse_thread_world():
     assert thread_worlds.parse_world("A3:768") == ("Ascend910_93", 768)
     assert thread_worlds.parse_world("950:1024") == ("Ascend950", 1024)

@@ -55,6 +55,14 @@ def _us(cell: dict[str, float]) -> str:
     return f"{_num(cell['median_us'])} [{_num(cell['min_us'])}–{_num(cell['max_us'])}]"
 
 
+def _cell(reason: str, limit: int = 260) -> str:
+    """A failure reason fit for a table cell: no "|", rank lists shortened, at most `limit` chars."""
+    from .scaling import shorten_rank_lists
+
+    text = shorten_rank_lists(reason).replace("|", "/")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     out += ["| " + " | ".join(r) + " |" for r in rows]
@@ -125,7 +133,7 @@ def scaling_table(rows: list[dict[str, Any]]) -> list[str]:
         out += _table(header, body)
     for r in rows:
         if "error" in r:
-            out += ["", f"W = {r['world_size']} processes: {r['error']}"]
+            out += ["", f"W = {r['world_size']} processes: {_cell(r['error'], 400)}"]
     return out
 
 
@@ -134,7 +142,7 @@ def thread_worlds_table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         model = f"BS {r['tokens']}, H {r['hidden']}, K {r['topk']}, E {r['experts']}"
         if "error" in r:
-            body.append([r["soc"], str(r["world_size"]), model, "failed: " + r["error"].replace("|", "/"),
+            body.append([r["soc"], str(r["world_size"]), model, "failed: " + _cell(r["error"]),
                          "", "", ""])
         else:
             body.append([r["soc"], str(r["world_size"]), model, f"{_num(r['round_s'])} s",

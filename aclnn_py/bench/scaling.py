@@ -4,6 +4,7 @@ sweep with a row saying why, instead of aborting the bench."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -33,10 +34,19 @@ def buffsize_mb() -> int:
     return int(os.environ.get("HCCL_BUFFSIZE", "200"))
 
 
-def short_reason(exc: BaseException, limit: int = 400) -> str:
-    """`Type: first line of the message`, cut to `limit` characters (the rank's traceback is not
-    wanted in a table)."""
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+_RANK_LIST = re.compile(r"\[((?:\d+, ){4})[^\]]*(?:\]|$)")  # a list of more than four rank numbers
+
+
+def shorten_rank_lists(text: str) -> str:
+    """``[3, 5, 8, 9, 12, ... (40 more)]`` → ``[3, 5, 8, 9, …]``: the counts elsewhere in a message
+    say how many; a table cell has no room for hundreds of ranks."""
+    return _RANK_LIST.sub(lambda m: f"[{m.group(1)}…]", text)
+
+
+def short_reason(exc: BaseException, limit: int = 300) -> str:
+    """`Type: first line of the message`, long rank lists shortened, cut to `limit` characters (the
+    rank's traceback is not wanted in a table)."""
+    text = shorten_rank_lists(str(exc).strip().splitlines()[0]) if str(exc).strip() else ""
     msg = f"{type(exc).__name__}: {text}" if text else type(exc).__name__
     return msg if len(msg) <= limit else msg[: limit - 1] + "…"
 
