@@ -1,5 +1,7 @@
-"""Smoke run of `aclnn-py bench --quick --json`: the benchmark runs end to end and its JSON has every
-figure the README reports (no timing assertions: performance is measured, not asserted)."""
+"""`aclnn-py bench`: the quick run end to end (every figure of the README is in its one JSON
+document, including the C floors and the thread worlds), progress and quiet, the C floor calling
+the backend's own functions, the markdown tables and the README update, and the failure rows of the
+scaling sweep and of thread worlds. No timing assertions: performance is measured, not asserted."""
 
 from __future__ import annotations
 
@@ -7,21 +9,293 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import package_pythonpath
+
+from aclnn_py.bench import report, scaling, thread_worlds
+from aclnn_py.bench.progress import Progress
+
+PATHS = ("ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
+RATIOS = ("ctypes_over_plan", "per_call_over_plan", "plan_over_c_plan", "per_call_over_c_per_call",
+          "plan_reuse_over_c_plan_reuse")
+
+
+def run_bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, ACLNN_PY_BACKEND="mock")
+    env["PYTHONPATH"] = package_pythonpath(env)
+    return subprocess.run([sys.executable, "-m", "aclnn_py", "bench", *args], env=env, capture_output=True,
+                          text=True, timeout=timeout)
 
 
 def test_bench_quick_json():
-    env = dict(os.environ, ACLNN_PY_BACKEND="mock")
-    proc = subprocess.run([sys.executable, "-m", "aclnn_py", "bench", "--quick", "--json"], env=env,
-                          capture_output=True, text=True, timeout=600)
+    proc = run_bench("--quick", "--json")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    r = json.loads(proc.stdout)
+    r = json.loads(proc.stdout)  # exactly one document: trailing text would fail here
+    assert "host overhead" not in proc.stderr and "scaling: W=" not in proc.stderr  # --json is quiet
+    assert r["command"] == "aclnn-py bench --quick --json"
+    assert r["machine"]["cpus"] == os.cpu_count() and r["machine"]["cpu_model"] and r["machine"]["date"]
     for op in ("dispatch", "combine"):
         row = r["host_overhead"][op]
-        for path in ("ctypes", "per_call", "plan"):
-            assert 0 < row[path]["min_us"] <= row[path]["median_us"] <= row[path]["max_us"]
-        assert row["ctypes_over_plan"] > 0 and row["per_call_over_plan"] > 0
+        for path in PATHS:
+            assert 0 < row[path]["min_us"] <= row[path]["median_us"] <= row[path]["max_us"], (op, path)
+        for key in RATIOS:
+            assert row[key] > 0, (op, key)
+        assert row["plan_over_c_plan"] == pytest.approx(row["plan"]["median_us"] / row["c_plan"]["median_us"])
+        assert row["per_call_over_c_per_call"] == pytest.approx(
+            row["per_call"]["median_us"] / row["c_per_call"]["median_us"])
+    assert r["host_overhead"]["dispatch"]["plan_rebinds"] == ["x", "expert_ids"]
     t = r["throughput"]
     assert t["bytes_moved"] > 0 and t["round_s"]["median"] > 0 and t["memcpy_floor_s"] > 0
     assert t["golden_round_s"] > 0 and t["round_over_memcpy_floor"] > 0
     assert [s["world_size"] for s in r["scaling"]] == [2, 4]
-    assert all(s["round_ms"] > 0 and s["peak_rss_mb_per_rank"] > 0 for s in r["scaling"])
+    assert all(s["round_ms"] > 0 and s["peak_rss_mb_per_rank"] > 0 and s["pss_mb_total"] > 0
+               and s["shm_touched_mb"] > 0 for s in r["scaling"])
+    tw = r["thread_worlds"]
+    assert [(w["soc"], w["world_size"]) for w in tw] == [("Ascend910_93", 8), ("Ascend950", 8)]
+    assert all(w["golden_match"] and w["round_s"] > 0 and w["peak_rss_mb"] > 0 and w["shm_touched_mb"] > 0
+               for w in tw), tw
+
+
+def test_progress_on_stderr_names_stages_and_sizes():
+    proc = run_bench("--sections", "scaling", "--max-world", "2")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "scaling: W=2 processes" in proc.stderr
+    assert "W=   2  round" in proc.stdout and "scaling: W=" not in proc.stdout
+    quiet = run_bench("--sections", "scaling", "--max-world", "2", "--quiet")
+    assert quiet.returncode == 0 and quiet.stderr == "" and "W=   2  round" in quiet.stdout
+
+
+def test_help_shows_defaults():
+    proc = run_bench("--help")
+    assert proc.returncode == 0
+    text = " ".join(proc.stdout.split())
+    for expected in ("(default: 3000; --quick: 300)", "(default: 512; --quick: 4)", "Ascend910_93:768",
+                     "Ascend950:1024", "(default: 4096)"):
+        assert expected in text, expected
+
+
+# ---- the C floor -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def floor(acl):
+    from aclnn_py.bench.c_floor import CFloor
+
+    return CFloor()
+
+
+def test_c_floor_calls_the_bindings_own_functions(acl, floor):
+    from aclnn_py.bench.c_floor import SYMBOLS
+
+    b = acl.backend()
+    lib = b.lib._raw
+    index = {b.ffi.string(lib.aclnnpy_symbol_name(i)).decode(): i for i in range(lib.aclnnpy_symbol_count())}
+    for sym in SYMBOLS:
+        assert floor.bound_address(sym) == lib.aclnnpy_address_of(index[sym]) != 0, sym
+
+
+def test_c_floor_loops_reach_each_function_and_report_its_status(floor):
+    from aclnn_py.bench.c_floor import COMBINE, DISPATCH, FloorError
+
+    # NULL descriptors: phase 1 refuses them, so the loop stops at its first call and says which
+    with pytest.raises(FloorError, match=r"aclnnMoeDistributeDispatchV5GetWorkspaceSize returned 161001"):
+        floor.dispatch_per_call([0] * 15, [2, 0, 2, 1] + [0] * 11, b"", 0, 0, 0, 5)
+    with pytest.raises(FloorError, match=r"aclnnMoeDistributeCombineV5GetWorkspaceSize returned 161001"):
+        floor.combine_per_call([0] * 20, [2, 0, 2, 1] + [0] * 12, b"", 0, 0, 0, 5)
+    # a NULL executor: the rebinding call refuses it first; without slots, the launch does
+    with pytest.raises(FloorError, match=r"aclSetInputTensorAddr returned 561103"):
+        floor.plan(DISPATCH, 0, [1], [0], [[0]], 0, 0, 0, 3)
+    with pytest.raises(FloorError, match=r"aclnnMoeDistributeCombineV5 returned 561103"):
+        floor.plan(COMBINE, 0, [], [], [[]], 0, 0, 0, 3)
+    with pytest.raises(ValueError, match="need 15 tensors"):
+        floor.dispatch_per_call([0] * 14, [0] * 15, b"", 0, 0, 0, 1)
+
+
+# ---- markdown and the README update ---------------------------------------------------------------------
+
+def _us(m: float) -> dict[str, float]:
+    return {"median_us": m, "min_us": m * 0.9, "max_us": m * 1.5}
+
+
+def small_report() -> dict:
+    paths = dict(ctypes=90.0, per_call=40.0, c_per_call=8.0, plan=12.0, c_plan=6.0, plan_reuse=5.0, c_plan_reuse=2.0)
+    op = {p: _us(v) for p, v in paths.items()}
+    op.update(ctypes_over_plan=7.5, per_call_over_plan=3.33, plan_over_c_plan=2.0, per_call_over_c_per_call=5.0,
+              plan_reuse_over_c_plan_reuse=2.5, plan_rebinds=["x", "expert_ids"])
+    return {
+        "command": "aclnn-py bench --json --max-world 8",
+        "machine": {"cpus": 2, "cpu_model": "Test CPU 9000", "memory_gib": 23.4, "date": "2025-01-02"},
+        "host_overhead": {"dispatch": op, "combine": op},
+        "throughput": {"model": dict(world_size=8, tokens=128, hidden=7168, topk=8, experts=64, quant_mode=2),
+                       "round_s": {"median": 0.09, "min": 0.08, "max": 0.1}, "bytes_moved": 176_000_000,
+                       "memcpy_floor_s": 0.043, "golden_round_s": 2.35, "round_over_memcpy_floor": 2.09,
+                       "golden_over_round": 26.1, "peak_rss_mb_per_rank": 300.0, "pss_mb_total": 1800.0},
+        "scaling": [
+            {"world_size": 2, "tokens": 8, "hidden": 2048, "topk": 4, "round_ms": 0.2, "peak_rss_mb_per_rank": 41.0,
+             "pss_mb_total": 60.0, "shm_touched_mb": 1.0, "window_mb_per_rank": 400, "wall_s": 0.5},
+            {"world_size": 4, "tokens": 8, "hidden": 2048, "topk": 4, "round_ms": 1.5, "peak_rss_mb_per_rank": 42.0,
+             "pss_mb_total": 110.0, "shm_touched_mb": 2.0, "window_mb_per_rank": 400, "wall_s": 0.9},
+            {"world_size": 8, "tokens": 8, "hidden": 2048, "topk": 4, "error": "TimeoutError: ranks [3] did not finish"},
+        ],
+        "thread_worlds": [
+            {"soc": "Ascend910_93", "world_size": 768, "tokens": 1, "hidden": 1024, "topk": 1, "experts": 768,
+             "error": "HcclTimeoutError: rank 3 | gave up"},
+            {"soc": "Ascend910_93", "world_size": 384, "tokens": 1, "hidden": 1024, "topk": 1, "experts": 384,
+             "round_s": 1.25, "world_s": 40.0, "peak_rss_mb": 700.0, "golden_match": True, "mismatched_ranks": []},
+        ],
+    }
+
+
+def test_markdown_tables():
+    md = report.markdown(small_report())
+    lines = md.splitlines()
+    assert lines[0].startswith("Measured with `aclnn-py bench --json --max-world 8` on 2 cores (Test CPU 9000), "
+                               "23.4 GiB, 2025-01-02")
+    assert "| host µs per call, median [min–max], kernels skipped | dispatch | combine |" in lines
+    assert "| C floor per call (phase 1 + 2, descriptors made once) | 8 [7.2–12] | 8 [7.2–12] |" in lines
+    assert "| C floor plan (`aclSetInputTensorAddr` + launch) | 6 [5.4–9] | 6 [5.4–9] |" in lines
+    assert "| plan / C plan | 2.0× | 2.0× |" in lines
+    assert "| per call / C per call | 5.0× | 5.0× |" in lines
+    assert any(ln.startswith("| reference round (W = 8 processes, 128 tokens/rank, H = 7168") for ln in lines)
+    assert "| numpy golden of the same round | 2.35 s → the mock is 26.1× faster |" in lines
+    assert "| W (processes, BS = 8, H = 2048, K = 4, E = 2W) | 2 | 4 |" in lines
+    assert "| round, ms | 0.2 | 1.5 |" in lines
+    assert "W = 8 processes: TimeoutError: ranks [3] did not finish" in lines
+    # a failure row keeps the table's shape: no raw "|" from the reason
+    assert "| Ascend910_93 | 768 | BS 1, H 1024, K 1, E 768 | failed: HcclTimeoutError: rank 3 / gave up |  |  |  |" \
+        in lines
+    assert "| Ascend910_93 | 384 | BS 1, H 1024, K 1, E 384 | 1.25 s | 40 s | 700 MiB | bit for bit |" in lines
+    for ln in lines:  # every table row has as many cells as its header
+        if ln.startswith("|"):
+            assert ln.count("|") >= 3
+
+
+def test_update_replaces_only_between_markers(tmp_path: Path):
+    readme = tmp_path / "README.md"
+    readme.write_text(f"# Title\n\n## Performance\n\n{report.BEGIN}\nold tables\n{report.END}\n\n## Next\ntext\n")
+    md = report.markdown(small_report())
+    report.update_file(readme, md)
+    first = readme.read_text()
+    assert first.startswith("# Title\n\n## Performance\n\n" + report.BEGIN + "\nMeasured with")
+    assert first.endswith(report.END + "\n\n## Next\ntext\n")
+    assert "old tables" not in first and "| plan / C plan | 2.0× | 2.0× |" in first
+    report.update_file(readme, md)
+    assert readme.read_text() == first  # idempotent
+
+
+@pytest.mark.parametrize("content", ["no markers at all\n", f"{report.BEGIN}\nonly the start\n",
+                                     f"{report.END}\nreversed\n{report.BEGIN}\n",
+                                     f"{report.BEGIN}\n{report.END}\n{report.BEGIN}\n{report.END}\n"])
+def test_update_refuses_a_file_without_one_pair_of_markers(tmp_path: Path, content: str):
+    f = tmp_path / "README.md"
+    f.write_text(content)
+    with pytest.raises(report.MarkerError, match="bench:"):
+        report.update_file(f, "tables\n")
+    assert f.read_text() == content
+
+
+def test_cli_markdown_update_from_a_saved_report(tmp_path: Path, capsys):
+    saved = tmp_path / "bench.json"
+    saved.write_text(json.dumps(small_report()))
+    readme = tmp_path / "README.md"
+    readme.write_text(f"intro\n{report.BEGIN}\n{report.END}\n")
+    assert cli_main("--from", str(saved), "--markdown", "--update", str(readme)) == 0
+    assert readme.read_text() == f"intro\n{report.BEGIN}\n{report.markdown(small_report()).rstrip()}\n{report.END}\n"
+    out, err = capsys.readouterr()
+    assert out == "" and f"updated {readme}" in err  # progress on stderr ...
+    assert cli_main("--from", str(saved), "--markdown", "--update", str(readme), "--quiet") == 0
+    assert capsys.readouterr() == ("", "")  # ... and nothing with --quiet
+    assert cli_main("--from", str(saved), "--markdown") == 0
+    assert capsys.readouterr().out == report.markdown(small_report())
+    broken = tmp_path / "OTHER.md"
+    broken.write_text("no markers\n")
+    assert cli_main("--from", str(saved), "--markdown", "--update", str(broken)) == 2
+    assert "bench:begin" in capsys.readouterr().err and broken.read_text() == "no markers\n"
+    with pytest.raises(SystemExit, match="--update needs --markdown"):
+        cli_main("--from", str(saved), "--update", str(readme))
+
+
+def cli_main(*argv: str) -> int:
+    from aclnn_py.cli import main
+
+    return main(["bench", *argv])
+
+
+def test_cpu_model_from_cpuinfo(tmp_path: Path):
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nvendor_id\t: X\nmodel name\t: Example CPU @ 2.0GHz\n\nprocessor\t: 1\n")
+    assert report.cpu_model(str(info)) == "Example CPU @ 2.0GHz"
+
+
+# ---- scaling sweep and thread worlds: sizes and failure rows -------------------------------------------
+
+def test_world_sizes_double_up_to_the_maximum():
+    assert scaling.worlds_up_to(256) == [2, 4, 8, 16, 32, 64, 128, 256]
+    assert scaling.worlds_up_to(48) == [2, 4, 8, 16, 32, 48]
+    assert scaling.worlds_up_to(2) == [2]
+
+
+def test_scaling_reports_a_size_that_does_not_fit_as_its_last_row():
+    rows = scaling.scaling([2, 4], reserve_mb=1e12)
+    assert len(rows) == 1 and rows[0]["world_size"] == 2
+    assert rows[0]["error"].startswith("not run: about") and "kept in reserve" in rows[0]["error"]
+
+
+def test_scaling_reports_a_failed_size_and_stops(monkeypatch):
+    seen = []
+
+    def fake_run_world(m, rounds, timeout):
+        seen.append(m["world_size"])
+        if m["world_size"] == 4:
+            raise TimeoutError("spawn: ranks [1, 3] of 4 did not finish within 9 s\nsecond line")
+        return {"round_s": {"median": 1e-3, "min": 1e-3, "max": 2e-3}, "bytes_moved": 10,
+                "peak_rss_mb_per_rank": 40.0, "pss_mb_total": 70.0, "shm_mb": 0.0}
+
+    monkeypatch.setattr(scaling, "run_world", fake_run_world)
+    rows = scaling.scaling([2, 4, 8])
+    assert seen == [2, 4]
+    assert rows[0]["round_ms"] == 1.0 and rows[0]["pss_mb_total"] == 70.0
+    assert rows[1] == {**rows[1], "world_size": 4,
+                       "error": "TimeoutError: spawn: ranks [1, 3] of 4 did not finish within 9 s"}
+
+
+def test_failure_reasons_are_short():
+    exc = TimeoutError("HcclCommInitRootInfo: waiting for ranks [3, 5, 8, 9, 12, 13, ... (40 more)] to join "
+                       "(12 of 64 joined)\ntraceback line")
+    assert scaling.short_reason(exc) == ("TimeoutError: HcclCommInitRootInfo: waiting for ranks [3, 5, 8, 9, …] to join "
+                                         "(12 of 64 joined)")
+    assert scaling.shorten_rank_lists("ranks [1, 2] and [1, 2, 3, 4]") == "ranks [1, 2] and [1, 2, 3, 4]"
+    assert len(scaling.short_reason(RuntimeError("x" * 1000))) == 300
+
+
+def test_parse_thread_world():
+    assert thread_worlds.parse_world("A3:768") == ("Ascend910_93", 768)
+    assert thread_worlds.parse_world("950:1024") == ("Ascend950", 1024)
+    assert thread_worlds.parse_world("Ascend950:16") == ("Ascend950", 16)
+    for bad in ("A3", "A5:8", "A3:x", "A3:1"):
+        with pytest.raises(ValueError, match="SOC:W"):
+            thread_worlds.parse_world(bad)
+
+
+def test_thread_world_failure_is_a_row_and_smaller_sizes_are_tried():
+    # H = 100 is outside the operator's hidden range: every rank's dispatch is refused in phase 1
+    rows = thread_worlds.thread_worlds([("Ascend910_93", 32)], hidden=100, timeout=120, smallest=16,
+                                       progress=Progress(quiet=True))
+    assert [(r["world_size"], r["requested_world_size"]) for r in rows] == [(32, 32), (16, 32)]
+    for r in rows:
+        assert "161002" in r["error"] or "ParamInvalid" in r["error"], r["error"]
+        assert "round_s" not in r
+
+
+def test_golden_check_of_a_thread_world_finds_a_wrong_rank(acl):
+    from aclnn_py.launch import run_threads
+
+    tw = thread_worlds.ThreadWorld(soc="Ascend910_93", world_size=4, tokens=2, hidden=1024, topk=2)
+    ranks = run_threads(thread_worlds._rank, 4, tw, timeout=120)
+    assert thread_worlds.golden_mismatches(tw, ranks) == []
+    x = ranks[2]["x_out"]
+    x.view(np.uint16)[0, 0] ^= 1  # one bit of one element
+    assert thread_worlds.golden_mismatches(tw, ranks) == [2]

@@ -1,0 +1,24 @@
+"""`aclnn-py bench`: host overhead per call and the mock's throughput, each measured side by side
+with a baseline in the same run and reported as ratios (the README's performance tables are made
+from its report by ``aclnn-py bench --markdown --update README.md``).
+
+Sections, one module each:
+
+* :mod:`.host_overhead` — µs per dispatch / combine call with the mock's kernels skipped: a ctypes
+  baseline, aclnn-py's per-call path and plans, and the C floors of both (:mod:`.c_floor`, a C loop
+  over the same library functions, descriptors and executor);
+* :mod:`.throughput` — one reference round against the memcpy floor and the numpy golden;
+* :mod:`.scaling` — process worlds W = 2, 4, … up to ``--max-world`` (round time, memory), the first
+  size that fails or would not fit reported as a row with the reason;
+* :mod:`.thread_worlds` — one round with the ranks as threads of one process at the largest W of
+  each SoC profile, checked against the golden;
+* :mod:`.report` — the machine, the text summary, the markdown tables and the README update.
+
+Medians over repeats with their spread; ``--json`` prints one JSON document.
+"""
+
+from __future__ import annotations
+
+from .cli import add_parser, main, run
+
+__all__ = ["add_parser", "main", "run"]

@@ -1,0 +1,129 @@
+"""The C floor of the host-overhead section: loops written in C (``benchmarks/c_floor.c``, built
+into the package as ``libaclnnpy_floor.so``) that call the functions of the backend this process
+already loaded, with descriptors, executors and streams made here on the Python side.
+
+Two loops per op, each timed in C and returned as µs per call:
+
+* :meth:`CFloor.dispatch_per_call` / :meth:`CFloor.combine_per_call` — phase 1 + phase 2 with every
+  descriptor made once (what a C caller that caches its aclTensors pays per call);
+* :meth:`CFloor.plan` — ``aclSetInputTensorAddr`` of the rebound inputs + phase 2 on one repeatable
+  executor (what a C caller of a prepared executor pays per call).
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+LIBRARY = "libaclnnpy_floor.so"
+
+#: The backend functions the loops call (resolved in the libraries the binding loaded).
+SYMBOLS = ("aclnnMoeDistributeDispatchV5GetWorkspaceSize", "aclnnMoeDistributeDispatchV5",
+           "aclnnMoeDistributeCombineV5GetWorkspaceSize", "aclnnMoeDistributeCombineV5", "aclSetInputTensorAddr")
+
+DISPATCH, COMBINE = 0, 1
+DISPATCH_TENSORS, COMBINE_TENSORS = 15, 20   # inputs + outputs in C parameter order
+DISPATCH_ATTRS, COMBINE_ATTRS = 15, 16       # integer attributes before and after commAlg
+
+
+class FloorError(RuntimeError):
+    """The C floor could not be found, bound, or one of its calls returned an error status."""
+
+
+def library_path() -> Path:
+    """``libaclnnpy_floor.so`` in the package (installed) or the dev build dir on its path."""
+    import aclnn_py
+
+    for entry in reversed(list(aclnn_py.__path__)):  # a dev build dir is appended last: prefer it
+        cand = Path(entry) / LIBRARY
+        if cand.is_file():
+            return cand
+    raise FloorError(f"{LIBRARY} was not found in the aclnn_py package (searched {list(aclnn_py.__path__)}); "
+                     "reinstall with `pip install .` or build with cmake and set ACLNN_PY_BUILD_DIR")
+
+
+def address(cdata: Any) -> int:
+    """The integer address of a cffi pointer (descriptor, executor, stream), 0 for None / NULL."""
+    if cdata is None:
+        return 0
+    import aclnn_py
+
+    return int(aclnn_py.backend().ffi.cast("uintptr_t", cdata))
+
+
+class CFloor:
+    """The loaded floor library, bound to the backend's functions."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        import aclnn_py
+
+        backend = aclnn_py.backend()
+        self._lib = ctypes.CDLL(str(path or library_path()))
+        vp, i64, u64, p_i64 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_uint64, ctypes.POINTER(ctypes.c_int64)
+        lib = self._lib
+        lib.aclnnpy_floor_error.restype = ctypes.c_char_p
+        lib.aclnnpy_floor_bind.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        lib.aclnnpy_floor_address.argtypes = [ctypes.c_char_p]
+        lib.aclnnpy_floor_address.restype = ctypes.c_size_t
+        for name in ("aclnnpy_floor_dispatch_per_call", "aclnnpy_floor_combine_per_call"):
+            f = getattr(lib, name)
+            f.argtypes = [ctypes.POINTER(vp), p_i64, ctypes.c_char_p, vp, u64, vp, i64]
+            f.restype = i64
+        lib.aclnnpy_floor_plan.argtypes = [ctypes.c_int, vp, i64, p_i64, ctypes.POINTER(vp), ctypes.POINTER(vp), i64,
+                                           vp, u64, vp, i64]
+        lib.aclnnpy_floor_plan.restype = i64
+        for sym in SYMBOLS:
+            where = backend.symbols.get(sym)
+            if where is None:
+                raise FloorError(f"the backend has no {sym}: the C floor cannot run")
+            if lib.aclnnpy_floor_bind(sym.encode(), where.encode()) != 0:
+                raise FloorError(self._error())
+
+    def _error(self) -> str:
+        msg: bytes = self._lib.aclnnpy_floor_error()
+        return msg.decode(errors="replace")
+
+    def bound_address(self, symbol: str) -> int:
+        """The address the floor calls for `symbol` (0 when it is not one of :data:`SYMBOLS`)."""
+        return int(self._lib.aclnnpy_floor_address(symbol.encode()))
+
+    def _checked_us(self, elapsed_ns: int, calls: int) -> float:
+        if elapsed_ns < 0:
+            raise FloorError(f"C floor: {self._error()}")
+        return elapsed_ns / 1e3 / calls
+
+    def dispatch_per_call(self, tensors: Sequence[int], attrs: Sequence[int], comm_alg: bytes, workspace: int,
+                          workspace_capacity: int, stream: int, calls: int) -> float:
+        """µs per call of `calls` dispatch phase 1 + phase 2 (`tensors`: 8 inputs then 7 outputs)."""
+        return self._per_call(self._lib.aclnnpy_floor_dispatch_per_call, DISPATCH_TENSORS, DISPATCH_ATTRS,
+                              tensors, attrs, comm_alg, workspace, workspace_capacity, stream, calls)
+
+    def combine_per_call(self, tensors: Sequence[int], attrs: Sequence[int], comm_alg: bytes, workspace: int,
+                         workspace_capacity: int, stream: int, calls: int) -> float:
+        """µs per call of `calls` combine phase 1 + phase 2 (`tensors`: 19 inputs then x_out)."""
+        return self._per_call(self._lib.aclnnpy_floor_combine_per_call, COMBINE_TENSORS, COMBINE_ATTRS,
+                              tensors, attrs, comm_alg, workspace, workspace_capacity, stream, calls)
+
+    def _per_call(self, fn: Any, n_tensors: int, n_attrs: int, tensors: Sequence[int], attrs: Sequence[int],
+                  comm_alg: bytes, workspace: int, workspace_capacity: int, stream: int, calls: int) -> float:
+        if len(tensors) != n_tensors or len(attrs) != n_attrs:
+            raise ValueError(f"need {n_tensors} tensors and {n_attrs} attributes (got {len(tensors)}, {len(attrs)})")
+        t = (ctypes.c_void_p * n_tensors)(*tensors)
+        a = (ctypes.c_int64 * n_attrs)(*attrs)
+        return self._checked_us(fn(t, a, comm_alg, workspace, workspace_capacity, stream, calls), calls)
+
+    def plan(self, op: int, executor: int, slots: Sequence[int], descriptors: Sequence[int],
+             address_sets: Sequence[Sequence[int]], workspace: int, workspace_size: int, stream: int,
+             calls: int) -> float:
+        """µs per call of `calls` iterations of: rebind input `slots[j]` (through `descriptors[j]`) to the
+        next of `address_sets` (they alternate), then launch phase 2 of `op` on `executor`."""
+        n = len(slots)
+        if len(descriptors) != n or any(len(s) != n for s in address_sets) or not address_sets:
+            raise ValueError("one descriptor and one address per slot in every address set")
+        flat = [a for s in address_sets for a in s]
+        return self._checked_us(self._lib.aclnnpy_floor_plan(
+            op, executor, n, (ctypes.c_int64 * n)(*slots), (ctypes.c_void_p * n)(*descriptors),
+            (ctypes.c_void_p * len(flat))(*flat), len(address_sets), workspace, workspace_size, stream, calls),
+            calls)

@@ -1,0 +1,203 @@
+"""`aclnn-py bench`: options, the run of the selected sections, and the output (text, one JSON
+document, or the README's markdown tables, optionally written into a file between its markers)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from . import report as rpt
+from .host_overhead import host_overhead
+from .progress import Progress
+from .scaling import scaling, worlds_up_to
+from .thread_worlds import DEFAULT_WORLDS, parse_world, thread_worlds
+from .throughput import QUICK, REFERENCE, throughput
+
+SECTIONS = ("host_overhead", "throughput", "scaling", "thread_worlds")
+
+
+class Settings(argparse.Namespace):
+    """Parsed options with the --quick defaults filled in (see :func:`resolve`)."""
+
+    json: bool
+    markdown: bool
+    update: Path | None
+    from_json: Path | None
+    quick: bool
+    quiet: bool
+    sections: list[str]
+    calls: int
+    repeats: int
+    rounds: int
+    max_world: int
+    scaling_tokens: int
+    scaling_hidden: int
+    scaling_topk: int
+    mem_reserve_mb: float
+    thread_world: list[tuple[str, int]]
+    thread_tokens: int
+    thread_hidden: int
+    thread_topk: int
+    thread_timeout: float
+    thread_connect_timeout: float | None
+    thread_fallback: bool
+
+
+# full run, --quick run
+DEFAULTS: dict[str, tuple[Any, Any]] = {
+    "calls": (3000, 300),
+    "repeats": (7, 3),
+    "rounds": (5, 2),
+    "max_world": (512, 4),
+    "thread_world": ([f"{s}:{w}" for s, w in DEFAULT_WORLDS], ["Ascend910_93:8", "Ascend950:8"]),
+}
+
+
+def _sections(text: str) -> list[str]:
+    names = [s.strip().replace("-", "_") for s in text.split(",") if s.strip()]
+    bad = [n for n in names if n not in SECTIONS]
+    if bad or not names:
+        raise argparse.ArgumentTypeError(f"unknown section(s) {bad}: choose from {', '.join(SECTIONS)}")
+    return names
+
+
+def _world(text: str) -> tuple[str, int]:
+    try:
+        return parse_world(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def add_parser(sub: Any) -> None:
+    p = sub.add_parser(
+        "bench", help="host overhead vs ctypes and C floors, mock throughput, scaling; README tables",
+        description="Measures host overhead per call (ctypes baseline, aclnn-py, C floors), one reference "
+                    "round against the memcpy floor and the golden, process-world scaling and thread worlds. "
+                    "Progress goes to stderr (silent with --quiet or --json).")
+    q = "; --quick: "
+
+    def dflt(name: str) -> str:
+        full, quick = DEFAULTS[name]
+        return f"(default: {full}{q}{quick})"
+
+    out = p.add_argument_group("output")
+    out.add_argument("--json", action="store_true", help="print exactly one JSON document on stdout (implies quiet)")
+    out.add_argument("--markdown", action="store_true",
+                     help="print the README's performance tables, with the command and machine above them")
+    out.add_argument("--update", type=Path, metavar="FILE",
+                     help="with --markdown: write the tables into FILE between <!-- bench:begin --> and "
+                          "<!-- bench:end --> instead of printing them (default: print)")
+    out.add_argument("--from", dest="from_json", type=Path, metavar="REPORT.json",
+                     help="render a saved --json report instead of running the bench (default: run)")
+    out.add_argument("--quiet", action="store_true", help="no progress on stderr (default: progress shown)")
+    run = p.add_argument_group("what to run")
+    run.add_argument("--quick", action="store_true", help="small sizes and few repeats, seconds (default: full run)")
+    run.add_argument("--sections", type=_sections, default=list(SECTIONS), metavar="LIST",
+                     help=f"comma-separated sections to run (default: {','.join(SECTIONS)})")
+    run.add_argument("--calls", type=int, metavar="N", help=f"host overhead: calls per timed batch {dflt('calls')}")
+    run.add_argument("--repeats", type=int, metavar="N", help=f"host overhead: timed batches per path {dflt('repeats')}")
+    run.add_argument("--rounds", type=int, metavar="N", help=f"reference round: timed rounds {dflt('rounds')}")
+    run.add_argument("--max-world", type=int, metavar="N",
+                     help=f"scaling: largest process world; sizes double from 2 up to N {dflt('max_world')}")
+    run.add_argument("--scaling-tokens", type=int, default=8, metavar="N", help="scaling: tokens per rank (default: 8)")
+    run.add_argument("--scaling-hidden", type=int, default=2048, metavar="H", help="scaling: hidden size (default: 2048)")
+    run.add_argument("--scaling-topk", type=int, default=4, metavar="K", help="scaling: experts per token (default: 4)")
+    run.add_argument("--mem-reserve-mb", type=float, default=4096.0, metavar="MIB",
+                     help="scaling: memory left to the machine; a size estimated to need more than "
+                          "MemAvailable minus this is not run (default: 4096)")
+    run.add_argument("--thread-world", type=_world, action="append", metavar="SOC:W",
+                     help="thread worlds to run, repeatable; SOC is A3 / Ascend910_93 or 950 / Ascend950 "
+                          f"{dflt('thread_world')}")
+    run.add_argument("--thread-tokens", type=int, default=1, metavar="N", help="thread worlds: tokens per rank (default: 1)")
+    run.add_argument("--thread-hidden", type=int, default=1024, metavar="H", help="thread worlds: hidden size (default: 1024)")
+    run.add_argument("--thread-topk", type=int, default=1, metavar="K", help="thread worlds: experts per token (default: 1)")
+    run.add_argument("--thread-timeout", type=float, default=900.0, metavar="S",
+                     help="thread worlds: seconds before one world is abandoned (default: 900)")
+    run.add_argument("--thread-connect-timeout", type=float, default=None, metavar="S",
+                     help="thread worlds: HCCL_CONNECT_TIMEOUT for the world's formation (default: the "
+                          "environment's, else the mock's 120 s)")
+    run.add_argument("--no-thread-fallback", dest="thread_fallback", action="store_false",
+                     help="thread worlds: do not retry a failed size at half the ranks (default: retry, "
+                          "down to 16)")
+    p.set_defaults(func=main)
+
+
+def resolve(args: argparse.Namespace) -> Settings:
+    """Fill options left unset with their full or --quick default; check combinations."""
+    s = Settings(**vars(args))
+    for name, (full, quick) in DEFAULTS.items():
+        if getattr(s, name, None) is None:
+            value = quick if s.quick else full
+            setattr(s, name, [parse_world(v) for v in value] if name == "thread_world" else value)
+    if s.update is not None and not s.markdown:
+        raise SystemExit("aclnn-py bench: --update needs --markdown")
+    if s.json and s.markdown:
+        raise SystemExit("aclnn-py bench: choose one of --json and --markdown")
+    return s
+
+
+def command_line(argv: Sequence[str] | None = None) -> str:
+    """The command as the user typed it: `aclnn-py bench ...`."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    return shlex.join(["aclnn-py"] + args)
+
+
+def run(s: Settings, progress: Progress, command: str = "aclnn-py bench") -> dict[str, Any]:
+    """Run the selected sections on the mock and return the report."""
+    import aclnn_py
+
+    aclnn_py.init("mock")
+    t0 = time.perf_counter()
+    report: dict[str, Any] = {"command": command, "machine": rpt.machine(), "quick": s.quick}
+    if "host_overhead" in s.sections:
+        report["host_overhead"] = host_overhead(calls=s.calls, repeats=s.repeats, progress=progress)
+    if "throughput" in s.sections:
+        report["throughput"] = throughput(QUICK if s.quick else REFERENCE, rounds=s.rounds, progress=progress)
+    if "scaling" in s.sections:
+        report["scaling"] = scaling(worlds_up_to(s.max_world), tokens=s.scaling_tokens, hidden=s.scaling_hidden,
+                                    topk=s.scaling_topk, reserve_mb=s.mem_reserve_mb, progress=progress)
+    if "thread_worlds" in s.sections:
+        report["thread_worlds"] = thread_worlds(s.thread_world, tokens=s.thread_tokens, hidden=s.thread_hidden,
+                                                topk=s.thread_topk, timeout=s.thread_timeout,
+                                                connect_timeout=s.thread_connect_timeout,
+                                                fallback=s.thread_fallback, progress=progress)
+    report["elapsed_s"] = time.perf_counter() - t0
+    progress(f"done in {report['elapsed_s']:.1f} s")
+    return report
+
+
+def main(args: argparse.Namespace) -> int:
+    s = resolve(args)
+    progress = Progress(quiet=s.quiet or s.json)
+    if s.update is not None:
+        try:  # before a run of minutes, not after it
+            rpt.check_markers(s.update)
+        except (rpt.MarkerError, OSError) as e:
+            print(f"aclnn-py bench: {e}", file=sys.stderr)
+            return 2
+    if s.from_json is not None:
+        report = json.loads(s.from_json.read_text())
+    else:
+        report = run(s, progress, command_line())
+    if s.json:
+        print(json.dumps(report, indent=2))
+    elif s.markdown:
+        md = rpt.markdown(report)
+        if s.update is not None:
+            try:
+                rpt.update_file(s.update, md)
+            except (rpt.MarkerError, OSError) as e:
+                print(f"aclnn-py bench: {e}", file=sys.stderr)
+                return 2
+            progress(f"updated {s.update}")
+        else:
+            print(md, end="")
+    else:
+        print(rpt.text(report))
+    return 0

@@ -1,0 +1,268 @@
+"""Host overhead: µs per dispatch / combine call spent in Python and the C API, with the mock's
+kernels switched off (``_mock.set_skip_kernels``: phase 2 still checks everything and queues a task,
+the task does nothing). Seven paths per op, measured in the same process on the same tensors,
+attributes and stream, their batches interleaved so that drift of a shared machine hits all alike:
+
+* ``ctypes`` — a plain ctypes binding (descriptors created per call, as ctypes users do);
+* ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with
+  caller-provided outputs (cached descriptors, phase 1 every call);
+* ``c_per_call`` — the C floor of that: phase 1 + phase 2 in a C loop, descriptors made once;
+* ``plan`` — a :class:`~aclnn_py.ops.DispatchPlan` / ``CombinePlan`` called with new activations each
+  step (two input sets alternate, so every call rebinds the plan's activation inputs);
+* ``c_plan`` — the C floor of that: ``aclSetInputTensorAddr`` of the same inputs + phase 2 in a C
+  loop on one repeatable executor;
+* ``plan_reuse`` / ``c_plan_reuse`` — the same with the same input tensors every call: the plan
+  rebinds nothing, the C loop only launches.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .c_floor import COMBINE, DISPATCH, CFloor, address
+from .ctypes_baseline import CtypesBinding
+from .progress import SILENT, Progress
+from .stats import batch_us, ratio, summary_us
+
+PATHS = ("ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
+WORKSPACE_BYTES = 1 << 24  # the C per-call loop's workspace; phase 1 asks for far less
+
+# Inputs a plan call rebinds in this bench (C parameter indices, names as in aclnn_py.ops).
+DISPATCH_REBOUND = {1: "x", 2: "expert_ids"}
+COMBINE_REBOUND = {1: "expand_x", 2: "expert_ids", 3: "assist_info_for_combine", 4: "ep_send_counts"}
+
+Runner = Callable[[int], float]  # runs a batch of n calls, returns µs per call
+
+
+def _executor_of(prepared: Any) -> Any:
+    """The aclOpExecutor* of a prepared op (aclnn_py.ops keeps it on the Prepared object)."""
+    return prepared._executor
+
+
+def _input_descriptors(prepared: Any, slots: dict[int, str]) -> list[int]:
+    """Addresses of the aclTensor descriptors of a prepared op's inputs `slots` (all present)."""
+    return [address(prepared.inputs[i].descriptor()) for i in slots]
+
+
+def interleaved(runners: dict[str, Runner], calls: int, repeats: int,
+                between: Callable[[], None]) -> dict[str, dict[str, float]]:
+    """Median / min / max µs per call of every runner over `repeats` batches of `calls` calls; each
+    repeat runs every runner once, starting one further along each time; `between` runs after each
+    batch, outside the timing."""
+    names = list(runners)
+    samples: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(repeats):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            samples[name].append(runners[name](calls))
+            between()
+    return {n: summary_us(samples[n]) for n in names}
+
+
+def _ratios(row: dict[str, Any]) -> None:
+    med = {p: row[p]["median_us"] for p in PATHS}
+    row["ctypes_over_plan"] = ratio(med["ctypes"], med["plan"])
+    row["per_call_over_plan"] = ratio(med["per_call"], med["plan"])
+    row["plan_over_c_plan"] = ratio(med["plan"], med["c_plan"])
+    row["per_call_over_c_per_call"] = ratio(med["per_call"], med["c_per_call"])
+    row["plan_reuse_over_c_plan_reuse"] = ratio(med["plan_reuse"], med["c_plan_reuse"])
+
+
+@dataclass
+class _Setup:
+    """What every path of one rank shares: context, stream, attributes, two sets of activations
+    (the second at other addresses, so a plan call can be given new tensors each step), the real
+    dispatch outputs, and the baselines' own objects."""
+
+    ctx: Any
+    stream: Any
+    attrs: dict[str, Any]
+    x: tuple[Any, Any]
+    ids: tuple[Any, Any]
+    y: tuple[Any, Any]
+    assist: tuple[Any, Any]
+    counts: tuple[Any, Any]
+    d: Any                 # DispatchOutputs of a real round: the per-call paths' outputs
+    c_out: Any
+    empty_weights: Any
+    ctypes: CtypesBinding
+    floor: CFloor
+    workspace: Any         # for the ctypes and C per-call loops
+    closing: list[Any] = field(default_factory=list)
+
+    @property
+    def int_attrs(self) -> list[int]:
+        a = self.attrs
+        return [a["ep_world_size"], a["ep_rank_id"], a["moe_expert_num"], a["ccl_buffer_size"]]
+
+
+def _py(fn: Callable[[], object]) -> Runner:
+    return lambda n: batch_us(fn, n)
+
+
+def _plan_floor(s: _Setup, op: int, prepared: Any, rebound: dict[int, str],
+                address_sets: list[list[int]]) -> tuple[Runner, Runner]:
+    """The C plan loops on `prepared`'s repeatable executor: rebinding `rebound` to the alternating
+    `address_sets`, and launching only."""
+    import aclnn_py as acl
+
+    ws = acl.DeviceMemory(max(prepared.workspace_size, 32))
+    s.closing += [prepared, ws]
+    ex, sh, size = address(_executor_of(prepared)), s.stream.address, prepared.workspace_size
+    descs = _input_descriptors(prepared, rebound)
+
+    def rebinding(n: int) -> float:
+        return s.floor.plan(op, ex, list(rebound), descs, address_sets, ws.ptr, size, sh, n)
+
+    def launch_only(n: int) -> float:
+        return s.floor.plan(op, ex, [], [], [[]], ws.ptr, size, sh, n)
+
+    return rebinding, launch_only
+
+
+def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
+    from aclnn_py.dtypes import bfloat16
+    from aclnn_py.ops import DispatchPlan, moe_distribute_dispatch, prepare_dispatch
+
+    x, ids = s.x[0], s.ids[0]
+    bs, h = x.shape
+    plan = DispatchPlan(s.ctx, bs=bs, hidden=h, topk=ids.shape[1], x_dtype=bfloat16, **s.attrs)
+    prepared = prepare_dispatch(s.ctx, x, ids, repeatable=True, **s.attrs)
+    s.closing.append(plan)
+    attrs = s.int_attrs + [0, 0, 0, 1, 0, 0, 0, 1]  # the defaults prepare_dispatch passes
+    tail = [0, 0, 0]  # zero / copy / const experts, after commAlg
+    tensors = [address(t.descriptor()) if t is not None else 0 for t in [s.ctx, x, ids] + [None] * 5 + list(s.d)]
+    steps = itertools.cycle(list(zip(s.x, s.ids)))
+    c_plan, c_plan_reuse = _plan_floor(s, DISPATCH, prepared, DISPATCH_REBOUND,
+                                       [[xi.data_ptr, ii.data_ptr] for xi, ii in zip(s.x, s.ids)])
+    sh, ws = s.stream.address, s.workspace.ptr
+    return {
+        "ctypes": _py(lambda: s.ctypes.dispatch([s.ctx, x, ids] + [None] * 5, list(s.d), attrs, b"", tail, sh, ws)),
+        "per_call": _py(lambda: moe_distribute_dispatch(s.ctx, x, ids, stream=s.stream, outputs=s.d, **s.attrs)),
+        "c_per_call": lambda n: s.floor.dispatch_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
+        "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
+        "c_plan": c_plan,
+        "plan_reuse": _py(lambda: plan(x, ids, stream=s.stream)),
+        "c_plan_reuse": c_plan_reuse,
+    }
+
+
+def _combine_runners(s: _Setup) -> dict[str, Runner]:
+    from aclnn_py.dtypes import bfloat16
+    from aclnn_py.ops import CombinePlan, moe_distribute_combine, prepare_combine
+
+    y, ids, assist, counts = s.y[0], s.ids[0], s.assist[0], s.counts[0]
+    bs, h = s.x[0].shape
+    plan = CombinePlan(s.ctx, a=y.shape[0], bs=bs, hidden=h, topk=ids.shape[1], dtype=bfloat16,
+                       assist_len=assist.shape[0], counts_len=counts.shape[0], **s.attrs)
+    prepared = prepare_combine(s.ctx, y, ids, assist, counts, repeatable=True, **s.attrs)
+    s.closing.append(plan)
+    attrs = s.int_attrs + [0, 0, 0, 1, 0, 0, 0, 0, 0]  # the defaults prepare_combine passes
+    tail = [0, 0, 0]
+    ins = [s.ctx, y, ids, assist, counts, s.empty_weights] + [None] * 13
+    tensors = [address(t.descriptor()) if t is not None else 0 for t in ins + [s.c_out]]
+    steps = itertools.cycle(list(zip(s.y, s.ids, s.assist, s.counts)))
+    c_plan, c_plan_reuse = _plan_floor(s, COMBINE, prepared, COMBINE_REBOUND,
+                                       [[t.data_ptr for t in step] for step in zip(s.y, s.ids, s.assist, s.counts)])
+    sh, ws = s.stream.address, s.workspace.ptr
+    return {
+        "ctypes": _py(lambda: s.ctypes.combine(ins, [s.c_out], attrs, b"", tail, sh, ws)),
+        "per_call": _py(lambda: moe_distribute_combine(s.ctx, y, ids, assist, counts, stream=s.stream, x_out=s.c_out,
+                                                       **s.attrs)),
+        "c_per_call": lambda n: s.floor.combine_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
+        "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
+        "c_plan": c_plan,
+        "plan_reuse": _py(lambda: plan(y, ids, assist, counts, stream=s.stream)),
+        "c_plan_reuse": c_plan_reuse,
+    }
+
+
+def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any, x: Any, ids: Any,
+                   calls: int, repeats: int, progress: Progress) -> dict[str, Any]:
+    import aclnn_py as acl
+    from aclnn_py.ops._common import keepalive
+
+    def second(t: Any) -> Any:  # the same values at another address
+        return acl.Tensor.from_numpy(t.numpy())
+
+    assist, counts = d.assist_info_for_combine, d.ep_recv_counts
+    s = _Setup(ctx=ctx, stream=stream, attrs=attrs, x=(x, second(x)), ids=(ids, second(ids)), y=(y, second(y)),
+               assist=(assist, second(assist)), counts=(counts, second(counts)), d=d,
+               c_out=acl.Tensor.empty(x.shape, acl.dtypes.bfloat16),
+               empty_weights=acl.Tensor.from_numpy(np.zeros((0,), np.float32)),
+               ctypes=CtypesBinding(acl.backend().libraries), floor=CFloor(),
+               workspace=acl.DeviceMemory(WORKSPACE_BYTES))
+
+    def settle() -> None:
+        stream.synchronize()
+        keepalive.reap()
+
+    result: dict[str, Any] = {}
+    try:
+        for op, make, rebound in (("dispatch", _dispatch_runners, DISPATCH_REBOUND),
+                                  ("combine", _combine_runners, COMBINE_REBOUND)):
+            runners = make(s)
+            progress(f"host overhead: {op}, {len(runners)} paths x {repeats} repeats x {calls} calls")
+            for run in runners.values():  # warm caches
+                run(min(calls, 200))
+                settle()
+            row: dict[str, Any] = interleaved(runners, calls, repeats, settle)
+            row["plan_rebinds"] = list(rebound.values())
+            _ratios(row)
+            result[op] = row
+    finally:
+        settle()
+        for obj in s.closing:
+            obj.close()
+    return result
+
+
+def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, repeats: int,
+                        progress: Progress) -> dict[str, Any]:
+    import aclnn_py as acl
+    from aclnn_py import _mock
+    from aclnn_py.hccl import Communicator, build_context
+    from aclnn_py.ops import moe_distribute_combine, moe_distribute_dispatch
+
+    dev = acl.Device.current()  # the launcher made rank % device_count current
+    stream = dev.create_stream()
+    bf16 = acl.dtypes.bfloat16
+    bs, h, k, e = 1, 1024, 1, world_size
+    result: dict[str, Any] = {}
+    with Communicator(world_size, rank, root) as comm:
+        ctx, ccl = build_context(comm)
+        attrs: dict[str, Any] = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=e,
+                                     ccl_buffer_size=ccl)
+        x = acl.Tensor.from_numpy(np.ones((bs, h), bf16))
+        ids = acl.Tensor.from_numpy(np.full((bs, k), rank % e, np.int32))
+        # one real round so combine has meaningful inputs
+        d = moe_distribute_dispatch(ctx, x, ids, stream=stream, **attrs)
+        stream.synchronize()
+        y = acl.Tensor.from_numpy(d.expand_x.numpy().astype(bf16))
+        moe_distribute_combine(ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, stream=stream, **attrs)
+        stream.synchronize()
+        comm.barrier(stream)
+        stream.synchronize()
+        if rank == 0:
+            _mock.set_skip_kernels(True)
+            try:
+                result = _measure_rank0(ctx, stream, attrs, d, y, x, ids, calls, repeats, progress)
+            finally:
+                _mock.set_skip_kernels(False)
+        comm.barrier(stream)
+        stream.synchronize()
+        stream.close()
+    return result
+
+
+def host_overhead(calls: int = 3000, repeats: int = 7, progress: Progress = SILENT) -> dict[str, Any]:
+    """Host µs per call of dispatch and combine on the five paths, with their ratios."""
+    from aclnn_py.launch import run_threads
+
+    result: dict[str, Any] = run_threads(_host_overhead_rank, 2, calls, repeats, progress, timeout=900)[0]
+    return result

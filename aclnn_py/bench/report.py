@@ -1,0 +1,235 @@
+"""Rendering of a bench report: the machine it ran on, a plain-text summary, the README's
+performance tables in markdown, and the update of the README between its markers."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+from pathlib import Path
+from typing import Any
+
+from . import memory
+
+BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
+
+
+class MarkerError(ValueError):
+    """The file to update lacks the bench markers (or has them out of order / more than once)."""
+
+
+def cpu_model(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The CPU's "model name" from /proc/cpuinfo (the platform's processor string elsewhere)."""
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name" and value.strip():
+                    return value.strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> dict[str, Any]:
+    """Cores, CPU model, memory, date (UTC) and Python of this run."""
+    return {"cpus": os.cpu_count(), "cpu_model": cpu_model(), "memory_gib": round(memory.total_mb() / 1024, 1),
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+            "python": platform.python_version()}
+
+
+# ---- small formatting helpers ---------------------------------------------------------------------------
+
+def _num(v: float) -> str:
+    """Three significant digits without an exponent: 0.0543, 7.06, 62.9, 1234."""
+    if v != v:  # NaN
+        return "–"
+    return f"{v:.0f}" if abs(v) >= 1000 else f"{v:.3g}"
+
+
+def _x(v: float) -> str:
+    return f"{v:.1f}×"
+
+
+def _us(cell: dict[str, float]) -> str:
+    return f"{_num(cell['median_us'])} [{_num(cell['min_us'])}–{_num(cell['max_us'])}]"
+
+
+def _cell(reason: str, limit: int = 260) -> str:
+    """A failure reason fit for a table cell: no "|", rank lists shortened, at most `limit` chars."""
+    from .scaling import shorten_rank_lists
+
+    text = shorten_rank_lists(reason).replace("|", "/")
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+# ---- markdown ------------------------------------------------------------------------------------------
+
+HOST_ROWS = (
+    ("ctypes baseline (descriptors made per call)", "ctypes"),
+    ("aclnn-py per call (caller's outputs)", "per_call"),
+    ("C floor per call (phase 1 + 2, descriptors made once)", "c_per_call"),
+    ("aclnn-py plan, new inputs each call", "plan"),
+    ("C floor plan (`aclSetInputTensorAddr` + launch)", "c_plan"),
+    ("aclnn-py plan, same inputs each call", "plan_reuse"),
+    ("C floor plan, same inputs (launch only)", "c_plan_reuse"),
+)
+RATIO_ROWS = (
+    ("per call / C per call", "per_call_over_c_per_call"),
+    ("plan / C plan", "plan_over_c_plan"),
+    ("plan / C plan, same inputs", "plan_reuse_over_c_plan_reuse"),
+    ("ctypes / plan", "ctypes_over_plan"),
+)
+
+
+def host_table(h: dict[str, Any]) -> list[str]:
+    ops: list[str] = [op for op in ("dispatch", "combine") if op in h]
+    rows = [[label] + [_us(h[op][key]) for op in ops] for label, key in HOST_ROWS if all(key in h[op] for op in ops)]
+    rows += [[label] + [_x(h[op][key]) for op in ops] for label, key in RATIO_ROWS if all(key in h[op] for op in ops)]
+    return _table(["host µs per call, median [min–max], kernels skipped"] + ops, rows)
+
+
+def throughput_table(t: dict[str, Any]) -> list[str]:
+    m = t["model"]
+    title = (f"reference round (W = {m['world_size']} processes, {m['tokens']} tokens/rank, H = {m['hidden']}, "
+             f"K = {m['topk']}, {m['experts']} experts, quant {m['quant_mode']}, bf16)")
+    med = t["round_s"]["median"]
+    rows = [
+        ["dispatch + combine on the mock", f"{_num(1e3 * med)} ms [{_num(1e3 * t['round_s']['min'])}–"
+                                           f"{_num(1e3 * t['round_s']['max'])}]"],
+        [f"memcpy of the same {t['bytes_moved'] / 1e6:.0f} MB (numpy, same run)",
+         f"{_num(1e3 * t['memcpy_floor_s'])} ms → the round is {_x(t['round_over_memcpy_floor'])} the memcpy floor"],
+    ]
+    if t.get("golden_round_s") == t.get("golden_round_s"):  # not NaN
+        rows.append(["numpy golden of the same round",
+                     f"{_num(t['golden_round_s'])} s → the mock is {_x(t['golden_over_round'])} faster"])
+    rows.append(["memory: peak RSS per rank / whole world (sum of PSS) / windows touched",
+                 f"{_num(t['peak_rss_mb_per_rank'])} / {_num(t.get('pss_mb_total', float('nan')))} / "
+                 f"{_num(t.get('shm_touched_mb', float('nan')))} MiB"])
+    return _table([title, ""], rows)
+
+
+def scaling_table(rows: list[dict[str, Any]]) -> list[str]:
+    ok = [r for r in rows if "error" not in r]
+    out: list[str] = []
+    if ok:
+        r0 = ok[0]
+        header = [f"W (processes, BS = {r0['tokens']}, H = {r0['hidden']}, K = {r0['topk']}, E = 2W)"]
+        header += [str(r["world_size"]) for r in ok]
+        body = [
+            ["round, ms"] + [_num(r["round_ms"]) for r in ok],
+            ["peak RSS per rank, MiB"] + [_num(r["peak_rss_mb_per_rank"]) for r in ok],
+            ["whole world (sum of PSS), MiB"] + [_num(r.get("pss_mb_total", float("nan"))) for r in ok],
+            [f"shared memory touched, MiB (windows {r0['window_mb_per_rank']} MiB × W)"]
+            + [_num(r["shm_touched_mb"]) for r in ok],
+            ["wall time incl. start-up, s"] + [_num(r.get("wall_s", float("nan"))) for r in ok],
+        ]
+        out += _table(header, body)
+    for r in rows:
+        if "error" in r:
+            out += ["", f"W = {r['world_size']} processes: {_cell(r['error'], 400)}"]
+    return out
+
+
+def thread_worlds_table(rows: list[dict[str, Any]]) -> list[str]:
+    body = []
+    for r in rows:
+        model = f"BS {r['tokens']}, H {r['hidden']}, K {r['topk']}, E {r['experts']}"
+        if "error" in r:
+            body.append([r["soc"], str(r["world_size"]), model, "failed: " + _cell(r["error"]),
+                         "", "", ""])
+        else:
+            body.append([r["soc"], str(r["world_size"]), model, f"{_num(r['round_s'])} s",
+                         f"{_num(r['world_s'])} s", f"{_num(r['peak_rss_mb'])} MiB",
+                         "bit for bit" if r["golden_match"] else f"MISMATCH (ranks {r['mismatched_ranks']})"])
+    return _table(["profile", "W (threads)", "model", "round", "world (start-up + round)", "peak RSS",
+                   "vs golden"], body)
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The performance section's tables, with the command and the machine above them."""
+    mc = report.get("machine", {})
+    lines = [
+        f"Measured with `{report.get('command', 'aclnn-py bench')}` on {mc.get('cpus', '?')} cores "
+        f"({mc.get('cpu_model', '?')}), {mc.get('memory_gib', '?')} GiB, {mc.get('date', '?')}; "
+        "medians with [min–max] over the repeats. Generated by `aclnn-py bench --markdown`.",
+    ]
+    if "host_overhead" in report:
+        lines += ["", "Host overhead runs with the mock's kernels switched off (`_mock.set_skip_kernels`): "
+                  "Python + the C API + the mock's phase-2 bookkeeping. The C floors call the same "
+                  "library functions from a C loop with the same descriptors, executor and stream.", ""]
+        lines += host_table(report["host_overhead"])
+    if "throughput" in report:
+        lines += [""] + throughput_table(report["throughput"])
+    if report.get("scaling"):
+        lines += [""] + scaling_table(report["scaling"])
+    if report.get("thread_worlds"):
+        lines += ["", "One dispatch → expert → combine round with the ranks as threads of one process, "
+                  "checked against `aclnn_py.golden`:", ""]
+        lines += thread_worlds_table(report["thread_worlds"])
+    return "\n".join(lines) + "\n"
+
+
+def check_markers(path: Path) -> tuple[str, str]:
+    """The text of `path` before its begin marker and after its end marker; MarkerError unless it
+    has exactly one of each, in that order."""
+    text = path.read_text()
+    if text.count(BEGIN) != 1 or text.count(END) != 1:
+        raise MarkerError(f"{path}: needs exactly one {BEGIN} and one {END} around the generated tables "
+                          f"(found {text.count(BEGIN)} and {text.count(END)})")
+    head, rest = text.split(BEGIN)
+    if END in head:
+        raise MarkerError(f"{path}: {END} comes before {BEGIN}")
+    return head, rest.split(END)[1]
+
+
+def update_file(path: Path, generated: str) -> None:
+    """Replace the text between the bench markers of `path` with `generated` (markers kept)."""
+    head, tail = check_markers(path)
+    path.write_text(f"{head}{BEGIN}\n{generated.rstrip()}\n{END}{tail}")
+
+
+# ---- plain text ----------------------------------------------------------------------------------------
+
+def text(report: dict[str, Any]) -> str:
+    """The human summary printed without --json / --markdown."""
+    out: list[str] = []
+    h = report.get("host_overhead")
+    if h:
+        out.append("host overhead, µs per call (median [min, max]); kernels skipped")
+        for op in ("dispatch", "combine"):
+            row = h[op]
+            out.append(f"  {op}")
+            for label, key in HOST_ROWS:
+                out.append(f"    {label:<56} {_us(row[key])}")
+            out.append("    " + "  ".join(f"{label} {_x(row[key])}" for label, key in RATIO_ROWS))
+    t = report.get("throughput")
+    if t:
+        out.append(f"throughput {t['model']}: round {1e3 * t['round_s']['median']:.2f} ms, memcpy floor "
+                   f"{1e3 * t['memcpy_floor_s']:.3f} ms ({_x(t['round_over_memcpy_floor'])}), golden "
+                   f"{1e3 * t['golden_round_s']:.1f} ms ({_x(t['golden_over_round'])} slower than the mock)")
+    if report.get("scaling"):
+        out.append("scaling (processes):")
+        for s in report["scaling"]:
+            if "error" in s:
+                out.append(f"  W={s['world_size']:4}  {s['error']}")
+            else:
+                out.append(f"  W={s['world_size']:4}  round {s['round_ms']:.2f} ms  peak RSS/rank "
+                           f"{s['peak_rss_mb_per_rank']:.0f} MiB  world PSS {s['pss_mb_total']:.0f} MiB  shm touched "
+                           f"{s['shm_touched_mb']:.0f} MiB  wall {s['wall_s']:.1f} s")
+    if report.get("thread_worlds"):
+        out.append("thread worlds:")
+        for r in report["thread_worlds"]:
+            if "error" in r:
+                out.append(f"  {r['soc']:<13} W={r['world_size']:5}  {r['error']}")
+            else:
+                out.append(f"  {r['soc']:<13} W={r['world_size']:5}  round {r['round_s']:.2f} s  world "
+                           f"{r['world_s']:.1f} s  peak RSS {r['peak_rss_mb']:.0f} MiB  golden "
+                           f"{'match' if r['golden_match'] else 'MISMATCH'}")
+    return "\n".join(out)
