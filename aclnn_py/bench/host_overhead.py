@@ -113,7 +113,7 @@ def _plan_floor(s: _Setup, op: int, prepared: Any, rebound: dict[int, str],
 
     ws = acl.DeviceMemory(max(prepared.workspace_size, 32))
     s.closing += [prepared, ws]
-    ex, sh, size = address(_executor_of(prepared)), s.stream.address, prepared.workspace_size
+    ex, sh, size = address(_executor_of(prepared)), s.stream.handle, prepared.workspace_size
     descs = _input_descriptors(prepared, rebound)
 
     def rebinding(n: int) -> float:
@@ -140,7 +140,7 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     steps = itertools.cycle(list(zip(s.x, s.ids)))
     c_plan, c_plan_reuse = _plan_floor(s, DISPATCH, prepared, DISPATCH_REBOUND,
                                        [[xi.data_ptr, ii.data_ptr] for xi, ii in zip(s.x, s.ids)])
-    sh, ws = s.stream.address, s.workspace.ptr
+    sh, ws = s.stream.handle, s.workspace.ptr
     return {
         "ctypes": _py(lambda: s.ctypes.dispatch([s.ctx, x, ids] + [None] * 5, list(s.d), attrs, b"", tail, sh, ws)),
         "per_call": _py(lambda: moe_distribute_dispatch(s.ctx, x, ids, stream=s.stream, outputs=s.d, **s.attrs)),
@@ -169,7 +169,7 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
     steps = itertools.cycle(list(zip(s.y, s.ids, s.assist, s.counts)))
     c_plan, c_plan_reuse = _plan_floor(s, COMBINE, prepared, COMBINE_REBOUND,
                                        [[t.data_ptr for t in step] for step in zip(s.y, s.ids, s.assist, s.counts)])
-    sh, ws = s.stream.address, s.workspace.ptr
+    sh, ws = s.stream.handle, s.workspace.ptr
     return {
         "ctypes": _py(lambda: s.ctypes.combine(ins, [s.c_out], attrs, b"", tail, sh, ws)),
         "per_call": _py(lambda: moe_distribute_combine(s.ctx, y, ids, assist, counts, stream=s.stream, x_out=s.c_out,
@@ -185,7 +185,6 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
 def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any, x: Any, ids: Any,
                    calls: int, repeats: int, progress: Progress) -> dict[str, Any]:
     import aclnn_py as acl
-    from aclnn_py.ops._common import keepalive
 
     def second(t: Any) -> Any:  # the same values at another address
         return acl.Tensor.from_numpy(t.numpy())
@@ -199,8 +198,7 @@ def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any,
                workspace=acl.DeviceMemory(WORKSPACE_BYTES))
 
     def settle() -> None:
-        stream.synchronize()
-        keepalive.reap()
+        stream.synchronize()  # also releases what the stream held for the calls it has run
 
     result: dict[str, Any] = {}
     try:
