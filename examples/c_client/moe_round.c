@@ -11,6 +11,8 @@
  *
  * usage: moe_round [out_dir] [world_size] [tokens] [hidden] [topk] [experts] [seed]
  * defaults:        .          4            8        1024     4      8         0
+ * out_dir is created (with its parents) if it does not exist; when that fails the program stops
+ * before any CANN call, naming the folder.
  *
  * Files written to out_dir (bf16 arrays are stored as '<u2' bit patterns):
  *   rank<r>_x.npy (BS,H) bf16   rank<r>_expert_ids.npy (BS,K) int32   rank<r>_weights.npy (BS,K) f32
@@ -22,11 +24,13 @@
  * The expert applied to the rows of local expert j on rank r (mirrored by tests/test_examples.py):
  *   y = bf16_rne( f32(x) * (1 + 0.25*j) + 0.125*r )   -- a float32 multiply, then a float32 add
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "acl/acl_rt.h"
 #include "aclnn/aclnn_base.h"
@@ -110,6 +114,35 @@ static uint64_t splitmix64(uint64_t *s) {
 }
 
 static float uniform01(uint64_t *s) { return (float)(splitmix64(s) >> 40) / (float)(1u << 24); }
+
+/* ------------------------------------------------------------------------------ output folder */
+
+/* Create `dir` and its missing parents (mkdir -p). Returns 0 when `dir` is a directory afterwards;
+ * otherwise -1 with errno set and `failed` naming the path that could not be created. */
+static int make_dirs(const char *dir, char *failed, size_t failed_size) {
+    char path[1024];
+    struct stat st;
+    size_t i, n = strlen(dir);
+    if (n == 0 || n >= sizeof path) {
+        errno = n == 0 ? ENOENT : ENAMETOOLONG;
+        snprintf(failed, failed_size, "%s", dir);
+        return -1;
+    }
+    memcpy(path, dir, n + 1);
+    for (i = 1; i <= n; ++i) {
+        if (path[i] != '/' && path[i] != '\0') continue;
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            snprintf(failed, failed_size, "%s", path);
+            return -1;
+        }
+        if (i < n) path[i] = '/';
+    }
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    if (errno == 0 || errno == EEXIST) errno = ENOTDIR; /* it exists, as something else than a folder */
+    snprintf(failed, failed_size, "%s", dir);
+    return -1;
+}
 
 /* ------------------------------------------------------------------------------ .npy writer */
 
@@ -432,6 +465,13 @@ int main(int argc, char **argv) {
         cfg.experts % cfg.world_size || cfg.topk < 1 || cfg.topk > cfg.experts || cfg.tokens < 1 || cfg.hidden < 1) {
         fprintf(stderr, "bad configuration (experts must be a multiple of world_size, topk <= experts)\n");
         return 2;
+    }
+    {
+        char failed[1024];
+        if (make_dirs(cfg.out_dir, failed, sizeof failed) != 0) {
+            fprintf(stderr, "cannot create the output folder %s (at %s: %s)\n", cfg.out_dir, failed, strerror(errno));
+            return 2;
+        }
     }
 
     if (aclInit(NULL) != ACL_SUCCESS || aclnnInit(NULL) != 0) {
