@@ -2,8 +2,9 @@
  * A plain C99 CANN program: one MoE layer round on W ranks (one pthread per rank, one device each):
  *
  *   HcclGetRootInfo → per rank: HcclCommInitRootInfo → context tensor built through HCCL's KFC calls
- *   (ABI.md §0, SPEC §8) → aclnnMoeDistributeDispatchV5 (two phases) → a deterministic "expert" on
- *   the host → aclnnMoeDistributeCombineV5 (two phases) → results written as .npy files.
+ *   (docs/concepts.md, "Windows, the context tensor") → aclnnMoeDistributeDispatchV5 (two phases)
+ *   → a deterministic "expert" on the host → aclnnMoeDistributeCombineV5 (two phases) → results
+ *   written as .npy files.
  *
  * Nothing here knows about the mock: it includes CANN's header names and links libascendcl.so,
  * libnnopbase.so, libhccl.so and the op library libcust_opapi.so found under $ASCEND_HOME_PATH
@@ -56,7 +57,7 @@ typedef struct {
 } RankJob;
 
 #define MAX_EP_RANKS 1024
-#define CONTEXT_BYTES (4 + 4 + 8 + 8 * MAX_EP_RANKS + 8 * MAX_EP_RANKS) /* 16400, SPEC §8 */
+#define CONTEXT_BYTES (4 + 4 + 8 + 8 * MAX_EP_RANKS + 8 * MAX_EP_RANKS) /* 16400 bytes */
 #define CONTEXT_INT32 (CONTEXT_BYTES / 4)                                 /* 4100 */
 
 /* Report the first failure of a rank (with CANN's own message) and leave the rank's function. */
@@ -214,9 +215,9 @@ static int download(void *host, const DevTensor *t, size_t bytes) {
 
 /* ------------------------------------------------------------------------------ the context tensor */
 
-/* CANN's KFC sequence (ABI.md §0): op args → comm engine AIV → alg config → the communicator by its
+/* CANN's KFC sequence (docs/concepts.md): op args → comm engine AIV → alg config → the communicator by its
  * name → op resource context (all-to-all) as kfcContextAddr → check rank → free op args → every
- * rank's window address. Fills `blob` (SPEC §8 layout, little-endian) and the window size. */
+ * rank's window address. Fills `blob` (the Mc2MoeContext layout, little-endian) and the window size. */
 static int build_context(RankJob *job, HcclComm comm, unsigned char *blob, uint64_t *ccl_buffer_size) {
     char name[COMM_NAME_MAX_LENGTH] = {0};
     char alg[] = "AlltoAll=level0:fullmesh;level1:pairwise";
@@ -272,7 +273,7 @@ static void *rank_main(void *arg) {
     const int rank = job->rank;
     const int L = E / W;                      /* no shared-expert ranks: L = E / W */
     const int64_t G = (int64_t)BS * W;        /* global_bs 0 → BS * W */
-    const int64_t A = G * (L < K ? L : K);    /* rows this rank can receive (SPEC §2) */
+    const int64_t A = G * (L < K ? L : K);    /* rows this rank can receive (docs/operators.md) */
     const int64_t assist_len = (int64_t)BS * K > A * 128 ? (int64_t)BS * K : A * 128;
     HcclComm comm = NULL;
     aclrtStream stream = NULL;
@@ -293,7 +294,7 @@ static void *rank_main(void *arg) {
     ACL_CALL(job, aclrtCreateStream(&stream));
     HCCL_CALL(job, HcclCommInitRootInfo((uint32_t)W, &cfg->root, (uint32_t)rank, &comm));
 
-    /* the context tensor: int32 (4100,) over the SPEC §8 struct */
+    /* the context tensor: int32 (4100,) over the 16,400-byte context struct */
     ctx_blob = (unsigned char *)calloc(1, CONTEXT_BYTES);
     if (!ctx_blob || build_context(job, comm, ctx_blob, &ccl_buffer_size) != 0) {
         if (!job->failed) FAIL(job, "out of host memory");
@@ -330,7 +331,7 @@ static void *rank_main(void *arg) {
             FAIL(job, "input tensors: %s", recent_msg());
     }
 
-    /* dispatch outputs, sized as SPEC §2 */
+    /* dispatch outputs, sized as docs/operators.md lists them */
     {
         int64_t ex[2] = {A, H}, a1[1] = {A}, as[1] = {assist_len}, l1[1] = {L}, wl[1] = {(int64_t)W * L},
                 tp[1] = {0};
