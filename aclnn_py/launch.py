@@ -219,7 +219,13 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
     if start_method == "forkserver":
         # The server imports the package once; each rank is then a fork of it (milliseconds instead
         # of a fresh interpreter importing numpy and ml_dtypes). No backend is loaded in the server.
-        ctx.set_forkserver_preload(["aclnn_py", "aclnn_py.hccl", "aclnn_py.launch"])
+        # The server is `python -c ...` started in the working directory, which therefore leads its
+        # sys.path (CPython before 3.13 ignores the sys.path handed to it): in a source checkout of
+        # another copy of this package (an installed package run from its checkout), preloading
+        # would give the ranks that other copy. Each rank then imports the package itself, with
+        # the launcher's sys.path.
+        ctx.set_forkserver_preload([] if _working_directory_shadows_package() else
+                                   ["aclnn_py", "aclnn_py.hccl", "aclnn_py.launch"])
     procs: list[Any] = []
     conns: list[Any] = []
     try:
@@ -239,6 +245,14 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
         _stop(procs)
         for c in conns:
             c.close()
+
+
+def _working_directory_shadows_package() -> bool:
+    """Whether ``import aclnn_py`` in the working directory would find a different package."""
+    from pathlib import Path
+
+    candidate = Path.cwd() / "aclnn_py" / "__init__.py"
+    return candidate.is_file() and candidate.resolve().parent != Path(__file__).resolve().parent
 
 
 class _Supervisor:

@@ -124,6 +124,23 @@ def test_c_client_reports_bad_configuration(c_client: Path, tmp_path: Path) -> N
     assert res.returncode == 2 and "multiple of world_size" in res.stderr
 
 
+def test_c_client_creates_its_output_folder(c_client: Path, tmp_path: Path) -> None:
+    out = tmp_path / "a" / "b"
+    res = subprocess.run([str(c_client), str(out), "2"], capture_output=True, text=True, timeout=60,
+                         env=_cann_env(), check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert (out / "rank1_x_out.npy").is_file()
+
+
+def test_c_client_names_an_output_folder_it_cannot_create(c_client: Path, tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("")
+    res = subprocess.run([str(c_client), str(tmp_path / "file" / "out"), "2"], capture_output=True, text=True,
+                         timeout=60, env=_cann_env(), check=False)
+    assert res.returncode == 2
+    assert f"cannot create the output folder {tmp_path / 'file' / 'out'}" in res.stderr
+    assert "Not a directory" in res.stderr
+
+
 def test_c_client_reports_op_errors(c_client: Path, tmp_path: Path) -> None:
     """H outside [1024, 8192]: phase 1 refuses, and the C program prints CANN's message."""
     res = subprocess.run([str(c_client), str(tmp_path), "2", "4", "512", "2", "4"], capture_output=True,

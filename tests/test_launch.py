@@ -74,6 +74,34 @@ def test_spawn_returns_in_rank_order_with_device_set(acl, start_method):
     assert len({r["root"] for r in res}) == 1
 
 
+LAUNCHER = """
+import aclnn_py
+from aclnn_py.launch import spawn
+
+def where(rank, world_size, root):
+    import aclnn_py
+    return aclnn_py.__file__
+
+if __name__ == "__main__":
+    print(set(spawn(where, 2, timeout=60)) == {aclnn_py.__file__})
+"""
+
+
+def test_spawn_from_a_folder_holding_another_copy_of_the_package(tmp_path):
+    """A launcher whose working directory holds another aclnn_py (an installed package run from its
+    source checkout): the ranks use the launcher's package, not the working directory's."""
+    checkout = tmp_path / "checkout"
+    (checkout / "aclnn_py").mkdir(parents=True)
+    (checkout / "aclnn_py" / "__init__.py").write_text("DECOY = True\n")
+    script = tmp_path / "launcher.py"
+    script.write_text(LAUNCHER)
+    env = dict(os.environ, PYTHONPATH=package_pythonpath(dict(os.environ)))
+    env.pop("PYTHONSAFEPATH", None)  # as a user has it: `python -c` puts the working directory first
+    res = subprocess.run([sys.executable, str(script)], cwd=checkout, env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert res.returncode == 0 and res.stdout.strip() == "True", res.stdout + res.stderr
+
+
 def test_spawn_hccl_world(acl, monkeypatch):
     from aclnn_py import launch
 

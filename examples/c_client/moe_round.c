@@ -2,8 +2,9 @@
  * A plain C99 CANN program: one MoE layer round on W ranks (one pthread per rank, one device each):
  *
  *   HcclGetRootInfo → per rank: HcclCommInitRootInfo → context tensor built through HCCL's KFC calls
- *   (ABI.md §0, SPEC §8) → aclnnMoeDistributeDispatchV5 (two phases) → a deterministic "expert" on
- *   the host → aclnnMoeDistributeCombineV5 (two phases) → results written as .npy files.
+ *   (docs/concepts.md, "Windows, the context tensor") → aclnnMoeDistributeDispatchV5 (two phases)
+ *   → a deterministic "expert" on the host → aclnnMoeDistributeCombineV5 (two phases) → results
+ *   written as .npy files.
  *
  * Nothing here knows about the mock: it includes CANN's header names and links libascendcl.so,
  * libnnopbase.so, libhccl.so and the op library libcust_opapi.so found under $ASCEND_HOME_PATH
@@ -11,6 +12,8 @@
  *
  * usage: moe_round [out_dir] [world_size] [tokens] [hidden] [topk] [experts] [seed]
  * defaults:        .          4            8        1024     4      8         0
+ * out_dir is created (with its parents) if it does not exist; when that fails the program stops
+ * before any CANN call, naming the folder.
  *
  * Files written to out_dir (bf16 arrays are stored as '<u2' bit patterns):
  *   rank<r>_x.npy (BS,H) bf16   rank<r>_expert_ids.npy (BS,K) int32   rank<r>_weights.npy (BS,K) f32
@@ -22,11 +25,13 @@
  * The expert applied to the rows of local expert j on rank r (mirrored by tests/test_examples.py):
  *   y = bf16_rne( f32(x) * (1 + 0.25*j) + 0.125*r )   -- a float32 multiply, then a float32 add
  */
+#include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "acl/acl_rt.h"
 #include "aclnn/aclnn_base.h"
@@ -52,7 +57,7 @@ typedef struct {
 } RankJob;
 
 #define MAX_EP_RANKS 1024
-#define CONTEXT_BYTES (4 + 4 + 8 + 8 * MAX_EP_RANKS + 8 * MAX_EP_RANKS) /* 16400, SPEC §8 */
+#define CONTEXT_BYTES (4 + 4 + 8 + 8 * MAX_EP_RANKS + 8 * MAX_EP_RANKS) /* 16400 bytes */
 #define CONTEXT_INT32 (CONTEXT_BYTES / 4)                                 /* 4100 */
 
 /* Report the first failure of a rank (with CANN's own message) and leave the rank's function. */
@@ -110,6 +115,35 @@ static uint64_t splitmix64(uint64_t *s) {
 }
 
 static float uniform01(uint64_t *s) { return (float)(splitmix64(s) >> 40) / (float)(1u << 24); }
+
+/* ------------------------------------------------------------------------------ output folder */
+
+/* Create `dir` and its missing parents (mkdir -p). Returns 0 when `dir` is a directory afterwards;
+ * otherwise -1 with errno set and `failed` naming the path that could not be created. */
+static int make_dirs(const char *dir, char *failed, size_t failed_size) {
+    char path[1024];
+    struct stat st;
+    size_t i, n = strlen(dir);
+    if (n == 0 || n >= sizeof path) {
+        errno = n == 0 ? ENOENT : ENAMETOOLONG;
+        snprintf(failed, failed_size, "%s", dir);
+        return -1;
+    }
+    memcpy(path, dir, n + 1);
+    for (i = 1; i <= n; ++i) {
+        if (path[i] != '/' && path[i] != '\0') continue;
+        path[i] = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            snprintf(failed, failed_size, "%s", path);
+            return -1;
+        }
+        if (i < n) path[i] = '/';
+    }
+    if (stat(dir, &st) == 0 && S_ISDIR(st.st_mode)) return 0;
+    if (errno == 0 || errno == EEXIST) errno = ENOTDIR; /* it exists, as something else than a folder */
+    snprintf(failed, failed_size, "%s", dir);
+    return -1;
+}
 
 /* ------------------------------------------------------------------------------ .npy writer */
 
@@ -181,9 +215,9 @@ static int download(void *host, const DevTensor *t, size_t bytes) {
 
 /* ------------------------------------------------------------------------------ the context tensor */
 
-/* CANN's KFC sequence (ABI.md §0): op args → comm engine AIV → alg config → the communicator by its
+/* CANN's KFC sequence (docs/concepts.md): op args → comm engine AIV → alg config → the communicator by its
  * name → op resource context (all-to-all) as kfcContextAddr → check rank → free op args → every
- * rank's window address. Fills `blob` (SPEC §8 layout, little-endian) and the window size. */
+ * rank's window address. Fills `blob` (the Mc2MoeContext layout, little-endian) and the window size. */
 static int build_context(RankJob *job, HcclComm comm, unsigned char *blob, uint64_t *ccl_buffer_size) {
     char name[COMM_NAME_MAX_LENGTH] = {0};
     char alg[] = "AlltoAll=level0:fullmesh;level1:pairwise";
@@ -239,7 +273,7 @@ static void *rank_main(void *arg) {
     const int rank = job->rank;
     const int L = E / W;                      /* no shared-expert ranks: L = E / W */
     const int64_t G = (int64_t)BS * W;        /* global_bs 0 → BS * W */
-    const int64_t A = G * (L < K ? L : K);    /* rows this rank can receive (SPEC §2) */
+    const int64_t A = G * (L < K ? L : K);    /* rows this rank can receive (docs/operators.md) */
     const int64_t assist_len = (int64_t)BS * K > A * 128 ? (int64_t)BS * K : A * 128;
     HcclComm comm = NULL;
     aclrtStream stream = NULL;
@@ -260,7 +294,7 @@ static void *rank_main(void *arg) {
     ACL_CALL(job, aclrtCreateStream(&stream));
     HCCL_CALL(job, HcclCommInitRootInfo((uint32_t)W, &cfg->root, (uint32_t)rank, &comm));
 
-    /* the context tensor: int32 (4100,) over the SPEC §8 struct */
+    /* the context tensor: int32 (4100,) over the 16,400-byte context struct */
     ctx_blob = (unsigned char *)calloc(1, CONTEXT_BYTES);
     if (!ctx_blob || build_context(job, comm, ctx_blob, &ccl_buffer_size) != 0) {
         if (!job->failed) FAIL(job, "out of host memory");
@@ -297,7 +331,7 @@ static void *rank_main(void *arg) {
             FAIL(job, "input tensors: %s", recent_msg());
     }
 
-    /* dispatch outputs, sized as SPEC §2 */
+    /* dispatch outputs, sized as docs/operators.md lists them */
     {
         int64_t ex[2] = {A, H}, a1[1] = {A}, as[1] = {assist_len}, l1[1] = {L}, wl[1] = {(int64_t)W * L},
                 tp[1] = {0};
@@ -432,6 +466,13 @@ int main(int argc, char **argv) {
         cfg.experts % cfg.world_size || cfg.topk < 1 || cfg.topk > cfg.experts || cfg.tokens < 1 || cfg.hidden < 1) {
         fprintf(stderr, "bad configuration (experts must be a multiple of world_size, topk <= experts)\n");
         return 2;
+    }
+    {
+        char failed[1024];
+        if (make_dirs(cfg.out_dir, failed, sizeof failed) != 0) {
+            fprintf(stderr, "cannot create the output folder %s (at %s: %s)\n", cfg.out_dir, failed, strerror(errno));
+            return 2;
+        }
     }
 
     if (aclInit(NULL) != ACL_SUCCESS || aclnnInit(NULL) != 0) {
