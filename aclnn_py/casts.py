@@ -21,7 +21,7 @@ bits, subnormals, no infinity, NaN = ``S.1111.111`` (0x7F / 0xFF), max 448.
 subnormal (``m/4``: 0, 0.25, 0.5, 0.75), field 1 is ``1 + m/4`` (1, 1.25, 1.5, 1.75); max 1.75.  It is
 not an OCP format; the definition is CANN's own ``op::Float4E1M2`` (``include/nnopbase/opdev/
 float4_e1m2.h`` in the ``cann/opbase`` repository on gitcode: "Bias: 1, max normal 1.75 (0x7),
-min positive denorm 0.25 (0x1), no NaN, no infinity"), and it agrees with SPEC §4.6 step 2
+min positive denorm 0.25 (0x1), no NaN, no infinity"), and it agrees with the MX scale rule of docs/operators.md
 (``emax = 0`` for e1m2, ``emax = 2`` for e2m1).
 
 ``float8_e8m0`` (OCP MX scale, ``E8M0``): an unsigned biased exponent, value ``2^(c - 127)``,
@@ -55,16 +55,16 @@ Rounding
 * fp8 / fp4: round to nearest, ties to even, computed exactly (float64 scaling by powers of two and
   ``np.rint``) as if the exponent range were unbounded below the largest binade; subnormals follow
   IEEE 754 (gradual underflow), the sign of a value that rounds to zero is kept (``-0`` = 0x80 / 0x8).
-* ``saturate=True`` ("cast_fp8_sat_rint", SPEC §4.6 modes 4/5): any value — including ±inf — whose
+* ``saturate=True`` ("cast_fp8_sat_rint", quant modes 4/5): any value — including ±inf — whose
   rounded magnitude exceeds the format's max becomes ±max; NaN stays NaN (fp8).
-* ``saturate=False`` ("fp8_rint without saturation", SPEC §4.6 mode 3; the IEEE behaviour, which is
+* ``saturate=False`` ("fp8_rint without saturation", quant mode 3; the IEEE behaviour, which is
   what ml_dtypes implements): a rounded magnitude above max overflows to **NaN** for e4m3fn (it has
   no infinity: 464 → 448 by ties-to-even, anything above 464 → NaN; ±inf → NaN) and to **±inf** for
   e5m2 (≥ 61440 → inf).
 * NaN inputs: e4m3fn → ``0x7F | sign``; e5m2 → ``0x7E | sign`` (the quiet NaN ml_dtypes produces);
   fp4 (no NaN) → ``0x0`` (+0, the value CANN's ``Float4E2M1::quiet_NaN()`` documents).
 * HiF8 encodes with the paper's **TA** rounding (ties away from zero on the HiF8 grid of the value's
-  binade — CANN's ``RoundMode::CAST_ROUND``; SPEC §4.6 mode 1 "cast with ROUND"): magnitudes at or
+  binade — CANN's ``RoundMode::CAST_ROUND``; quant mode 1 "cast with ROUND"): magnitudes at or
   above the midpoint ``1.25 × 2^15 = 40960`` round to the infinity code unless ``saturate`` (then
   ``0x6E`` = 32768); magnitudes below ``2^-23`` round to 0, ``[2^-23, 2^-22)`` to ``2^-22``.  −0 and
   anything rounding to zero give 0x00; NaN → 0x80; ±inf → 0x6F / 0xEF (or ±32768 when saturating).
@@ -131,7 +131,7 @@ class MiniFloat:
     nan_code: int | None
     """Code of the canonical (positive) NaN the encoder emits, or None (no NaN)."""
     emax: int
-    """Unbiased exponent of the largest binade (SPEC §4.6 step 2)."""
+    """Unbiased exponent of the largest binade (the MX scale rule of docs/operators.md)."""
 
     @property
     def bits(self) -> int:
@@ -340,8 +340,8 @@ def float32_exponent_field(x: np.ndarray) -> np.ndarray:
     """The biased 8-bit exponent field of float32 values (0 for zero/subnormals, 255 for inf/NaN).
 
     For bf16 inputs this equals the bf16 exponent field; for fp16 inputs it is the exponent field of
-    the fp16 value truncated to bf16 (truncation keeps the exponent), as SPEC §4.6 mode 4 step 1
-    prescribes."""
+    the fp16 value truncated to bf16 (truncation keeps the exponent), as quant mode 4's first step
+    prescribes (docs/operators.md)."""
     b = np.ascontiguousarray(np.asarray(x, dtype=F32)).view(np.uint32)
     result: np.ndarray = ((b >> np.uint32(23)) & np.uint32(0xFF)).astype(np.int64)
     return result

@@ -87,11 +87,16 @@ def rank_main(rank: int, world_size: int, root: bytes) -> None:
 def test_a_users_type_checker_catches_mistakes(acl: Any, tmp_path: Path) -> None:
     script = tmp_path / "user.py"
     script.write_text(textwrap.dedent(USER_SCRIPT))
-    where = str(Path(acl.__file__).resolve().parents[1])
-    env = {**os.environ, "MYPYPATH": where}
+    where = Path(acl.__file__).resolve().parents[1]
+    env = dict(os.environ)
+    # mypy finds an installed package (it ships py.typed) by itself and refuses site-packages on MYPYPATH;
+    # only a source tree needs pointing at.
+    if where.name not in ("site-packages", "dist-packages"):
+        env["MYPYPATH"] = str(where)
     r = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"),
                         "--follow-imports=silent", str(script)], capture_output=True, text=True, env=env,
                        timeout=600, cwd=tmp_path)
+    assert "error:" in r.stdout, f"mypy did not check the script:\n{r.stdout}\n{r.stderr}"
     lines = {int(line.split(":")[1]) for line in r.stdout.splitlines() if ": error:" in line}
     marked = {i + 1 for i, text in enumerate(textwrap.dedent(USER_SCRIPT).splitlines()) if "# E" in text}
     assert marked <= lines, f"mypy missed lines {sorted(marked - lines)}:\n{r.stdout}"

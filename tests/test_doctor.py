@@ -9,6 +9,7 @@ import platform
 
 from root_copies import DISPATCH_HEADER, OP_INCLUDE, copy_mock_root, group_string_dispatch, run_cli
 
+from aclnn_py import __version__
 from aclnn_py.doctor import cann_version
 
 DISPATCH_WS = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
@@ -54,7 +55,7 @@ def test_doctor_on_the_mock():
     assert r.returncode == 0, r.stdout + r.stderr
     lines = r.stdout.splitlines()
     field = {line[:10].strip(): line[11:] for line in lines if line[:1].strip() and len(line) > 11}
-    assert field["aclnn_py"].startswith("0.1.0 imported from ")
+    assert field["aclnn_py"].startswith(f"{__version__} imported from ")
     assert field["compiled"].startswith("_aclnn: ") and "_aclnn" in field["compiled"]
     assert field["backend"].startswith("mock (the package's mock root")
     assert field["CANN"].startswith("8.5.0 (aclnn-py-mock-cann, from ")

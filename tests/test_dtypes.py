@@ -1,4 +1,4 @@
-"""aclDataType ↔ numpy / ml_dtypes, and 4-bit packing (ABI.md §1.1)."""
+"""aclDataType ↔ numpy / ml_dtypes, and 4-bit packing."""
 
 from __future__ import annotations
 

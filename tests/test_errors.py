@@ -1,4 +1,4 @@
-"""Status codes → typed exceptions (DESIGN.md §3.5)."""
+"""Status codes → typed exceptions."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""Fuzzing the C ABI of both MoE ops through the raw cffi layer (issue 8 §1, docs/reliability.md).
+"""Fuzzing the C ABI of both MoE ops through the raw cffi layer (docs/reliability.md).
 
 A real 2-rank world (communicators formed by :func:`aclnn_py.launch.run_threads`, one context
 tensor per rank from :func:`aclnn_py.hccl.build_context`) stays up for the module. Each example
-draws one op (dispatch or combine), a configuration that is valid by SPEC §3/§5, and up to four
+draws one op (dispatch or combine), a configuration that is valid by the constraints of docs/operators.md, and up to four
 mutations — NULL arguments, dtypes, formats, shapes, strides, view offsets, attributes, comm_alg
 strings, window sizes, bad data addresses (host memory, freed memory, past the end of a block),
 destroyed tensors — applied to both ranks or to one. Both ranks run phase 1 from this thread
@@ -42,7 +42,7 @@ W = 2
 SLOT_BYTES = 1 << 20          # one device buffer per tensor argument and rank
 HCCL_BUFFSIZE_MIB = 4         # windows of 8 MiB: large enough for every base config, small enough to refuse some
 
-# aclDataType values (ABI.md §1.1) plus two that do not exist
+# aclDataType values (CANN's aclDataType enum) plus two that do not exist
 DTYPES = [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11, 12, 13, 16, 17, 27, 29, 30, 33, 34, 35, 36, 37, 38, 39, 40, 41, -1,
           5, 99]
 FORMATS = [-1, 0, 1, 2, 3, 4, 12, 16, 27, 29, 30, 32, 35, 47, 50, 54, 7, 1000]
@@ -233,7 +233,7 @@ def _base(d: st.DataObject, op: str) -> tuple[dict[str, Spec | None], dict[str, 
 
 def _specs_for_rank(op: str, specs: dict[str, Spec | None], attrs: dict[str, Any], data: dict[str, Any],
                     rank: int) -> dict[str, Spec | None]:
-    """Copy of the shared specs with the rank-dependent output sizes (SPEC §2) filled in."""
+    """Copy of the shared specs with the rank-dependent output sizes (docs/operators.md, outputs) filled in."""
     sh = data["shape"]
     out = {k: (None if v is None else Spec(list(v.shape), v.dtype, v.strides, v.offset, v.fmt, v.data, v.state))
            for k, v in specs.items()}

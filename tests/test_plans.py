@@ -1,4 +1,4 @@
-"""Plans (repeatable executors, issue 7): identical bytes to the per-call path over seeded
+"""Plans (repeatable executors): identical bytes to the per-call path over seeded
 configurations, after rebinding to new input and output buffers and with host arrays; changing what
 a plan fixed is refused with a clear message."""
 

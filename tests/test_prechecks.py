@@ -1,5 +1,5 @@
-"""Python pre-checks (aclnn_py/ops/_checks.py) raise exactly what the C side returns: for each rule of
-SPEC §3.2 / §9.3 broken alone, the message with precheck=True equals the mock's own message
+"""Python pre-checks (aclnn_py/ops/prechecks.py) raise exactly what the C side returns: for each rule of
+the attribute, size and window rules (docs/operators.md) broken alone, the message with precheck=True equals the mock's own message
 (precheck=False), class and code included."""
 
 from __future__ import annotations

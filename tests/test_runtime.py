@@ -1,4 +1,4 @@
-"""Device, Stream, Event and DeviceMemory objects, and typed errors (DESIGN.md §3.5, §4)."""
+"""Device, Stream, Event and DeviceMemory objects, and typed errors."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The runtime and aclnn-meta C API through the raw cffi layer (aclnn_py._aclnn bound to the mock):
-each behaviour of issue 2 item 5 and its error codes."""
+the documented behaviour of every call and its error codes."""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import math
 
+from .profiles import profile_of
+
 MIB = 1 << 20
 #: per token: a 32-byte scale slot and three int32 index entries beside the row
 TOKEN_EXTRA_BYTES = 44
@@ -56,6 +58,24 @@ def window_need(world_size: int, local_experts: int, max_bs: int, hidden: int, t
     td, tc = token_slots(hidden, fullmesh_v2)
     return 2 * (max_bs * td * world_size * local_experts + max_bs * tc * (topk + shared)) + \
         world_size * bytes_per_rank
+
+
+def window_requirement(world_size: int, max_bs: int, hidden: int, moe_expert_num: int, topk: int,
+                       shared_expert_num: int = 0, shared_expert_rank_num: int = 0, comm_alg: str = "",
+                       soc: str = "Ascend910_93") -> tuple[int, str]:
+    """Bytes a dispatch/combine pair needs in each rank's window on SoC `soc` (the kernel's window
+    check, docs/operators.md "The window check"), and the arithmetic spelled out:
+    ``2*(maxBs*Td*W*L + maxBs*Tc*(K+S)) (+ W*1024 on the 950) + 1 MiB``."""
+    local = moe_local_experts(world_size, moe_expert_num, shared_expert_rank_num)
+    shared = normalized_shared(shared_expert_num, shared_expert_rank_num)
+    per_rank = profile_of(soc).window_bytes_per_rank
+    td, tc = token_slots(hidden, comm_alg == "fullmesh_v2")
+    need = window_need(world_size, local, max_bs, hidden, topk, shared, comm_alg == "fullmesh_v2", per_rank) + MIB
+    extra = world_size * per_rank
+    how = (f"2*(maxBs*Td*W*L + maxBs*Tc*(K+S)){' + W*' + str(per_rank) if per_rank else ''} + 1 MiB = "
+           f"2*({max_bs}*{td}*{world_size}*{local} + {max_bs}*{tc}*({topk}+{shared}))"
+           f"{f' + {extra}' if extra else ''} + {MIB} = {need} bytes")
+    return need, how
 
 
 def ccl_buffer_size_mb(world_size: int, num_max_dispatch_tokens_per_rank: int, hidden: int, num_moe_expert: int,

@@ -1,6 +1,6 @@
 /*
  * aclnn-py: base types, enums and status codes of the ACL runtime (subset of CANN's acl_base.h /
- * acl_base_rt.h). Names and values follow CANN (see ../shared/ABI.md §1, §2); written for this project.
+ * acl_base_rt.h). Names and values follow CANN ; written for this project.
  * Plain C99, usable from C++.
  */
 #ifndef ACLNN_PY_ACL_BASE_H

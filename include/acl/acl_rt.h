@@ -1,6 +1,6 @@
 /*
  * aclnn-py: ACL runtime calls bound by aclnn-py (subset of CANN's acl_rt.h / acl.h): init, devices,
- * streams, events, memory. Prototypes follow CANN (../shared/ABI.md §3.1).
+ * streams, events, memory. Prototypes follow CANN.
  */
 #ifndef ACLNN_PY_ACL_RT_H
 #define ACLNN_PY_ACL_RT_H

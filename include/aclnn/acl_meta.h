@@ -1,7 +1,6 @@
 /*
  * aclnn-py: aclnn meta API (subset of CANN's aclnn/acl_meta.h): tensor descriptors and executor
- * control. CANN's own header is C++-only; this one is plain C99 and C++ compatible with the same ABI
- * (../shared/ABI.md §2.3, §3.2, §4).
+ * control. CANN's own header is C++-only; this one is plain C99 and C++ compatible with the same ABI.
  */
 #ifndef ACLNN_PY_ACL_META_H
 #define ACLNN_PY_ACL_META_H

@@ -1,5 +1,5 @@
 /*
- * aclnn-py: MoE expert-parallel combine, context + cclBufferSize form (../shared/SPEC.md §1.2).
+ * aclnn-py: MoE expert-parallel combine, context + cclBufferSize form (docs/operators.md).
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V5_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V5_H

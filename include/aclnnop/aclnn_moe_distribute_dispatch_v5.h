@@ -1,6 +1,6 @@
 /*
- * aclnn-py: MoE expert-parallel dispatch, context + cclBufferSize form (../shared/SPEC.md §1.1).
- * Phase 1 validates (SPEC §3), sizes the workspace and creates the executor; phase 2 launches on a
+ * aclnn-py: MoE expert-parallel dispatch, context + cclBufferSize form (docs/operators.md).
+ * Phase 1 validates (docs/operators.md, constraints), sizes the workspace and creates the executor; phase 2 launches on a
  * stream. A normal executor is consumed by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_V5_H

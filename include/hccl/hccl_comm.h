@@ -1,5 +1,5 @@
 /*
- * aclnn-py: HCCL communicator management (subset of CANN's hccl_comm.h / hccl.h; ../shared/ABI.md §3.3).
+ * aclnn-py: HCCL communicator management (subset of CANN's hccl_comm.h / hccl.h).
  * On CANN >= 8.5 these live in libhcomm.so, before that in libhccl.so.
  */
 #ifndef ACLNN_PY_HCCL_COMM_H

@@ -1,6 +1,6 @@
 /*
  * aclnn-py: HCCL window and op-resource-context calls used to build the MoE context tensor
- * (../shared/ABI.md §0, ../shared/SPEC.md §8).
+ * (docs/concepts.md, windows and the context tensor).
  */
 #ifndef ACLNN_PY_HCCL_KFC_H
 #define ACLNN_PY_HCCL_KFC_H

@@ -1,5 +1,5 @@
 /*
- * aclnn-py: HCCL types and result codes (subset of CANN's hccl_types.h; ../shared/ABI.md §2.4, §3.3).
+ * aclnn-py: HCCL types and result codes (subset of CANN's hccl_types.h).
  */
 #ifndef ACLNN_PY_HCCL_TYPES_H
 #define ACLNN_PY_HCCL_TYPES_H
