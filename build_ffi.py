@@ -73,6 +73,10 @@ void aclnnpy_dlpack_deleter(void *managed);
 void aclnnpy_dlpack_deleter_versioned(void *managed);
 void aclnnpy_dlpack_capsule_destructor(void *capsule);
 const char *aclnnpy_prototypes(void);
+aclnnStatus aclnnpy_plan_launch(void *launch, aclOpExecutor *executor, int n_in, aclTensor **in_desc,
+                                const uintptr_t *in_want, uintptr_t *in_bound, int n_out, aclTensor **out_desc,
+                                const uintptr_t *out_want, uintptr_t *out_bound, void *workspace,
+                                uint64_t workspace_size, aclrtStream stream, int *failed, int *failed_index);
 """
     )
 
@@ -121,6 +125,7 @@ const char *aclnnpy_prototypes(void);
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
     src.append((Path(__file__).resolve().parent / "build_ffi_dlpack.c").read_text())
+    src.append((Path(__file__).resolve().parent / "build_ffi_plan.c").read_text())
     # The prototypes this module was generated from, for the ABI guard (aclnn_py/_abi.py).
     src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")
     return "\n".join(cdef), "\n".join(src)

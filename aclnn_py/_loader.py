@@ -173,6 +173,12 @@ class Backend:
     def is_mock(self) -> bool:
         return self.kind == "mock"
 
+    def function_pointer(self, name: str) -> Any:
+        """``void *`` to the C function `name`, for the extension's own helpers that call it (the
+        trampoline's address: a symbol the library lacks still fails with its status)."""
+        raw = self.lib._raw if isinstance(self.lib, _Lib) else self.lib
+        return self.ffi.cast("void *", self.ffi.addressof(raw, name))
+
     def __repr__(self) -> str:
         present = sum(1 for where in self.symbols.values() if where)
         return f"Backend({self.kind!r}, root={str(self.root)!r}, {present}/{len(self.symbols)} symbols bound)"

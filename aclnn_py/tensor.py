@@ -62,7 +62,7 @@ class Tensor:
     """A typed view of device memory."""
 
     __slots__ = ("_ptr", "shape", "dtype", "strides", "offset", "device", "_mem", "_owner", "_desc", "_writer",
-                 "_open", "__weakref__")
+                 "_open", "_contiguous", "_offset_nbytes", "__weakref__")
 
     def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
                  offset: int = 0, owner: object = None, device: int | None = None):
@@ -75,6 +75,9 @@ class Tensor:
             raise ValueError(f"strides {self.strides} do not match shape {self.shape}")
         self.offset = int(offset)
         self.device = device
+        # a Tensor's layout never changes, and the operator paths ask for these on every call
+        self._contiguous = self.strides == contiguous_strides(self.shape)
+        self._offset_nbytes = (self.offset * self.dtype.bits) // 8
         self._mem: DeviceMemory | None = None
         self._owner: object = _claim(owner)
         self._desc: Any = None
@@ -199,12 +202,14 @@ class Tensor:
 
     @property
     def is_contiguous(self) -> bool:
-        return self.strides == contiguous_strides(self.shape)
+        return self._contiguous
 
     @property
     def data_ptr(self) -> int:
         """Address of element 0 (storage base + offset)."""
-        return self.ptr + self._offset_bytes()
+        if not self._open:
+            raise ClosedError(self._label(), "use its address")
+        return self._ptr + self._offset_nbytes
 
     @property
     def writer(self) -> Stream | None:
@@ -212,7 +217,7 @@ class Tensor:
         return self._writer
 
     def _offset_bytes(self) -> int:
-        return (self.offset * self.dtype.bits) // 8
+        return self._offset_nbytes
 
     def _extent_bytes(self) -> int:
         """Bytes from the storage base to one past the last reachable element."""

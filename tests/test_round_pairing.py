@@ -280,27 +280,34 @@ def _threads_body(rank, world_size, root, seed, shared_routing, quant):
         s = dev.create_stream()
         turns = _Turns(_schedule(seed, rank))
 
-        def launch_and_sync(fn):
+        def launch_and_sync(fn, read):
+            """Launch, synchronise and read the results back, all within the caller's turn: a read
+            waits for the stream, and outside the turn it could wait for (and be handed the failure
+            of) another thread's call."""
             out = fn()    # phase 1 and the launch; a failing kernel shows at the synchronisation
             try:
                 buf.synchronize(s)
-                return out, None
+                err = None
             except AclError as e:
-                return out, (e.code, e.message)
+                err = (e.code, e.message)
+            return out, err, read(out, err)
 
         def round_of(t, i):
             x, ids, w = _round_inputs(seed, t, i, rank, shared_routing)
-            d, err_d = turns.run((t, "D", i), lambda: launch_and_sync(
-                lambda: buf.low_latency_dispatch(x, ids, E, quant_mode=quant, stream=s)))
+            d, err_d, (ex_rows, ds, counts) = turns.run((t, "D", i), lambda: launch_and_sync(
+                lambda: buf.low_latency_dispatch(x, ids, E, quant_mode=quant, stream=s),
+                lambda d, _: (d.expand_x.numpy(), d.dynamic_scales.numpy() if quant == 2 else None,
+                              d.ep_recv_counts.numpy())))
             # after a failed dispatch its outputs hold whatever the allocation held; the combine still
             # runs, so that every rank makes the same number of collective calls
-            y = _expert(d.expand_x.numpy(), d.dynamic_scales.numpy() if quant == 2 else None,
-                        d.ep_recv_counts.numpy())
+            y = _expert(ex_rows, ds, counts)
             ex = np.zeros((d.expand_x.shape[0], H), bfloat16)
             ex[:y.shape[0]] = y
-            x_out, err_c = turns.run((t, "C", i), lambda: launch_and_sync(lambda: buf.low_latency_combine(
-                ex, ids, w, d.assist_info_for_combine, d.ep_recv_counts, num_experts=E, stream=s)))
-            results[(t, i)] = (err_d, err_c, x_out.numpy() if err_c is None else None)
+            _, err_c, x_out = turns.run((t, "C", i), lambda: launch_and_sync(
+                lambda: buf.low_latency_combine(ex, ids, w, d.assist_info_for_combine, d.ep_recv_counts,
+                                                num_experts=E, stream=s),
+                lambda out, err: out.numpy() if err is None else None))
+            results[(t, i)] = (err_d, err_c, x_out)
 
         def worker(t):
             try:

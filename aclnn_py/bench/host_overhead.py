@@ -4,8 +4,9 @@ the task does nothing). Seven paths per op, measured in the same process on the 
 attributes and stream, their batches interleaved so that drift of a shared machine hits all alike:
 
 * ``ctypes`` — a plain ctypes binding (descriptors created per call, as ctypes users do);
-* ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with
-  caller-provided outputs (cached descriptors, phase 1 every call);
+* ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with one
+  MoeConfig made once (as MoeDistributeBuffer passes it) and caller-provided outputs (cached
+  descriptors, phase 1 every call);
 * ``c_per_call`` — the C floor of that: phase 1 + phase 2 in a C loop, descriptors made once;
 * ``plan`` — a :class:`~aclnn_py.ops.DispatchPlan` / ``CombinePlan`` called with new activations each
   step (two input sets alternate, so every call rebinds the plan's activation inputs);
@@ -20,6 +21,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -95,6 +97,13 @@ class _Setup:
     workspace: Any         # for the ctypes and C per-call loops
     closing: list[Any] = field(default_factory=list)
 
+    @cached_property
+    def config(self) -> Any:
+        """The attributes as one MoeConfig, made once (as MoeDistributeBuffer does)."""
+        from aclnn_py.ops import MoeConfig
+
+        return MoeConfig(**self.attrs)
+
     @property
     def int_attrs(self) -> list[int]:
         a = self.attrs
@@ -143,7 +152,7 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     sh, ws = s.stream.handle, s.workspace.ptr
     return {
         "ctypes": _py(lambda: s.ctypes.dispatch([s.ctx, x, ids] + [None] * 5, list(s.d), attrs, b"", tail, sh, ws)),
-        "per_call": _py(lambda: moe_distribute_dispatch(s.ctx, x, ids, stream=s.stream, outputs=s.d, **s.attrs)),
+        "per_call": _py(lambda: moe_distribute_dispatch(s.ctx, x, ids, stream=s.stream, outputs=s.d, config=s.config)),
         "c_per_call": lambda n: s.floor.dispatch_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
         "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
         "c_plan": c_plan,
@@ -173,7 +182,7 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
     return {
         "ctypes": _py(lambda: s.ctypes.combine(ins, [s.c_out], attrs, b"", tail, sh, ws)),
         "per_call": _py(lambda: moe_distribute_combine(s.ctx, y, ids, assist, counts, stream=s.stream, x_out=s.c_out,
-                                                       **s.attrs)),
+                                                       config=s.config)),
         "c_per_call": lambda n: s.floor.combine_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
         "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
         "c_plan": c_plan,

@@ -73,7 +73,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 
 HOST_ROWS = (
     ("ctypes baseline (descriptors made per call)", "ctypes"),
-    ("aclnn-py per call (caller's outputs)", "per_call"),
+    ("aclnn-py per call (one MoeConfig, caller's outputs)", "per_call"),
     ("C floor per call (phase 1 + 2, descriptors made once)", "c_per_call"),
     ("aclnn-py plan, new inputs each call", "plan"),
     ("C floor plan (`aclSetInputTensorAddr` + launch)", "c_plan"),

@@ -7,6 +7,7 @@ stream passes it, and every output remembers the stream as its writer (``Tensor.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -33,15 +34,25 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
     then the stream-ordered hold of every tensor it uses and the outputs' writer."""
     ws = ordered.workspace(stream, workspace_size) if workspace is None else workspace
     ret = fn(initialized().ffi.cast("void *", ws), workspace_size, executor, stream._cdata)
-    check_aclnn(ret, name)
-    ordered.hold(stream, [t._anchor() for t in inputs if t is not None] + [t._anchor() for t in outputs])
+    if ret:
+        check_aclnn(ret, name)
+    # what keeps each tensor's memory valid (Tensor._anchor, inlined: this runs on every call)
+    held = [t._mem if t._mem is not None else t._owner for t in inputs if t is not None]
     for t in outputs:
+        held.append(t._mem if t._mem is not None else t._owner)
         t._writer = stream
+    ordered.hold(stream, held)
+
+
+_cells = threading.local()
 
 
 def executor_cells() -> tuple[Any, Any]:
     """Per-thread (uint64_t *workspaceSize, aclOpExecutor **executor) cells reused by phase 1."""
-    return out_cell("uint64_t *"), out_cell("aclOpExecutor **")
+    pair: tuple[Any, Any] | None = getattr(_cells, "pair", None)
+    if pair is None:
+        pair = _cells.pair = (out_cell("uint64_t *"), out_cell("aclOpExecutor **"))
+    return pair
 
 
 class Prepared(Resource):
@@ -122,6 +133,8 @@ def private_views(tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
 
 
 _UNSET = object()  # a plan slot whose next value must be checked again
+#: the call aclnnpy_plan_launch reports as failed, when it is not the launch
+_PLAN_STEPS = {1: "aclSetInputTensorAddr", 2: "aclSetOutputTensorAddr"}
 
 
 class Plan(Resource):
@@ -141,17 +154,30 @@ class Plan(Resource):
         self._prep = prepared
         self._own_in: list[Tensor | None] = list(prepared.inputs)
         self._own_out: list[Tensor] = list(prepared.outputs)
-        self._bound_in = [t.data_ptr if t is not None else 0 for t in self._own_in]
-        self._bound_out = [t.data_ptr for t in self._own_out]
         self._ws = DeviceMemory(prepared.workspace_size) if prepared.workspace_size else None
         b = initialized()
-        self._lib = b.lib
-        self._ffi = b.ffi
-        self._launch = getattr(b.lib, prepared._launch_name)
-        self._ws_ptr = b.ffi.cast("void *", self._ws.ptr if self._ws is not None else 0)
+        ffi = self._ffi = b.ffi
+        # what aclnnpy_plan_launch reads: per slot the descriptor, the address this step wants and the
+        # address the executor holds (absent slots: NULL and 0, never moved)
+        self._in_desc = ffi.new("aclTensor *[]", [ffi.NULL if t is None else t.descriptor() for t in self._own_in])
+        self._out_desc = ffi.new("aclTensor *[]", [t.descriptor() for t in self._own_out])
+        self._want_in = ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_in])
+        self._bound_in = ffi.new("uintptr_t[]", list(self._want_in))
+        self._want_out = ffi.new("uintptr_t[]", [t.data_ptr for t in self._own_out])
+        self._bound_out = ffi.new("uintptr_t[]", list(self._want_out))
+        self._n_in, self._n_out = len(self._own_in), len(self._own_out)
+        self._failed = ffi.new("int[2]")
+        self._plan_launch = b.lib.aclnnpy_plan_launch
+        self._launch_fn = b.function_pointer(prepared._launch_name)
+        self._ws_ptr = ffi.cast("void *", self._ws.ptr if self._ws is not None else 0)
         self._ws_size = prepared.workspace_size
         self._executor = prepared._executor
         self._op = prepared._launch_name
+        self._failed_index = self._failed + 1
+        # aclnnpy_plan_launch's arguments before the stream, the same on every call
+        self._launch_args = (self._launch_fn, self._executor, self._n_in, self._in_desc, self._want_in,
+                             self._bound_in, self._n_out, self._out_desc, self._want_out, self._bound_out,
+                             self._ws_ptr, self._ws_size)
         # what each slot was given last call; a present input starts unset so that None is refused
         self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
         self._last_out: list[object] = [None] * len(self._own_out)
@@ -184,9 +210,17 @@ class Plan(Resource):
         return arr
 
     def _set(self, index: int, value: object, stream: Stream, output: bool) -> None:
-        last = self._last_out if output else self._last_in
+        """Check this step's `value` for slot `index` and record the address the launch must bind."""
         own = (self._own_out if output else self._own_in)[index]
-        bound = self._bound_out if output else self._bound_in
+        want = self._want_out if output else self._want_in
+        last = self._last_out if output else self._last_in
+        if value.__class__ is Tensor and own is not None:
+            # the steady state of a serving loop: another device Tensor of the plan's layout
+            t: Tensor = value  # type: ignore[assignment]
+            if t._open and t._contiguous and t.shape == own.shape and t.dtype is own.dtype:
+                want[index] = t._ptr + t._offset_nbytes
+                last[index] = value
+                return
         name = (self.output_names if output else self.input_names)[index]
         if own is None:
             if value is not None:
@@ -207,11 +241,7 @@ class Plan(Resource):
             own.copy_from(self._host_value(own, name, value), stream)
             target = own.data_ptr
             remember = _UNSET  # host arrays are copied on every call
-        if target != bound[index]:
-            api = "aclSetOutputTensorAddr" if output else "aclSetInputTensorAddr"
-            ret = getattr(self._lib, api)(self._executor, index, own.descriptor(), self._ffi.cast("void *", target))
-            check_aclnn(ret, api)
-            bound[index] = target
+        want[index] = target
         last[index] = remember
 
     def _run(self, in_slots: tuple[int, ...], in_values: tuple[object, ...], out_values: Sequence[object] | None,
@@ -223,10 +253,21 @@ class Plan(Resource):
         if self._stale is not None:
             raise self._refuse(self._stale)
         s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
-        last = self._last_in
+        last, want, own_in = self._last_in, self._want_in, self._own_in
         for i, v in zip(in_slots, in_values):
-            if v is not last[i]:  # unchanged slots cost one identity test, no call
-                self._set(i, v, s, False)
+            if v is last[i]:  # an unchanged slot costs an identity test and, for a Tensor, an open test
+                if v is not None and not v._open:  # type: ignore[attr-defined]
+                    raise ClosedError(v._label(), "pass it to an operator")  # type: ignore[attr-defined]
+                continue
+            own = own_in[i]
+            if v.__class__ is Tensor and own is not None:
+                # the serving loop's steady state, inlined: another device Tensor of the plan's layout
+                t: Tensor = v  # type: ignore[assignment]
+                if t._open and t._contiguous and t.shape == own.shape and t.dtype is own.dtype:
+                    want[i] = t._ptr + t._offset_nbytes
+                    last[i] = v
+                    continue
+            self._set(i, v, s, False)
         if out_values is not None:
             for j, v in enumerate(out_values):
                 self._set(j, v, s, True)
@@ -236,9 +277,10 @@ class Plan(Resource):
                 for j in range(len(self._own_out)):
                     self._set(j, None, s, True)
             outs = self._own_out
-        ret = self._launch(self._ws_ptr, self._ws_size, self._executor, s._cdata)
+        failed = self._failed
+        ret = self._plan_launch(*self._launch_args, s._cdata, failed, self._failed_index)
         if ret:
-            check_aclnn(ret, self._op)
+            check_aclnn(ret, _PLAN_STEPS.get(failed[0], self._op))
         for t in outs:
             t._writer = s
         return outs

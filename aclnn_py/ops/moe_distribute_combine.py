@@ -35,6 +35,8 @@ _PLAN_NAMES = ("expand_x", "expert_ids", "assist_info_for_combine", "ep_send_cou
                "const_expert_v")
 PLAN_INPUTS = tuple(INPUTS.index(n) for n in _PLAN_NAMES)
 PLAN_INPUTS_UNWEIGHTED = tuple(INPUTS.index(n) for n in _PLAN_NAMES if n != "expert_scales")
+_EXPERT_SCALES = INPUTS.index("expert_scales")  # None here means unweighted: an empty tensor is passed
+_INTEGER_INPUTS = frozenset(INPUTS.index(n) for n in ("assist_info_for_combine", "ep_send_counts"))
 
 _tls = threading.local()
 
@@ -58,13 +60,15 @@ def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None
     if precheck and ex_t.ndim == 2 and ids.ndim == 2:
         prechecks.check(cfg, "combine", ids.shape[0], ex_t.shape[1], ids.shape[1])
     ins: list[Tensor | None] = [context, ex_t, ids]
-    for name, value in zip(INPUTS[3:], tensors[2:]):
-        if name == "expert_scales" and value is None:
-            ins.append(empty_weights())
-        elif name == "assist_info_for_combine" or name == "ep_send_counts":
-            ins.append(value if value.__class__ is Tensor else ids_tensor(value, name, s, PHASE1))
+    for i, value in enumerate(tensors[2:], 3):
+        if value is None:
+            ins.append(empty_weights() if i == _EXPERT_SCALES else None)
+        elif value.__class__ is Tensor:
+            ins.append(value)  # type: ignore[arg-type]
+        elif i in _INTEGER_INPUTS:
+            ins.append(ids_tensor(value, INPUTS[i], s, PHASE1))
         else:
-            ins.append(value if value is None or value.__class__ is Tensor else input_tensor(value, name, s))
+            ins.append(input_tensor(value, INPUTS[i], s))
     return ins
 
 
@@ -80,13 +84,14 @@ def _x_out(ins: list[Tensor | None], given: Tensor | None) -> Tensor:
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:
     b = initialized()
     ffi = b.ffi
-    descs = [ffi.NULL if t is None else t._desc if t._desc is not None else t.descriptor() for t in ins]
+    null = ffi.NULL
+    descs = [null if t is None else t._desc or t.descriptor() for t in ins]
     ws, ex = executor_cells()
     ret = b.lib.aclnnMoeDistributeCombineV5GetWorkspaceSize(
         *descs, cfg.ep_world_size, cfg.ep_rank_id, cfg.moe_expert_num, cfg.ccl_buffer_size, cfg.tp_world_size,
         cfg.tp_rank_id, cfg.expert_shard_type, cfg.shared_expert_num, cfg.shared_expert_rank_num, cfg.global_bs,
         cfg.out_dtype, cfg.comm_quant_mode, cfg.group_list_type, cfg.comm_alg_bytes, cfg.zero_expert_num,
-        cfg.copy_expert_num, cfg.const_expert_num, out._desc if out._desc is not None else out.descriptor(), ws, ex)
+        cfg.copy_expert_num, cfg.const_expert_num, out._desc or out.descriptor(), ws, ex)
     if ret:
         check_aclnn(ret, PHASE1)
     return int(ws[0]), ex[0]

@@ -104,8 +104,9 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
     b = initialized()
     ffi = b.ffi
-    descs = [ffi.NULL if t is None else t._desc if t._desc is not None else t.descriptor() for t in ins]
-    descs += [t._desc if t._desc is not None else t.descriptor() for t in outs]
+    null = ffi.NULL
+    descs = [null if t is None else t._desc or t.descriptor() for t in ins]
+    descs += [t._desc or t.descriptor() for t in outs]
     ws, ex = executor_cells()
     ret = b.lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
         *descs[:8], cfg.ep_world_size, cfg.ep_rank_id, cfg.moe_expert_num, cfg.ccl_buffer_size, cfg.tp_world_size,
@@ -127,6 +128,9 @@ def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorAr
     assert xt is not None
     if precheck and xt.ndim == 2 and ids.ndim == 2:  # other ranks: the C side names the tensor
         prechecks.check(cfg, "dispatch", xt.shape[0], xt.shape[1], ids.shape[1])
+    if scales is None and x_active_mask is None and expert_scales is None and elastic_info is None \
+            and performance_info is None:
+        return [context, xt, ids, None, None, None, None, None]
     return [context, xt, ids, input_tensor(scales, "scales", s, scales_dtype),
             input_tensor(x_active_mask, "x_active_mask", s), input_tensor(expert_scales, "expert_scales", s),
             input_tensor(elastic_info, "elastic_info", s), input_tensor(performance_info, "performance_info", s)]

@@ -13,6 +13,7 @@ ACL_ERROR_REPEAT_INITIALIZE = 100002
 
 _lock = threading.Lock()
 _initialized = False
+_ready: _loader.Backend | None = None  # the backend once initialised: the fast path of initialized()
 
 
 def init(backend: str | os.PathLike[str] | None = None) -> _loader.Backend:
@@ -27,7 +28,7 @@ def init(backend: str | os.PathLike[str] | None = None) -> _loader.Backend:
 
 
 def _init_once(b: _loader.Backend) -> None:
-    global _initialized
+    global _initialized, _ready
     with _lock:
         if _initialized:
             return
@@ -38,21 +39,32 @@ def _init_once(b: _loader.Backend) -> None:
         if ret != ACL_ERROR_REPEAT_INITIALIZE:
             check_aclnn(ret, "aclnnInit")
         _initialized = True
+        _ready = b
 
 
 def initialized() -> _loader.Backend:
     """The loaded backend, initialising the default one on first use."""
+    if _ready is not None:  # every call after the first
+        return _ready
     b = _loader.backend()
     if not _initialized:
         _init_once(b)
     return b
 
 
+_soc_names: dict[int, str] = {}  # decoded names by the address aclrtGetSocName returned
+
+
 def soc_name() -> str:
     """``aclrtGetSocName``: the SoC of the running device (the mock reports ``ACLNN_MOCK_SOC``)."""
     b = initialized()
     p = b.lib.aclrtGetSocName()
-    return "" if p == b.ffi.NULL else str(b.ffi.string(p).decode())
+    # the runtime hands out names that live as long as the process, so decoding once per address suffices
+    key = int(b.ffi.cast("uintptr_t", p))
+    name = _soc_names.get(key)
+    if name is None:
+        name = _soc_names[key] = "" if not key else str(b.ffi.string(p).decode())
+    return name
 
 
 def version() -> tuple[int, int, int]:
