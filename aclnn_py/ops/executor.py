@@ -32,16 +32,21 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
            outputs: Sequence[Tensor], workspace: int | None = None) -> None:
     """Phase 2 of a one-shot executor on `stream`: the stream's workspace (unless given), the launch,
     then the stream-ordered hold of every tensor it uses and the outputs' writer."""
-    ws = ordered.workspace(stream, workspace_size) if workspace is None else workspace
-    ret = fn(initialized().ffi.cast("void *", ws), workspace_size, executor, stream._cdata)
-    if ret:
-        check_aclnn(ret, name)
-    # what keeps each tensor's memory valid (Tensor._anchor, inlined: this runs on every call)
+    # what keeps each tensor's memory valid until the stream passes the launch (Tensor._anchor,
+    # inlined: this runs on every call); held before the launch, released by a later synchronisation
     held = [t._mem if t._mem is not None else t._owner for t in inputs if t is not None]
     for t in outputs:
         held.append(t._mem if t._mem is not None else t._owner)
+    if workspace is None:
+        ws = ordered.hold_for_launch(stream, held, workspace_size)
+    else:
+        ordered.hold(stream, held)
+        ws = workspace
+    ret = fn(initialized().ffi.cast("void *", ws), workspace_size, executor, stream._cdata)
+    if ret:
+        check_aclnn(ret, name)
+    for t in outputs:
         t._writer = stream
-    ordered.hold(stream, held)
 
 
 _cells = threading.local()
@@ -214,13 +219,6 @@ class Plan(Resource):
         own = (self._own_out if output else self._own_in)[index]
         want = self._want_out if output else self._want_in
         last = self._last_out if output else self._last_in
-        if value.__class__ is Tensor and own is not None:
-            # the steady state of a serving loop: another device Tensor of the plan's layout
-            t: Tensor = value  # type: ignore[assignment]
-            if t._open and t._contiguous and t.shape == own.shape and t.dtype is own.dtype:
-                want[index] = t._ptr + t._offset_nbytes
-                last[index] = value
-                return
         name = (self.output_names if output else self.input_names)[index]
         if own is None:
             if value is not None:

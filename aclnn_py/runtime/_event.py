@@ -6,6 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from ..errors import check_acl
+from ._device import out_cell
 from ._init import initialized
 from ._resource import Resource
 
@@ -46,7 +47,7 @@ class Event(Resource):
         if not self._open:
             raise self._closed("query it")
         b = initialized()
-        cell = b.ffi.new("aclrtEventRecordedStatus *")
+        cell = out_cell("aclrtEventRecordedStatus *")
         check_acl(b.lib.aclrtQueryEventStatus(self._cdata, cell), "aclrtQueryEventStatus")
         return int(cell[0]) == int(b.lib.ACL_EVENT_RECORDED_STATUS_COMPLETE)
 

@@ -21,8 +21,9 @@ from ._memory import DeviceMemory
 if TYPE_CHECKING:
     from ._stream import Stream
 
-#: An event is recorded after this many holds, so a stream that is never synchronised still frees.
-CHECKPOINT_EVERY = 8
+#: An event is recorded after this many holds, so a stream that is never synchronised still frees
+#: (recording one costs about as much as a launch; every synchronisation releases holds anyway).
+CHECKPOINT_EVERY = 32
 
 
 class _StreamState:
@@ -65,6 +66,30 @@ def hold(stream: Stream, obj: object) -> None:
             st.since_checkpoint = 0
     if due:
         _checkpoint(stream)
+
+
+def hold_for_launch(stream: Stream, obj: object, workspace_size: int) -> int:
+    """:func:`hold` `obj` for a launch about to be queued on `stream` and return the address of the
+    stream's workspace of at least `workspace_size` bytes (see :func:`workspace`) — the operators'
+    every-call path, under one lock."""
+    with _lock:
+        st = _state(stream._key)
+        mem = st.workspace
+        fits = workspace_size == 0 or (mem is not None and mem.size >= workspace_size)
+        if fits:
+            st.held.append((st.next_seq, obj))
+            st.next_seq += 1
+            st.since_checkpoint += 1
+            due = st.since_checkpoint >= CHECKPOINT_EVERY
+            if due:
+                st.since_checkpoint = 0
+    if not fits:  # growing synchronises the stream, which releases holds: hold after it
+        ptr = workspace(stream, workspace_size)
+        hold(stream, obj)
+        return ptr
+    if due:
+        _checkpoint(stream)
+    return mem._ptr if workspace_size else 0  # type: ignore[union-attr]
 
 
 def _checkpoint(stream: Stream) -> None:
