@@ -77,6 +77,12 @@ aclnnStatus aclnnpy_plan_launch(void *launch, aclOpExecutor *executor, int n_in,
                                 const uintptr_t *in_want, uintptr_t *in_bound, int n_out, aclTensor **out_desc,
                                 const uintptr_t *out_want, uintptr_t *out_bound, void *workspace,
                                 uint64_t workspace_size, aclrtStream stream, int *failed, int *failed_index);
+aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
+                                    uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
+                                    aclOpExecutor **executor, int *launched);
+aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
+                                   uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
+                                   aclOpExecutor **executor, int *launched);
 """
     )
 
@@ -126,6 +132,7 @@ aclnnStatus aclnnpy_plan_launch(void *launch, aclOpExecutor *executor, int n_in,
     )
     src.append((Path(__file__).resolve().parent / "build_ffi_dlpack.c").read_text())
     src.append((Path(__file__).resolve().parent / "build_ffi_plan.c").read_text())
+    src.append((Path(__file__).resolve().parent / "build_ffi_ops.c").read_text())
     # The prototypes this module was generated from, for the ABI guard (aclnn_py/_abi.py).
     src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")
     return "\n".join(cdef), "\n".join(src)

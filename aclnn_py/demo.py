@@ -19,7 +19,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -146,7 +146,16 @@ class Model:
         return {**self.__dict__, "expand_x_format": self.expand_x_format}
 
 
-def rank_inputs(m: Model, rank: int, rnd: int = 0) -> dict[str, np.ndarray | None]:
+class RankInputs(NamedTuple):
+    """One rank's host inputs of a round."""
+
+    x: np.ndarray
+    ids: np.ndarray
+    weights: np.ndarray | None  # None: the model runs unweighted
+    mask: np.ndarray | None     # None: every token active
+
+
+def rank_inputs(m: Model, rank: int, rnd: int = 0) -> RankInputs:
     """This rank's x, expert ids, weights and mask for round `rnd`: a pure function of (model, round, rank)."""
     rng = np.random.default_rng([m.seed, rnd, rank])
     dt = DTYPES[m.dtype]
@@ -159,7 +168,7 @@ def rank_inputs(m: Model, rank: int, rnd: int = 0) -> dict[str, np.ndarray | Non
         mask = np.arange(m.tokens) < max(1, m.tokens - rank % 3)
     elif m.mask == "2d":
         mask = rng.uniform(size=(m.tokens, m.topk)) < 0.8
-    return {"x": x, "ids": ids, "weights": w, "mask": mask}
+    return RankInputs(x, ids, w, mask)
 
 
 def static_scales(m: Model) -> np.ndarray | None:
@@ -255,8 +264,8 @@ def _one_round(buf: MoeDistributeBuffer, stream: Stream, m: Model, rank: int, rn
     inp = rank_inputs(m, rank, rnd)
     y_dtype = Y_DTYPES[m.expand_x_format] if m.quant_mode else None
     t0 = time.perf_counter()
-    out = buf.low_latency_dispatch(inp["x"], inp["ids"], m.experts, topk_weights=inp["weights"],
-                                   x_active_mask=inp["mask"], quant_mode=m.quant_mode, y_dtype=y_dtype,
+    out = buf.low_latency_dispatch(inp.x, inp.ids, m.experts, topk_weights=inp.weights,
+                                   x_active_mask=inp.mask, quant_mode=m.quant_mode, y_dtype=y_dtype,
                                    x_smooth_scale=static_scales(m), shared_expert_num=m.shared,
                                    shared_expert_rank_num=m.shared_expert_ranks, zero_expert_num=m.zero_experts,
                                    copy_expert_num=m.copy_experts, stream=stream)
@@ -271,11 +280,11 @@ def _one_round(buf: MoeDistributeBuffer, stream: Stream, m: Model, rank: int, rn
     y = np.zeros((out.expand_x.shape[0], m.hidden), DTYPES[m.dtype])  # combine takes (A, H) rows
     y[:n] = expert_ffn(m, rank, expand_x, scales, tok_nums)
     t2 = time.perf_counter()
-    x_out = buf.low_latency_combine(y, inp["ids"], inp["weights"], out.assist_info_for_combine,
-                                    out.ep_recv_counts, num_experts=m.experts, x_active_mask=inp["mask"],
+    x_out = buf.low_latency_combine(y, inp.ids, inp.weights, out.assist_info_for_combine,
+                                    out.ep_recv_counts, num_experts=m.experts, x_active_mask=inp.mask,
                                     comm_quant_mode=m.comm_quant_mode, shared_expert_num=m.shared,
                                     shared_expert_rank_num=m.shared_expert_ranks,
-                                    ori_x=inp["x"] if m.copy_experts else None, zero_expert_num=m.zero_experts,
+                                    ori_x=inp.x if m.copy_experts else None, zero_expert_num=m.zero_experts,
                                     copy_expert_num=m.copy_experts, stream=stream)
     buf.synchronize(stream)
     t3 = time.perf_counter()
@@ -289,13 +298,13 @@ def _one_round(buf: MoeDistributeBuffer, stream: Stream, m: Model, rank: int, rn
 def golden_round(m: Model, rnd: int) -> tuple[list[golden.DispatchResult], list[golden.CombineResult]]:
     """The golden of round `rnd` on every rank (ValueError when the golden cannot interpret the model)."""
     inputs = [rank_inputs(m, r, rnd) for r in range(m.world_size)]
-    xs: list[np.ndarray] = [i["x"] for i in inputs]  # type: ignore[misc]  # always present
-    ids: list[np.ndarray] = [i["ids"] for i in inputs]  # type: ignore[misc]
+    xs = [i.x for i in inputs]
+    ids = [i.ids for i in inputs]
     kw: dict[str, Any] = dict(m.dispatch_kwargs, comm_quant_mode=m.comm_quant_mode, soc=m.soc)
     if m.weights:
-        kw["expert_scales"] = [i["weights"] for i in inputs]
+        kw["expert_scales"] = [i.weights for i in inputs]
     if m.mask != "none":
-        kw["x_active_mask"] = [i["mask"] for i in inputs]
+        kw["x_active_mask"] = [i.mask for i in inputs]
     if m.copy_experts:
         kw["ori_x"] = xs
     if m.quant_mode:

@@ -66,7 +66,7 @@ def _rank(rank: int, world_size: int, root: bytes, tw: ThreadWorld) -> dict[str,
         comm.barrier(stream)
         stream.synchronize()
         t0 = time.perf_counter()
-        out = buf.low_latency_dispatch(inp["x"], inp["ids"], m.experts, topk_weights=inp["weights"], stream=stream)
+        out = buf.low_latency_dispatch(inp.x, inp.ids, m.experts, topk_weights=inp.weights, stream=stream)
         buf.synchronize(stream)
         counts = out.ep_recv_counts.numpy()
         n = int(counts[-1])
@@ -74,7 +74,7 @@ def _rank(rank: int, world_size: int, root: bytes, tw: ThreadWorld) -> dict[str,
         tok_nums = out.expert_token_nums.numpy()
         y = np.zeros(out.expand_x.shape, expand_x.dtype)
         y[:n] = expert_ffn(m, rank, expand_x, None, tok_nums)
-        x_out = buf.low_latency_combine(y, inp["ids"], inp["weights"], out.assist_info_for_combine,
+        x_out = buf.low_latency_combine(y, inp.ids, inp.weights, out.assist_info_for_combine,
                                         out.ep_recv_counts, num_experts=m.experts, stream=stream)
         buf.synchronize(stream)
         t1 = time.perf_counter()
@@ -112,9 +112,9 @@ def golden_mismatches(tw: ThreadWorld, ranks: list[dict[str, Any]]) -> list[int]
         return expert_ffn(m, rank, d.expand_x, None, d.expert_token_nums)
 
     def field(name: str) -> list[np.ndarray]:
-        arrays = [i[name] for i in inputs]
+        arrays = [getattr(i, name) for i in inputs]
         assert all(a is not None for a in arrays)  # the model has weights and no mask
-        return arrays  # type: ignore[return-value]
+        return arrays
 
     g_disp, g_comb = golden.round_trip(field("x"), field("ids"), fn, expert_scales=field("weights"),
                                        moe_expert_num=m.experts, soc=tw.soc)

@@ -13,10 +13,11 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
-from ..runtime import soc_name
+from ..runtime import initialized, soc_name
 from . import sizing
 from .profiles import SocProfile, profile_of
 
@@ -99,6 +100,25 @@ class MoeConfig:
     def comm_alg_bytes(self) -> bytes:
         """``comm_alg`` as the C string the operators take."""
         return self.comm_alg.encode()
+
+    @cached_property
+    def dispatch_ints(self) -> Any:
+        """The integer attributes of dispatch as the extension's run helper takes them (``int64_t[15]``:
+        those before commAlg in the C prototype's order, then those after)."""
+        return initialized().ffi.new("int64_t[]", [
+            self.ep_world_size, self.ep_rank_id, self.moe_expert_num, self.ccl_buffer_size, self.tp_world_size,
+            self.tp_rank_id, self.expert_shard_type, self.shared_expert_num, self.shared_expert_rank_num,
+            self.quant_mode, self.global_bs, self.expert_token_nums_type,
+            self.zero_expert_num, self.copy_expert_num, self.const_expert_num])
+
+    @cached_property
+    def combine_ints(self) -> Any:
+        """The integer attributes of combine as the extension's run helper takes them (``int64_t[16]``)."""
+        return initialized().ffi.new("int64_t[]", [
+            self.ep_world_size, self.ep_rank_id, self.moe_expert_num, self.ccl_buffer_size, self.tp_world_size,
+            self.tp_rank_id, self.expert_shard_type, self.shared_expert_num, self.shared_expert_rank_num,
+            self.global_bs, self.out_dtype, self.comm_quant_mode, self.group_list_type,
+            self.zero_expert_num, self.copy_expert_num, self.const_expert_num])
 
     @cached_property
     def profile(self) -> SocProfile:

@@ -34,19 +34,67 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
     then the stream-ordered hold of every tensor it uses and the outputs' writer."""
     # what keeps each tensor's memory valid until the stream passes the launch (Tensor._anchor,
     # inlined: this runs on every call); held before the launch, released by a later synchronisation
-    held = [t._mem if t._mem is not None else t._owner for t in inputs if t is not None]
-    for t in outputs:
-        held.append(t._mem if t._mem is not None else t._owner)
-    if workspace is None:
-        ws = ordered.hold_for_launch(stream, held, workspace_size)
-    else:
-        ordered.hold(stream, held)
+    held = _anchors(inputs, outputs)
+    ws_ptr, ws_cap = ordered.hold_with_workspace(stream, held)
+    if workspace is not None:
         ws = workspace
+    elif workspace_size <= ws_cap:
+        ws = ws_ptr if workspace_size else 0
+    else:
+        ws = ordered.grow_workspace(stream, workspace_size, held)
     ret = fn(initialized().ffi.cast("void *", ws), workspace_size, executor, stream._cdata)
     if ret:
         check_aclnn(ret, name)
     for t in outputs:
         t._writer = stream
+
+
+def _anchors(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> list[object]:
+    """What keeps each tensor's memory valid until the stream passes a launch (Tensor._anchor,
+    inlined: this runs on every call)."""
+    held = [t._mem if t._mem is not None else t._owner for t in inputs if t is not None]
+    for t in outputs:
+        held.append(t._mem if t._mem is not None else t._owner)
+    return held
+
+
+def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: bytes, stream: Stream,
+                    inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> None:
+    """Phase 1 and phase 2 of a one-shot call through the extension's ``aclnnpy_<op>_run`` helper
+    (one crossing into C): `ints` are the operator's integer attributes in the helper's order, the
+    tensors go in the C prototype's order. The launch uses the stream's workspace (grown when phase 1
+    asks for more) and holds what it uses until the stream passes it."""
+    b = initialized()
+    ffi = b.ffi
+    null = ffi.NULL
+    descs = [null if t is None else t._desc or t.descriptor() for t in inputs]
+    descs += [t._desc or t.descriptor() for t in outputs]
+    cells = _run_cells(len(descs))
+    table, ws_cell, ex_cell, launched = cells
+    table[0:len(descs)] = descs
+    held = _anchors(inputs, outputs)
+    ws_ptr, ws_cap = ordered.hold_with_workspace(stream, held)
+    ret = run(table, ints, comm_alg, ffi.cast("void *", ws_ptr), ws_cap, stream._cdata, ws_cell, ex_cell, launched)
+    if not launched[0]:
+        if ret:
+            check_aclnn(ret, phase1)
+        size = int(ws_cell[0])  # more workspace than the stream's block: grow it, then launch
+        ws = ordered.grow_workspace(stream, size, held)
+        ret = getattr(b.lib, phase2)(ffi.cast("void *", ws), size, ex_cell[0], stream._cdata)
+    if ret:
+        check_aclnn(ret, phase2)
+    for t in outputs:
+        t._writer = stream
+
+
+def _run_cells(n: int) -> tuple[Any, Any, Any, Any]:
+    """Per-thread out-parameters of the run helpers: a descriptor table of at least `n` entries, the
+    workspace size, the executor and the launched flag."""
+    cells: tuple[Any, Any, Any, Any] | None = getattr(_cells, "run", None)
+    if cells is None or len(cells[0]) < n:
+        ws, ex = executor_cells()
+        cells = _cells.run = (initialized().ffi.new("aclTensor *[]", max(n, 32)), ws, ex, out_cell("int *"))
+    return cells
 
 
 _cells = threading.local()
@@ -260,7 +308,7 @@ class Plan(Resource):
             own = own_in[i]
             if v.__class__ is Tensor and own is not None:
                 # the serving loop's steady state, inlined: another device Tensor of the plan's layout
-                t: Tensor = v  # type: ignore[assignment]
+                t: Tensor = v
                 if t._open and t._contiguous and t.shape == own.shape and t.dtype is own.dtype:
                     want[i] = t._ptr + t._offset_nbytes
                     last[i] = v

@@ -18,7 +18,7 @@ from ..tensor import Tensor, TensorArg
 from . import prechecks
 from ._args import ids_tensor, input_tensor, output_tensor
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, executor_cells, launch, private_views
+from .executor import Plan, Prepared, executor_cells, private_views, run_both_phases
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeCombineV5"
@@ -64,7 +64,7 @@ def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None
         if value is None:
             ins.append(empty_weights() if i == _EXPERT_SCALES else None)
         elif value.__class__ is Tensor:
-            ins.append(value)  # type: ignore[arg-type]
+            ins.append(value)
         elif i in _INTEGER_INPUTS:
             ins.append(ids_tensor(value, INPUTS[i], s, PHASE1))
         else:
@@ -157,8 +157,8 @@ def moe_distribute_combine(
                                   expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
                                   const_expert_alpha_2, const_expert_v, performance_info), s, precheck)
     out = _x_out(ins, x_out)
-    ws_size, executor = _phase1(cfg, ins, out)
-    launch(initialized().lib.aclnnMoeDistributeCombineV5, PHASE2, executor, ws_size, s, ins, (out,))
+    run_both_phases(initialized().lib.aclnnpy_combine_v5_run, PHASE1, PHASE2, cfg.combine_ints,
+                    cfg.comm_alg_bytes, s, ins, (out,))
     return out
 
 

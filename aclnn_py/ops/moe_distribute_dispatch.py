@@ -20,7 +20,7 @@ from ..tensor import Tensor, TensorArg
 from . import prechecks
 from ._args import ids_tensor, input_tensor, output_tensor
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, executor_cells, launch, private_views
+from .executor import Plan, Prepared, executor_cells, private_views, run_both_phases
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeDispatchV5"
@@ -199,8 +199,8 @@ def moe_distribute_dispatch(
         xt, ids = ins[1], ins[2]
         assert xt is not None and ids is not None
         outs = allocate_outputs(cfg, xt, ids, ins[5], ins[3], ins[6] is not None, y_dtype, outputs)
-    ws_size, executor = _phase1(cfg, ins, outs)
-    launch(initialized().lib.aclnnMoeDistributeDispatchV5, PHASE2, executor, ws_size, s, ins, outs)
+    run_both_phases(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, PHASE2, cfg.dispatch_ints,
+                    cfg.comm_alg_bytes, s, ins, outs)
     return outs
 
 

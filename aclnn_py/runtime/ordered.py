@@ -68,28 +68,30 @@ def hold(stream: Stream, obj: object) -> None:
         _checkpoint(stream)
 
 
-def hold_for_launch(stream: Stream, obj: object, workspace_size: int) -> int:
-    """:func:`hold` `obj` for a launch about to be queued on `stream` and return the address of the
-    stream's workspace of at least `workspace_size` bytes (see :func:`workspace`) — the operators'
-    every-call path, under one lock."""
+def hold_with_workspace(stream: Stream, obj: object) -> tuple[int, int]:
+    """:func:`hold` `obj` and return the (address, size) of `stream`'s workspace block as it is
+    ((0, 0) before the first) — the operators' every-call path, under one lock. A launch needing
+    more calls :func:`grow_workspace`."""
     with _lock:
         st = _state(stream._key)
+        st.held.append((st.next_seq, obj))
+        st.next_seq += 1
+        st.since_checkpoint += 1
+        due = st.since_checkpoint >= CHECKPOINT_EVERY
+        if due:
+            st.since_checkpoint = 0
         mem = st.workspace
-        fits = workspace_size == 0 or (mem is not None and mem.size >= workspace_size)
-        if fits:
-            st.held.append((st.next_seq, obj))
-            st.next_seq += 1
-            st.since_checkpoint += 1
-            due = st.since_checkpoint >= CHECKPOINT_EVERY
-            if due:
-                st.since_checkpoint = 0
-    if not fits:  # growing synchronises the stream, which releases holds: hold after it
-        ptr = workspace(stream, workspace_size)
-        hold(stream, obj)
-        return ptr
     if due:
         _checkpoint(stream)
-    return mem._ptr if workspace_size else 0  # type: ignore[union-attr]
+    return (mem._ptr, mem.size) if mem is not None else (0, 0)
+
+
+def grow_workspace(stream: Stream, size: int, obj: object) -> int:
+    """:func:`workspace` of `size` bytes, then hold `obj` again (growing synchronises the stream,
+    which releases what it held)."""
+    ptr = workspace(stream, size)
+    hold(stream, obj)
+    return ptr
 
 
 def _checkpoint(stream: Stream) -> None:
