@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from ..cli import UsageError
 from . import report as rpt
 from .host_overhead import host_overhead
 from .progress import Progress
@@ -98,27 +99,27 @@ def add_parser(sub: Any) -> None:
     out.add_argument("--quiet", action="store_true", help="no progress on stderr (default: progress shown)")
     run = p.add_argument_group("what to run")
     run.add_argument("--quick", action="store_true", help="small sizes and few repeats, seconds (default: full run)")
-    run.add_argument("--sections", type=_sections, default=list(SECTIONS), metavar="LIST",
+    run.add_argument("--sections", type=_sections, default=None, metavar="LIST",
                      help=f"comma-separated sections to run (default: {','.join(SECTIONS)})")
     run.add_argument("--calls", type=int, metavar="N", help=f"host overhead: calls per timed batch {dflt('calls')}")
     run.add_argument("--repeats", type=int, metavar="N", help=f"host overhead: timed batches per path {dflt('repeats')}")
     run.add_argument("--rounds", type=int, metavar="N", help=f"reference round: timed rounds {dflt('rounds')}")
     run.add_argument("--max-world", type=int, metavar="N",
                      help=f"scaling: largest process world; sizes double from 2 up to N {dflt('max_world')}")
-    run.add_argument("--scaling-tokens", type=int, default=8, metavar="N", help="scaling: tokens per rank (default: 8)")
-    run.add_argument("--scaling-hidden", type=int, default=2048, metavar="H", help="scaling: hidden size (default: 2048)")
-    run.add_argument("--scaling-topk", type=int, default=4, metavar="K", help="scaling: experts per token (default: 4)")
-    run.add_argument("--mem-reserve-mb", type=float, default=4096.0, metavar="MIB",
+    run.add_argument("--scaling-tokens", type=int, default=8, metavar="N", help="scaling: tokens per rank")
+    run.add_argument("--scaling-hidden", type=int, default=2048, metavar="H", help="scaling: hidden size")
+    run.add_argument("--scaling-topk", type=int, default=4, metavar="K", help="scaling: experts per token")
+    run.add_argument("--mem-reserve-mb", type=float, default=4096, metavar="MIB",
                      help="scaling: memory left to the machine; a size estimated to need more than "
-                          "MemAvailable minus this is not run (default: 4096)")
+                          "MemAvailable minus this is not run")
     run.add_argument("--thread-world", type=_world, action="append", metavar="SOC:W",
                      help="thread worlds to run, repeatable; SOC is A3 / Ascend910_93 or 950 / Ascend950 "
                           f"{dflt('thread_world')}")
-    run.add_argument("--thread-tokens", type=int, default=1, metavar="N", help="thread worlds: tokens per rank (default: 1)")
-    run.add_argument("--thread-hidden", type=int, default=1024, metavar="H", help="thread worlds: hidden size (default: 1024)")
-    run.add_argument("--thread-topk", type=int, default=1, metavar="K", help="thread worlds: experts per token (default: 1)")
+    run.add_argument("--thread-tokens", type=int, default=1, metavar="N", help="thread worlds: tokens per rank")
+    run.add_argument("--thread-hidden", type=int, default=1024, metavar="H", help="thread worlds: hidden size")
+    run.add_argument("--thread-topk", type=int, default=1, metavar="K", help="thread worlds: experts per token")
     run.add_argument("--thread-timeout", type=float, default=900.0, metavar="S",
-                     help="thread worlds: seconds before one world is abandoned (default: 900)")
+                     help="thread worlds: seconds before one world is abandoned")
     run.add_argument("--thread-connect-timeout", type=float, default=None, metavar="S",
                      help="thread worlds: HCCL_CONNECT_TIMEOUT for the world's formation (default: the "
                           "environment's, else the mock's 120 s)")
@@ -135,10 +136,12 @@ def resolve(args: argparse.Namespace) -> Settings:
         if getattr(s, name, None) is None:
             value = quick if s.quick else full
             setattr(s, name, [parse_world(v) for v in value] if name == "thread_world" else value)
+    if s.sections is None:
+        s.sections = list(SECTIONS)
     if s.update is not None and not s.markdown:
-        raise SystemExit("aclnn-py bench: --update needs --markdown")
+        raise UsageError("--update needs --markdown", "aclnn-py bench")
     if s.json and s.markdown:
-        raise SystemExit("aclnn-py bench: choose one of --json and --markdown")
+        raise UsageError("choose one of --json and --markdown", "aclnn-py bench")
     return s
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Sequence
+from operator import is_not
 
 from ..dtypes import DataType, DTypeLike
 from ..errors import check_aclnn
@@ -35,6 +36,7 @@ _PLAN_NAMES = ("expand_x", "expert_ids", "assist_info_for_combine", "ep_send_cou
                "const_expert_v")
 PLAN_INPUTS = tuple(INPUTS.index(n) for n in _PLAN_NAMES)
 PLAN_INPUTS_UNWEIGHTED = tuple(INPUTS.index(n) for n in _PLAN_NAMES if n != "expert_scales")
+_NONES = (None,) * (len(INPUTS) - 6)  # the optional inputs after expert_scales, all absent
 _EXPERT_SCALES = INPUTS.index("expert_scales")  # None here means unweighted: an empty tensor is passed
 _INTEGER_INPUTS = frozenset(INPUTS.index(n) for n in ("assist_info_for_combine", "ep_send_counts"))
 
@@ -57,9 +59,16 @@ def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None
     ex_t = ex_arg if ex_arg.__class__ is Tensor else input_tensor(ex_arg, "expand_x", s)
     ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1)
     assert ex_t is not None
-    if precheck and ex_t.ndim == 2 and ids.ndim == 2:
+    if precheck and len(ex_t.shape) == 2 and len(ids.shape) == 2:
         prechecks.check(cfg, "combine", ids.shape[0], ex_t.shape[1], ids.shape[1])
     ins: list[Tensor | None] = [context, ex_t, ids]
+    assist, counts, weights = tensors[2], tensors[3], tensors[4]
+    if assist.__class__ is Tensor and counts.__class__ is Tensor \
+            and (weights is None or weights.__class__ is Tensor) and not any(map(is_not, tensors[5:], _NONES)):
+        # the usual call: dispatch's outputs (and the weights) as device Tensors, no optional input
+        ins += (assist, counts, weights if weights is not None else empty_weights())
+        ins += _NONES
+        return ins
     for i, value in enumerate(tensors[2:], 3):
         if value is None:
             ins.append(empty_weights() if i == _EXPERT_SCALES else None)
@@ -74,6 +83,8 @@ def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None
 
 def _x_out(ins: list[Tensor | None], given: Tensor | None) -> Tensor:
     """x_out: (BS, H) in expand_x's dtype (bf16 for an int32 expand_x) unless given."""
+    if given.__class__ is Tensor:
+        return given
     ex_t, ids = ins[1], ins[2]
     assert ex_t is not None and ids is not None
     bs = ids.shape[0] if ids.ndim >= 1 else 0

@@ -126,7 +126,7 @@ def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorAr
     xt = x if x.__class__ is Tensor and x_dtype is None else input_tensor(x, "x", s, x_dtype)
     ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1)
     assert xt is not None
-    if precheck and xt.ndim == 2 and ids.ndim == 2:  # other ranks: the C side names the tensor
+    if precheck and len(xt.shape) == 2 and len(ids.shape) == 2:  # other ranks: the C side names the tensor
         prechecks.check(cfg, "dispatch", xt.shape[0], xt.shape[1], ids.shape[1])
     if scales is None and x_active_mask is None and expert_scales is None and elastic_info is None \
             and performance_info is None:
