@@ -36,6 +36,16 @@ class _StreamState:
         self.since_checkpoint = 0
         self.workspace: DeviceMemory | None = None
 
+    def push(self, obj: object) -> bool:
+        """Hold `obj` at the next position (caller holds the lock); True when a checkpoint is due."""
+        self.held.append((self.next_seq, obj))
+        self.next_seq += 1
+        self.since_checkpoint += 1
+        if self.since_checkpoint < CHECKPOINT_EVERY:
+            return False
+        self.since_checkpoint = 0
+        return True
+
     def drop_before(self, seq: int) -> None:
         held = self.held
         while held and held[0][0] < seq:
@@ -57,13 +67,7 @@ def _state(key: int) -> _StreamState:
 def hold(stream: Stream, obj: object) -> None:
     """Keep `obj` alive until `stream` passes the work queued so far."""
     with _lock:
-        st = _state(stream._key)
-        st.held.append((st.next_seq, obj))
-        st.next_seq += 1
-        st.since_checkpoint += 1
-        due = st.since_checkpoint >= CHECKPOINT_EVERY
-        if due:
-            st.since_checkpoint = 0
+        due = _state(stream._key).push(obj)
     if due:
         _checkpoint(stream)
 
@@ -74,12 +78,7 @@ def hold_with_workspace(stream: Stream, obj: object) -> tuple[int, int]:
     more calls :func:`grow_workspace`."""
     with _lock:
         st = _state(stream._key)
-        st.held.append((st.next_seq, obj))
-        st.next_seq += 1
-        st.since_checkpoint += 1
-        due = st.since_checkpoint >= CHECKPOINT_EVERY
-        if due:
-            st.since_checkpoint = 0
+        due = st.push(obj)
         mem = st.workspace
     if due:
         _checkpoint(stream)
