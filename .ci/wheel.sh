@@ -13,6 +13,8 @@ WORK=${ACLNN_WHEEL_WORK:-$(mktemp -d /tmp/aclnn-py-wheel.XXXXXX)}
 [ -n "${ACLNN_WHEEL_KEEP:-}" ] || trap 'rm -rf "$WORK"' EXIT   # ACLNN_WHEEL_KEEP=1 keeps the venvs
 unset ACLNN_PY_BUILD_DIR ACLNN_PY_MOCK_ROOT ACLNN_PY_BACKEND PYTHONPATH ASCEND_HOME_PATH
 start=$(date +%s)
+VERSION=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' aclnn_py/_version.py)
+[ -n "$VERSION" ] || { echo "no __version__ in aclnn_py/_version.py"; exit 1; }
 
 echo "== build tools venv"
 "$PY" -m venv "$WORK/tools"
@@ -21,22 +23,22 @@ echo "== build tools venv"
 echo "== pip wheel . -w dist"
 rm -rf dist/aclnn_py-*.whl
 "$WORK/tools/bin/python" -m pip wheel . -w dist --no-deps -q
-WHEEL=$(ls dist/aclnn_py-0.1.0-*.whl)
+WHEEL=$(ls dist/aclnn_py-"$VERSION"-*.whl)
 echo "built $WHEEL"
 
 echo "== sdist"
 rm -f dist/aclnn_py-*.tar.gz
 "$WORK/tools/bin/python" -m build --sdist --outdir dist . >/dev/null
-SDIST=$(ls dist/aclnn_py-0.1.0.tar.gz)
+SDIST=$(ls dist/aclnn_py-"$VERSION".tar.gz)
 tar -tzf "$SDIST" > "$WORK/sdist.txt"
-for need in pyproject.toml CMakeLists.txt build_ffi.py README.md CHANGELOG.md \
+for need in pyproject.toml CMakeLists.txt build_ffi.py build_ffi_dlpack.c build_ffi_plan.c build_ffi_ops.c README.md CHANGELOG.md \
             include/acl/acl_rt.h include/aclnn/acl_meta.h include/hccl/hccl_kfc.h \
             include/aclnnop/aclnn_moe_distribute_dispatch_v5.h mock/CMakeLists.txt mock/ops/dispatch_v5.cpp \
-            mock/python/mock_module.cpp aclnn_py/__init__.py aclnn_py/py.typed aclnn_py/ops/_common.py \
+            mock/python/mock_module.cpp aclnn_py/__init__.py aclnn_py/py.typed aclnn_py/_aclnn.pyi aclnn_py/ops/executor.py \
             examples/c_client/moe_round.c examples/cpp_embed/server.cpp docs/quickstart.md tests/conftest.py; do
-  grep -qx "aclnn_py-0.1.0/$need" "$WORK/sdist.txt" || { echo "sdist is missing $need"; exit 1; }
+  grep -qx "aclnn_py-$VERSION/$need" "$WORK/sdist.txt" || { echo "sdist is missing $need"; exit 1; }
 done
-if grep -E '^aclnn_py-0\.1\.0/(build|dist)/|\.so$' "$WORK/sdist.txt"; then
+if grep -E "^aclnn_py-${VERSION//./\\.}/(build|dist)/|\\.so\$" "$WORK/sdist.txt"; then
   echo "sdist contains build products"; exit 1
 fi
 echo "sdist ok ($(wc -l < "$WORK/sdist.txt") entries)"
@@ -48,10 +50,11 @@ echo "== fresh venv: install the wheel"
 
 echo "== smoke test (from $WORK, not the source tree)"
 cd "$WORK"
-"$WORK/venv/bin/python" - <<'EOF'
+"$WORK/venv/bin/python" - "$VERSION" <<'EOF'
 import pathlib
+import sys
 import aclnn_py as acl
-assert acl.__version__ == "0.1.0", acl.__version__
+assert acl.__version__ == sys.argv[1], (acl.__version__, sys.argv[1])
 pkg = pathlib.Path(acl.__file__).parent
 assert "site-packages" in str(pkg), f"imported the source tree: {pkg}"
 assert (pkg / "py.typed").exists()
