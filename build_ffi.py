@@ -79,10 +79,10 @@ aclnnStatus aclnnpy_plan_launch(void *launch, aclOpExecutor *executor, int n_in,
                                 uint64_t workspace_size, aclrtStream stream, int *failed, int *failed_index);
 aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
                                     uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
-                                    aclOpExecutor **executor, int *launched);
+                                    aclOpExecutor **executor, int launch, int *launched);
 aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
                                    uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
-                                   aclOpExecutor **executor, int *launched);
+                                   aclOpExecutor **executor, int launch, int *launched);
 """
     )
 

@@ -32,9 +32,7 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
            outputs: Sequence[Tensor], workspace: int | None = None) -> None:
     """Phase 2 of a one-shot executor on `stream`: the stream's workspace (unless given), the launch,
     then the stream-ordered hold of every tensor it uses and the outputs' writer."""
-    # what keeps each tensor's memory valid until the stream passes the launch (Tensor._anchor,
-    # inlined: this runs on every call); held before the launch, released by a later synchronisation
-    held = _anchors(inputs, outputs)
+    held = _anchors(inputs, outputs)  # released by a later synchronisation
     ws_ptr, ws_cap = ordered.hold_with_workspace(stream, held)
     if workspace is not None:
         ws = workspace
@@ -58,6 +56,29 @@ def _anchors(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> list
     return held
 
 
+def _descriptor_table(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> tuple[Any, Any, Any, Any]:
+    """The per-thread cells of the run helpers, with the descriptor table holding `inputs` then
+    `outputs` (absent inputs NULL)."""
+    null = initialized().ffi.NULL
+    descs = [null if t is None else t._desc or t.descriptor() for t in inputs]
+    descs += [t._desc or t.descriptor() for t in outputs]
+    cells = _run_cells(len(descs))
+    cells[0][0:len(descs)] = descs
+    return cells
+
+
+def run_phase1(run: Any, phase1: str, ints: Any, comm_alg: bytes, inputs: Sequence[Tensor | None],
+               outputs: Sequence[Tensor]) -> tuple[int, Any]:
+    """Phase 1 only, through the same ``aclnnpy_<op>_run`` helper as :func:`run_both_phases` (so the
+    C prototype's argument order lives in one place): (workspace size, executor)."""
+    table, ws_cell, ex_cell, launched = _descriptor_table(inputs, outputs)
+    null = initialized().ffi.NULL  # no workspace, no stream: nothing is launched
+    ret = run(table, ints, comm_alg, null, 0, null, ws_cell, ex_cell, 0, launched)
+    if ret:
+        check_aclnn(ret, phase1)
+    return int(ws_cell[0]), ex_cell[0]
+
+
 def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: bytes, stream: Stream,
                     inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> None:
     """Phase 1 and phase 2 of a one-shot call through the extension's ``aclnnpy_<op>_run`` helper
@@ -66,15 +87,11 @@ def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: byt
     asks for more) and holds what it uses until the stream passes it."""
     b = initialized()
     ffi = b.ffi
-    null = ffi.NULL
-    descs = [null if t is None else t._desc or t.descriptor() for t in inputs]
-    descs += [t._desc or t.descriptor() for t in outputs]
-    cells = _run_cells(len(descs))
-    table, ws_cell, ex_cell, launched = cells
-    table[0:len(descs)] = descs
+    table, ws_cell, ex_cell, launched = _descriptor_table(inputs, outputs)
     held = _anchors(inputs, outputs)
     ws_ptr, ws_cap = ordered.hold_with_workspace(stream, held)
-    ret = run(table, ints, comm_alg, ffi.cast("void *", ws_ptr), ws_cap, stream._cdata, ws_cell, ex_cell, launched)
+    ret = run(table, ints, comm_alg, ffi.cast("void *", ws_ptr), ws_cap, stream._cdata, ws_cell, ex_cell, 1,
+              launched)
     if not launched[0]:
         if ret:
             check_aclnn(ret, phase1)
@@ -92,20 +109,12 @@ def _run_cells(n: int) -> tuple[Any, Any, Any, Any]:
     workspace size, the executor and the launched flag."""
     cells: tuple[Any, Any, Any, Any] | None = getattr(_cells, "run", None)
     if cells is None or len(cells[0]) < n:
-        ws, ex = executor_cells()
-        cells = _cells.run = (initialized().ffi.new("aclTensor *[]", max(n, 32)), ws, ex, out_cell("int *"))
+        cells = _cells.run = (initialized().ffi.new("aclTensor *[]", max(n, 32)), out_cell("uint64_t *"),
+                              out_cell("aclOpExecutor **"), out_cell("int *"))
     return cells
 
 
 _cells = threading.local()
-
-
-def executor_cells() -> tuple[Any, Any]:
-    """Per-thread (uint64_t *workspaceSize, aclOpExecutor **executor) cells reused by phase 1."""
-    pair: tuple[Any, Any] | None = getattr(_cells, "pair", None)
-    if pair is None:
-        pair = _cells.pair = (out_cell("uint64_t *"), out_cell("aclOpExecutor **"))
-    return pair
 
 
 class Prepared(Resource):
@@ -209,28 +218,25 @@ class Plan(Resource):
         self._own_out: list[Tensor] = list(prepared.outputs)
         self._ws = DeviceMemory(prepared.workspace_size) if prepared.workspace_size else None
         b = initialized()
-        ffi = self._ffi = b.ffi
+        ffi = b.ffi
         # what aclnnpy_plan_launch reads: per slot the descriptor, the address this step wants and the
-        # address the executor holds (absent slots: NULL and 0, never moved)
-        self._in_desc = ffi.new("aclTensor *[]", [ffi.NULL if t is None else t.descriptor() for t in self._own_in])
-        self._out_desc = ffi.new("aclTensor *[]", [t.descriptor() for t in self._own_out])
+        # address the executor holds (absent slots: NULL and 0, never moved); _set writes the wants
+        in_desc = ffi.new("aclTensor *[]", [ffi.NULL if t is None else t.descriptor() for t in self._own_in])
+        out_desc = ffi.new("aclTensor *[]", [t.descriptor() for t in self._own_out])
         self._want_in = ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_in])
-        self._bound_in = ffi.new("uintptr_t[]", list(self._want_in))
         self._want_out = ffi.new("uintptr_t[]", [t.data_ptr for t in self._own_out])
-        self._bound_out = ffi.new("uintptr_t[]", list(self._want_out))
-        self._n_in, self._n_out = len(self._own_in), len(self._own_out)
-        self._failed = ffi.new("int[2]")
-        self._plan_launch = b.lib.aclnnpy_plan_launch
-        self._launch_fn = b.function_pointer(prepared._launch_name)
-        self._ws_ptr = ffi.cast("void *", self._ws.ptr if self._ws is not None else 0)
+        bound_in = ffi.new("uintptr_t[]", list(self._want_in))
+        bound_out = ffi.new("uintptr_t[]", list(self._want_out))
         self._ws_size = prepared.workspace_size
-        self._executor = prepared._executor
         self._op = prepared._launch_name
-        self._failed_index = self._failed + 1
-        # aclnnpy_plan_launch's arguments before the stream, the same on every call
-        self._launch_args = (self._launch_fn, self._executor, self._n_in, self._in_desc, self._want_in,
-                             self._bound_in, self._n_out, self._out_desc, self._want_out, self._bound_out,
-                             self._ws_ptr, self._ws_size)
+        self._plan_launch = b.lib.aclnnpy_plan_launch
+        self._failed = ffi.new("int[2]")  # which call failed, and for which slot
+        self._failed_slot = self._failed + 1  # made once: pointer arithmetic allocates a cdata
+        # aclnnpy_plan_launch's arguments, the same on every call but the stream
+        self._launch_args = (b.function_pointer(prepared._launch_name), prepared._executor, len(self._own_in),
+                             in_desc, self._want_in, bound_in, len(self._own_out), out_desc, self._want_out,
+                             bound_out, ffi.cast("void *", self._ws.ptr if self._ws is not None else 0),
+                             self._ws_size)
         # what each slot was given last call; a present input starts unset so that None is refused
         self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
         self._last_out: list[object] = [None] * len(self._own_out)
@@ -324,7 +330,7 @@ class Plan(Resource):
                     self._set(j, None, s, True)
             outs = self._own_out
         failed = self._failed
-        ret = self._plan_launch(*self._launch_args, s._cdata, failed, self._failed_index)
+        ret = self._plan_launch(*self._launch_args, s._cdata, failed, self._failed_slot)
         if ret:
             check_aclnn(ret, _PLAN_STEPS.get(failed[0], self._op))
         for t in outs:

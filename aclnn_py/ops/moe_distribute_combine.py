@@ -19,7 +19,7 @@ from ..tensor import Tensor, TensorArg
 from . import prechecks
 from ._args import ids_tensor, input_tensor, output_tensor
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, executor_cells, private_views, run_both_phases
+from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeCombineV5"
@@ -93,19 +93,8 @@ def _x_out(ins: list[Tensor | None], given: Tensor | None) -> Tensor:
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:
-    b = initialized()
-    ffi = b.ffi
-    null = ffi.NULL
-    descs = [null if t is None else t._desc or t.descriptor() for t in ins]
-    ws, ex = executor_cells()
-    ret = b.lib.aclnnMoeDistributeCombineV5GetWorkspaceSize(
-        *descs, cfg.ep_world_size, cfg.ep_rank_id, cfg.moe_expert_num, cfg.ccl_buffer_size, cfg.tp_world_size,
-        cfg.tp_rank_id, cfg.expert_shard_type, cfg.shared_expert_num, cfg.shared_expert_rank_num, cfg.global_bs,
-        cfg.out_dtype, cfg.comm_quant_mode, cfg.group_list_type, cfg.comm_alg_bytes, cfg.zero_expert_num,
-        cfg.copy_expert_num, cfg.const_expert_num, out._desc or out.descriptor(), ws, ex)
-    if ret:
-        check_aclnn(ret, PHASE1)
-    return int(ws[0]), ex[0]
+    return run_phase1(initialized().lib.aclnnpy_combine_v5_run, PHASE1, cfg.combine_ints, cfg.comm_alg_bytes,
+                      ins, (out,))
 
 
 def prepare_combine(

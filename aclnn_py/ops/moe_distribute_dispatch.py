@@ -20,7 +20,7 @@ from ..tensor import Tensor, TensorArg
 from . import prechecks
 from ._args import ids_tensor, input_tensor, output_tensor
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, executor_cells, private_views, run_both_phases
+from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeDispatchV5"
@@ -102,20 +102,8 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
-    b = initialized()
-    ffi = b.ffi
-    null = ffi.NULL
-    descs = [null if t is None else t._desc or t.descriptor() for t in ins]
-    descs += [t._desc or t.descriptor() for t in outs]
-    ws, ex = executor_cells()
-    ret = b.lib.aclnnMoeDistributeDispatchV5GetWorkspaceSize(
-        *descs[:8], cfg.ep_world_size, cfg.ep_rank_id, cfg.moe_expert_num, cfg.ccl_buffer_size, cfg.tp_world_size,
-        cfg.tp_rank_id, cfg.expert_shard_type, cfg.shared_expert_num, cfg.shared_expert_rank_num, cfg.quant_mode,
-        cfg.global_bs, cfg.expert_token_nums_type, cfg.comm_alg_bytes, cfg.zero_expert_num, cfg.copy_expert_num,
-        cfg.const_expert_num, *descs[8:], ws, ex)
-    if ret:
-        check_aclnn(ret, PHASE1)
-    return int(ws[0]), ex[0]
+    return run_phase1(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, cfg.dispatch_ints, cfg.comm_alg_bytes,
+                      ins, outs)
 
 
 def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
