@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import casts, golden
-from .cli import UsageError
+from .cli_conventions import UsageError
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
 from .dtypes import DataType, bfloat16
 

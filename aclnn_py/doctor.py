@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .cli import UsageError
+from .cli_conventions import UsageError
 
 ENV_VARS = (
     "ACLNN_PY_BACKEND", "ACLNN_PY_MOCK_ROOT", "ACLNN_PY_BUILD_DIR", "ACLNN_PY_SKIP_ABI_CHECK", "ASCEND_HOME_PATH",

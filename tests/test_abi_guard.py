@@ -8,7 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
-from root_copies import (
+from helpers.root_copies import (
     COMBINE_HEADER,
     DISPATCH_HEADER,
     OP_INCLUDE,

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from root_copies import run_cli
+from helpers.root_copies import run_cli
 
 from aclnn_py import cli
 

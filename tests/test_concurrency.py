@@ -12,8 +12,8 @@ import os
 import threading
 import time
 
-import fault_ranks as fr
 import pytest
+from helpers import fault_ranks as fr
 
 ROUNDS = int(os.environ.get("ACLNN_SOAK_ROUNDS", "1000"))
 

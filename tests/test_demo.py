@@ -9,7 +9,7 @@ import json
 
 import numpy as np
 import pytest
-from root_copies import copy_mock_root, run_cli
+from helpers.root_copies import copy_mock_root, run_cli
 
 ALL_OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_token_nums", "ep_recv_counts",
                "expand_scales", "x_out")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 import platform
 
-from root_copies import DISPATCH_HEADER, OP_INCLUDE, copy_mock_root, group_string_dispatch, run_cli
+from helpers.root_copies import DISPATCH_HEADER, OP_INCLUDE, copy_mock_root, group_string_dispatch, run_cli
 
 from aclnn_py import __version__
 from aclnn_py.doctor import cann_version

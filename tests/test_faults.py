@@ -15,8 +15,8 @@ import struct
 import threading
 import time
 
-import fault_ranks as fr
 import pytest
+from helpers import fault_ranks as fr
 
 TIMEOUT = 1.0            # HCCL_EXEC_TIMEOUT of the timeout tests (s)
 SLACK = 8.0              # what a survivor may take beyond it on a loaded machine

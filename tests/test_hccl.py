@@ -9,8 +9,8 @@ import os
 import threading
 import time
 
-import hccl_ranks as hr
 import pytest
+from helpers import hccl_ranks as hr
 
 MIB = 1 << 20
 

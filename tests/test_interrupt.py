@@ -16,9 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-import fault_ranks as fr
 import pytest
 from conftest import package_pythonpath
+from helpers import fault_ranks as fr
 
 SYNC_TIMEOUT, AICORE_TIMEOUT, AICORE_EXCEPTION = 507046, 507014, 507015
 PROMPT = 10.0   # far below the 120 s default timeout, with room for a loaded machine

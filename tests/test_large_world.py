@@ -17,8 +17,8 @@ import resource
 import threading
 import time
 
-import large_world_ranks as lw
 import pytest
+from helpers import large_world_ranks as lw
 
 pytestmark = pytest.mark.large_world
 

@@ -9,9 +9,9 @@ import sys
 import time
 from pathlib import Path
 
-import launch_ranks as lr
 import pytest
 from conftest import package_pythonpath
+from helpers import launch_ranks as lr
 
 REPO = Path(__file__).resolve().parents[1]
 

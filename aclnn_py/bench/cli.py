@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli import UsageError
+from ..cli_conventions import UsageError
 from . import report as rpt
 from .host_overhead import host_overhead
 from .progress import Progress

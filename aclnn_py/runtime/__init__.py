@@ -7,12 +7,12 @@ raises :class:`~aclnn_py.ClosedError` naming it.
 """
 
 from . import ordered
-from ._device import Device, out_cell
-from ._event import Event
+from ._device import Device
 from ._init import init, initialized, soc_name, version
 from ._memory import DeviceMemory, MemoryExport, copy_to_device, copy_to_host, fill
 from ._resource import Resource
-from ._stream import Stream, StreamArg, StreamLike, current_stream, explicit_or_current, resolve_stream
+from ._stream import Event, Stream, StreamArg, StreamLike, current_stream, explicit_or_current, resolve_stream
+from ._thread import out_cell
 
 __all__ = [
     "Device", "DeviceMemory", "Event", "MemoryExport", "Resource", "Stream", "StreamArg", "StreamLike", "copy_to_device", "copy_to_host",

@@ -2,34 +2,10 @@
 
 from __future__ import annotations
 
-import threading
-from typing import TYPE_CHECKING, Any
-
 from ..errors import check_acl
 from ._init import initialized
-
-if TYPE_CHECKING:
-    from ._stream import Stream
-
-_tls = threading.local()
-
-
-def out_cell(ctype: str) -> Any:
-    """A per-thread reusable out-parameter cell, so queries allocate nothing per call."""
-    cells: dict[str, Any] | None = getattr(_tls, "cells", None)
-    if cells is None:
-        cells = _tls.cells = {}
-    cell = cells.get(ctype)
-    if cell is None:
-        cell = cells[ctype] = initialized().ffi.new(ctype)
-    return cell
-
-
-def current_device_id() -> int:
-    """``aclrtGetDevice``: the calling thread's device."""
-    cell = out_cell("int32_t *")
-    check_acl(initialized().lib.aclrtGetDevice(cell), "aclrtGetDevice")
-    return int(cell[0])
+from ._stream import Stream
+from ._thread import current_device_id, out_cell
 
 
 class Device:
@@ -51,15 +27,11 @@ class Device:
 
     def create_stream(self) -> Stream:
         """A new stream on this device (which becomes the calling thread's current device)."""
-        from ._stream import Stream
-
         self.set_current()
         return Stream._create(self.id)
 
     def default_stream(self) -> Stream:
         """This device's default stream."""
-        from ._stream import Stream
-
         return Stream.default(self.id)
 
     def synchronize(self) -> None:

@@ -1,4 +1,6 @@
-"""Streams: creation and borrowing, the per-thread current stream, interruptible synchronisation.
+"""Streams and events: creation and borrowing, the per-thread current stream, interruptible
+synchronisation, events ordering streams. One module, as in CuPy's ``cupy.cuda.stream``: a stream
+records events and an event records on a stream.
 
 ``Device.create_stream()`` makes an owned stream (destroyed by ``close()``), ``Stream.from_handle()``
 borrows one someone else owns (a C++ server's), ``Stream.default()`` names a device's default stream.
@@ -16,9 +18,9 @@ from typing import Any, Protocol, runtime_checkable
 
 from ..errors import acl_error, check_acl, recent_message
 from . import ordered
-from ._device import current_device_id
 from ._init import initialized
 from ._resource import Resource
+from ._thread import current_device_id, out_cell
 
 STREAM_PROTOCOL_VERSION = 0
 ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046
@@ -130,7 +132,7 @@ class Stream(Resource):
         wait_for(self._cdata, timeout_ms)
         ordered.passed(self, position)
 
-    def wait_event(self, event: Any) -> None:
+    def wait_event(self, event: Event) -> None:
         """``aclrtStreamWaitEvent``: later work on this stream waits for `event`."""
         if not self._open:
             raise self._closed("make it wait for an event")
@@ -138,10 +140,8 @@ class Stream(Resource):
             raise event._closed("wait for it")
         check_acl(initialized().lib.aclrtStreamWaitEvent(self._cdata, event._cdata), "aclrtStreamWaitEvent")
 
-    def record_event(self, event: Any = None) -> Any:
+    def record_event(self, event: Event | None = None) -> Event:
         """Record `event` (a new :class:`~aclnn_py.Event` when None) on this stream and return it."""
-        from ._event import Event
-
         if not self._open:
             raise self._closed("record an event")
         ev = event if event is not None else Event()
@@ -246,3 +246,65 @@ def wait_for(cdata: Any, timeout_ms: int | None = None) -> None:
         if deadline is not None and time.monotonic() >= deadline:
             raise acl_error(ret, "aclrtSynchronizeStreamWithTimeout",
                             f"the stream did not finish within {timeout_ms} ms")
+
+
+class Event(Resource):
+    """An ACL event on the calling thread's current device."""
+
+    __slots__ = ("_cdata", "__weakref__")
+
+    def __init__(self) -> None:
+        b = initialized()
+        cell = b.ffi.new("aclrtEvent *")
+        check_acl(b.lib.aclrtCreateEvent(cell), "aclrtCreateEvent")
+        self._cdata = cell[0]
+        self._open = True
+
+    @property
+    def handle(self) -> int:
+        """The ``aclrtEvent`` as an integer."""
+        if not self._open:
+            raise self._closed("use its handle")
+        return int(initialized().ffi.cast("uintptr_t", self._cdata))
+
+    def record(self, stream: Stream | None = None) -> None:
+        """``aclrtRecordEvent`` on `stream` (default: the calling thread's current stream)."""
+        if not self._open:
+            raise self._closed("record it")
+        s = resolve_stream(stream)
+        check_acl(initialized().lib.aclrtRecordEvent(self._cdata, s._cdata), "aclrtRecordEvent")
+
+    def query(self) -> bool:
+        """True when the latest record has completed (``aclrtQueryEventStatus``)."""
+        if not self._open:
+            raise self._closed("query it")
+        b = initialized()
+        cell = out_cell("aclrtEventRecordedStatus *")
+        check_acl(b.lib.aclrtQueryEventStatus(self._cdata, cell), "aclrtQueryEventStatus")
+        return int(cell[0]) == int(b.lib.ACL_EVENT_RECORDED_STATUS_COMPLETE)
+
+    def synchronize(self) -> None:
+        """Wait until the latest record completed. The wait polls, so Ctrl-C (KeyboardInterrupt)
+        interrupts it within a few milliseconds; ``aclrtSynchronizeEvent`` then reports the result."""
+        if not self._open:
+            raise self._closed("synchronize it")
+        pause = 1e-5
+        while not self.query():
+            time.sleep(pause)
+            pause = min(pause * 2, 0.005)
+        check_acl(initialized().lib.aclrtSynchronizeEvent(self._cdata), "aclrtSynchronizeEvent")
+
+    def elapsed_ms(self, end: Event) -> float:
+        """Milliseconds from this event to `end` (``aclrtEventElapsedTime``)."""
+        if not self._open or not end._open:
+            raise (self if not self._open else end)._closed("time it")
+        b = initialized()
+        cell = b.ffi.new("float *")
+        check_acl(b.lib.aclrtEventElapsedTime(cell, self._cdata, end._cdata), "aclrtEventElapsedTime")
+        return float(cell[0])
+
+    def _release(self) -> None:
+        check_acl(initialized().lib.aclrtDestroyEvent(self._cdata), "aclrtDestroyEvent")
+
+    def _label(self) -> str:
+        return f"Event(0x{int(initialized().ffi.cast('uintptr_t', self._cdata)):x})"

@@ -15,11 +15,10 @@ import collections
 import threading
 from typing import TYPE_CHECKING
 
-from ._event import Event
 from ._memory import DeviceMemory
 
-if TYPE_CHECKING:
-    from ._stream import Stream
+if TYPE_CHECKING:  # the stream module imports this one: streams and their events are only used here
+    from ._stream import Event, Stream
 
 #: An event is recorded after this many holds, so a stream that is never synchronised still frees
 #: (recording one costs about as much as a launch; every synchronisation releases holds anyway).
@@ -95,10 +94,8 @@ def grow_workspace(stream: Stream, size: int, obj: object) -> int:
 
 def _checkpoint(stream: Stream) -> None:
     with _lock:
-        ev = _spare_events.pop() if _spare_events else None
-    if ev is None:
-        ev = Event()
-    ev.record(stream)
+        spare = _spare_events.pop() if _spare_events else None
+    ev = stream.record_event(spare)
     with _lock:
         st = _state(stream._key)
         st.checkpoints.append((ev, st.next_seq))

@@ -35,9 +35,8 @@ def main() -> int:
     os.environ.setdefault("HCCL_BUFFSIZE", str(-(-need // (1 << 21)) + 1))
     os.environ.setdefault("HCCL_CONNECT_TIMEOUT", "1800")
     os.environ.setdefault("HCCL_EXEC_TIMEOUT", "1800")
-    import large_world_ranks as lw
-
     from aclnn_py import golden, launch
+    from helpers import large_world_ranks as lw
 
     before = meminfo_mib()
     lowest = {"MemAvailable": before["MemAvailable"], "PageTables": 0.0, "Shmem": 0.0}

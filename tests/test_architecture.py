@@ -1,0 +1,109 @@
+"""The package's import structure: no module imports itself back through others (a circle makes
+import order matter and hides which layer depends on which), and the product does not depend on
+the golden, the tests' oracle."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import aclnn_py
+
+PACKAGE = Path(aclnn_py.__file__).resolve().parent
+#: Modules whose job is to compare with the golden.
+COMPARING = ("aclnn_py.demo", "aclnn_py.bench", "aclnn_py.golden")
+
+
+def _modules() -> dict[str, Path]:
+    mods = {}
+    for f in PACKAGE.rglob("*.py"):
+        parts = f.relative_to(PACKAGE.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        mods[name] = f
+    return mods
+
+
+def _imported(module: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The package's modules `module` imports anywhere (in functions too), with the packages that
+    importing them runs; imports under ``if TYPE_CHECKING:`` do not run and are left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    typing_only = {id(n) for node in ast.walk(tree)
+                   if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                   for n in ast.walk(node)}
+    package = module.split(".") if path.name == "__init__.py" else module.split(".")[:-1]
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            names |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+        elif isinstance(node, ast.Import):
+            names |= {a.name for a in node.names}
+    closed: set[str] = set()
+    for name in names:  # importing a.b.c runs a and a.b first
+        parts = name.split(".")
+        closed |= {".".join(parts[:i]) for i in range(1, len(parts) + 1)}
+    return {m for m in closed if m in known and m != module and not module.startswith(m + ".")}
+
+
+def _graph() -> dict[str, set[str]]:
+    mods = _modules()
+    return {m: _imported(m, p, mods) for m, p in mods.items()}
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in graph:
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_checker_sees_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_the_graph_holds_known_edges():
+    graph = _graph()
+    assert "aclnn_py.runtime._stream" in graph["aclnn_py.runtime._device"]
+    assert "aclnn_py.runtime.ordered" in graph["aclnn_py.runtime._stream"]
+    assert "aclnn_py.golden" in graph["aclnn_py.demo"]
+
+
+def test_no_import_circles():
+    circles = _circles(_graph())
+    assert circles == [], "modules that import each other: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_product_modules_do_not_import_the_golden():
+    graph = _graph()
+    users = sorted(m for m, deps in graph.items()
+                   if "aclnn_py.golden" in deps and m != "aclnn_py" and not m.startswith(COMPARING))
+    assert users == []
