@@ -73,10 +73,23 @@ void aclnnpy_dlpack_deleter(void *managed);
 void aclnnpy_dlpack_deleter_versioned(void *managed);
 void aclnnpy_dlpack_capsule_destructor(void *capsule);
 const char *aclnnpy_prototypes(void);
-aclnnStatus aclnnpy_plan_launch(void *launch, aclOpExecutor *executor, int n_in, aclTensor **in_desc,
-                                const uintptr_t *in_want, uintptr_t *in_bound, int n_out, aclTensor **out_desc,
-                                const uintptr_t *out_want, uintptr_t *out_bound, void *workspace,
-                                uint64_t workspace_size, aclrtStream stream, int *failed, int *failed_index);
+struct aclnnpy_plan {
+    void *launch;
+    aclOpExecutor *executor;
+    int n_in;
+    aclTensor **in_desc;
+    uintptr_t *in_want;
+    uintptr_t *in_bound;
+    int n_out;
+    aclTensor **out_desc;
+    uintptr_t *out_want;
+    uintptr_t *out_bound;
+    void *workspace;
+    uint64_t workspace_size;
+    int failed;
+    int failed_index;
+};
+aclnnStatus aclnnpy_plan_launch(struct aclnnpy_plan *p, aclrtStream stream);
 aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
                                     uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                     aclOpExecutor **executor, int launch, int *launched);

@@ -7,6 +7,7 @@ stream passes it, and every output remembers the stream as its writer (``Tensor.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Sequence
 from typing import Any
@@ -194,6 +195,12 @@ def private_views(tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
             for t in tensors]
 
 
+def _launch_failed(args: Any, op: str, status: int) -> None:
+    """Raise for a failed aclnnpy_plan_launch, naming the call that failed (its struct says which)."""
+    check_aclnn(status, _PLAN_STEPS.get(args.failed, op))
+    raise AssertionError(f"{op}: a failed plan launch returned status 0")  # check_aclnn raised
+
+
 _UNSET = object()  # a plan slot whose next value must be checked again
 #: the call aclnnpy_plan_launch reports as failed, when it is not the launch
 _PLAN_STEPS = {1: "aclSetInputTensorAddr", 2: "aclSetOutputTensorAddr"}
@@ -220,28 +227,51 @@ class Plan(Resource):
         b = initialized()
         ffi = b.ffi
         # what aclnnpy_plan_launch reads: per slot the descriptor, the address this step wants and the
-        # address the executor holds (absent slots: NULL and 0, never moved); _set writes the wants
-        in_desc = ffi.new("aclTensor *[]", [ffi.NULL if t is None else t.descriptor() for t in self._own_in])
-        out_desc = ffi.new("aclTensor *[]", [t.descriptor() for t in self._own_out])
-        self._want_in = ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_in])
-        self._want_out = ffi.new("uintptr_t[]", [t.data_ptr for t in self._own_out])
-        bound_in = ffi.new("uintptr_t[]", list(self._want_in))
-        bound_out = ffi.new("uintptr_t[]", list(self._want_out))
+        # address the executor holds (absent slots: NULL and 0, never moved); _set writes the wants.
+        # The struct points into these arrays, so the plan keeps them.
+        self._arrays = (
+            ffi.new("aclTensor *[]", [ffi.NULL if t is None else t.descriptor() for t in self._own_in]),
+            ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_in]),
+            ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_in]),
+            ffi.new("aclTensor *[]", [t.descriptor() for t in self._own_out]),
+            ffi.new("uintptr_t[]", [t.data_ptr for t in self._own_out]),
+            ffi.new("uintptr_t[]", [t.data_ptr for t in self._own_out]))
+        in_desc, self._want_in, bound_in, out_desc, self._want_out, bound_out = self._arrays
         self._ws_size = prepared.workspace_size
         self._op = prepared._launch_name
         self._plan_launch = b.lib.aclnnpy_plan_launch
-        self._failed = ffi.new("int[2]")  # which call failed, and for which slot
-        self._failed_slot = self._failed + 1  # made once: pointer arithmetic allocates a cdata
-        # aclnnpy_plan_launch's arguments, the same on every call but the stream
-        self._launch_args = (b.function_pointer(prepared._launch_name), prepared._executor, len(self._own_in),
-                             in_desc, self._want_in, bound_in, len(self._own_out), out_desc, self._want_out,
-                             bound_out, ffi.cast("void *", self._ws.ptr if self._ws is not None else 0),
-                             self._ws_size)
+        self._args = ffi.new("struct aclnnpy_plan *", {
+            "launch": b.function_pointer(prepared._launch_name), "executor": prepared._executor,
+            "n_in": len(self._own_in), "in_desc": in_desc, "in_want": self._want_in, "in_bound": bound_in,
+            "n_out": len(self._own_out), "out_desc": out_desc, "out_want": self._want_out, "out_bound": bound_out,
+            "workspace": ffi.cast("void *", self._ws.ptr if self._ws is not None else 0),
+            "workspace_size": self._ws_size})
         # what each slot was given last call; a present input starts unset so that None is refused
         self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
         self._last_out: list[object] = [None] * len(self._own_out)
+        from .. import _plan_step  # compiled: importable once the package has found its compiled parts
+
+        self._c_step = _plan_step.step
+        self._c_state: object | None = None  # set by the subclass (fast_path); None: every call in _run
         self._stale: str | None = None
         self._open = True
+
+    def fast_path(self, in_slots: tuple[int, ...]) -> object:
+        """The C step's state for calls passing inputs `in_slots` (``aclnn_py._plan_step``, built from
+        plan_step.c): it runs the steady state of :meth:`_run` — device Tensors of the plan's layout
+        or the same objects as last call, the plan's own outputs, a Stream — and leaves everything
+        else to :meth:`_run`. It holds no reference to the plan."""
+        from .. import _plan_step
+
+        b = initialized()
+        ffi = b.ffi
+        own = self._own_in
+        return _plan_step.state(
+            int(ffi.cast("uintptr_t", b.function_pointer("aclnnpy_plan_launch"))),
+            int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots,
+            self._last_in, tuple(None if t is None else t.shape for t in own),
+            tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out,
+            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op))
 
     @property
     def workspace_size(self) -> int:
@@ -250,6 +280,7 @@ class Plan(Resource):
     def invalidate(self, reason: str) -> None:
         """Refuse every later call with `reason` (e.g. the communicator the plan was built for changed)."""
         self._stale = reason
+        self._c_state = None
 
     def _refuse(self, message: str) -> AclnnParamInvalid:
         return param_invalid(self._op, message)
@@ -304,21 +335,12 @@ class Plan(Resource):
             raise self._closed("launch it")
         if self._stale is not None:
             raise self._refuse(self._stale)
-        s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
-        last, want, own_in = self._last_in, self._want_in, self._own_in
+        s = resolve_stream(stream)
         for i, v in zip(in_slots, in_values):
-            if v is last[i]:  # an unchanged slot costs an identity test and, for a Tensor, an open test
+            if v is self._last_in[i]:
                 if v is not None and not v._open:  # type: ignore[attr-defined]
                     raise ClosedError(v._label(), "pass it to an operator")  # type: ignore[attr-defined]
                 continue
-            own = own_in[i]
-            if v.__class__ is Tensor and own is not None:
-                # the serving loop's steady state, inlined: another device Tensor of the plan's layout
-                t: Tensor = v
-                if t._open and t._contiguous and t.shape == own.shape and t.dtype is own.dtype:
-                    want[i] = t._ptr + t._offset_nbytes
-                    last[i] = v
-                    continue
             self._set(i, v, s, False)
         if out_values is not None:
             for j, v in enumerate(out_values):
@@ -329,16 +351,16 @@ class Plan(Resource):
                 for j in range(len(self._own_out)):
                     self._set(j, None, s, True)
             outs = self._own_out
-        failed = self._failed
-        ret = self._plan_launch(*self._launch_args, s._cdata, failed, self._failed_slot)
+        ret = self._plan_launch(self._args, s._cdata)
         if ret:
-            check_aclnn(ret, _PLAN_STEPS.get(failed[0], self._op))
+            _launch_failed(self._args, self._op, ret)
         for t in outs:
             t._writer = s
         return outs
 
     def _release(self) -> None:
         """Destroy the executor and free the plan's buffers (once the streams finished with them)."""
+        self._c_state = None
         self._prep.close()
         for t in self._own_in[1:] + self._own_out:  # input 0 is the caller's context tensor
             if t is not None:

@@ -197,6 +197,7 @@ class CombinePlan(Plan):
         self.config = cfg
         self.x_out = prepared.result
         self._with_es = with_expert_scales
+        self._c_state = self.fast_path(PLAN_INPUTS if with_expert_scales else PLAN_INPUTS_UNWEIGHTED)
 
     def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
                  ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,
@@ -205,6 +206,14 @@ class CombinePlan(Plan):
                  const_expert_alpha_2: TensorArg | None = None, const_expert_v: TensorArg | None = None,
                  x_out: Tensor | None = None, stream: StreamArg = None) -> Tensor:
         """Phase 2 with this step's inputs (``aclnnMoeDistributeCombineV5``)."""
+        if x_out is None and self._c_state is not None and (self._with_es or expert_scales is None):
+            values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,
+                      shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v) \
+                if self._with_es else (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, x_active_mask,
+                                       shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2,
+                                       const_expert_v)
+            if self._c_step(self._c_state, values, stream) is None:
+                return self.x_out  # the steady state, run in C; anything else goes through _run
         if not self._with_es and expert_scales is not None and math.prod(getattr(expert_scales, "shape", (0,))):
             raise self._refuse("expert_scales: this plan was built unweighted; build one with_expert_scales")
         values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,

@@ -1,0 +1,228 @@
+"""A plan's steady state runs in C (aclnn_py._plan_step): it must give what the Python path gives —
+the same bytes, the same refusals and errors, the same objects kept alive — and hand every other
+call to the Python path."""
+
+from __future__ import annotations
+
+import gc
+import sys
+import weakref
+
+import numpy as np
+import pytest
+
+from aclnn_py.dtypes import bfloat16
+
+BS, H, K, E = 4, 1024, 2, 4
+
+
+def _world_rank(rank, world_size, root, body):
+    import aclnn_py as acl
+    from aclnn_py.buffer import MoeDistributeBuffer
+    from aclnn_py.hccl import Communicator
+
+    stream = acl.Device.current().create_stream()
+    try:
+        with Communicator(world_size, rank, root) as comm:
+            buf = MoeDistributeBuffer(comm)
+            return body(acl, buf, stream, np.random.default_rng([5, rank]))
+    finally:
+        stream.close()
+
+
+def _run(body):
+    from aclnn_py.launch import run_threads
+
+    return run_threads(_world_rank, 2, body, timeout=120)
+
+
+def _step_inputs(rng):
+    x = rng.uniform(-2, 2, (BS, H)).astype(np.float32).astype(bfloat16)
+    ids = np.stack([rng.choice(E, K, replace=False) for _ in range(BS)]).astype(np.int32)
+    return x, ids
+
+
+class _PythonPathCalls:
+    """Counts the calls that reach the plan's Python path."""
+
+    def __init__(self, plan):
+        self.n = 0
+        self._run = plan._run
+        plan._run = self
+
+    def __call__(self, *args, **kwargs):
+        self.n += 1
+        return self._run(*args, **kwargs)
+
+
+def _mixed_sequence(acl, buf, stream, rng):
+    """Tensors, host arrays, the same Tensor again after a host array, a Tensor at a new address:
+    every step compared with the per-call path; and which steps reached the Python path."""
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    python_path = _PythonPathCalls(plan)
+    steps = [_step_inputs(rng) for _ in range(3)]
+    xa, ida = (acl.Tensor.from_numpy(a) for a in steps[0])
+    xb, idb = (acl.Tensor.from_numpy(a) for a in steps[2])
+    schedule = [("tensors A", (xa, ida), steps[0]), ("host arrays", steps[1], steps[1]),
+                ("tensors A again", (xa, ida), steps[0]), ("same tensors", (xa, ida), steps[0]),
+                ("tensors B", (xb, idb), steps[2])]
+    report = []
+    for name, args, host in schedule:
+        before = python_path.n
+        d = plan(*args, stream=stream)
+        stream.synchronize()
+        ref = buf.low_latency_dispatch(host[0], host[1], E, stream=stream)
+        buf.synchronize(stream)
+        n = int(ref.ep_recv_counts.numpy()[-1])
+        same = (d.expand_x.numpy()[:n].tobytes() == ref.expand_x.numpy()[:n].tobytes()
+                and d.ep_recv_counts.numpy().tobytes() == ref.ep_recv_counts.numpy().tobytes()
+                and d.assist_info_for_combine.numpy()[:3 * n].tobytes()
+                == ref.assist_info_for_combine.numpy()[:3 * n].tobytes())
+        report.append((name, same, python_path.n - before, d.expand_x._writer is stream))
+    plan.close()
+    return report
+
+
+def test_the_c_step_gives_the_python_paths_bytes_and_takes_only_its_calls(acl):
+    for report in _run(_mixed_sequence):
+        assert [(name, same, writer) for name, same, _, writer in report] == \
+            [(name, True, True) for name, *_ in report]
+        # host arrays are uploaded by the Python path; Tensors of the plan's layout never reach it
+        assert {name: python for name, _, python, _ in report} == {
+            "tensors A": 0, "host arrays": 1, "tensors A again": 0, "same tensors": 0, "tensors B": 0}
+
+
+def _refusals(acl, buf, stream, rng):
+    from aclnn_py import ClosedError
+
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    x, ids = (acl.Tensor.from_numpy(a) for a in _step_inputs(rng))
+    plan(x, ids, stream=stream)
+    stream.synchronize()
+    out = {}
+
+    def attempt(name, call):
+        try:
+            call()
+            out[name] = None
+        except (acl.AclnnError, ClosedError, TypeError) as e:
+            out[name] = f"{type(e).__name__}: {e}"
+
+    wide = acl.Tensor.zeros((BS, 2 * H), bfloat16)
+    strided = acl.Tensor.from_address(wide.ptr, (BS, H), bfloat16, strides=(2 * H, 1), owner=wide)
+    attempt("strided", lambda: plan(strided, ids, stream=stream))
+    attempt("other dtype", lambda: plan(acl.Tensor.zeros((BS, H), np.float16), ids, stream=stream))
+    attempt("not a stream", lambda: plan(x, ids, stream="s"))
+    gone = acl.Tensor.from_numpy(_step_inputs(rng)[0])
+    gone.close()
+    attempt("closed tensor", lambda: plan(gone, ids, stream=stream))
+    other = acl.Device.current().create_stream()
+    other.close()
+    attempt("closed stream", lambda: plan(x, ids, stream=other))
+    ids.close()  # the tensor the plan was given last call
+    attempt("closed, same as last call", lambda: plan(x, ids, stream=stream))
+    plan.close()
+    attempt("closed plan", lambda: plan(x, ids, stream=stream))
+    return out
+
+
+def test_what_the_c_step_leaves_is_refused_by_the_python_path(acl):
+    for out in _run(_refusals):
+        assert out["other dtype"].startswith("AclnnParamInvalid") and "FLOAT16" in out["other dtype"]
+        assert out["not a stream"].startswith("TypeError: stream: expected a Stream")
+        assert out["closed tensor"].startswith("ClosedError")
+        assert out["closed stream"].startswith("ClosedError") and "Stream(" in out["closed stream"]
+        assert out["closed, same as last call"].startswith("ClosedError")
+        assert out["closed plan"].startswith("ClosedError")
+        assert out["strided"].startswith("AclnnParamInvalid") and "strided" in out["strided"]
+
+
+def _launch_failure(acl, buf, stream, rng):
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    x, ids = (acl.Tensor.from_numpy(a) for a in _step_inputs(rng))
+    plan(x, ids, stream=stream)
+    stream.synchronize()
+    # same layout, an address the runtime refuses (not 32-byte aligned)
+    block = acl.DeviceMemory(BS * H * 2 + 64)
+    skewed = acl.Tensor.from_address(block.ptr + 2, (BS, H), bfloat16, owner=block)
+    try:
+        plan(skewed, ids, stream=stream)
+        failure = None
+    except acl.AclnnError as e:
+        failure = (e.func, e.message)
+    plan(x, ids, stream=stream)  # the plan still works after a refused step
+    stream.synchronize()
+    plan.close()
+    return failure
+
+
+def test_a_failed_rebinding_in_the_c_step_names_the_call(acl):
+    for api, message in _run(_launch_failure):
+        assert api == "aclSetInputTensorAddr"
+        assert "32-byte aligned" in message
+
+
+def _references(acl, buf, stream, rng):
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    x, ids = (acl.Tensor.from_numpy(a) for a in _step_inputs(rng))
+    first = acl.Tensor.from_numpy(_step_inputs(rng)[0])
+    plan(first, ids, stream=stream)
+    held = weakref.ref(first)
+    del first
+    kept_while_last = held() is not None  # the plan remembers what it was given last call
+    plan(x, ids, stream=stream)           # replaced: the plan lets it go
+    stream.synchronize()
+    gc.collect()
+    released = held() is None
+    stream_refs = sys.getrefcount(stream)
+    for _ in range(200):
+        plan(x, ids, stream=stream)
+    stream.synchronize()
+    stream_refs_after = sys.getrefcount(stream)
+    writer = plan.outputs.expand_x._writer is stream
+    plan_ref = weakref.ref(plan)
+    plan.close()
+    del plan
+    gc.collect()
+    return kept_while_last, released, stream_refs_after - stream_refs, plan_ref() is None, writer
+
+
+def test_the_c_step_keeps_and_releases_references_like_python(acl):
+    for kept, released, stream_ref_growth, plan_collected, writer in _run(_references):
+        assert kept and released
+        assert stream_ref_growth == 0
+        assert plan_collected
+        assert writer
+
+
+def _unclosed_plan_is_collected(acl, buf, stream, rng):
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    x, ids = (acl.Tensor.from_numpy(a) for a in _step_inputs(rng))
+    plan(x, ids, stream=stream)
+    stream.synchronize()
+    ref = weakref.ref(plan)
+    del plan
+    gc.collect()
+    return ref() is None
+
+
+def test_a_plan_with_a_c_step_is_collected_without_close(acl):
+    assert all(_run(_unclosed_plan_is_collected))
+
+
+def test_the_step_state_checks_what_it_is_given(acl):
+    from aclnn_py import _plan_step
+    from aclnn_py.runtime import Stream
+    from aclnn_py.tensor import Tensor
+
+    class NoSlots:  # the attributes exist, but as class attributes: no slot to read
+        _open = _contiguous = shape = dtype = _ptr = _offset_nbytes = _writer = None
+
+    with pytest.raises(TypeError, match="is not a __slots__ member"):
+        _plan_step.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], NoSlots, Stream, print)
+    with pytest.raises(ValueError, match="not an input slot"):
+        _plan_step.state(1, 1, 1, (3,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+    with pytest.raises(ValueError, match="must be addresses"):
+        _plan_step.state(0, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+    with pytest.raises(TypeError, match="on_failure must be callable"):
+        _plan_step.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, None)
