@@ -90,10 +90,10 @@ struct aclnnpy_plan {
     int failed_index;
 };
 aclnnStatus aclnnpy_plan_launch(struct aclnnpy_plan *p, aclrtStream stream);
-aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
+aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
                                     uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                     aclOpExecutor **executor, int launch, int *launched);
-aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
+aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
                                    uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                    aclOpExecutor **executor, int launch, int *launched);
 """

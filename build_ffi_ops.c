@@ -1,5 +1,5 @@
 /* Both phases of an operator in one call from Python (the per-call path): phase 1, then — when the
- * stream's current workspace block (workspace, workspace_cap bytes) is large enough — phase 2 on
+ * stream's current workspace block (its address `workspace`, workspace_cap bytes) is large enough — phase 2 on
  * `stream`. The tensors come as one array in the C prototype's order (inputs, then outputs) and the
  * integer attributes as one array (those before commAlg, then those after), so a call crosses the
  * Python/C boundary once with a handful of arguments instead of twice with thirty-odd.
@@ -9,7 +9,7 @@
  * (its status is returned), when `launch` is 0, or when the workspace must grow first: then *executor
  * is phase 1's executor, still to be launched by the caller with *workspace_size bytes. */
 
-aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
+aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
                                     uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                     aclOpExecutor **executor, int launch, int *launched) {
     *launched = 0;
@@ -19,10 +19,10 @@ aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char 
         t[8], t[9], t[10], t[11], t[12], t[13], t[14], workspace_size, executor);
     if (ret != 0 || !launch || *workspace_size > workspace_cap) return ret;
     *launched = 1;
-    return aclnnMoeDistributeDispatchV5(*workspace_size ? workspace : NULL, *workspace_size, *executor, stream);
+    return aclnnMoeDistributeDispatchV5(*workspace_size ? (void *)workspace : NULL, *workspace_size, *executor, stream);
 }
 
-aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, void *workspace,
+aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
                                    uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                    aclOpExecutor **executor, int launch, int *launched) {
     *launched = 0;
@@ -33,5 +33,5 @@ aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *
         a[15], t[19], workspace_size, executor);
     if (ret != 0 || !launch || *workspace_size > workspace_cap) return ret;
     *launched = 1;
-    return aclnnMoeDistributeCombineV5(*workspace_size ? workspace : NULL, *workspace_size, *executor, stream);
+    return aclnnMoeDistributeCombineV5(*workspace_size ? (void *)workspace : NULL, *workspace_size, *executor, stream);
 }

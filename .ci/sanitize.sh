@@ -21,7 +21,7 @@ BUILD=${SANITIZE_BUILD_DIR:-$REPO/build/sanitize}
 PY=$(python3 -c 'import sys; print(sys.executable)')   # the real interpreter, not a shell shim
 JOBS=${SANITIZE_JOBS:-2}
 FUZZ_EXAMPLES=${SANITIZE_FUZZ_EXAMPLES:-5000}
-SUITES=${SANITIZE_SUITES:-"tests/test_c_runtime.py tests/test_hccl_c.py tests/test_fuzz_abi.py tests/test_misuse.py tests/test_faults.py tests/test_concurrency.py tests/test_dispatch.py tests/test_combine.py tests/test_plans.py tests/test_plan_step.py"}
+SUITES=${SANITIZE_SUITES:-"tests/test_c_runtime.py tests/test_hccl_c.py tests/test_fuzz_abi.py tests/test_misuse.py tests/test_faults.py tests/test_concurrency.py tests/test_dispatch.py tests/test_combine.py tests/test_plans.py tests/test_fastpath.py"}
 
 # the build needs pybind11 (a build requirement of the package, so not always in the environment)
 "$PY" -c "import pybind11" 2>/dev/null || "$PY" -m pip install -q "pybind11>=2.12"
@@ -59,55 +59,37 @@ export ACLNN_FUZZ_EXAMPLES="$FUZZ_EXAMPLES"
 # malloc_context_size=2: allocation stacks name the allocating function only, which is what the
 # suppressions match (see .ci/lsan.supp); SANITIZE_MALLOC_CONTEXT=30 gives deeper stacks for
 # debugging a report (the suppressions may then also hide mock leaks called from Python).
-export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:malloc_context_size=${SANITIZE_MALLOC_CONTEXT:-2}:log_path=$REPORTS/asan"
+# intercept_tls_get_addr=0: GCC's runtime (up to GCC 13) takes a dynamic TLS block whose address
+# happens to be sizeof(glibc 2.19's TLS header) past a page boundary for such a header and reads a
+# bogus range from before it; LeakSanitizer's exit-time scan then dies in its own tracer ("Tracer
+# caught signal 11") without checking anything. Not intercepting __tls_get_addr avoids that; the
+# cost is that dynamic TLS blocks are not scanned as roots.
+export ASAN_OPTIONS="detect_leaks=1:halt_on_error=1:abort_on_error=0:intercept_tls_get_addr=0:malloc_context_size=${SANITIZE_MALLOC_CONTEXT:-2}:log_path=$REPORTS/asan"
 export LSAN_OPTIONS="suppressions=$REPO/.ci/lsan.supp:print_suppressions=0"
 # UBSan ignores log_path when it shares the process with ASan here: its reports go to stderr, which
 # is kept in $BUILD/output.log and searched below (a report also stops the process).
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1"
 
-# One run of the suites; its status: 0 clean, 1 a finding (or failing tests), 3 only LeakSanitizer's
-# own tracer crashed. That crash ("Tracer caught signal 11") is a failure of the tool, not a report:
-# the exit-time scan stops every thread and occasionally faults reading the dynamic TLS of one that
-# is starting or exiting at that moment, and the process then exits 1 with no leak checked.
-run_suites() {
-  rm -rf "$REPORTS"; mkdir -p "$REPORTS"
-  echo "== running under the sanitizers: $SUITES"
-  local start rc
-  start=$(date +%s)
-  set +e
-  # shellcheck disable=SC2086
-  PATH="$WRAP:$PATH" LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" \
-    "$PY" -m pytest -q -p no:cacheprovider $SUITES "$@" 2>&1 | tee "$BUILD/output.log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  echo "== pytest exit status $rc after $(( $(date +%s) - start )) s"
+rm -rf "$REPORTS"; mkdir -p "$REPORTS"
+echo "== running under the sanitizers: $SUITES"
+start=$(date +%s)
+set +e
+# shellcheck disable=SC2086
+PATH="$WRAP:$PATH" LD_PRELOAD="$ASAN_LIB $UBSAN_LIB" \
+  "$PY" -m pytest -q -p no:cacheprovider $SUITES "$@" 2>&1 | tee "$BUILD/output.log"
+rc=${PIPESTATUS[0]}
+set -e
+echo "== pytest exit status $rc after $(( $(date +%s) - start )) s"
 
-  if grep -qE "runtime error:|ERROR: (Address|Leak|UndefinedBehavior)Sanitizer" "$BUILD/output.log"; then
-    echo "== sanitizer report in the output:"
-    grep -nE -A20 "runtime error:|ERROR: (Address|Leak|UndefinedBehavior)Sanitizer" "$BUILD/output.log" | head -80
-    return 1
-  fi
-  if compgen -G "$REPORTS/*" >/dev/null; then
-    echo "== sanitizer reports:"
-    for f in "$REPORTS"/*; do echo "---- $f"; head -60 "$f"; done
-    local f
-    for f in "$REPORTS"/*; do
-      grep -q "Tracer caught signal" "$f" && ! grep -q "ERROR: " "$f" || return 1
-    done
-    grep -qE "^[0-9]+ passed" <(tail -n 3 "$BUILD/output.log") && ! grep -qE "[0-9]+ (failed|error)" "$BUILD/output.log" \
-      || return 1
-    return 3
-  fi
-  echo "== no sanitizer report"
-  return "$rc"
-}
-
-status=0
-run_suites "$@" || status=$?
-if [ "$status" -eq 3 ]; then
-  echo "== only LeakSanitizer's tracer crashed (no report, all tests passed): running the suites once more"
-  status=0
-  run_suites "$@" || status=$?
-  [ "$status" -eq 3 ] && echo "== the tracer crashed again: no leak check could complete"
+if grep -qE "runtime error:|ERROR: (Address|Leak|UndefinedBehavior)Sanitizer" "$BUILD/output.log"; then
+  echo "== sanitizer report in the output:"
+  grep -nE -A20 "runtime error:|ERROR: (Address|Leak|UndefinedBehavior)Sanitizer" "$BUILD/output.log" | head -80
+  exit 1
 fi
-exit "$status"
+if compgen -G "$REPORTS/*" >/dev/null; then
+  echo "== sanitizer reports:"
+  for f in "$REPORTS"/*; do echo "---- $f"; head -60 "$f"; done
+  exit 1
+fi
+echo "== no sanitizer report"
+exit "$rc"

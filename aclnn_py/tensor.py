@@ -61,8 +61,8 @@ def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
 class Tensor:
     """A typed view of device memory."""
 
-    __slots__ = ("_ptr", "shape", "dtype", "strides", "offset", "device", "_mem", "_owner", "_desc", "_writer",
-                 "_open", "_contiguous", "_offset_nbytes", "__weakref__")
+    __slots__ = ("_ptr", "shape", "dtype", "strides", "offset", "device", "_mem", "_owner", "_desc", "_desc_addr",
+                 "_writer", "_open", "_contiguous", "_offset_nbytes", "__weakref__")
 
     def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
                  offset: int = 0, owner: object = None, device: int | None = None):
@@ -81,6 +81,7 @@ class Tensor:
         self._mem: DeviceMemory | None = None
         self._owner: object = _claim(owner)
         self._desc: Any = None
+        self._desc_addr: int | None = None  # the descriptor's address, for the C fast path
         self._writer: Stream | None = None
         self._open = True
 
@@ -247,10 +248,12 @@ class Tensor:
             if d == ffi.NULL:
                 raise aclnn_error(161002, "aclCreateTensor")
             self._desc = d
+            self._desc_addr = int(ffi.cast("uintptr_t", d))
         return d
 
     def release_descriptor(self) -> None:
         d, self._desc = self._desc, None
+        self._desc_addr = None
         if d is not None:
             b = _loader.loaded()
             if b is not None:

@@ -142,10 +142,6 @@ def test_process_exits_promptly_while_a_thread_is_blocked(acl, blocked_in, how):
     env = dict(os.environ, ACLNN_PY_BACKEND="mock", HCCL_BUFFSIZE="2", HCCL_EXEC_TIMEOUT="120",
                HCCL_CONNECT_TIMEOUT="120")
     env["PYTHONPATH"] = package_pythonpath(env)
-    if "ASAN_OPTIONS" in env:
-        # Under .ci/sanitize.sh: LeakSanitizer's exit-time scan cannot read the dynamic TLS of a
-        # thread still blocked in the mock at exit (its tracer faults); address checks stay on.
-        env["ASAN_OPTIONS"] += ":detect_leaks=0"
     t0 = time.monotonic()
     res = subprocess.run([sys.executable, str(HELPER), blocked_in, how], capture_output=True, text=True,
                          timeout=60, env=env)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -49,35 +49,38 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
 
 
 def _anchors(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> list[object]:
-    """What keeps each tensor's memory valid until the stream passes a launch (Tensor._anchor,
-    inlined: this runs on every call)."""
-    held = [t._mem if t._mem is not None else t._owner for t in inputs if t is not None]
-    for t in outputs:
-        held.append(t._mem if t._mem is not None else t._owner)
+    """What keeps each tensor's memory valid until the stream passes a launch (Tensor._anchor)."""
+    held = [t._anchor() for t in inputs if t is not None]
+    held += [t._anchor() for t in outputs]
     return held
 
 
-def _descriptor_table(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> tuple[Any, Any, Any, Any]:
+def _descriptor_table(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> tuple[_RunCells, list[object]]:
     """The per-thread cells of the run helpers, with the descriptor table holding `inputs` then
-    `outputs` (absent inputs NULL)."""
-    null = initialized().ffi.NULL
-    descs = [null if t is None else t._desc or t.descriptor() for t in inputs]
-    descs += [t._desc or t.descriptor() for t in outputs]
-    cells = _run_cells(len(descs))
-    cells[0][0:len(descs)] = descs
-    return cells
+    `outputs` (absent inputs NULL), and what keeps the tensors alive. The C fast path does both when
+    every tensor has its descriptor; otherwise (a first use, a closed tensor) Python does."""
+    cells = _run_cells(len(inputs) + len(outputs))
+    _, table_addr, capacity, _, _, _, gather, _, layout = cells
+    held = gather(layout, inputs, outputs, table_addr, capacity)
+    if held is None:
+        null = initialized().ffi.NULL
+        descs = [null if t is None else t.descriptor() for t in inputs]
+        descs += [t.descriptor() for t in outputs]
+        cells.table[0:len(descs)] = descs
+        held = _anchors(inputs, outputs)
+    return cells, held
 
 
 def run_phase1(run: Any, phase1: str, ints: Any, comm_alg: bytes, inputs: Sequence[Tensor | None],
                outputs: Sequence[Tensor]) -> tuple[int, Any]:
     """Phase 1 only, through the same ``aclnnpy_<op>_run`` helper as :func:`run_both_phases` (so the
     C prototype's argument order lives in one place): (workspace size, executor)."""
-    table, ws_cell, ex_cell, launched = _descriptor_table(inputs, outputs)
-    null = initialized().ffi.NULL  # no workspace, no stream: nothing is launched
-    ret = run(table, ints, comm_alg, null, 0, null, ws_cell, ex_cell, 0, launched)
+    (table, _, _, ws_size, executor, launched, _, _, _), _ = _descriptor_table(inputs, outputs)
+    null = initialized().ffi.NULL  # no stream: nothing is launched
+    ret = run(table, ints, comm_alg, 0, 0, null, ws_size, executor, 0, launched)
     if ret:
         check_aclnn(ret, phase1)
-    return int(ws_cell[0]), ex_cell[0]
+    return int(ws_size[0]), executor[0]
 
 
 def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: bytes, stream: Stream,
@@ -86,32 +89,48 @@ def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: byt
     (one crossing into C): `ints` are the operator's integer attributes in the helper's order, the
     tensors go in the C prototype's order. The launch uses the stream's workspace (grown when phase 1
     asks for more) and holds what it uses until the stream passes it."""
-    b = initialized()
-    ffi = b.ffi
-    table, ws_cell, ex_cell, launched = _descriptor_table(inputs, outputs)
-    held = _anchors(inputs, outputs)
+    (table, _, _, ws_size, executor, launched, _, written, layout), held = _descriptor_table(inputs, outputs)
     ws_ptr, ws_cap = ordered.hold_with_workspace(stream, held)
-    ret = run(table, ints, comm_alg, ffi.cast("void *", ws_ptr), ws_cap, stream._cdata, ws_cell, ex_cell, 1,
-              launched)
+    ret = run(table, ints, comm_alg, ws_ptr, ws_cap, stream._cdata, ws_size, executor, 1, launched)
     if not launched[0]:
         if ret:
             check_aclnn(ret, phase1)
-        size = int(ws_cell[0])  # more workspace than the stream's block: grow it, then launch
+        size = int(ws_size[0])  # more workspace than the stream's block: grow it, then launch
         ws = ordered.grow_workspace(stream, size, held)
-        ret = getattr(b.lib, phase2)(ffi.cast("void *", ws), size, ex_cell[0], stream._cdata)
+        b = initialized()
+        ret = getattr(b.lib, phase2)(b.ffi.cast("void *", ws), size, executor[0], stream._cdata)
     if ret:
         check_aclnn(ret, phase2)
-    for t in outputs:
-        t._writer = stream
+    written(layout, outputs, stream)
 
 
-def _run_cells(n: int) -> tuple[Any, Any, Any, Any]:
-    """Per-thread out-parameters of the run helpers: a descriptor table of at least `n` entries, the
-    workspace size, the executor and the launched flag."""
-    cells: tuple[Any, Any, Any, Any] | None = getattr(_cells, "run", None)
-    if cells is None or len(cells[0]) < n:
-        cells = _cells.run = (initialized().ffi.new("aclTensor *[]", max(n, 32)), out_cell("uint64_t *"),
-                              out_cell("aclOpExecutor **"), out_cell("int *"))
+class _RunCells(NamedTuple):
+    """Per-thread out-parameters of the run helpers, the descriptor table they read, and the C fast
+    path's functions (unpacked by position on the per-call path)."""
+
+    table: Any          # aclTensor *[capacity]
+    table_addr: int
+    capacity: int
+    ws_size: Any        # uint64_t *
+    executor: Any       # aclOpExecutor **
+    launched: Any       # int *
+    gather: Any         # aclnn_py._fastpath.gather
+    written: Any        # aclnn_py._fastpath.written
+    layout: object      # _fastpath's view of Tensor's slots
+
+
+def _run_cells(n: int) -> _RunCells:
+    """This thread's run cells, with a descriptor table of at least `n` entries."""
+    cells: _RunCells | None = getattr(_cells, "run", None)
+    if cells is None or cells.capacity < n:
+        from .. import _fastpath  # compiled: importable once the package has found its compiled parts
+
+        ffi = initialized().ffi
+        capacity = max(n, 32)
+        table = ffi.new("aclTensor *[]", capacity)
+        cells = _cells.run = _RunCells(table, int(ffi.cast("uintptr_t", table)), capacity, out_cell("uint64_t *"),
+                                       out_cell("aclOpExecutor **"), out_cell("int *"), _fastpath.gather,
+                                       _fastpath.written, _fastpath.layout(Tensor))
     return cells
 
 
@@ -249,24 +268,24 @@ class Plan(Resource):
         # what each slot was given last call; a present input starts unset so that None is refused
         self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
         self._last_out: list[object] = [None] * len(self._own_out)
-        from .. import _plan_step  # compiled: importable once the package has found its compiled parts
+        from .. import _fastpath  # compiled: importable once the package has found its compiled parts
 
-        self._c_step = _plan_step.step
+        self._c_step = _fastpath.step
         self._c_state: object | None = None  # set by the subclass (fast_path); None: every call in _run
         self._stale: str | None = None
         self._open = True
 
     def fast_path(self, in_slots: tuple[int, ...]) -> object:
-        """The C step's state for calls passing inputs `in_slots` (``aclnn_py._plan_step``, built from
-        plan_step.c): it runs the steady state of :meth:`_run` — device Tensors of the plan's layout
+        """The C step's state for calls passing inputs `in_slots` (``aclnn_py._fastpath``, built from
+        fastpath.c): it runs the steady state of :meth:`_run` — device Tensors of the plan's layout
         or the same objects as last call, the plan's own outputs, a Stream — and leaves everything
         else to :meth:`_run`. It holds no reference to the plan."""
-        from .. import _plan_step
+        from .. import _fastpath
 
         b = initialized()
         ffi = b.ffi
         own = self._own_in
-        return _plan_step.state(
+        return _fastpath.state(
             int(ffi.cast("uintptr_t", b.function_pointer("aclnnpy_plan_launch"))),
             int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots,
             self._last_in, tuple(None if t is None else t.shape for t in own),

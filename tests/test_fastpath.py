@@ -1,4 +1,4 @@
-"""A plan's steady state runs in C (aclnn_py._plan_step): it must give what the Python path gives —
+"""A plan's steady state runs in C (aclnn_py._fastpath): it must give what the Python path gives —
 the same bytes, the same refusals and errors, the same objects kept alive — and hand every other
 call to the Python path."""
 
@@ -211,7 +211,7 @@ def test_a_plan_with_a_c_step_is_collected_without_close(acl):
 
 
 def test_the_step_state_checks_what_it_is_given(acl):
-    from aclnn_py import _plan_step
+    from aclnn_py import _fastpath
     from aclnn_py.runtime import Stream
     from aclnn_py.tensor import Tensor
 
@@ -219,10 +219,66 @@ def test_the_step_state_checks_what_it_is_given(acl):
         _open = _contiguous = shape = dtype = _ptr = _offset_nbytes = _writer = None
 
     with pytest.raises(TypeError, match="is not a __slots__ member"):
-        _plan_step.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], NoSlots, Stream, print)
+        _fastpath.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], NoSlots, Stream, print)
     with pytest.raises(ValueError, match="not an input slot"):
-        _plan_step.state(1, 1, 1, (3,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+        _fastpath.state(1, 1, 1, (3,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
     with pytest.raises(ValueError, match="must be addresses"):
-        _plan_step.state(0, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+        _fastpath.state(0, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
     with pytest.raises(TypeError, match="on_failure must be callable"):
-        _plan_step.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, None)
+        _fastpath.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, None)
+
+
+# ---- the per-call path: descriptor table, anchors, writers ----------------------------------------------
+def test_gather_fills_the_table_and_lists_anchors_like_python(acl, device0):
+    from aclnn_py import _fastpath
+    from aclnn_py.ops import executor
+    from aclnn_py.tensor import Tensor
+
+    owned = Tensor.from_numpy(np.arange(64, dtype=np.float32))
+    borrowed = Tensor.from_address(owned.ptr, (8,), np.float32, owner=owned)
+    out = Tensor.empty((4, 4), np.float32)
+    ins, outs = [owned, None, borrowed], [out]
+    layout = _fastpath.layout(Tensor)
+    table = acl.backend().ffi.new("aclTensor *[]", 8)
+    addr = int(acl.backend().ffi.cast("uintptr_t", table))
+    assert _fastpath.gather(layout, ins, outs, addr, 8) is None  # no descriptors yet: Python's job
+    cells, held = executor._descriptor_table(ins, outs)              # Python made them
+    assert held == executor._anchors(ins, outs)
+    held = _fastpath.gather(layout, ins, outs, addr, 8)              # now C does it
+    assert held == executor._anchors(ins, outs)
+    assert held[0] is owned._mem and held[1] is borrowed._owner and held[2] is out._mem
+    assert [table[i] for i in range(4)] == [owned._desc, acl.backend().ffi.NULL, borrowed._desc, out._desc]
+    with pytest.raises(ValueError, match="too small"):
+        _fastpath.gather(layout, ins, outs, addr, 3)
+    borrowed.close()
+    assert _fastpath.gather(layout, ins, outs, addr, 8) is None    # closed: Python raises ClosedError
+    with pytest.raises(acl.ClosedError):
+        executor._descriptor_table(ins, outs)
+    stream = device0.create_stream()
+    refs = sys.getrefcount(stream)
+    for _ in range(100):
+        _fastpath.written(layout, outs, stream)
+    growth = sys.getrefcount(stream) - refs  # before the assert: pytest's rewriting holds its operands
+    assert growth == 1  # one reference: out's writer
+    assert out._writer is stream
+    out._writer = None
+    stream.close()
+    for t in (owned, out):
+        t.close()
+
+
+def test_gather_and_written_check_their_arguments(acl):
+    from aclnn_py import _fastpath
+    from aclnn_py.tensor import Tensor
+
+    layout = _fastpath.layout(Tensor)
+    with pytest.raises(TypeError, match="takes 5 arguments"):
+        _fastpath.gather(layout, [], [])
+    with pytest.raises(ValueError, match="NULL"):
+        _fastpath.gather(layout, [], [], 0, 8)
+    with pytest.raises(TypeError, match="sequence"):
+        _fastpath.gather(layout, 3, [], 1, 8)
+    with pytest.raises(ValueError, match="PyCapsule"):
+        _fastpath.gather(object(), [], [], 1, 8)   # not a layout capsule
+    with pytest.raises(TypeError, match="is not a __slots__ member"):
+        _fastpath.layout(type("NoSlots", (), {"_desc_addr": 0, "_mem": 0, "_owner": 0, "_writer": 0}))

@@ -1,6 +1,10 @@
-/* aclnn_py._plan_step: the steady-state step of a Plan (aclnn_py/ops/executor.py) in C.
+/* aclnn_py._fastpath: the operators' steady-state host path in C (aclnn_py/ops/executor.py).
  *
- * A serving loop calls a plan with device Tensors of the plan's layout, often the same ones as last
+ * Per call: gather() fills the descriptor table of the extension's run helper and lists what keeps
+ * each tensor's memory alive, written() marks the outputs' writer stream. Tensors without a
+ * descriptor yet (or closed) make gather() return None: Python then does the same in its own way.
+ *
+ * Plans: a serving loop calls a plan with device Tensors of the plan's layout, often the same ones as last
  * step. In Python, checking those arguments, recording their addresses and marking the outputs'
  * writer costs more than the mock's own rebinding and launch; here it is a few attribute reads per
  * argument, read straight from the objects' __slots__ (the state checks once that Tensor and Stream
@@ -44,7 +48,7 @@ typedef struct {
     Py_ssize_t t_open, t_contiguous, t_shape, t_dtype, t_ptr, t_offset_nbytes, t_writer, s_open, s_handle;
 } State;
 
-static const char CAPSULE[] = "aclnn_py._plan_step.State";
+static const char CAPSULE[] = "aclnn_py._fastpath.State";
 
 static void state_free(PyObject *capsule) {
     State *st = (State *)PyCapsule_GetPointer(capsule, CAPSULE);
@@ -255,6 +259,142 @@ static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     Py_RETURN_NONE;
 }
 
+/* ---- per call ------------------------------------------------------------------------------------ */
+
+typedef struct {
+    PyObject *tensor_type;
+    Py_ssize_t desc_addr, mem, owner, writer;  /* Tensor slot offsets */
+} Layout;
+
+static const char LAYOUT[] = "aclnn_py._fastpath.Layout";
+
+static void layout_free(PyObject *capsule) {
+    Layout *l = (Layout *)PyCapsule_GetPointer(capsule, LAYOUT);
+    if (!l) return;
+    Py_XDECREF(l->tensor_type);
+    PyMem_Free(l);
+}
+
+/* layout(Tensor): where gather() and written() find a Tensor's slots. */
+static PyObject *make_layout(PyObject *self, PyObject *tensor_type) {
+    (void)self;
+    if (!PyType_Check(tensor_type)) {
+        PyErr_SetString(PyExc_TypeError, "layout: expected the Tensor type");
+        return NULL;
+    }
+    Layout *l = (Layout *)PyMem_Calloc(1, sizeof(Layout));
+    if (!l) return PyErr_NoMemory();
+    if ((l->desc_addr = slot_offset(tensor_type, "_desc_addr")) < 0 || (l->mem = slot_offset(tensor_type, "_mem")) < 0
+        || (l->owner = slot_offset(tensor_type, "_owner")) < 0 || (l->writer = slot_offset(tensor_type, "_writer")) < 0) {
+        PyMem_Free(l);
+        return NULL;
+    }
+    l->tensor_type = Py_NewRef(tensor_type);
+    PyObject *capsule = PyCapsule_New(l, LAYOUT, layout_free);
+    if (!capsule) {
+        Py_DECREF(l->tensor_type);
+        PyMem_Free(l);
+    }
+    return capsule;
+}
+
+/* One entry: a Tensor's descriptor into *desc and its anchor appended to `held`; 0 when the Python
+ * path must do it (not a Tensor, no descriptor yet, closed), -1 on error. */
+static int gather_one(const Layout *l, PyObject *t, void **desc, PyObject *held) {
+    if (Py_TYPE(t) != (PyTypeObject *)l->tensor_type) return 0;
+    PyObject *d = slot(t, l->desc_addr);
+    if (!d || !PyLong_CheckExact(d)) return 0;
+    void *p = PyLong_AsVoidPtr(d);
+    if (!p) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *anchor = slot(t, l->mem);
+    if (!anchor || anchor == Py_None) anchor = slot(t, l->owner);
+    if (!anchor) return 0;
+    *desc = p;
+    return PyList_Append(held, anchor) < 0 ? -1 : 1;
+}
+
+/* gather(layout, inputs, outputs, table, capacity): the descriptor table (inputs then outputs; an
+ * absent input NULL) written at address `table`, and the list of what keeps the tensors alive; None
+ * when any tensor needs the Python path. */
+static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "gather(layout, inputs, outputs, table, capacity) takes 5 arguments");
+        return NULL;
+    }
+    Layout *l = (Layout *)PyCapsule_GetPointer(args[0], LAYOUT);
+    if (!l) return NULL;
+    PyObject *ins = PySequence_Fast(args[1], "gather: inputs must be a sequence");
+    if (!ins) return NULL;
+    PyObject *outs = PySequence_Fast(args[2], "gather: outputs must be a sequence");
+    if (!outs) {
+        Py_DECREF(ins);
+        return NULL;
+    }
+    void **table = (void **)PyLong_AsVoidPtr(args[3]);
+    Py_ssize_t capacity = PyLong_AsSsize_t(args[4]);
+    PyObject *held = NULL, *result = NULL;
+    Py_ssize_t n_in = PySequence_Fast_GET_SIZE(ins), n_out = PySequence_Fast_GET_SIZE(outs);
+    if (PyErr_Occurred()) goto done;
+    if (!table || n_in + n_out > capacity) {
+        PyErr_SetString(PyExc_ValueError, "gather: the table is NULL or too small");
+        goto done;
+    }
+    held = PyList_New(0);
+    if (!held) goto done;
+    for (Py_ssize_t i = 0; i < n_in + n_out; ++i) {
+        PyObject *t = i < n_in ? PySequence_Fast_GET_ITEM(ins, i) : PySequence_Fast_GET_ITEM(outs, i - n_in);
+        if (t == Py_None && i < n_in) {
+            table[i] = NULL;
+            continue;
+        }
+        int r = gather_one(l, t, &table[i], held);
+        if (r < 0) goto done;
+        if (r == 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    result = Py_NewRef(held);
+done:
+    Py_XDECREF(held);
+    Py_DECREF(ins);
+    Py_DECREF(outs);
+    return result;
+}
+
+/* written(layout, outputs, stream): every output's writer is `stream` (outputs are Tensors). */
+static PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "written(layout, outputs, stream) takes 3 arguments");
+        return NULL;
+    }
+    Layout *l = (Layout *)PyCapsule_GetPointer(args[0], LAYOUT);
+    if (!l) return NULL;
+    PyObject *outs = PySequence_Fast(args[1], "written: outputs must be a sequence");
+    if (!outs) return NULL;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(outs); ++j) {
+        PyObject *t = PySequence_Fast_GET_ITEM(outs, j);
+        if (Py_TYPE(t) != (PyTypeObject *)l->tensor_type) {
+            if (PyObject_SetAttrString(t, "_writer", args[2]) < 0) {
+                Py_DECREF(outs);
+                return NULL;
+            }
+            continue;
+        }
+        PyObject **w = (PyObject **)((char *)t + l->writer);
+        PyObject *old = *w;
+        *w = Py_NewRef(args[2]);
+        Py_XDECREF(old);
+    }
+    Py_DECREF(outs);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"state", make_state, METH_VARARGS,
      "state(launch, plan, want_in, slots, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream, "
@@ -264,10 +404,17 @@ static PyMethodDef methods[] = {
      "step(state, values, stream) -> None | NotImplemented\n"
      "Bind this call's Tensor arguments and launch (None), or leave the call to the Python path "
      "(NotImplemented); a failed launch raises through the state's on_failure."},
+    {"layout", make_layout, METH_O, "layout(Tensor)\nWhere gather() and written() find a Tensor's slots."},
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
+     "gather(layout, inputs, outputs, table, capacity) -> list | None\n"
+     "Fill the descriptor table at address `table` and return what keeps the tensors alive, or None when a "
+     "tensor has no descriptor yet or is closed (the Python path handles it)."},
+    {"written", (PyCFunction)(void (*)(void))written, METH_FASTCALL,
+     "written(layout, outputs, stream)\nMark every output as written by `stream`."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_plan_step", NULL, -1, methods,
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", NULL, -1, methods,
                                     NULL, NULL, NULL, NULL};
 
-PyMODINIT_FUNC PyInit__plan_step(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__fastpath(void) { return PyModule_Create(&module); }

@@ -1,6 +1,6 @@
-"""Type stub of the compiled plan step (plan_step.c): a plan's steady-state call in C."""
+"""Type stub of the compiled fast path (fastpath.c): the operators' steady-state host path in C."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from types import NotImplementedType
 
 def state(launch: int, plan: int, want_in: int, slots: tuple[int, ...], last_in: list[object],
@@ -8,3 +8,7 @@ def state(launch: int, plan: int, want_in: int, slots: tuple[int, ...], last_in:
           last_out: list[object], tensor_type: type, stream_type: type,
           on_failure: Callable[[int], None]) -> object: ...
 def step(state: object, values: tuple[object, ...], stream: object) -> None | NotImplementedType: ...
+def layout(tensor_type: type) -> object: ...
+def gather(layout: object, inputs: Sequence[object | None], outputs: Sequence[object], table: int,
+           capacity: int) -> list[object] | None: ...
+def written(layout: object, outputs: Sequence[object], stream: object) -> None: ...
