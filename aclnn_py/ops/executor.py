@@ -271,11 +271,11 @@ class Plan(Resource):
         from .. import _fastpath  # compiled: importable once the package has found its compiled parts
 
         self._c_step = _fastpath.step
-        self._c_state: object | None = None  # set by the subclass (fast_path); None: every call in _run
+        self._c_state: object | None = None  # set by the subclass (_fast_path); None: every call in _run
         self._stale: str | None = None
         self._open = True
 
-    def fast_path(self, in_slots: tuple[int, ...]) -> object:
+    def _fast_path(self, in_slots: tuple[int, ...]) -> object:
         """The C step's state for calls passing inputs `in_slots` (``aclnn_py._fastpath``, built from
         fastpath.c): it runs the steady state of :meth:`_run` — device Tensors of the plan's layout
         or the same objects as last call, the plan's own outputs, a Stream — and leaves everything

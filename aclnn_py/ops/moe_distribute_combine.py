@@ -197,7 +197,7 @@ class CombinePlan(Plan):
         self.config = cfg
         self.x_out = prepared.result
         self._with_es = with_expert_scales
-        self._c_state = self.fast_path(PLAN_INPUTS if with_expert_scales else PLAN_INPUTS_UNWEIGHTED)
+        self._c_state = self._fast_path(PLAN_INPUTS if with_expert_scales else PLAN_INPUTS_UNWEIGHTED)
 
     def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
                  ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,

@@ -222,7 +222,7 @@ class DispatchPlan(Plan):
         self.bs, self.hidden, self.topk = int(bs), int(hidden), int(topk)
         self.x_dtype = as_datatype(x_dtype)
         self.outputs = prepared.result
-        self._c_state = self.fast_path(PLAN_INPUTS)
+        self._c_state = self._fast_path(PLAN_INPUTS)
 
     def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
                  x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
