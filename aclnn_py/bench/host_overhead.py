@@ -19,6 +19,7 @@ attributes and stream, their batches interleaved so that drift of a shared machi
 from __future__ import annotations
 
 import itertools
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -230,7 +231,7 @@ def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any,
 
 
 def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, repeats: int,
-                        progress: Progress) -> dict[str, Any]:
+                        progress: Progress, measured: threading.Event) -> dict[str, Any]:
     import aclnn_py as acl
     from aclnn_py import _mock
     from aclnn_py.hccl import Communicator, build_context
@@ -261,6 +262,11 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
                 result = _measure_rank0(ctx, stream, attrs, d, y, x, ids, calls, repeats, progress)
             finally:
                 _mock.set_skip_kernels(False)
+                measured.set()
+        else:
+            # the other ranks wait on the host, not in a device barrier: a barrier kernel polling for
+            # rank 0 would take a core from the measurement on a small machine
+            measured.wait()
         comm.barrier(stream)
         stream.synchronize()
         stream.close()
@@ -271,5 +277,6 @@ def host_overhead(calls: int = 3000, repeats: int = 7, progress: Progress = SILE
     """Host µs per call of dispatch and combine on the five paths, with their ratios."""
     from aclnn_py.launch import run_threads
 
-    result: dict[str, Any] = run_threads(_host_overhead_rank, 2, calls, repeats, progress, timeout=900)[0]
+    result: dict[str, Any] = run_threads(_host_overhead_rank, 2, calls, repeats, progress, threading.Event(),
+                                         timeout=900)[0]
     return result
