@@ -159,6 +159,9 @@ def test_markdown_tables():
     assert "| C floor plan (`aclSetInputTensorAddr` + launch) | 6 [5.4–9] | 6 [5.4–9] |" in lines
     assert "| plan / C plan | 2.0× | 2.0× |" in lines
     assert "| per call / C per call | 5.0× | 5.0× |" in lines
+    assert ("Targets in this run — per call ≤ 2× the C per-call loop: dispatch 5.00× not met, combine 5.00× not "
+            "met; plan ≤ 1.5× the C plan loop: dispatch 2.00× not met, combine 2.00× not met; per call ≤ 10 µs: "
+            "dispatch 40.00 µs not met, combine 40.00 µs not met.") in lines
     assert any(ln.startswith("| reference round (W = 8 processes, 128 tokens/rank, H = 7168") for ln in lines)
     assert "| numpy golden of the same round | 2.35 s → the mock is 26.1× faster |" in lines
     assert "| W (processes, BS = 8, H = 2048, K = 4, E = 2W) | 2 | 4 |" in lines
@@ -171,6 +174,18 @@ def test_markdown_tables():
     for ln in lines:  # every table row has as many cells as its header
         if ln.startswith("|"):
             assert ln.count("|") >= 3
+
+
+def test_targets_are_judged_per_operator():
+    h = small_report()["host_overhead"]
+    h = {"dispatch": dict(h["dispatch"], per_call_over_c_per_call=2.0, plan_over_c_plan=1.49,
+                          per_call={"median_us": 9.5, "min_us": 9.0, "max_us": 11.0}),
+         "combine": dict(h["combine"], per_call_over_c_per_call=2.01)}
+    line = report.targets_line(h)
+    assert "per call ≤ 2× the C per-call loop: dispatch 2.00× met, combine 2.01× not met" in line
+    assert "plan ≤ 1.5× the C plan loop: dispatch 1.49× met, combine 2.00× not met" in line
+    assert "per call ≤ 10 µs: dispatch 9.50 µs met, combine 40.00 µs not met" in line
+    assert report.targets_line({}) == ""
 
 
 def test_update_replaces_only_between_markers(tmp_path: Path):

@@ -88,6 +88,30 @@ RATIO_ROWS = (
 )
 
 
+#: The host-overhead targets, judged on the same run: (what, the report's value, at most, unit).
+TARGETS = (
+    ("per call ≤ 2× the C per-call loop", ("per_call_over_c_per_call",), 2.0, "×"),
+    ("plan ≤ 1.5× the C plan loop", ("plan_over_c_plan",), 1.5, "×"),
+    ("per call ≤ 10 µs", ("per_call", "median_us"), 10.0, " µs"),
+)
+
+
+def targets_line(h: dict[str, Any]) -> str:
+    """Each target with every operator's value in this run and whether it is met."""
+    parts = []
+    for what, path, limit, unit in TARGETS:
+        judged = []
+        for op in ("dispatch", "combine"):
+            value: Any = h.get(op, {})
+            for key in path:
+                value = value.get(key) if isinstance(value, dict) else None
+            if isinstance(value, (int, float)):
+                judged.append(f"{op} {value:.2f}{unit} {'met' if value <= limit else 'not met'}")
+        if judged:
+            parts.append(f"{what}: " + ", ".join(judged))
+    return "Targets in this run — " + "; ".join(parts) + "." if parts else ""
+
+
 def host_table(h: dict[str, Any]) -> list[str]:
     ops: list[str] = [op for op in ("dispatch", "combine") if op in h]
     rows = [[label] + [_us(h[op][key]) for op in ops] for label, key in HOST_ROWS if all(key in h[op] for op in ops)]
@@ -165,6 +189,9 @@ def markdown(report: dict[str, Any]) -> str:
                   "Python + the C API + the mock's phase-2 bookkeeping. The C floors call the same "
                   "library functions from a C loop with the same descriptors, executor and stream.", ""]
         lines += host_table(report["host_overhead"])
+        target = targets_line(report["host_overhead"])
+        if target:
+            lines += ["", target]
     if "throughput" in report:
         lines += [""] + throughput_table(report["throughput"])
     if report.get("scaling"):
@@ -209,6 +236,7 @@ def text(report: dict[str, Any]) -> str:
             for label, key in HOST_ROWS:
                 out.append(f"    {label:<56} {_us(row[key])}")
             out.append("    " + "  ".join(f"{label} {_x(row[key])}" for label, key in RATIO_ROWS))
+        out.append(targets_line(h))
     t = report.get("throughput")
     if t:
         out.append(f"throughput {t['model']}: round {1e3 * t['round_s']['median']:.2f} ms, memcpy floor "
