@@ -52,8 +52,8 @@ class Settings(argparse.Namespace):
 
 # full run, --quick run
 DEFAULTS: dict[str, tuple[Any, Any]] = {
-    "calls": (3000, 300),
-    "repeats": (7, 3),
+    "calls": (2000, 300),
+    "repeats": (15, 3),
     "rounds": (5, 2),
     "max_world": (512, 4),
     "thread_world": ([f"{s}:{w}" for s, w in DEFAULT_WORLDS], ["Ascend910_93:8", "Ascend950:8"]),

@@ -14,11 +14,14 @@ attributes and stream, their batches interleaved so that drift of a shared machi
   loop on one repeatable executor;
 * ``plan_reuse`` / ``c_plan_reuse`` — the same with the same input tensors every call: the plan
   rebinds nothing, the C loop only launches.
+
+A ratio of two paths is the median over repeats of their ratio within a repeat (:func:`paired_ratio`).
 """
 
 from __future__ import annotations
 
 import itertools
+import statistics
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,10 +56,10 @@ def _input_descriptors(prepared: Any, slots: dict[int, str]) -> list[int]:
 
 
 def interleaved(runners: dict[str, Runner], calls: int, repeats: int,
-                between: Callable[[], None]) -> dict[str, dict[str, float]]:
-    """Median / min / max µs per call of every runner over `repeats` batches of `calls` calls; each
-    repeat runs every runner once, starting one further along each time; `between` runs after each
-    batch, outside the timing."""
+                between: Callable[[], None]) -> tuple[dict[str, dict[str, float]], dict[str, list[float]]]:
+    """Median / min / max µs per call of every runner over `repeats` batches of `calls` calls, and the
+    batches' µs per call in repeat order; each repeat runs every runner once, starting one further
+    along each time; `between` runs after each batch, outside the timing."""
     names = list(runners)
     samples: dict[str, list[float]] = {n: [] for n in names}
     for r in range(repeats):
@@ -64,16 +67,21 @@ def interleaved(runners: dict[str, Runner], calls: int, repeats: int,
         for name in names[k:] + names[:k]:
             samples[name].append(runners[name](calls))
             between()
-    return {n: summary_us(samples[n]) for n in names}
+    return {n: summary_us(samples[n]) for n in names}, samples
 
 
-def _ratios(row: dict[str, Any]) -> None:
-    med = {p: row[p]["median_us"] for p in PATHS}
-    row["ctypes_over_plan"] = ratio(med["ctypes"], med["plan"])
-    row["per_call_over_plan"] = ratio(med["per_call"], med["plan"])
-    row["plan_over_c_plan"] = ratio(med["plan"], med["c_plan"])
-    row["per_call_over_c_per_call"] = ratio(med["per_call"], med["c_per_call"])
-    row["plan_reuse_over_c_plan_reuse"] = ratio(med["plan_reuse"], med["c_plan_reuse"])
+def paired_ratio(a: list[float], b: list[float]) -> float:
+    """The median over repeats of a / b, each pair measured in the same repeat: on a shared machine a
+    burst of load slows both members of a pair, so the ratio moves less than a ratio of medians."""
+    return statistics.median(ratio(x, y) for x, y in zip(a, b))
+
+
+def _ratios(row: dict[str, Any], samples: dict[str, list[float]]) -> None:
+    row["ctypes_over_plan"] = paired_ratio(samples["ctypes"], samples["plan"])
+    row["per_call_over_plan"] = paired_ratio(samples["per_call"], samples["plan"])
+    row["plan_over_c_plan"] = paired_ratio(samples["plan"], samples["c_plan"])
+    row["per_call_over_c_per_call"] = paired_ratio(samples["per_call"], samples["c_per_call"])
+    row["plan_reuse_over_c_plan_reuse"] = paired_ratio(samples["plan_reuse"], samples["c_plan_reuse"])
 
 
 @dataclass
@@ -219,9 +227,10 @@ def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any,
             for run in runners.values():  # warm caches
                 run(min(calls, 200))
                 settle()
-            row: dict[str, Any] = interleaved(runners, calls, repeats, settle)
+            summaries, samples = interleaved(runners, calls, repeats, settle)
+            row: dict[str, Any] = dict(summaries)
             row["plan_rebinds"] = list(rebound.values())
-            _ratios(row)
+            _ratios(row, samples)
             result[op] = row
     finally:
         settle()
@@ -273,7 +282,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
     return result
 
 
-def host_overhead(calls: int = 3000, repeats: int = 7, progress: Progress = SILENT) -> dict[str, Any]:
+def host_overhead(calls: int = 2000, repeats: int = 15, progress: Progress = SILENT) -> dict[str, Any]:
     """Host µs per call of dispatch and combine on the five paths, with their ratios."""
     from aclnn_py.launch import run_threads
 
