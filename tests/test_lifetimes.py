@@ -263,3 +263,29 @@ def test_numpy_from_dlpack_of_bf16_fails_cleanly(acl: Any) -> None:
     assert "refused: Unsupported dtype" in r.stdout and "live exports: 0" in r.stdout
     assert "[1.0, 1.0, 1.0, 1.0]" in r.stdout
     assert "Exception ignored" not in r.stderr and "SystemError" not in r.stderr + r.stdout
+
+
+def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> None:
+    """A synchronisation by another thread that began before a launch was queued cannot release what
+    the launch uses (the hold is taken after queueing)."""
+    from aclnn_py.ops import executor
+    from aclnn_py.runtime import ordered
+
+    s = device0.create_stream()
+    t_in = acl.Tensor.from_numpy(np.zeros(8, np.float32))
+    t_out = acl.Tensor.empty((8,), np.float32)
+    marks = []
+
+    def run_helper(table, ints, comm_alg, ws, cap, stream, ws_size, ex, launch, launched):
+        marks.append(ordered.mark(s))  # the other thread's synchronisation starts as this launch is queued
+        launched[0] = 1
+        return 0
+
+    executor.run_both_phases(run_helper, "phase1", "phase2", None, b"", s, [t_in], [t_out])
+    ordered.passed(s, marks[0])  # ... and ends: it did not wait for this launch
+    assert ordered.held(s) == 1
+    assert t_out._writer is s
+    s.synchronize()
+    assert ordered.held(s) == 0
+    for obj in (t_in, t_out, s):
+        obj.close()

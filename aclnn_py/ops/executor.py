@@ -33,15 +33,14 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
            outputs: Sequence[Tensor], workspace: int | None = None) -> None:
     """Phase 2 of a one-shot executor on `stream`: the stream's workspace (unless given), the launch,
     then the stream-ordered hold of every tensor it uses and the outputs' writer."""
-    held = _anchors(inputs, outputs)  # released by a later synchronisation
-    ws_ptr, ws_cap = ordered.hold_with_workspace(stream, held)
+    held = _anchors(inputs, outputs)
     if workspace is not None:
         ws = workspace
-    elif workspace_size <= ws_cap:
-        ws = ws_ptr if workspace_size else 0
     else:
-        ws = ordered.grow_workspace(stream, workspace_size, held)
+        ws_ptr, ws_cap = ordered.workspace_block(stream)
+        ws = (ws_ptr if workspace_size else 0) if workspace_size <= ws_cap else ordered.workspace(stream, workspace_size)
     ret = fn(initialized().ffi.cast("void *", ws), workspace_size, executor, stream._cdata)
+    ordered.hold(stream, held)  # after queueing: released by a later synchronisation
     if ret:
         check_aclnn(ret, name)
     for t in outputs:
@@ -90,15 +89,16 @@ def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: byt
     tensors go in the C prototype's order. The launch uses the stream's workspace (grown when phase 1
     asks for more) and holds what it uses until the stream passes it."""
     (table, _, _, ws_size, executor, launched, _, written, layout), held = _descriptor_table(inputs, outputs)
-    ws_ptr, ws_cap = ordered.hold_with_workspace(stream, held)
+    ws_ptr, ws_cap = ordered.workspace_block(stream)
     ret = run(table, ints, comm_alg, ws_ptr, ws_cap, stream._cdata, ws_size, executor, 1, launched)
     if not launched[0]:
         if ret:
             check_aclnn(ret, phase1)
         size = int(ws_size[0])  # more workspace than the stream's block: grow it, then launch
-        ws = ordered.grow_workspace(stream, size, held)
+        ws = ordered.workspace(stream, size)
         b = initialized()
         ret = getattr(b.lib, phase2)(b.ffi.cast("void *", ws), size, executor[0], stream._cdata)
+    ordered.hold(stream, held)  # after queueing: released by a later synchronisation
     if ret:
         check_aclnn(ret, phase2)
     written(layout, outputs, stream)

@@ -71,25 +71,14 @@ def hold(stream: Stream, obj: object) -> None:
         _checkpoint(stream)
 
 
-def hold_with_workspace(stream: Stream, obj: object) -> tuple[int, int]:
-    """:func:`hold` `obj` and return the (address, size) of `stream`'s workspace block as it is
-    ((0, 0) before the first) — the operators' every-call path, under one lock. A launch needing
-    more calls :func:`grow_workspace`."""
-    with _lock:
-        st = _state(stream._key)
-        due = st.push(obj)
-        mem = st.workspace
-    if due:
-        _checkpoint(stream)
+def workspace_block(stream: Stream) -> tuple[int, int]:
+    """(address, size) of `stream`'s workspace block as it is ((0, 0) before the first) — the
+    operators' every-call read; a launch needing more calls :func:`workspace`. Launches hold what they
+    use with :func:`hold` *after* queueing, so that a synchronisation that began before the launch
+    (from another thread) cannot release it."""
+    st = _states.get(stream._key)
+    mem = st.workspace if st is not None else None
     return (mem._ptr, mem.size) if mem is not None else (0, 0)
-
-
-def grow_workspace(stream: Stream, size: int, obj: object) -> int:
-    """:func:`workspace` of `size` bytes, then hold `obj` again (growing synchronises the stream,
-    which releases what it held)."""
-    ptr = workspace(stream, size)
-    hold(stream, obj)
-    return ptr
 
 
 def _checkpoint(stream: Stream) -> None:
