@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -58,6 +59,10 @@ def generate(include_dir: Path) -> tuple[str, str]:
 
     cdef = [define_lines, types]
     cdef.extend(f.decl + ";" for f in functions)
+    # the plan's argument struct, declared once in build_ffi_plan.c; cffi's declarations need it too
+    plan_struct = re.search(r"^struct aclnnpy_plan \{.*?^\};", _helper_source("build_ffi_plan.c"), re.M | re.S)
+    assert plan_struct is not None, "build_ffi_plan.c declares struct aclnnpy_plan"
+    cdef.append(plan_struct.group(0))
     cdef.append(
         """
 int aclnnpy_symbol_count(void);
@@ -73,22 +78,6 @@ void aclnnpy_dlpack_deleter(void *managed);
 void aclnnpy_dlpack_deleter_versioned(void *managed);
 void aclnnpy_dlpack_capsule_destructor(void *capsule);
 const char *aclnnpy_prototypes(void);
-struct aclnnpy_plan {
-    void *launch;
-    aclOpExecutor *executor;
-    int n_in;
-    aclTensor **in_desc;
-    uintptr_t *in_want;
-    uintptr_t *in_bound;
-    int n_out;
-    aclTensor **out_desc;
-    uintptr_t *out_want;
-    uintptr_t *out_bound;
-    void *workspace;
-    uint64_t workspace_size;
-    int failed;
-    int failed_index;
-};
 aclnnStatus aclnnpy_plan_launch(struct aclnnpy_plan *p, aclrtStream stream);
 aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
                                     uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
@@ -143,12 +132,15 @@ aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *
         "void *aclnnpy_dlsym(void *handle, const char *name) { return dlsym(handle, name); }\n"
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
-    src.append((Path(__file__).resolve().parent / "build_ffi_dlpack.c").read_text())
-    src.append((Path(__file__).resolve().parent / "build_ffi_plan.c").read_text())
-    src.append((Path(__file__).resolve().parent / "build_ffi_ops.c").read_text())
+    src += [_helper_source(name) for name in ("build_ffi_dlpack.c", "build_ffi_plan.c", "build_ffi_ops.c")]
     # The prototypes this module was generated from, for the ABI guard (aclnn_py/_abi.py).
     src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")
     return "\n".join(cdef), "\n".join(src)
+
+
+def _helper_source(name: str) -> str:
+    """A C helper compiled into the extension (a file next to this one)."""
+    return (Path(__file__).resolve().parent / name).read_text()
 
 
 def _c_string(text: str) -> str:

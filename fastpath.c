@@ -50,9 +50,8 @@ typedef struct {
 
 static const char CAPSULE[] = "aclnn_py._fastpath.State";
 
-static void state_free(PyObject *capsule) {
-    State *st = (State *)PyCapsule_GetPointer(capsule, CAPSULE);
-    if (!st) return;
+/* Frees a state and drops its references (fields not set yet are NULL). */
+static void state_release(State *st) {
     Py_XDECREF(st->last_in);
     Py_XDECREF(st->own_shape);
     Py_XDECREF(st->own_dtype);
@@ -63,6 +62,11 @@ static void state_free(PyObject *capsule) {
     Py_XDECREF(st->on_failure);
     PyMem_Free(st->slots);
     PyMem_Free(st);
+}
+
+static void state_free(PyObject *capsule) {
+    State *st = (State *)PyCapsule_GetPointer(capsule, CAPSULE);
+    if (st) state_release(st);
 }
 
 /* The offset of `type`'s __slots__ member `name` (an object slot), or -1 with an exception set. */
@@ -83,6 +87,25 @@ static Py_ssize_t slot_offset(PyObject *type, const char *name) {
 
 /* The object in slot `offset` of `obj` (borrowed; NULL when unset). */
 static inline PyObject *slot(PyObject *obj, Py_ssize_t offset) { return *(PyObject **)((char *)obj + offset); }
+
+/* Store `value` in slot `offset` of `obj`, releasing what was there. */
+static inline void set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
+    PyObject **where = (PyObject **)((char *)obj + offset);
+    PyObject *old = *where;
+    *where = Py_NewRef(value);
+    Py_XDECREF(old);
+}
+
+/* The capsule args[0] of a call that takes `want` arguments (`usage` names them), or NULL with an
+ * exception set. */
+static void *capsule_arg(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *name,
+                         const char *usage) {
+    if (nargs != want) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", usage, want);
+        return NULL;
+    }
+    return PyCapsule_GetPointer(args[0], name);
+}
 
 
 /* state(launch, plan, want_in, slots, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream,
@@ -121,15 +144,12 @@ static PyObject *make_state(PyObject *self, PyObject *args) {
         {&st->s_handle, stream_type, "_handle"},
     };
     for (size_t m = 0; m < sizeof(members) / sizeof(members[0]); ++m)
-        if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) {
-            PyMem_Free(st);
-            return NULL;
-        }
+        if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) goto fail;
     st->n_values = PyTuple_GET_SIZE(slots);
     st->slots = (Py_ssize_t *)PyMem_Calloc(st->n_values ? st->n_values : 1, sizeof(Py_ssize_t));
     if (!st->slots) {
-        PyMem_Free(st);
-        return PyErr_NoMemory();
+        PyErr_NoMemory();
+        goto fail;
     }
     for (Py_ssize_t k = 0; k < st->n_values; ++k) {
         Py_ssize_t i = PyLong_AsSsize_t(PyTuple_GET_ITEM(slots, k));
@@ -152,23 +172,9 @@ static PyObject *make_state(PyObject *self, PyObject *args) {
     st->stream_type = Py_NewRef(stream_type);
     st->on_failure = Py_NewRef(on_failure);
     PyObject *capsule = PyCapsule_New(st, CAPSULE, state_free);
-    if (!capsule) {
-        st->slots = NULL;  /* freed below; the references above go with the state */
-        goto fail_refs;
-    }
-    return capsule;
-fail_refs:
-    Py_XDECREF(st->last_in);
-    Py_XDECREF(st->own_shape);
-    Py_XDECREF(st->own_dtype);
-    Py_XDECREF(st->outputs);
-    Py_XDECREF(st->last_out);
-    Py_XDECREF(st->tensor_type);
-    Py_XDECREF(st->stream_type);
-    Py_XDECREF(st->on_failure);
+    if (capsule) return capsule;
 fail:
-    PyMem_Free(st->slots);
-    PyMem_Free(st);
+    state_release(st);
     return NULL;
 }
 
@@ -206,11 +212,7 @@ static uintptr_t usable_address(const State *st, PyObject *t, Py_ssize_t i) {
  * Python path; a failed rebinding or launch raises through on_failure. */
 static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "step(state, values, stream) takes 3 arguments");
-        return NULL;
-    }
-    State *st = (State *)PyCapsule_GetPointer(args[0], CAPSULE);
+    State *st = (State *)capsule_arg(args, nargs, 3, CAPSULE, "step(state, values, stream)");
     if (!st) return NULL;
     PyObject *values = args[1], *stream = args[2];
     if (!PyTuple_CheckExact(values) || PyTuple_GET_SIZE(values) != st->n_values) {
@@ -249,13 +251,8 @@ static PyObject *step(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         }
         return NULL;
     }
-    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(st->outputs); ++j) {
-        PyObject **w = (PyObject **)((char *)PyTuple_GET_ITEM(st->outputs, j) + st->t_writer);
-        PyObject *old = *w;
-        Py_INCREF(stream);
-        *w = stream;
-        Py_XDECREF(old);
-    }
+    for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(st->outputs); ++j)
+        set_slot(PyTuple_GET_ITEM(st->outputs, j), st->t_writer, stream);
     Py_RETURN_NONE;
 }
 
@@ -321,11 +318,7 @@ static int gather_one(const Layout *l, PyObject *t, void **desc, PyObject *held)
  * when any tensor needs the Python path. */
 static PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 5) {
-        PyErr_SetString(PyExc_TypeError, "gather(layout, inputs, outputs, table, capacity) takes 5 arguments");
-        return NULL;
-    }
-    Layout *l = (Layout *)PyCapsule_GetPointer(args[0], LAYOUT);
+    Layout *l = (Layout *)capsule_arg(args, nargs, 5, LAYOUT, "gather(layout, inputs, outputs, table, capacity)");
     if (!l) return NULL;
     PyObject *ins = PySequence_Fast(args[1], "gather: inputs must be a sequence");
     if (!ins) return NULL;
@@ -369,11 +362,7 @@ done:
 /* written(layout, outputs, stream): every output's writer is `stream` (outputs are Tensors). */
 static PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "written(layout, outputs, stream) takes 3 arguments");
-        return NULL;
-    }
-    Layout *l = (Layout *)PyCapsule_GetPointer(args[0], LAYOUT);
+    Layout *l = (Layout *)capsule_arg(args, nargs, 3, LAYOUT, "written(layout, outputs, stream)");
     if (!l) return NULL;
     PyObject *outs = PySequence_Fast(args[1], "written: outputs must be a sequence");
     if (!outs) return NULL;
@@ -386,10 +375,7 @@ static PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs
             }
             continue;
         }
-        PyObject **w = (PyObject **)((char *)t + l->writer);
-        PyObject *old = *w;
-        *w = Py_NewRef(args[2]);
-        Py_XDECREF(old);
+        set_slot(t, l->writer, args[2]);
     }
     Py_DECREF(outs);
     Py_RETURN_NONE;

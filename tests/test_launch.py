@@ -12,24 +12,13 @@ from pathlib import Path
 import pytest
 from conftest import package_pythonpath
 from helpers import launch_ranks as lr
+from helpers.hccl_ranks import pid_gone
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def _pids(pid_dir: Path) -> list[int]:
     return [int(p.read_text()) for p in pid_dir.iterdir() if p.read_text()]
-
-
-def _gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
-    except FileNotFoundError:
-        return True
 
 
 def _children(pid: int) -> list[tuple[int, str]]:
@@ -122,7 +111,7 @@ def test_spawn_propagates_exception_and_kills_the_rest(acl, tmp_path):
     assert "fail_on" in str(ei.value.__cause__)  # the rank's own traceback
     pids = _pids(tmp_path)
     assert len(pids) >= 1
-    assert all(_gone(p) for p in pids)
+    assert all(pid_gone(p) for p in pids)
     assert _no_children_left()
 
 
@@ -141,7 +130,7 @@ def test_spawn_rank_killed_by_signal(acl, tmp_path):
 
     with pytest.raises(launch.RankError, match="rank 1: .*SIGKILL"):
         launch.spawn(lr.die_on, 3, 1, str(tmp_path), timeout=60)
-    assert all(_gone(p) for p in _pids(tmp_path))
+    assert all(pid_gone(p) for p in _pids(tmp_path))
     assert _no_children_left()
 
 
@@ -153,7 +142,7 @@ def test_spawn_timeout_kills_everything(acl, tmp_path):
         launch.spawn(lr.sleep_forever, 3, str(tmp_path), timeout=1.5)
     assert time.monotonic() - t0 < 10
     pids = _pids(tmp_path)
-    assert all(_gone(p) for p in pids)
+    assert all(pid_gone(p) for p in pids)
     assert _no_children_left()
 
 
@@ -217,7 +206,7 @@ def test_spawn_wait_returns_every_outcome_in_rank_order(acl, tmp_path):
     assert isinstance(res[2], ValueError) and str(res[2]) == "boom on rank 2"
     assert res[2].rank == 2
     assert isinstance(res[2].__cause__, launch.RemoteTraceback) and "mixed_outcomes" in str(res[2].__cause__)
-    assert all(_gone(p) for p in _pids(tmp_path))
+    assert all(pid_gone(p) for p in _pids(tmp_path))
     assert _no_children_left()
 
 
@@ -236,7 +225,7 @@ def test_spawn_wait_still_times_out(acl, tmp_path):
 
     with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2"):
         launch.spawn(lr.sleep_forever, 2, str(tmp_path), timeout=1.5, on_rank_failure="wait")
-    assert all(_gone(p) for p in _pids(tmp_path))
+    assert all(pid_gone(p) for p in _pids(tmp_path))
     assert _no_children_left()
 
 

@@ -22,13 +22,35 @@ def inputs(rank: int, world_size: int, seed: int = 0) -> tuple[np.ndarray, np.nd
     return x, ids, w
 
 
+def _dispatch_combine(ctx: Any, ccl: int, rank: int, world_size: int, x: np.ndarray, ids: np.ndarray,
+                      w: np.ndarray) -> dict[str, Any]:
+    """One dispatch and one combine on a new stream (the expert output is expand_x itself): the
+    bytes to check."""
+    from aclnn_py import Device
+    from aclnn_py.ops import prepare_combine, prepare_dispatch
+
+    stream = Device.current().create_stream()
+    try:
+        kw = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=world_size, ccl_buffer_size=ccl,
+                  stream=stream)
+        p = prepare_dispatch(ctx, x, ids, expert_scales=w, **kw)
+        p.launch(stream)
+        stream.synchronize()
+        o = p.result
+        n = int(o.ep_recv_counts.numpy()[-1])
+        q = prepare_combine(ctx, o.expand_x, ids, o.assist_info_for_combine, o.ep_recv_counts, w, **kw)
+        q.launch(stream)
+        stream.synchronize()
+        return {"expand_x": o.expand_x.numpy()[:n].tobytes(), "x_out": q.result.numpy().tobytes(), "n": n}
+    finally:
+        stream.close()
+
+
 def round_rank(rank: int, world_size: int, root: bytes, seed: int, timings: dict[str, Any],
                lock: threading.Lock) -> dict[str, Any]:
     import time
 
-    from aclnn_py import Device
     from aclnn_py.hccl import Communicator, build_context
-    from aclnn_py.ops import prepare_combine, prepare_dispatch
 
     x, ids, w = inputs(rank, world_size, seed)
     t0 = time.monotonic()
@@ -36,22 +58,8 @@ def round_rank(rank: int, world_size: int, root: bytes, seed: int, timings: dict
         t1 = time.monotonic()
         ctx, ccl = build_context(comm)
         t2 = time.monotonic()
-        stream = Device.current().create_stream()
-        try:
-            kw = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=world_size,
-                      ccl_buffer_size=ccl, stream=stream)
-            p = prepare_dispatch(ctx, x, ids, expert_scales=w, **kw)
-            p.launch(stream)
-            stream.synchronize()
-            o = p.result
-            n = int(o.ep_recv_counts.numpy()[-1])
-            q = prepare_combine(ctx, o.expand_x, ids, o.assist_info_for_combine, o.ep_recv_counts, w, **kw)
-            q.launch(stream)
-            stream.synchronize()
-            t3 = time.monotonic()
-            out = {"expand_x": o.expand_x.numpy()[:n].tobytes(), "x_out": q.result.numpy().tobytes(), "n": n}
-        finally:
-            stream.close()
+        out = _dispatch_combine(ctx, ccl, rank, world_size, x, ids, w)
+        t3 = time.monotonic()
     with lock:   # when the first rank started, and when the last rank finished each phase
         timings["start"] = min(timings.get("start", t0), t0)
         for k, v in (("joined", t1), ("context", t2), ("round", t3)):
@@ -66,31 +74,15 @@ def process_round(rank: int, world_size: int, root: bytes, seed: int, bs: int, h
     import resource
     import time
 
-    from aclnn_py import Device
     from aclnn_py.hccl import Communicator, build_context
-    from aclnn_py.ops import prepare_combine, prepare_dispatch
 
     x, ids, w = process_inputs(rank, world_size, seed, bs, h, k)
     stamps = {"start": time.monotonic()}
     with Communicator(world_size, rank, root) as comm:
         stamps["joined"] = time.monotonic()
         ctx, ccl = build_context(comm)
-        stream = Device.current().create_stream()
-        try:
-            kw = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=world_size,
-                      ccl_buffer_size=ccl, stream=stream)
-            p = prepare_dispatch(ctx, x, ids, expert_scales=w, **kw)
-            p.launch(stream)
-            stream.synchronize()
-            o = p.result
-            n = int(o.ep_recv_counts.numpy()[-1])
-            q = prepare_combine(ctx, o.expand_x, ids, o.assist_info_for_combine, o.ep_recv_counts, w, **kw)
-            q.launch(stream)
-            stream.synchronize()
-            stamps["round"] = time.monotonic()
-            out = {"expand_x": o.expand_x.numpy()[:n].tobytes(), "x_out": q.result.numpy().tobytes(), "n": n}
-        finally:
-            stream.close()
+        out = _dispatch_combine(ctx, ccl, rank, world_size, x, ids, w)
+        stamps["round"] = time.monotonic()
     out["stamps"] = stamps
     out["rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     return out
