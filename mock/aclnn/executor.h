@@ -8,17 +8,18 @@
 #include <vector>
 
 #include "aclnn/acl_meta.h"
+#include "aclnn/dims.h"
 #include "runtime/rt_core.h"
 
 // aclTensor / aclOpExecutor are opaque in the public headers; the mock defines them here.
 struct aclTensor {
     uint64_t magic;                   // kTensorMagic while alive
-    std::vector<int64_t> view;        // view dims
-    std::vector<int64_t> strides;     // in elements
+    aclmock::Dims view;               // view dims
+    aclmock::Dims strides;            // in elements
     int64_t offset = 0;               // in elements
     aclDataType dtype = ACL_DT_UNDEFINED;
     aclFormat format = ACL_FORMAT_ND;
-    std::vector<int64_t> storage;     // storage dims
+    aclmock::Dims storage;            // storage dims
     void *data = nullptr;             // storage base
     uint64_t serial = 0;              // unique per aclCreateTensor call (a reused address is a new tensor)
 };
@@ -40,7 +41,7 @@ ACLMOCK_API uint64_t view_extent_bytes(const aclTensor &t);
 ACLMOCK_API bool is_contiguous(const aclTensor &t);
 // Address of view element 0: data + offset * element size.
 ACLMOCK_API void *view_ptr(const aclTensor &t);
-ACLMOCK_API std::string shape_str(const std::vector<int64_t> &dims);
+ACLMOCK_API std::string shape_str(const Dims &dims);
 struct TensorStats {
     size_t live_tensors = 0;
     size_t live_executors = 0;

@@ -142,7 +142,7 @@ void *view_ptr(const aclTensor &t) {
     return static_cast<char *>(t.data) + byte_off;
 }
 
-std::string shape_str(const std::vector<int64_t> &dims) {
+std::string shape_str(const Dims &dims) {
     std::string s = "(";
     for (size_t i = 0; i < dims.size(); ++i) {
         if (i) s += ", ";
@@ -239,10 +239,9 @@ ACLMOCK_API aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDim
     // memory any device has; refusing it here keeps every size computation downstream defined.
     const uint64_t extent = view_extent_bytes(*t);
     if (too_big || static_cast<uint64_t>(numel(*t)) > kMaxViewBytes || extent > kMaxViewBytes) {
-        delete t;
         fail(ACLNN_ERR_PARAM_INVALID, "%s: the view (shape %s, offset %lld) addresses more than 2^62 bytes "
-             "(or its size overflows)", api, shape_str(std::vector<int64_t>(viewDims, viewDims + viewDimsNum)).c_str(),
-             static_cast<long long>(offset));
+             "(or its size overflows)", api, shape_str(t->view).c_str(), static_cast<long long>(offset));
+        delete t;
         return nullptr;
     }
     t->offset = offset;
@@ -269,9 +268,9 @@ ACLMOCK_API aclnnStatus aclDestroyTensor(const aclTensor *tensor) {
     }
     aclTensor *t = const_cast<aclTensor *>(tensor);
     t->magic = 0;
-    std::vector<int64_t>().swap(t->view);
-    std::vector<int64_t>().swap(t->strides);
-    std::vector<int64_t>().swap(t->storage);
+    t->view = Dims();
+    t->strides = Dims();
+    t->storage = Dims();
     aclTensor *old = nullptr;
     {
         std::lock_guard<std::mutex> lk(r.mu);

@@ -42,7 +42,6 @@ std::string format_name(aclFormat f) {
     }
 }
 
-std::vector<int64_t> dims(const aclTensor *t) { return t->view; }
 std::string dims_str(const aclTensor *t) { return shape_str(t->view); }
 
 int check_tensor(const aclTensor *t, const char *param) {

@@ -10,7 +10,6 @@
 
 #include <cstdint>
 #include <string>
-#include <vector>
 
 #include "aclnn/executor.h"
 #include "hccl/hccl_core.h"
@@ -60,7 +59,6 @@ int need(const void *p, const char *param);
 // Live aclTensor, ND (or UNDEFINED) format, contiguous: else 161002.
 int check_tensor(const aclTensor *t, const char *param);
 
-std::vector<int64_t> dims(const aclTensor *t);
 std::string dims_str(const aclTensor *t);
 std::string format_name(aclFormat f);   // "ND", "FRACTAL_NZ", ..., or "format <n>"
 inline bool no_zero_dim(const aclTensor *t) {
