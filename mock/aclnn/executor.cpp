@@ -29,13 +29,27 @@ constexpr size_t kDeadMemory = 4096;
 
 enum class Death : char { Consumed, Destroyed };
 
+// The slots one launch runs with (rebinding after the launch does not change them).
+struct Snapshot {
+    std::vector<Slot> in, out;
+};
+
 struct Entry {
     std::shared_ptr<Executor> exec;
     std::mutex mu;  // guards exec's slots and flags against concurrent rebinding / launch
-    // Immutable copies of the slots handed to queued launches; rebuilt only after a rebind, so a
-    // repeated launch of an unchanged executor copies nothing.
-    std::shared_ptr<const std::vector<Slot>> snap_in, snap_out;
+    // Handed to queued launches; rebuilt only after a rebind, so a repeated launch of an unchanged
+    // executor copies nothing.
+    std::shared_ptr<const Snapshot> snap;
     bool launched = false;  // phase 2 was called at least once (a repeatable executor stays live)
+};
+
+// What a queued launch holds until it has run, in one allocation.
+struct Launch {
+    std::shared_ptr<Executor> ex;
+    std::shared_ptr<const Snapshot> slots;
+    void *workspace;
+    Stream *stream;
+    PinSet pins;
 };
 
 struct ExecRegistry {
@@ -162,8 +176,7 @@ aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, acl
         return fail(ACLNN_ERR_PARAM_INVALID, "%s: addr must be 32-byte aligned (got %p)", api, addr);
     slot.desc.data = addr;
     tensor->data = addr;
-    e->snap_in.reset();  // the next launch takes a fresh copy of the slots
-    e->snap_out.reset();
+    e->snap.reset();  // the next launch takes a fresh copy of the slots
     return ACLNN_SUCCESS;
 }
 
@@ -195,6 +208,13 @@ int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &sl
                         dtype_name(s.desc.dtype), reinterpret_cast<void *>(at), static_cast<size_t>(align));
     }
     return ACLNN_SUCCESS;
+}
+
+// The slots of a launch. Those of an executor this launch consumed are moved: nothing reads them
+// again (its handle is dead, and pending_executor_uses skips launched executors).
+std::shared_ptr<const Snapshot> snapshot(Executor &ex, bool consumed) {
+    if (consumed) return std::make_shared<const Snapshot>(Snapshot{std::move(ex.inputs), std::move(ex.outputs)});
+    return std::make_shared<const Snapshot>(Snapshot{ex.inputs, ex.outputs});
 }
 
 // The trivial op behind make_copy_executor.
@@ -276,6 +296,7 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
     if (!handle) return fail(ACLNN_ERR_INNER_NULLPTR, "%s: executor must not be NULL", api);
     uint64_t id = 0;
     std::shared_ptr<Entry> e;
+    bool consumed = false;
     if (to_id(handle, &id)) {
         ExecRegistry &r = ereg();
         std::lock_guard<std::mutex> lk(r.mu);
@@ -284,7 +305,8 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
             e = it->second;
             std::lock_guard<std::mutex> g(e->mu);
             e->launched = true;
-            if (!e->exec->repeatable) {  // consumed by this call, whatever its outcome
+            consumed = !e->exec->repeatable;  // consumed by this call, whatever its outcome
+            if (consumed) {
                 r.live.erase(it);
                 bury_locked(r, id, Death::Consumed);
             }
@@ -293,14 +315,12 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
     if (!e) return not_live(api, handle);
 
     std::shared_ptr<Executor> ex = e->exec;
-    std::shared_ptr<const std::vector<Slot>> ins, outs;
+    std::shared_ptr<const Snapshot> slots;
     uint64_t need;
     {
         std::lock_guard<std::mutex> g(e->mu);
-        if (!e->snap_in) e->snap_in = std::make_shared<const std::vector<Slot>>(ex->inputs);
-        if (!e->snap_out) e->snap_out = std::make_shared<const std::vector<Slot>>(ex->outputs);
-        ins = e->snap_in;
-        outs = e->snap_out;
+        if (!e->snap) e->snap = snapshot(*ex, consumed);
+        slots = e->snap;
         need = ex->workspace_size;
     }
     const char *op = ex->op_name().c_str();
@@ -310,7 +330,8 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         return fail(ACLNN_ERR_RUNTIME_ERROR,
                     "%s: %s: the runtime is not initialised (aclInit was not called, or aclFinalize was "
                     "called); call aclInit before launching an op", api, op);
-    auto pins = std::make_shared<PinSet>();
+    PinSet pins;
+    pins.reserve(1 + slots->in.size() + slots->out.size());
     if (need > 0) {
         if (!workspace)
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s needs a workspace of %llu bytes but workspace is NULL",
@@ -320,13 +341,13 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
                         "%s: %s: workspaceSize must be >= %llu (the size phase 1 returned) (got %llu)",
                         api, op, static_cast<unsigned long long>(need),
                         static_cast<unsigned long long>(workspace_size));
-        if (!pins->pin(workspace, need, "workspace")) {
+        if (!pins.pin(workspace, need, "workspace")) {
             std::string why = take_error();
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, op, why.c_str());
         }
     }
-    if (int rc = check_slots(api, *ex, *ins, "input", *pins)) return rc;
-    if (int rc = check_slots(api, *ex, *outs, "output", *pins)) return rc;
+    if (int rc = check_slots(api, *ex, slots->in, "input", pins)) return rc;
+    if (int rc = check_slots(api, *ex, slots->out, "output", pins)) return rc;
 
     aclError err = ACL_SUCCESS;
     Stream *s = resolve_stream(stream, &err, api);
@@ -335,14 +356,17 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         return fail(err == ACL_ERROR_RT_INVALID_HANDLE ? ACLNN_ERR_PARAM_INVALID : ACLNN_ERR_RUNTIME_ERROR,
                     "%s", why.c_str());
     }
-    if (skip_kernels())
-        err = enqueue(s, [ex]() -> int { return 0; }, api);
-    else
-        err = enqueue(s, [ex, ins = std::move(ins), outs = std::move(outs), workspace, s, pins]() -> int {
-            int rc = ex->run(*ins, *outs, workspace, s);
-            pins->release();
+    if (skip_kernels()) {
+        // Nothing to hold for a kernel that does nothing: the pins go when this returns.
+        err = enqueue(s, []() -> int { return 0; }, api);
+    } else {
+        auto run = std::make_shared<Launch>(Launch{ex, std::move(slots), workspace, s, std::move(pins)});
+        err = enqueue(s, [run]() -> int {
+            int rc = run->ex->run(run->slots->in, run->slots->out, run->workspace, run->stream);
+            run->pins.release();
             return rc;
         }, api);
+    }
     if (err) {
         std::string why = take_error();
         return fail(ACLNN_ERR_RUNTIME_ERROR, "%s", why.c_str());

@@ -234,6 +234,7 @@ private:
 int make_executor(const CombineArgs &a, const CombineParams &p, uint64_t *workspace_size,
                   aclOpExecutor **executor) {
     auto ex = std::make_shared<CombineExecutor>(p);
+    ex->inputs.reserve(kNumIn);
     for (const aclTensor *t : a.in) ex->inputs.push_back(slot_of(t));
     ex->outputs.push_back(slot_of(a.x_out));
     ex->workspace_size = combine_ws(p).total;

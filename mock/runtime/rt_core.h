@@ -135,9 +135,12 @@ ACLMOCK_API bool on_any_stream_worker();
 class PinSet {
 public:
     PinSet() = default;
+    PinSet(PinSet &&) noexcept = default;
     PinSet(const PinSet &) = delete;
     PinSet &operator=(const PinSet &) = delete;
     ~PinSet();
+    // Room for n pins, so pinning allocates at most once.
+    void reserve(size_t n) { bases_.reserve(n); }
     // Checks that [p, p+n) lies inside one registered device-addressable block (or any registered
     // block when `any_kind`) and pins it. False (message set, "<what>: ...") when it does not;
     // n == 0 or p == NULL pins nothing and succeeds.
