@@ -13,8 +13,8 @@
 //   device: 361001 (ACLNN_ERR_RUNTIME_ERROR). The runtime's message is kept.
 #include <pthread.h>
 
+#include <array>
 #include <cstring>
-#include <deque>
 #include <mutex>
 #include <unordered_map>
 
@@ -52,11 +52,18 @@ struct Launch {
     PinSet pins;
 };
 
+struct DeadHandle {
+    uint64_t id = 0;  // 0: no record (ids start at 1)
+    Death why = Death::Consumed;
+};
+
 struct ExecRegistry {
     std::mutex mu;
     std::unordered_map<uint64_t, std::shared_ptr<Entry>> live;
-    std::unordered_map<uint64_t, Death> dead;
-    std::deque<uint64_t> dead_order;
+    // A ring of the most recent dead handles: burying one allocates nothing, and only the message
+    // of a call on a dead handle searches it.
+    std::array<DeadHandle, kDeadMemory> dead;
+    size_t dead_next = 0;
     uint64_t next_id = 1;
 };
 
@@ -88,12 +95,16 @@ bool to_id(const aclOpExecutor *h, uint64_t *id) {
 
 // Caller holds r.mu.
 void bury_locked(ExecRegistry &r, uint64_t id, Death why) {
-    r.dead[id] = why;
-    r.dead_order.push_back(id);
-    if (r.dead_order.size() > kDeadMemory) {
-        r.dead.erase(r.dead_order.front());
-        r.dead_order.pop_front();
-    }
+    r.dead[r.dead_next] = DeadHandle{id, why};
+    r.dead_next = (r.dead_next + 1) % kDeadMemory;
+}
+
+// Caller holds r.mu. The record of a dead handle, or nullptr when it is not remembered.
+const DeadHandle *find_dead_locked(const ExecRegistry &r, uint64_t id) {
+    if (id == 0) return nullptr;
+    for (const DeadHandle &d : r.dead)
+        if (d.id == id) return &d;
+    return nullptr;
 }
 
 std::shared_ptr<Entry> lookup(aclOpExecutor *h) {
@@ -111,14 +122,14 @@ int not_live(const char *api, aclOpExecutor *h) {
     if (to_id(h, &id)) {
         ExecRegistry &r = ereg();
         std::lock_guard<std::mutex> lk(r.mu);
-        auto it = r.dead.find(id);
-        if (it != r.dead.end() && it->second == Death::Consumed)
+        const DeadHandle *dead = find_dead_locked(r, id);
+        if (dead && dead->why == Death::Consumed)
             return fail(ACLNN_ERR_PARAM_INVALID,
                         "%s: executor %p was already launched: a normal executor is consumed by its "
                         "launch (phase 2) and cannot be used again; call "
                         "aclSetAclOpExecutorRepeatable after phase 1 to launch it more than once",
                         api, static_cast<void *>(h));
-        if (it != r.dead.end())
+        if (dead)
             return fail(ACLNN_ERR_PARAM_INVALID,
                         "%s: executor %p was destroyed by aclDestroyAclOpExecutor", api,
                         static_cast<void *>(h));
@@ -166,12 +177,12 @@ aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, acl
     }
     if (index >= limit)
         return fail(ACLNN_ERR_PARAM_INVALID, "%s: index must be < %zu for op %s (got %zu)", api, limit,
-                    ex.op_name().c_str(), index);
+                    ex.op_name(), index);
     Slot &slot = (*slots)[i];
     if (!slot.present)
         return fail(ACLNN_ERR_PARAM_INVALID,
                     "%s: %s %zu of op %s was NULL at phase 1 and cannot be rebound (index %zu)", api,
-                    what, i, ex.op_name().c_str(), index);
+                    what, i, ex.op_name(), index);
     if (reinterpret_cast<uintptr_t>(addr) % 32 != 0)
         return fail(ACLNN_ERR_PARAM_INVALID, "%s: addr must be 32-byte aligned (got %p)", api, addr);
     slot.desc.data = addr;
@@ -193,7 +204,7 @@ int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &sl
             if (!s.desc.data) set_error("data: address is NULL");
             std::string why = take_error();
             return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s %zu (shape %s, %s): %s", api,
-                        ex.op_name().c_str(), what, i, shape_str(s.desc.view).c_str(),
+                        ex.op_name(), what, i, shape_str(s.desc.view).c_str(),
                         dtype_name(s.desc.dtype), why.c_str());
         }
         // Element 0 must be naturally aligned (devices cannot load misaligned elements; the kernels
@@ -204,7 +215,7 @@ int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &sl
         if (at % align != 0)
             return fail(ACLNN_ERR_PARAM_INVALID,
                         "%s: %s %s %zu (shape %s, %s): address %p is not aligned to its element size "
-                        "(%zu bytes)", api, ex.op_name().c_str(), what, i, shape_str(s.desc.view).c_str(),
+                        "(%zu bytes)", api, ex.op_name(), what, i, shape_str(s.desc.view).c_str(),
                         dtype_name(s.desc.dtype), reinterpret_cast<void *>(at), static_cast<size_t>(align));
     }
     return ACLNN_SUCCESS;
@@ -257,7 +268,7 @@ bool pending_executor_uses(const aclTensor *t, std::string *what) {
                 const Slot &s = slots[i];
                 if (!s.present || s.src != t || s.desc.serial != t->serial) continue;
                 *what = format("executor %p of %s (%s %zu)", static_cast<void *>(to_handle(kv.first)),
-                               ex.op_name().c_str(), io == 0 ? "input" : "output", i);
+                               ex.op_name(), io == 0 ? "input" : "output", i);
                 return true;
             }
         }
@@ -323,7 +334,7 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         slots = e->snap;
         need = ex->workspace_size;
     }
-    const char *op = ex->op_name().c_str();
+    const char *op = ex->op_name();
     // Decision (docs/reliability.md): phase 1 is host-only and works without aclInit; a launch needs
     // the runtime initialised, as CANN loads the kernels at aclInit.
     if (!acl_initialized())

@@ -62,10 +62,11 @@ ACLMOCK_API Slot slot_of(const aclTensor *t);
 // slots, sets workspace_size and calls register_executor(). Phase 2 calls launch_executor().
 class Executor {
 public:
-    explicit Executor(std::string op_name) : op_name_(std::move(op_name)) {}
+    // `op_name` is a string literal (kept, not copied).
+    explicit Executor(const char *op_name) : op_name_(op_name) {}
     virtual ~Executor() = default;
 
-    const std::string &op_name() const { return op_name_; }
+    const char *op_name() const { return op_name_; }
     std::vector<Slot> inputs;
     std::vector<Slot> outputs;
     uint64_t workspace_size = 0;
@@ -79,7 +80,7 @@ public:
                     void *workspace, Stream *stream) = 0;
 
 private:
-    std::string op_name_;
+    const char *op_name_;
 };
 
 // Makes a live executor handle out of a fully built executor.
@@ -90,7 +91,8 @@ ACLMOCK_API std::shared_ptr<Executor> find_executor(aclOpExecutor *handle);
 // with a message), the workspace (NULL or smaller than workspace_size when > 0, not device memory →
 // ACLNN_ERR_PARAM_INVALID), every bound tensor's data range against the memory registry, resolves
 // the stream, snapshots the slots and enqueues exec->run. A normal executor is consumed (its handle
-// becomes invalid) when this returns, successful or not; a repeatable one stays.
+// becomes invalid) when this returns, successful or not; a repeatable one stays. `api_name` is a
+// string literal (it names the queued task).
 ACLMOCK_API aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t workspace_size,
                                         aclrtStream stream, const char *api_name);
 

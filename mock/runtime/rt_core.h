@@ -109,6 +109,7 @@ using Task = std::function<int()>;
 ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err);
 // Same, with the calling API's name at the start of the error message.
 ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err, const char *api);
+// `name` (for messages) must stay valid until the task has run: the callers pass string literals.
 ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name);
 ACLMOCK_API int32_t stream_device(const Stream *s);
 struct StreamStats {

@@ -106,7 +106,7 @@ public:
 private:
     struct Item {
         Task fn;
-        std::string name;
+        const char *name;
         uint64_t ticket;
     };
 
@@ -127,14 +127,14 @@ private:
                 rc = it.fn ? it.fn() : ACL_SUCCESS;
             } catch (const std::exception &e) {
                 rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception: %s",
-                          it.name.c_str(), e.what());
+                          it.name, e.what());
             } catch (...) {
-                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception", it.name.c_str());
+                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception", it.name);
             }
             std::string msg;
             if (rc != 0) {
                 msg = take_error();
-                if (msg.empty()) msg = format("%s: failed on the stream with code %d", it.name.c_str(), rc);
+                if (msg.empty()) msg = format("%s: failed on the stream with code %d", it.name, rc);
                 g_tasks_failed.fetch_add(1);
             } else {
                 clear_error();
