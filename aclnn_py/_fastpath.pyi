@@ -1,13 +1,33 @@
-"""Type stub of the compiled fast path (fastpath.c): the operators' steady-state host path in C."""
+"""Type stub of the compiled fast path (fastpath/): the operators' steady-state host path in C."""
 
 from collections.abc import Callable, Sequence
-from types import NotImplementedType
 
-def state(launch: int, plan: int, want_in: int, slots: tuple[int, ...], last_in: list[object],
+def state(launch: int, plan: int, want_in: int, slots: tuple[int, ...], params: tuple[int, ...], last_in: list[object],
           own_shape: tuple[tuple[int, ...] | None, ...], own_dtype: tuple[object, ...], outputs: tuple[object, ...],
           last_out: list[object], tensor_type: type, stream_type: type,
           on_failure: Callable[[int], None]) -> object: ...
-def step(state: object, values: tuple[object, ...], stream: object) -> None | NotImplementedType: ...
+
+class PlanCall:
+    """A plan class's __call__: the steady state runs in C, every other call in `function`."""
+
+    names: tuple[str, ...]
+    result: str
+    def __init__(self, function: Callable[..., object], result: str) -> None: ...
+    def __call__(self, *args: object, **kwargs: object) -> object: ...
+    def __get__(self, obj: object, owner: type | None = None) -> Callable[..., object]: ...
+
+class OpCall:
+    """An operator function whose steady state runs in C, every other call in `function`."""
+
+    names: tuple[str, ...]
+    def __init__(self, function: Callable[..., object], setup: Callable[[tuple[str, ...]], object]) -> None: ...
+    def __call__(self, *args: object, **kwargs: object) -> object: ...
+
+def op_spec(*, layout: object, stream_type: type, config_type: type, outputs_type: type | None,
+            roles: tuple[int, ...], none_as: tuple[object, ...], n_inputs: int, n_outputs: int,
+            key: tuple[object, ...], ints_attr: str, comm_attr: str, run: int, destroy: int,
+            workspace_block: Callable[..., tuple[int, int]], hold: Callable[..., None],
+            on_failure: Callable[[int], None]) -> object: ...
 def layout(tensor_type: type) -> object: ...
 def gather(layout: object, inputs: Sequence[object | None], outputs: Sequence[object], table: int,
            capacity: int) -> list[object] | None: ...

@@ -80,7 +80,7 @@ def _members(cls: type) -> list[tuple[str, Any]]:
             continue
         if isinstance(value, (staticmethod, classmethod)):
             value = value.__func__
-        if isinstance(value, property) or inspect.isfunction(value):
+        if isinstance(value, property) or inspect.isfunction(inspect.unwrap(value)):  # a compiled __call__ too
             out.append((name, value))
     return out
 

@@ -65,11 +65,17 @@ def _mixed_sequence(acl, buf, stream, rng):
     xb, idb = (acl.Tensor.from_numpy(a) for a in steps[2])
     schedule = [("tensors A", (xa, ida), steps[0]), ("host arrays", steps[1], steps[1]),
                 ("tensors A again", (xa, ida), steps[0]), ("same tensors", (xa, ida), steps[0]),
-                ("tensors B", (xb, idb), steps[2])]
+                ("tensors B", (xb, idb), steps[2]), ("by keyword", {"x": xa, "expert_ids": ida}, steps[0]),
+                ("bound method", (xb, idb), steps[2])]
     report = []
     for name, args, host in schedule:
         before = python_path.n
-        d = plan(*args, stream=stream)
+        if isinstance(args, dict):
+            d = plan(**args, stream=stream)
+        elif name == "bound method":
+            d = plan.__call__(*args, stream=stream)
+        else:
+            d = plan(*args, stream=stream)
         stream.synchronize()
         ref = buf.low_latency_dispatch(host[0], host[1], E, stream=stream)
         buf.synchronize(stream)
@@ -89,7 +95,8 @@ def test_the_c_step_gives_the_python_paths_bytes_and_takes_only_its_calls(acl):
             [(name, True, True) for name, *_ in report]
         # host arrays are uploaded by the Python path; Tensors of the plan's layout never reach it
         assert {name: python for name, _, python, _ in report} == {
-            "tensors A": 0, "host arrays": 1, "tensors A again": 0, "same tensors": 0, "tensors B": 0}
+            "tensors A": 0, "host arrays": 1, "tensors A again": 0, "same tensors": 0, "tensors B": 0,
+            "by keyword": 0, "bound method": 0}
 
 
 def _refusals(acl, buf, stream, rng):
@@ -119,6 +126,9 @@ def _refusals(acl, buf, stream, rng):
     other = acl.Device.current().create_stream()
     other.close()
     attempt("closed stream", lambda: plan(x, ids, stream=other))
+    attempt("unknown keyword", lambda: plan(x, ids, stream=stream, bogus=1))
+    attempt("too many positional", lambda: plan(x, ids, None, stream=stream))
+    attempt("given twice", lambda: plan(x, ids, x=x, stream=stream))
     ids.close()  # the tensor the plan was given last call
     attempt("closed, same as last call", lambda: plan(x, ids, stream=stream))
     plan.close()
@@ -135,6 +145,30 @@ def test_what_the_c_step_leaves_is_refused_by_the_python_path(acl):
         assert out["closed, same as last call"].startswith("ClosedError")
         assert out["closed plan"].startswith("ClosedError")
         assert out["strided"].startswith("AclnnParamInvalid") and "strided" in out["strided"]
+        # a call that does not parse is Python's to refuse, in Python's words
+        assert out["unknown keyword"] == "TypeError: DispatchPlan.__call__() got an unexpected keyword argument 'bogus'"
+        assert out["too many positional"].startswith("TypeError: DispatchPlan.__call__() takes 3 positional")
+        assert out["given twice"] == "TypeError: DispatchPlan.__call__() got multiple values for argument 'x'"
+
+
+def test_a_plan_class_keeps_its_signature_and_a_subclass_its_own_call(acl):
+    import inspect
+
+    from aclnn_py.ops import CombinePlan, DispatchPlan
+
+    for cls in (DispatchPlan, CombinePlan):
+        params = list(inspect.signature(cls.__call__).parameters)
+        assert params[0] == "self" and params[-1] == "stream"
+        assert cls.__call__.__doc__.startswith("Phase 2 with this step's inputs")
+
+    class Traced(DispatchPlan):
+        def __call__(self, *args, **kwargs):
+            return ("traced", super().__call__(*args, **kwargs))
+
+    from aclnn_py.ops.executor import _compiled_call
+
+    assert _compiled_call(Traced) is None  # its __call__ is its own: no compiled state is made for it
+    assert isinstance(_compiled_call(DispatchPlan), type(_compiled_call(CombinePlan)))
 
 
 def _launch_failure(acl, buf, stream, rng):
@@ -219,13 +253,45 @@ def test_the_step_state_checks_what_it_is_given(acl):
         _open = _contiguous = shape = dtype = _ptr = _offset_nbytes = _writer = None
 
     with pytest.raises(TypeError, match="is not a __slots__ member"):
-        _fastpath.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], NoSlots, Stream, print)
-    with pytest.raises(ValueError, match="not an input slot"):
-        _fastpath.state(1, 1, 1, (3,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+        _fastpath.state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], NoSlots, Stream, print)
+    with pytest.raises(ValueError, match=r"slot 3 is out of range \[0, 1\)"):
+        _fastpath.state(1, 1, 1, (3,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+    with pytest.raises(ValueError, match=r"parameter 1 is out of range \[-2, 1\)"):
+        _fastpath.state(1, 1, 1, (0,), (0, 1), [None], (None,), (None,), (), [None], Tensor, Stream, print)
     with pytest.raises(ValueError, match="must be addresses"):
-        _fastpath.state(0, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+        _fastpath.state(0, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
     with pytest.raises(TypeError, match="on_failure must be callable"):
-        _fastpath.state(1, 1, 1, (0,), [None], (None,), (None,), (), [None], Tensor, Stream, None)
+        _fastpath.state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, None)
+    assert _fastpath.state(1, 1, 1, (0,), (-1, 0, -2), [None], (None,), (None,), (), [None], Tensor, Stream,
+                           print) is not None
+
+
+def test_a_plan_call_is_made_from_a_function_with_named_parameters(acl):
+    from aclnn_py import _fastpath
+
+    def call(self, a, b=None, *, c=None, stream=None):
+        """Doc."""
+        return "python", a, b, c, stream
+
+    pc = _fastpath.PlanCall(call, "out")
+    assert (pc.names, pc.result) == (("a", "b", "c", "stream"), "out")
+    assert pc.__wrapped__ is call and pc.__doc__ == "Doc." and pc.__name__ == "call"
+    for bad in (print, lambda self, *a: None, lambda: None):
+        with pytest.raises(TypeError, match="PlanCall: function must"):
+            _fastpath.PlanCall(bad, "out")
+    with pytest.raises(TypeError, match="OpCall: setup must be callable"):
+        _fastpath.OpCall(call, None)
+
+    class NotAPlan:  # no _c_state: every call is the Python function's, bound like a method
+        __call__ = pc
+
+    obj = NotAPlan()
+    assert obj(1, 2, c=3) == ("python", 1, 2, 3, None)
+    assert obj.__call__(1, stream=4) == ("python", 1, None, None, 4)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'd'"):
+        obj(1, d=2)
+    with pytest.raises(TypeError, match="multiple values for argument 'a'"):
+        obj(1, a=2)
 
 
 # ---- the per-call path: descriptor table, anchors, writers ----------------------------------------------
@@ -282,3 +348,157 @@ def test_gather_and_written_check_their_arguments(acl):
         _fastpath.gather(object(), [], [], 1, 8)   # not a layout capsule
     with pytest.raises(TypeError, match="is not a __slots__ member"):
         _fastpath.layout(type("NoSlots", (), {"_desc_addr": 0, "_mem": 0, "_owner": 0, "_writer": 0}))
+
+
+# ---- the operator functions' compiled call -------------------------------------------------------------
+class _PythonOpCalls:
+    """Counts, per thread, the operator calls that reach the Python functions (through their modules'
+    _convert)."""
+
+    def __init__(self, monkeypatch):
+        import threading
+
+        self.counts = {}
+        for op in ("dispatch", "combine"):
+            module = sys.modules[f"aclnn_py.ops.moe_distribute_{op}"]
+            monkeypatch.setattr(module, "_convert", self._counting(op, module._convert))
+        self._ident = threading.get_ident
+
+    def _counting(self, op, convert):
+        def counting(*args, **kwargs):
+            key = (self._ident(), op)
+            self.counts[key] = self.counts.get(key, 0) + 1
+            return convert(*args, **kwargs)
+        return counting
+
+    def seen(self):
+        """(dispatch, combine) calls of this thread so far."""
+        me = self._ident()
+        return self.counts.get((me, "dispatch"), 0), self.counts.get((me, "combine"), 0)
+
+
+def _operator_calls(acl, buf, stream, rng, counter):
+    """A round of dispatch and combine, then the same calls in the shape a serving loop makes (taken in
+    C) and in others (the Python functions'): per call shape, whether the bytes are the first round's,
+    and how many dispatch / combine calls reached Python."""
+    from aclnn_py.ops import MoeConfig, moe_distribute_combine, moe_distribute_dispatch
+
+    attrs = dict(ep_world_size=buf.world_size, ep_rank_id=buf.rank_id, moe_expert_num=E,
+                 ccl_buffer_size=buf.ccl_buffer_size)
+    cfg = MoeConfig(**attrs)
+    x, ids = (acl.Tensor.from_numpy(a) for a in _step_inputs(rng))
+    ctx = buf.context
+    d = moe_distribute_dispatch(ctx, x, ids, config=cfg, stream=stream)  # outputs made here: Python
+    y = acl.Tensor.from_numpy(d.expand_x.numpy())
+    out = moe_distribute_combine(ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, config=cfg,
+                                 stream=stream)
+    stream.synchronize()
+
+    def result():  # the rows dispatch received (the others are not written), the counts, combine's output
+        n = int(d.ep_recv_counts.numpy()[-1])
+        return d.expand_x.numpy()[:n].tobytes(), d.ep_recv_counts.numpy().tobytes(), out.numpy().tobytes()
+
+    want = result()
+    calls = {
+        "config, outputs, stream": dict(config=cfg, stream=stream),
+        "precheck given": dict(config=cfg, stream=stream, precheck=True),
+        "attributes as keywords": dict(stream=stream, **attrs),
+        "current stream": dict(config=cfg),
+        "x_dtype given": dict(config=cfg, stream=stream, x_dtype=bfloat16),
+    }
+    report = {}
+    for name, kw in calls.items():
+        for t in (*d, out):
+            t.copy_from(np.zeros(t.shape, t.dtype.numpy_dtype), stream)
+        stream.synchronize()
+        before = counter.seen()
+        got_d = moe_distribute_dispatch(ctx, x, ids, outputs=d, **kw)
+        kw.pop("x_dtype", None)
+        got_c = moe_distribute_combine(ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, x_out=out, **kw)
+        same = got_d is d and got_c is out and result() == want  # numpy() waits for the writer stream
+        report[name] = (same, [n - b for n, b in zip(counter.seen(), before)])
+    return report
+
+
+def test_operator_calls_in_the_serving_shape_run_in_c_with_the_python_paths_bytes(acl, monkeypatch):
+    counter = _PythonOpCalls(monkeypatch)
+    for report in _run(lambda *a: _operator_calls(*a, counter)):
+        assert {name: same for name, (same, _) in report.items()} == dict.fromkeys(report, True)
+        assert {name: python for name, (_, python) in report.items()} == {
+            "config, outputs, stream": [0, 0], "precheck given": [0, 0], "attributes as keywords": [1, 1],
+            "current stream": [1, 1], "x_dtype given": [1, 0]}
+
+
+def _operator_failures(acl, buf, stream, rng, counter):
+    """What the compiled call does when phase 1 refuses, when the launch fails and when the stream's
+    workspace must grow: the errors (with those of the Python path), and the executors left."""
+    from aclnn_py import _mock
+    from aclnn_py.ops import MoeConfig, moe_distribute_dispatch
+
+    attrs = dict(ep_world_size=buf.world_size, ep_rank_id=buf.rank_id, moe_expert_num=E,
+                 ccl_buffer_size=buf.ccl_buffer_size)
+    cfg = MoeConfig(**attrs)
+    x, ids = (acl.Tensor.from_numpy(a) for a in _step_inputs(rng))
+    ctx = buf.context
+    d = moe_distribute_dispatch(ctx, x, ids, config=cfg, stream=stream)
+    stream.synchronize()
+    out = {}
+
+    def attempt(name, call):
+        before = counter.seen()[0]
+        try:
+            call()
+            err = None
+        except acl.AclnnError as e:
+            err = (type(e).__name__, e.func, e.message)
+        out[name] = (err, counter.seen()[0] - before)
+
+    # phase 1 refuses int64 ids (the pre-checks look at shapes only): the Python path reports it
+    wide_ids = acl.Tensor.from_numpy(ids.numpy().astype(np.int64))
+    attempt("phase 1, C", lambda: moe_distribute_dispatch(ctx, x, wide_ids, config=cfg, outputs=d, stream=stream))
+    attempt("phase 1, Python", lambda: moe_distribute_dispatch(ctx, x, wide_ids, outputs=d, stream=stream, **attrs))
+    # the launch refuses an x in host memory (descriptors may address anything; the launch checks)
+    host = np.zeros(BS * H * 2 + 64, np.uint8)
+    start = -host.ctypes.data % 32
+    on_host = acl.Tensor.from_address(host.ctypes.data + start, (BS, H), bfloat16, owner=host)
+    on_host.descriptor()
+    attempt("launch, C", lambda: moe_distribute_dispatch(ctx, on_host, ids, config=cfg, outputs=d, stream=stream))
+    attempt("launch, Python", lambda: moe_distribute_dispatch(ctx, on_host, ids, outputs=d, stream=stream, **attrs))
+    stream.synchronize()
+    # a new stream has no workspace yet: the first call hands its executor back and Python grows it
+    fresh = acl.Device.current().create_stream()
+    executors = _mock.stats()["executors"]
+    attempt("fresh stream, first", lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, outputs=d, stream=fresh))
+    attempt("fresh stream, second", lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, outputs=d, stream=fresh))
+    fresh.synchronize()
+    out["executors left"] = _mock.stats()["executors"] - executors
+    fresh.close()
+    return out
+
+
+def test_operator_call_failures_are_the_python_paths(acl, monkeypatch):
+    counter = _PythonOpCalls(monkeypatch)
+    for out in _run(lambda *a: _operator_failures(*a, counter)):
+        (c_err, c_python), (py_err, _) = out["phase 1, C"], out["phase 1, Python"]
+        assert c_err == py_err and c_err[1] == "aclnnMoeDistributeDispatchV5GetWorkspaceSize" and c_python == 1
+        (c_err, c_python), (py_err, _) = out["launch, C"], out["launch, Python"]
+        assert c_err == py_err and c_err[1] == "aclnnMoeDistributeDispatchV5" and "input 1" in c_err[2]
+        assert c_python == 0  # raised by the C path itself
+        assert out["fresh stream, first"] == (None, 1) and out["fresh stream, second"] == (None, 0)
+        assert out["executors left"] == 0
+
+
+def test_an_operator_function_keeps_its_name_doc_and_signature(acl):
+    import inspect
+
+    from aclnn_py import _fastpath
+    from aclnn_py.ops import moe_distribute_combine, moe_distribute_dispatch
+
+    for fn in (moe_distribute_dispatch, moe_distribute_combine):
+        assert isinstance(fn, _fastpath.OpCall)
+        python = fn.__wrapped__
+        assert inspect.isfunction(python)
+        assert inspect.signature(fn) == inspect.signature(python)
+        assert (fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__) == \
+            (python.__name__, python.__qualname__, python.__module__, python.__doc__)
+        assert fn.names == tuple(inspect.signature(python).parameters)[:-1]  # all but **attrs

@@ -121,6 +121,16 @@ class MoeConfig:
             self.zero_expert_num, self.copy_expert_num, self.const_expert_num])
 
     @cached_property
+    def _dispatch_ints_address(self) -> int:
+        """Address of :attr:`dispatch_ints`, for the compiled operator call."""
+        return int(initialized().ffi.cast("uintptr_t", self.dispatch_ints))
+
+    @cached_property
+    def _combine_ints_address(self) -> int:
+        """Address of :attr:`combine_ints`, for the compiled operator call."""
+        return int(initialized().ffi.cast("uintptr_t", self.combine_ints))
+
+    @cached_property
     def profile(self) -> SocProfile:
         return profile_of(self.soc)
 

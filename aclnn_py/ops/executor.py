@@ -221,6 +221,28 @@ def _launch_failed(args: Any, op: str, status: int) -> None:
 
 
 _UNSET = object()  # a plan slot whose next value must be checked again
+_MUST_BE_NONE, _STREAM = -1, -2  # a compiled call's parameters that give no plan argument
+
+
+def _compiled_call(cls: type[Plan]) -> Any:
+    """`cls`'s ``__call__`` as the compiled ``PlanCall``, or None. The Python ``__call__`` of a plan
+    class that names its result (``_result``) is replaced on its class at the first plan built, as
+    the compiled parts are only known then; a subclass that defines its own ``__call__`` keeps it."""
+    from .. import _fastpath
+
+    for klass in cls.__mro__:
+        call = klass.__dict__.get("__call__")
+        if call is None:
+            continue
+        if isinstance(call, _fastpath.PlanCall):
+            return call
+        result = klass.__dict__.get("_result")
+        if result is None:
+            return None
+        compiled = _fastpath.PlanCall(call, result)
+        type.__setattr__(klass, "__call__", compiled)
+        return compiled
+    return None
 #: the call aclnnpy_plan_launch reports as failed, when it is not the launch
 _PLAN_STEPS = {1: "aclSetInputTensorAddr", 2: "aclSetOutputTensorAddr"}
 
@@ -237,6 +259,8 @@ class Plan(Resource):
 
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
+    #: the attribute a subclass's ``__call__`` returns when it used the plan's own outputs
+    _result: str | None = None
 
     def __init__(self, prepared: Prepared):
         self._prep = prepared
@@ -268,26 +292,30 @@ class Plan(Resource):
         # what each slot was given last call; a present input starts unset so that None is refused
         self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
         self._last_out: list[object] = [None] * len(self._own_out)
-        from .. import _fastpath  # compiled: importable once the package has found its compiled parts
-
-        self._c_step = _fastpath.step
-        self._c_state: object | None = None  # set by the subclass (_fast_path); None: every call in _run
+        self._c_state: object | None = None  # set by the subclass (_fast_path); None: every call in Python
         self._stale: str | None = None
         self._open = True
 
-    def _fast_path(self, in_slots: tuple[int, ...]) -> object:
-        """The C step's state for calls passing inputs `in_slots` (``aclnn_py._fastpath``, built from
-        fastpath.c): it runs the steady state of :meth:`_run` — device Tensors of the plan's layout
-        or the same objects as last call, the plan's own outputs, a Stream — and leaves everything
-        else to :meth:`_run`. It holds no reference to the plan."""
+    def _fast_path(self, in_slots: tuple[int, ...]) -> object | None:
+        """The compiled call's state for calls passing inputs `in_slots` (``aclnn_py._fastpath``, built
+        from fastpath.c), or None when this class's ``__call__`` is not the compiled one. The compiled
+        ``__call__`` runs the steady state of :meth:`_run` — device Tensors of the plan's layout or the
+        same objects as last call, the plan's own outputs, a Stream — and hands every other call to the
+        Python ``__call__``. The state holds no reference to the plan."""
         from .. import _fastpath
 
+        call = _compiled_call(type(self))
+        if call is None:
+            return None
         b = initialized()
         ffi = b.ffi
         own = self._own_in
+        given = {self.input_names[i]: k for k, i in enumerate(in_slots)}
+        # per __call__ parameter: the argument it gives, the stream, or one that must be None
+        params = tuple(given.get(name, _STREAM if name == "stream" else _MUST_BE_NONE) for name in call.names)
         return _fastpath.state(
             int(ffi.cast("uintptr_t", b.function_pointer("aclnnpy_plan_launch"))),
-            int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots,
+            int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots, params,
             self._last_in, tuple(None if t is None else t.shape for t in own),
             tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out,
             Tensor, Stream, functools.partial(_launch_failed, self._args, self._op))

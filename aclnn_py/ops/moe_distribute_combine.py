@@ -18,6 +18,7 @@ from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
 from ._args import ids_tensor, input_tensor, output_tensor
+from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
 
@@ -138,6 +139,14 @@ class PreparedCombine(Prepared):
         self.result = x_out
 
 
+def _compiled_spec(names: tuple[str, ...]) -> object:
+    return operator_spec(names, inputs=INPUTS, required=5, make_if_none={"expert_scales": empty_weights},
+                         outputs="x_out", outputs_type=None, n_outputs=1,
+                         key=("combine", ("expert_ids", 0), ("expand_x", 1), ("expert_ids", 1)),
+                         ints_attr="_combine_ints_address", run="aclnnpy_combine_v5_run", phase2=PHASE2)
+
+
+@compiled_op(_compiled_spec)
 def moe_distribute_combine(
     context: Tensor, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
     ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *, config: MoeConfig | None = None,
@@ -171,6 +180,7 @@ class CombinePlan(Plan):
 
     input_names = INPUTS
     output_names = OUTPUTS
+    _result = "x_out"
 
     def __init__(self, context: Tensor, *, a: int, bs: int, hidden: int, topk: int, dtype: DTypeLike,
                  assist_len: int, counts_len: int, config: MoeConfig | None = None, with_expert_scales: bool = False,
@@ -206,14 +216,6 @@ class CombinePlan(Plan):
                  const_expert_alpha_2: TensorArg | None = None, const_expert_v: TensorArg | None = None,
                  x_out: Tensor | None = None, stream: StreamArg = None) -> Tensor:
         """Phase 2 with this step's inputs (``aclnnMoeDistributeCombineV5``)."""
-        if x_out is None and self._c_state is not None and (self._with_es or expert_scales is None):
-            values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,
-                      shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v) \
-                if self._with_es else (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, x_active_mask,
-                                       shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2,
-                                       const_expert_v)
-            if self._c_step(self._c_state, values, stream) is None:
-                return self.x_out  # the steady state, run in C; anything else goes through _run
         if not self._with_es and expert_scales is not None and math.prod(getattr(expert_scales, "shape", (0,))):
             raise self._refuse("expert_scales: this plan was built unweighted; build one with_expert_scales")
         values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,

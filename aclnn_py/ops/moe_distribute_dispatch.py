@@ -19,6 +19,7 @@ from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
 from ._args import ids_tensor, input_tensor, output_tensor
+from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
 
@@ -167,6 +168,14 @@ class PreparedDispatch(Prepared):
         self.result = outputs
 
 
+def _compiled_spec(names: tuple[str, ...]) -> object:
+    return operator_spec(names, inputs=INPUTS, required=3, make_if_none={}, outputs="outputs",
+                         outputs_type=DispatchOutputs, n_outputs=len(OUTPUTS),
+                         key=("dispatch", ("x", 0), ("x", 1), ("expert_ids", 1)), ints_attr="_dispatch_ints_address",
+                         run="aclnnpy_dispatch_v5_run", phase2=PHASE2)
+
+
+@compiled_op(_compiled_spec)
 def moe_distribute_dispatch(
     context: Tensor, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
     scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
@@ -202,6 +211,7 @@ class DispatchPlan(Plan):
 
     input_names = INPUTS
     output_names = OUTPUTS
+    _result = "outputs"
 
     def __init__(self, context: Tensor, *, bs: int, hidden: int, topk: int, x_dtype: DTypeLike,
                  config: MoeConfig | None = None, scales_shape: tuple[int, ...] | None = None,
@@ -228,8 +238,5 @@ class DispatchPlan(Plan):
                  x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
                  outputs: DispatchOutputs | None = None, stream: StreamArg = None) -> DispatchOutputs:
         """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``)."""
-        if outputs is None and self._c_state is not None and self._c_step(
-                self._c_state, (x, expert_ids, scales, x_active_mask, expert_scales), stream) is None:
-            return self.outputs  # the steady state, run in C; anything else goes through _run
         self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
         return self.outputs if outputs is None else outputs

@@ -1,0 +1,83 @@
+"""The operator functions' steady state in C: :func:`compiled_op` makes an operator function an
+``aclnn_py._fastpath.OpCall`` (built from fastpath/op.c).
+
+A serving loop calls an operator with device Tensors it made once, one :class:`MoeConfig`, outputs it
+allocated once and one stream. The OpCall takes exactly those calls — every tensor a Tensor with a
+descriptor, the config's pre-checks already passed for this shape, no attribute keywords — and runs
+phase 1 and the launch in one call of the extension's run helper, then holds what the launch uses and
+marks the outputs' writer, as :func:`~aclnn_py.ops.executor.run_both_phases` does. Every other call goes
+to the Python function with its arguments as given, before anything ran, so conversion, checks and
+messages live there only. A launch that needs a larger workspace than the stream's block also goes to
+the Python function (which grows the block), after its executor is destroyed.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Mapping
+from typing import TypeVar, cast
+
+from ..errors import check_aclnn
+from ..runtime import Stream, initialized, ordered
+from ..tensor import Tensor
+from .config import MoeConfig
+
+F = TypeVar("F", bound=Callable[..., object])
+
+# what a parameter that is not a tensor input is to the C path (fastpath/op.c, ROLE_*)
+_ROLES = {"config": -1, "stream": -2, "precheck": -4}
+_OUTPUTS, _MUST_BE_NONE = -3, -5
+
+
+def compiled_op(setup: Callable[[tuple[str, ...]], object]) -> Callable[[F], F]:
+    """Decorate an operator function so that its steady state runs in C; `setup(names)` gives the
+    :func:`operator_spec` for the function's parameter `names` at its first call. Without the
+    compiled parts the function stays as it is (the package then explains what is missing)."""
+
+    def decorate(function: F) -> F:
+        try:
+            from .. import _fastpath
+        except ImportError:
+            return function
+        return cast(F, _fastpath.OpCall(function, setup))
+
+    return decorate
+
+
+def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: int,
+                  make_if_none: Mapping[str, Callable[[], Tensor]], outputs: str, outputs_type: type | None,
+                  n_outputs: int, key: tuple[str, tuple[str, int], tuple[str, int], tuple[str, int]],
+                  ints_attr: str, run: str, phase2: str) -> object:
+    """What the C path of an operator function with parameters `names` needs: `inputs` in the C order
+    (parameters of those names are tensors; the first `required` must be given, the others are NULL
+    when None unless `make_if_none` makes them), the `outputs` parameter (a `outputs_type` tuple of
+    `n_outputs` Tensors, or one Tensor), the pre-check `key` the config remembers (the op, then BS, H
+    and K as (parameter, dim)), the config attribute holding the address of the integer attributes, and
+    the extension's `run` helper. Any other parameter must be None."""
+    from .. import _fastpath
+
+    roles: list[int] = []
+    none_as: list[object] = []
+    for name in names:
+        if name in inputs:
+            index = inputs.index(name)
+            roles.append(index)
+            none_as.append(False if index < required else make_if_none.get(name))
+        else:
+            roles.append(_OUTPUTS if name == outputs else _ROLES.get(name, _MUST_BE_NONE))
+            none_as.append(None)
+    op, *dims = key
+    b = initialized()
+    ffi = b.ffi
+    return _fastpath.op_spec(
+        layout=_fastpath.layout(Tensor), stream_type=Stream, config_type=MoeConfig, outputs_type=outputs_type,
+        roles=tuple(roles), none_as=tuple(none_as), n_inputs=len(inputs), n_outputs=n_outputs,
+        key=(op, *((names.index(param), dim) for param, dim in dims)), ints_attr=ints_attr,
+        comm_attr="comm_alg_bytes", run=int(ffi.cast("uintptr_t", b.function_pointer(run))),
+        destroy=int(ffi.cast("uintptr_t", b.function_pointer("aclDestroyAclOpExecutor"))),
+        workspace_block=ordered.workspace_block, hold=ordered.hold,
+        on_failure=functools.partial(_raise_status, phase2))
+
+
+def _raise_status(func: str, status: int) -> None:
+    check_aclnn(status, func)

@@ -1,0 +1,117 @@
+/* aclnn_py._fastpath: the operators' steady-state host path in C (aclnn_py/ops/executor.py).
+ *
+ * A serving loop calls an operator, or a plan, with device Tensors it made once, the same config and
+ * the same stream every step. In Python, parsing such a call, checking its arguments and recording
+ * their descriptors, addresses and writers costs more than the mock's own phase 1 and launch. Here it
+ * is a few reads of the objects' __slots__ (offsets checked once) and a call of the cffi extension's
+ * helper by address, with the GIL released as cffi releases it (on CANN a launch can block on a full
+ * task queue while another rank's Python thread must run).
+ *
+ * Every call the C path does not take — host arrays, a tensor without a descriptor or of another
+ * layout, a closed tensor or stream, attributes as keywords, outputs to allocate, arguments that do
+ * not parse — goes to the Python function with the arguments as given, before anything was launched,
+ * so the rules and messages live in one place. This module names no CANN function.
+ *
+ *   call.c      what the compiled calls share: parsing by the Python function's parameter names,
+ *               binding like a function, the function's name, doc and signature
+ *   plan.c      PlanCall: a plan class's __call__ (rebinding and launch of a repeatable executor)
+ *   op.c        OpCall: an operator's both-phases call; gather() / written() for the Python path
+ *   module.c    the module */
+#pragma once
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stdint.h>
+
+#if PY_VERSION_HEX >= 0x030C0000
+#define OBJECT_MEMBER Py_T_OBJECT_EX
+#define MEMBER_READONLY Py_READONLY
+#else
+#define OBJECT_MEMBER T_OBJECT_EX
+#define MEMBER_READONLY READONLY
+#endif
+
+/* Parameters of a compiled call's function that the C path can parse. */
+#define MAX_PARAMS 40
+
+/* ---- objects' __slots__ ---- */
+
+/* The offset of `type`'s __slots__ member `name` (an object slot), or -1 with an exception set. */
+Py_ssize_t slot_offset(PyObject *type, const char *name);
+
+/* The object in slot `offset` of `obj` (borrowed; NULL when unset). */
+static inline PyObject *slot(PyObject *obj, Py_ssize_t offset) { return *(PyObject **)((char *)obj + offset); }
+
+/* Store `value` in slot `offset` of `obj`, releasing what was there. */
+static inline void set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
+    PyObject **where = (PyObject **)((char *)obj + offset);
+    PyObject *old = *where;
+    *where = Py_NewRef(value);
+    Py_XDECREF(old);
+}
+
+/* A non-negative int slot as an address-sized value; -1 when unset or not one. */
+Py_ssize_t slot_size(PyObject *obj, Py_ssize_t offset);
+
+/* `obj` for the PySequence_Fast_* macros (a new reference): lists and tuples as they are — named
+ * tuples such as the dispatch outputs included, which PySequence_Fast would copy — anything else
+ * copied into a list; NULL with `message` when it is not a sequence. */
+PyObject *fast_sequence(PyObject *obj, const char *message);
+
+/* The capsule args[0] of a call that takes `want` arguments (`usage` names them), or NULL with an
+ * exception set. */
+void *capsule_arg(PyObject *const *args, Py_ssize_t nargs, Py_ssize_t want, const char *name, const char *usage);
+
+/* The items of `tuple` as indices in [lo, hi) (a PyMem array of one item at least), or NULL with an
+ * exception set; `what` names an item in the message. */
+Py_ssize_t *index_array(PyObject *tuple, Py_ssize_t lo, Py_ssize_t hi, const char *what);
+
+/* ---- compiled calls (call.c) ----
+ * A compiled call stands where a Python function stood. It parses a call by the function's parameter
+ * names, tries its C path, and otherwise calls the function with the arguments as given. Like a
+ * function it binds to an instance (a method descriptor, so calling a method makes no bound method),
+ * and it shows the function's name, doc and signature (__wrapped__). */
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    PyObject *function;      /* the Python function */
+    PyObject *names;         /* tuple: its parameter names (after self for a method) */
+    Py_ssize_t n_positional; /* how many of them may be given by position */
+    int var_keywords;        /* the function takes **kwargs: an unknown keyword is the function's */
+} CallHead;
+
+/* Fill `head` from the Python `function` (`skip` leading parameters, e.g. self); -1 with an
+ * exception set when it is not a function of named parameters. */
+int call_head_init(CallHead *head, PyObject *function, Py_ssize_t skip, vectorcallfunc vectorcall);
+/* The arguments parsed by name into `params` (NULL: not given): 1, or 0 when the function must parse
+ * them (too many, unknown, given twice). */
+int parse_params(const CallHead *head, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                 PyObject **params);
+/* The function, with the arguments as given. */
+static inline PyObject *call_function(const CallHead *head, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    return PyObject_Vectorcall(head->function, args, nargsf, kwnames);
+}
+int call_head_traverse(PyObject *self, visitproc visit, void *arg);
+void call_head_clear(PyObject *self);
+PyObject *call_head_get(PyObject *self, PyObject *obj, PyObject *type);
+PyObject *call_head_getattro(PyObject *self, PyObject *name);
+extern PyGetSetDef call_head_getset[];
+#define CALL_HEAD_FLAGS \
+    (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR)
+
+/* ---- Tensor slots of the per-call path (op.c) ---- */
+typedef struct {
+    PyObject *tensor_type;
+    Py_ssize_t desc_addr, mem, owner, writer, shape;  /* Tensor slot offsets */
+} Layout;
+
+extern const char LAYOUT[];
+
+/* The module's functions and types. */
+PyObject *make_state(PyObject *self, PyObject *args);
+PyObject *make_layout(PyObject *self, PyObject *tensor_type);
+PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+extern PyTypeObject PlanCallType, OpCallType;

@@ -1,0 +1,33 @@
+/* The aclnn_py._fastpath module (fastpath.h). */
+#include "fastpath.h"
+
+static PyMethodDef methods[] = {
+    {"state", make_state, METH_VARARGS,
+     "state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream, "
+     "on_failure)\n"
+     "A plan's fixed part: what its PlanCall runs."},
+    {"op_spec", (PyCFunction)(void (*)(void))make_op_spec, METH_VARARGS | METH_KEYWORDS,
+     "op_spec(*, layout, stream_type, config_type, outputs_type, roles, none_as, n_inputs, n_outputs, key, "
+     "ints_attr, comm_attr, run, destroy, workspace_block, hold, on_failure)\n"
+     "An operator's fixed part: what its OpCall runs."},
+    {"layout", make_layout, METH_O, "layout(Tensor)\nWhere gather(), written() and an OpCall find a Tensor's slots."},
+    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
+     "gather(layout, inputs, outputs, table, capacity) -> list | None\n"
+     "Fill the descriptor table at address `table` and return what keeps the tensors alive, or None when a "
+     "tensor has no descriptor yet or is closed (the Python path handles it)."},
+    {"written", (PyCFunction)(void (*)(void))written, METH_FASTCALL,
+     "written(layout, outputs, stream)\nMark every output as written by `stream`."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", NULL, -1, methods,
+                                    NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit__fastpath(void) {
+    if (PyType_Ready(&PlanCallType) < 0 || PyType_Ready(&OpCallType) < 0) return NULL;
+    PyObject *m = PyModule_Create(&module);
+    if (m && (PyModule_AddObjectRef(m, "PlanCall", (PyObject *)&PlanCallType) < 0
+              || PyModule_AddObjectRef(m, "OpCall", (PyObject *)&OpCallType) < 0))
+        Py_CLEAR(m);
+    return m;
+}

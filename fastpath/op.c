@@ -1,0 +1,512 @@
+/* The per-call path (fastpath.h): an operator's phase 1 and launch in one call of the cffi
+ * extension's run helper (build_ffi_ops.c).
+ *
+ * OpCall stands for an operator function (moe_distribute_dispatch / _combine): its C path takes calls
+ * whose tensors are Tensors with descriptors, with a MoeConfig, given outputs, a Stream and a shape the
+ * config's pre-checks already passed. The Python path of the same functions uses gather() and
+ * written() for its tensors. */
+#include "fastpath.h"
+
+const char LAYOUT[] = "aclnn_py._fastpath.Layout";
+
+static void layout_free(PyObject *capsule) {
+    Layout *l = (Layout *)PyCapsule_GetPointer(capsule, LAYOUT);
+    if (!l) return;
+    Py_XDECREF(l->tensor_type);
+    PyMem_Free(l);
+}
+
+/* layout(Tensor): where gather(), written() and an OpCall find a Tensor's slots. */
+PyObject *make_layout(PyObject *self, PyObject *tensor_type) {
+    (void)self;
+    if (!PyType_Check(tensor_type)) {
+        PyErr_SetString(PyExc_TypeError, "layout: expected the Tensor type");
+        return NULL;
+    }
+    Layout *l = (Layout *)PyMem_Calloc(1, sizeof(Layout));
+    if (!l) return PyErr_NoMemory();
+    if ((l->desc_addr = slot_offset(tensor_type, "_desc_addr")) < 0 || (l->mem = slot_offset(tensor_type, "_mem")) < 0
+        || (l->owner = slot_offset(tensor_type, "_owner")) < 0 || (l->writer = slot_offset(tensor_type, "_writer")) < 0
+        || (l->shape = slot_offset(tensor_type, "shape")) < 0) {
+        PyMem_Free(l);
+        return NULL;
+    }
+    l->tensor_type = Py_NewRef(tensor_type);
+    PyObject *capsule = PyCapsule_New(l, LAYOUT, layout_free);
+    if (!capsule) {
+        Py_DECREF(l->tensor_type);
+        PyMem_Free(l);
+    }
+    return capsule;
+}
+
+/* One entry: a Tensor's descriptor into *desc and its anchor appended to `held`; 0 when the Python
+ * path must do it (not a Tensor, no descriptor yet, closed), -1 on error. */
+static int gather_one(const Layout *l, PyObject *t, void **desc, PyObject *held) {
+    if (Py_TYPE(t) != (PyTypeObject *)l->tensor_type) return 0;
+    PyObject *d = slot(t, l->desc_addr);
+    if (!d || !PyLong_CheckExact(d)) return 0;
+    void *p = PyLong_AsVoidPtr(d);
+    if (!p) {
+        PyErr_Clear();
+        return 0;
+    }
+    PyObject *anchor = slot(t, l->mem);
+    if (!anchor || anchor == Py_None) anchor = slot(t, l->owner);
+    if (!anchor) return 0;
+    *desc = p;
+    return PyList_Append(held, anchor) < 0 ? -1 : 1;
+}
+
+/* gather(layout, inputs, outputs, table, capacity): the descriptor table (inputs then outputs; an
+ * absent input NULL) written at address `table`, and the list of what keeps the tensors alive; None
+ * when any tensor needs the Python path. */
+PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    Layout *l = (Layout *)capsule_arg(args, nargs, 5, LAYOUT, "gather(layout, inputs, outputs, table, capacity)");
+    if (!l) return NULL;
+    PyObject *ins = fast_sequence(args[1], "gather: inputs must be a sequence");
+    if (!ins) return NULL;
+    PyObject *outs = fast_sequence(args[2], "gather: outputs must be a sequence");
+    if (!outs) {
+        Py_DECREF(ins);
+        return NULL;
+    }
+    void **table = (void **)PyLong_AsVoidPtr(args[3]);
+    Py_ssize_t capacity = PyLong_AsSsize_t(args[4]);
+    PyObject *held = NULL, *result = NULL;
+    Py_ssize_t n_in = PySequence_Fast_GET_SIZE(ins), n_out = PySequence_Fast_GET_SIZE(outs);
+    if (PyErr_Occurred()) goto done;
+    if (!table || n_in + n_out > capacity) {
+        PyErr_SetString(PyExc_ValueError, "gather: the table is NULL or too small");
+        goto done;
+    }
+    held = PyList_New(0);
+    if (!held) goto done;
+    for (Py_ssize_t i = 0; i < n_in + n_out; ++i) {
+        PyObject *t = i < n_in ? PySequence_Fast_GET_ITEM(ins, i) : PySequence_Fast_GET_ITEM(outs, i - n_in);
+        if (t == Py_None && i < n_in) {
+            table[i] = NULL;
+            continue;
+        }
+        int r = gather_one(l, t, &table[i], held);
+        if (r < 0) goto done;
+        if (r == 0) {
+            result = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    result = Py_NewRef(held);
+done:
+    Py_XDECREF(held);
+    Py_DECREF(ins);
+    Py_DECREF(outs);
+    return result;
+}
+
+/* written(layout, outputs, stream): every output's writer is `stream` (outputs are Tensors). */
+PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    (void)self;
+    Layout *l = (Layout *)capsule_arg(args, nargs, 3, LAYOUT, "written(layout, outputs, stream)");
+    if (!l) return NULL;
+    PyObject *outs = fast_sequence(args[1], "written: outputs must be a sequence");
+    if (!outs) return NULL;
+    for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(outs); ++j) {
+        PyObject *t = PySequence_Fast_GET_ITEM(outs, j);
+        if (Py_TYPE(t) != (PyTypeObject *)l->tensor_type) {
+            if (PyObject_SetAttrString(t, "_writer", args[2]) < 0) {
+                Py_DECREF(outs);
+                return NULL;
+            }
+            continue;
+        }
+        set_slot(t, l->writer, args[2]);
+    }
+    Py_DECREF(outs);
+    Py_RETURN_NONE;
+}
+
+
+/* ---- OpCall ---- */
+
+typedef int (*run_fn)(void **tensors, const int64_t *ints, const char *comm_alg, uintptr_t workspace,
+                      uint64_t workspace_cap, void *stream, uint64_t *workspace_size, void **executor, int launch,
+                      int *launched);
+typedef int (*destroy_fn)(void *executor);
+
+/* What a parameter of the operator function is, when it is not a tensor input (those give their
+ * descriptor-table index, >= 0). */
+enum { ROLE_CONFIG = -1, ROLE_STREAM = -2, ROLE_OUTPUTS = -3, ROLE_PRECHECK = -4, ROLE_NONE = -5 };
+/* Descriptor-table entries: the operators' inputs, then outputs. */
+#define MAX_TABLE 64
+
+typedef struct {
+    PyObject *layout_obj;      /* the Layout capsule */
+    const Layout *layout;
+    PyObject *stream_type, *config_type;
+    PyObject *outputs_type;    /* a tuple type holding the outputs, or None: one output Tensor */
+    Py_ssize_t s_open, s_handle;
+    Py_ssize_t n_params;
+    Py_ssize_t *role;          /* per parameter: a table index, or ROLE_* */
+    PyObject *none_as;         /* per parameter: for a tensor input given None, None (NULL is passed),
+                                * False (the Python path) or a callable making the tensor */
+    Py_ssize_t n_inputs, n_outputs;
+    PyObject *key_op;          /* str: the pre-check key's operator */
+    Py_ssize_t key_param[3], key_dim[3];  /* BS, H, K of the key: (parameter, dim) */
+    PyObject *ints_attr, *comm_attr, *passed_attr;  /* config attributes */
+    run_fn run;
+    destroy_fn destroy;
+    PyObject *workspace_block; /* workspace_block(stream) -> (address, size) */
+    PyObject *hold;            /* hold(stream, anchors) */
+    PyObject *on_failure;      /* on_failure(status) for a failed launch; raises */
+} OpSpec;
+
+static const char OP_SPEC[] = "aclnn_py._fastpath.OpSpec";
+
+static void op_spec_release(OpSpec *sp) {
+    Py_XDECREF(sp->layout_obj);
+    Py_XDECREF(sp->stream_type);
+    Py_XDECREF(sp->config_type);
+    Py_XDECREF(sp->outputs_type);
+    Py_XDECREF(sp->none_as);
+    Py_XDECREF(sp->key_op);
+    Py_XDECREF(sp->ints_attr);
+    Py_XDECREF(sp->comm_attr);
+    Py_XDECREF(sp->passed_attr);
+    Py_XDECREF(sp->workspace_block);
+    Py_XDECREF(sp->hold);
+    Py_XDECREF(sp->on_failure);
+    PyMem_Free(sp->role);
+    PyMem_Free(sp);
+}
+
+static void op_spec_free(PyObject *capsule) {
+    OpSpec *sp = (OpSpec *)PyCapsule_GetPointer(capsule, OP_SPEC);
+    if (sp) op_spec_release(sp);
+}
+
+/* op_spec(layout, Stream, MoeConfig, outputs_type, roles, none_as, n_inputs, n_outputs, key, ints_attr,
+ *         comm_attr, run, destroy, workspace_block, hold, on_failure) */
+PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
+    (void)self;
+    static char *kwlist[] = {"layout", "stream_type", "config_type", "outputs_type", "roles", "none_as", "n_inputs",
+                             "n_outputs", "key", "ints_attr", "comm_attr", "run", "destroy", "workspace_block",
+                             "hold", "on_failure", NULL};
+    PyObject *layout_obj, *stream_type, *config_type, *outputs_type, *roles, *none_as, *key, *ints_attr, *comm_attr,
+        *workspace_block, *hold, *on_failure;
+    Py_ssize_t n_inputs, n_outputs;
+    unsigned long long run, destroy;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OO!O!nnO!UUKKOOO:op_spec", kwlist, &layout_obj,
+                                     &PyType_Type, &stream_type, &PyType_Type, &config_type, &outputs_type,
+                                     &PyTuple_Type, &roles, &PyTuple_Type, &none_as, &n_inputs, &n_outputs,
+                                     &PyTuple_Type, &key, &ints_attr, &comm_attr, &run, &destroy, &workspace_block,
+                                     &hold, &on_failure))
+        return NULL;
+    const Layout *layout = (const Layout *)PyCapsule_GetPointer(layout_obj, LAYOUT);
+    if (!layout) return NULL;
+    if (outputs_type != Py_None && !PyType_Check(outputs_type)) {
+        PyErr_SetString(PyExc_TypeError, "op_spec: outputs_type must be a type or None");
+        return NULL;
+    }
+    Py_ssize_t n_params = PyTuple_GET_SIZE(roles);
+    if (PyTuple_GET_SIZE(none_as) != n_params || n_params > MAX_PARAMS || n_inputs < 0 || n_outputs < 1
+        || n_inputs + n_outputs > MAX_TABLE || (outputs_type == Py_None && n_outputs != 1)) {
+        PyErr_SetString(PyExc_ValueError, "op_spec: roles and none_as must have one item per parameter, and the "
+                        "inputs and outputs must fit the table (one output without outputs_type)");
+        return NULL;
+    }
+    if (!run || !destroy || !PyCallable_Check(workspace_block) || !PyCallable_Check(hold)
+        || !PyCallable_Check(on_failure)) {
+        PyErr_SetString(PyExc_TypeError, "op_spec: run and destroy must be addresses, workspace_block, hold and "
+                        "on_failure callables");
+        return NULL;
+    }
+    OpSpec *sp = (OpSpec *)PyMem_Calloc(1, sizeof(OpSpec));
+    if (!sp) return PyErr_NoMemory();
+    sp->n_params = n_params;
+    if ((sp->s_open = slot_offset(stream_type, "_open")) < 0 || (sp->s_handle = slot_offset(stream_type, "_handle")) < 0
+        || !(sp->role = index_array(roles, ROLE_NONE, n_inputs, "role")))
+        goto fail;
+    /* key: (op, (parameter, dim), (parameter, dim), (parameter, dim)) naming BS, H and K */
+    if (PyTuple_GET_SIZE(key) != 4 || !PyUnicode_Check(PyTuple_GET_ITEM(key, 0))) {
+        PyErr_SetString(PyExc_ValueError, "op_spec: key must be (op, (parameter, dim) x 3)");
+        goto fail;
+    }
+    for (int k = 0; k < 3; ++k) {
+        PyObject *pd = PyTuple_GET_ITEM(key, k + 1);
+        if (!PyArg_ParseTuple(pd, "nn", &sp->key_param[k], &sp->key_dim[k])) goto fail;
+        if (sp->key_param[k] < 0 || sp->key_param[k] >= n_params || sp->role[sp->key_param[k]] < 0
+            || sp->key_dim[k] < 0) {
+            PyErr_SetString(PyExc_ValueError, "op_spec: a key item must name a tensor parameter and a dim");
+            goto fail;
+        }
+    }
+    sp->layout_obj = Py_NewRef(layout_obj);
+    sp->layout = layout;
+    sp->stream_type = Py_NewRef(stream_type);
+    sp->config_type = Py_NewRef(config_type);
+    sp->outputs_type = Py_NewRef(outputs_type);
+    sp->none_as = Py_NewRef(none_as);
+    sp->n_inputs = n_inputs;
+    sp->n_outputs = n_outputs;
+    sp->key_op = Py_NewRef(PyTuple_GET_ITEM(key, 0));
+    sp->ints_attr = Py_NewRef(ints_attr);
+    sp->comm_attr = Py_NewRef(comm_attr);
+    if (!(sp->passed_attr = PyUnicode_InternFromString("_passed"))) goto fail;
+    sp->run = (run_fn)(uintptr_t)run;
+    sp->destroy = (destroy_fn)(uintptr_t)destroy;
+    sp->workspace_block = Py_NewRef(workspace_block);
+    sp->hold = Py_NewRef(hold);
+    sp->on_failure = Py_NewRef(on_failure);
+    PyObject *capsule = PyCapsule_New(sp, OP_SPEC, op_spec_free);
+    if (capsule) return capsule;
+fail:
+    op_spec_release(sp);
+    return NULL;
+}
+
+/* Dim `dim` of the Tensor `t`'s 2-D shape, or -1. */
+static Py_ssize_t dim_of(const Layout *l, PyObject *t, Py_ssize_t dim) {
+    PyObject *shape = slot(t, l->shape);
+    if (!shape || !PyTuple_CheckExact(shape) || PyTuple_GET_SIZE(shape) != 2 || dim > 1) return -1;
+    Py_ssize_t d = PyLong_AsSsize_t(PyTuple_GET_ITEM(shape, dim));
+    if (d < 0) PyErr_Clear();
+    return d;
+}
+
+/* The config has passed the pre-checks for this call's shape (the Python path checks, and records,
+ * the shapes it has not seen): 1, 0 when not (or not known), -1 raised. */
+static int prechecked(const OpSpec *sp, PyObject *config, PyObject **params) {
+    Py_ssize_t d[3];
+    for (int k = 0; k < 3; ++k)
+        if ((d[k] = dim_of(sp->layout, params[sp->key_param[k]], sp->key_dim[k])) < 0) return 0;
+    PyObject *passed = PyObject_GetAttr(config, sp->passed_attr);
+    if (!passed) return -1;
+    PyObject *key = Py_BuildValue("(Onnn)", sp->key_op, d[0], d[1], d[2]);
+    int found = !key ? -1 : PySet_Check(passed) ? PySet_Contains(passed, key) : 0;
+    Py_XDECREF(key);
+    Py_DECREF(passed);
+    return found;
+}
+
+/* An address from an int object, or 0 (with no exception) when it is not one. */
+static uintptr_t address_of(PyObject *v) {
+    if (!v || !PyLong_Check(v)) return 0;
+    void *p = PyLong_AsVoidPtr(v);
+    if (!p) PyErr_Clear();
+    return (uintptr_t)p;
+}
+
+typedef struct {
+    CallHead head;
+    PyObject *setup;  /* setup(names) -> the OpSpec capsule, or None: every call is the function's */
+    PyObject *spec;   /* NULL until setup answered */
+} OpCall;
+
+/* The operator call: 1 with *result set, 0 for the Python function, -1 raised. */
+static int fast_op(const OpCall *oc, const OpSpec *sp, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+                   PyObject **result) {
+    PyObject *params[MAX_PARAMS] = {NULL};
+    void *table[MAX_TABLE];
+    PyObject *made[MAX_PARAMS];  /* tensors made for inputs given None (their references) */
+    int n_made = 0, precheck = 1, rc = 0;
+    PyObject *config = NULL, *stream = NULL, *outputs = NULL, *held = NULL;
+    if (sp->n_params != PyTuple_GET_SIZE(oc->head.names) || !parse_params(&oc->head, args, nargs, kwnames, params))
+        return 0;
+    if (!(held = PyList_New(0))) return -1;
+    const Layout *l = sp->layout;
+    for (Py_ssize_t i = 0; i < sp->n_params; ++i) {
+        PyObject *v = params[i] ? params[i] : Py_None;
+        Py_ssize_t role = sp->role[i];
+        int g = 1;
+        switch (role) {
+        case ROLE_CONFIG:
+            if (Py_TYPE(v) != (PyTypeObject *)sp->config_type) goto done;
+            config = v;
+            continue;
+        case ROLE_STREAM:
+            if ((PyObject *)Py_TYPE(v) != sp->stream_type || slot(v, sp->s_open) != Py_True
+                || slot_size(v, sp->s_handle) < 0)
+                goto done;
+            stream = v;
+            continue;
+        case ROLE_OUTPUTS:
+            if (sp->outputs_type == Py_None)
+                g = gather_one(l, v, &table[sp->n_inputs], held);
+            else if ((PyObject *)Py_TYPE(v) != sp->outputs_type || PyTuple_GET_SIZE(v) != sp->n_outputs)
+                goto done;
+            else
+                for (Py_ssize_t j = 0; j < sp->n_outputs && g == 1; ++j)
+                    g = gather_one(l, PyTuple_GET_ITEM(v, j), &table[sp->n_inputs + j], held);
+            if (g <= 0) goto gathered;
+            outputs = v;
+            continue;
+        case ROLE_PRECHECK:  /* True unless given */
+            if (params[i] && v != Py_True && v != Py_False) goto done;
+            precheck = v != Py_False;
+            continue;
+        case ROLE_NONE:
+            if (v != Py_None) goto done;
+            continue;
+        }
+        if (v == Py_None) {
+            PyObject *make = PyTuple_GET_ITEM(sp->none_as, i);
+            if (make == Py_None) {
+                table[role] = NULL;
+                continue;
+            }
+            if (make == Py_False) goto done;
+            if (!(v = made[n_made++] = PyObject_CallNoArgs(make))) {
+                --n_made;
+                rc = -1;
+                goto done;
+            }
+            params[i] = v;
+        }
+        g = gather_one(l, v, &table[role], held);
+    gathered:
+        if (g < 0) rc = -1;
+        if (g <= 0) goto done;
+    }
+    if (!config || !stream || !outputs) goto done;  /* attributes as keywords, the current stream: Python */
+    if (precheck && (rc = prechecked(sp, config, params)) <= 0) goto done;
+    rc = 0;
+    /* the config's cached attributes: the integer attributes' address and the comm_alg C string */
+    PyObject *ints = PyObject_GetAttr(config, sp->ints_attr), *comm = PyObject_GetAttr(config, sp->comm_attr);
+    PyObject *block = ints && comm ? PyObject_CallOneArg(sp->workspace_block, stream) : NULL;
+    uintptr_t ints_addr = address_of(ints), ws = 0, ws_cap = 0;
+    if (block && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2) {
+        ws = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(block, 0));
+        ws_cap = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(block, 1));
+    }
+    int usable = block && ints_addr && comm && PyBytes_Check(comm) && !PyErr_Occurred();
+    if (!usable) {
+        rc = PyErr_Occurred() ? -1 : 0;
+        Py_XDECREF(ints);
+        Py_XDECREF(comm);
+        Py_XDECREF(block);
+        goto done;
+    }
+    void *handle = (void *)(uintptr_t)slot_size(stream, sp->s_handle);
+    uint64_t ws_size = 0;
+    void *executor = NULL;
+    int launched = 0, status;
+    Py_BEGIN_ALLOW_THREADS
+    status = sp->run(table, (const int64_t *)ints_addr, PyBytes_AS_STRING(comm), ws, ws_cap, handle, &ws_size,
+                     &executor, 1, &launched);
+    if (!launched && status == 0) sp->destroy(executor);  /* needs a larger workspace: Python grows it */
+    Py_END_ALLOW_THREADS
+    Py_DECREF(ints);
+    Py_DECREF(comm);
+    Py_DECREF(block);
+    if (!launched) goto done;  /* phase 1 refused, or more workspace: the Python path redoes it and reports */
+    /* launched: what it uses is held until the stream passes it, whatever the launch's status */
+    PyObject *r = PyObject_CallFunctionObjArgs(sp->hold, stream, held, NULL);
+    if (!r) {
+        rc = -1;
+        goto done;
+    }
+    Py_DECREF(r);
+    if (status != 0) {
+        if ((r = PyObject_CallFunction(sp->on_failure, "i", status))) {  /* on_failure must raise */
+            Py_DECREF(r);
+            PyErr_Format(PyExc_SystemError, "operator call: status %d was not raised", status);
+        }
+        rc = -1;
+        goto done;
+    }
+    if (sp->outputs_type == Py_None)
+        set_slot(outputs, l->writer, stream);
+    else
+        for (Py_ssize_t j = 0; j < sp->n_outputs; ++j) set_slot(PyTuple_GET_ITEM(outputs, j), l->writer, stream);
+    *result = Py_NewRef(outputs);
+    rc = 1;
+done:
+    Py_XDECREF(held);
+    while (n_made) Py_DECREF(made[--n_made]);
+    return rc;
+}
+
+static PyObject *op_call_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    OpCall *oc = (OpCall *)self;
+    if (!oc->spec) {
+        PyObject *spec = PyObject_CallOneArg(oc->setup, oc->head.names);
+        if (spec && spec != Py_None && !PyCapsule_IsValid(spec, OP_SPEC)) {
+            Py_DECREF(spec);
+            PyErr_SetString(PyExc_TypeError, "OpCall: setup(names) must return an op_spec() or None");
+            return NULL;
+        }
+        if (!spec)
+            PyErr_Clear();  /* e.g. no runtime yet: the Python function meets the same problem and reports it */
+        oc->spec = spec;
+    }
+    if (oc->spec && oc->spec != Py_None) {
+        PyObject *result = NULL;
+        int rc = fast_op(oc, (const OpSpec *)PyCapsule_GetPointer(oc->spec, OP_SPEC), args,
+                         PyVectorcall_NARGS(nargsf), kwnames, &result);
+        if (rc < 0) return NULL;
+        if (rc > 0) return result;
+    }
+    return call_function(&oc->head, args, nargsf, kwnames);
+}
+
+static PyObject *op_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    PyObject *function, *setup;
+    static char *kwlist[] = {"function", "setup", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO:OpCall", kwlist, &function, &setup)) return NULL;
+    if (!PyCallable_Check(setup)) {
+        PyErr_SetString(PyExc_TypeError, "OpCall: setup must be callable");
+        return NULL;
+    }
+    OpCall *oc = (OpCall *)type->tp_alloc(type, 0);
+    if (!oc) return NULL;
+    if (call_head_init(&oc->head, function, 0, op_call_vectorcall) < 0) {
+        Py_DECREF(oc);
+        return NULL;
+    }
+    oc->setup = Py_NewRef(setup);
+    return (PyObject *)oc;
+}
+
+static int op_call_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(((OpCall *)self)->setup);
+    return call_head_traverse(self, visit, arg);
+}
+
+static int op_call_clear(PyObject *self) {
+    call_head_clear(self);
+    Py_CLEAR(((OpCall *)self)->setup);
+    Py_CLEAR(((OpCall *)self)->spec);
+    return 0;
+}
+
+static void op_call_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    op_call_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyMemberDef op_call_members[] = {
+    {"names", OBJECT_MEMBER, offsetof(CallHead, names), MEMBER_READONLY, "the function's parameter names"},
+    {NULL, 0, 0, 0, NULL},
+};
+
+PyTypeObject OpCallType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aclnn_py._fastpath.OpCall",
+    .tp_basicsize = sizeof(OpCall),
+    .tp_dealloc = op_call_dealloc,
+    .tp_vectorcall_offset = offsetof(CallHead, vectorcall),
+    .tp_call = PyVectorcall_Call,
+    .tp_getattro = call_head_getattro,
+    .tp_flags = CALL_HEAD_FLAGS,
+    .tp_doc = "OpCall(function, setup)\n"
+              "An operator function whose steady state runs in C (setup(names) gives its op_spec at the first "
+              "call, from the function's parameter names), every other call in `function`.",
+    .tp_traverse = op_call_traverse,
+    .tp_clear = op_call_clear,
+    .tp_members = op_call_members,
+    .tp_getset = call_head_getset,
+    .tp_descr_get = call_head_get,
+    .tp_new = op_call_new,
+};
