@@ -5,6 +5,8 @@
  * whose tensors are Tensors with descriptors, with a MoeConfig, given outputs, a Stream and a shape the
  * config's pre-checks already passed. The Python path of the same functions uses gather() and
  * written() for its tensors. */
+#include <string.h>
+
 #include "fastpath.h"
 
 const char LAYOUT[] = "aclnn_py._fastpath.Layout";
@@ -40,9 +42,9 @@ PyObject *make_layout(PyObject *self, PyObject *tensor_type) {
     return capsule;
 }
 
-/* One entry: a Tensor's descriptor into *desc and its anchor appended to `held`; 0 when the Python
- * path must do it (not a Tensor, no descriptor yet, closed), -1 on error. */
-static int gather_one(const Layout *l, PyObject *t, void **desc, PyObject *held) {
+/* One entry: a Tensor's descriptor into *desc and what keeps its memory alive into *anchor
+ * (borrowed); 0 when the Python path must do it (not a Tensor, no descriptor yet, closed). */
+static int gather_one(const Layout *l, PyObject *t, void **desc, PyObject **anchor) {
     if (Py_TYPE(t) != (PyTypeObject *)l->tensor_type) return 0;
     PyObject *d = slot(t, l->desc_addr);
     if (!d || !PyLong_CheckExact(d)) return 0;
@@ -51,11 +53,21 @@ static int gather_one(const Layout *l, PyObject *t, void **desc, PyObject *held)
         PyErr_Clear();
         return 0;
     }
-    PyObject *anchor = slot(t, l->mem);
-    if (!anchor || anchor == Py_None) anchor = slot(t, l->owner);
-    if (!anchor) return 0;
+    PyObject *a = slot(t, l->mem);
+    if (!a || a == Py_None) a = slot(t, l->owner);
+    if (!a) return 0;
     *desc = p;
-    return PyList_Append(held, anchor) < 0 ? -1 : 1;
+    *anchor = a;
+    return 1;
+}
+
+/* A new list of the `n` objects `items` (borrowed): made at its size, as a launch's anchors are known
+ * before the list is. */
+static PyObject *list_of(PyObject *const *items, Py_ssize_t n) {
+    PyObject *list = PyList_New(n);
+    if (list)
+        for (Py_ssize_t i = 0; i < n; ++i) PyList_SET_ITEM(list, i, Py_NewRef(items[i]));
+    return list;
 }
 
 /* gather(layout, inputs, outputs, table, capacity): the descriptor table (inputs then outputs; an
@@ -74,31 +86,31 @@ PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     void **table = (void **)PyLong_AsVoidPtr(args[3]);
     Py_ssize_t capacity = PyLong_AsSsize_t(args[4]);
-    PyObject *held = NULL, *result = NULL;
-    Py_ssize_t n_in = PySequence_Fast_GET_SIZE(ins), n_out = PySequence_Fast_GET_SIZE(outs);
+    PyObject **anchors = NULL, *result = NULL;
+    Py_ssize_t n_in = PySequence_Fast_GET_SIZE(ins), n_out = PySequence_Fast_GET_SIZE(outs), n_held = 0;
     if (PyErr_Occurred()) goto done;
     if (!table || n_in + n_out > capacity) {
         PyErr_SetString(PyExc_ValueError, "gather: the table is NULL or too small");
         goto done;
     }
-    held = PyList_New(0);
-    if (!held) goto done;
+    if (!(anchors = PyMem_Malloc((n_in + n_out + 1) * sizeof *anchors))) {
+        PyErr_NoMemory();
+        goto done;
+    }
     for (Py_ssize_t i = 0; i < n_in + n_out; ++i) {
         PyObject *t = i < n_in ? PySequence_Fast_GET_ITEM(ins, i) : PySequence_Fast_GET_ITEM(outs, i - n_in);
         if (t == Py_None && i < n_in) {
             table[i] = NULL;
             continue;
         }
-        int r = gather_one(l, t, &table[i], held);
-        if (r < 0) goto done;
-        if (r == 0) {
+        if (!gather_one(l, t, &table[i], &anchors[n_held++])) {
             result = Py_NewRef(Py_None);
             goto done;
         }
     }
-    result = Py_NewRef(held);
+    result = list_of(anchors, n_held);
 done:
-    Py_XDECREF(held);
+    PyMem_Free(anchors);
     Py_DECREF(ins);
     Py_DECREF(outs);
     return result;
@@ -154,6 +166,11 @@ typedef struct {
     PyObject *key_op;          /* str: the pre-check key's operator */
     Py_ssize_t key_param[3], key_dim[3];  /* BS, H, K of the key: (parameter, dim) */
     PyObject *ints_attr, *comm_attr, *passed_attr;  /* config attributes */
+    /* The config last used and its attributes (a MoeConfig is frozen: they stay what they were), and
+     * the pre-check key last built with its BS, H, K. Read and replaced with the GIL held. */
+    PyObject *config, *comm, *passed, *key;
+    uintptr_t ints;
+    Py_ssize_t key_dims[3];
     run_fn run;
     destroy_fn destroy;
     PyObject *workspace_block; /* workspace_block(stream) -> (address, size) */
@@ -173,6 +190,10 @@ static void op_spec_release(OpSpec *sp) {
     Py_XDECREF(sp->ints_attr);
     Py_XDECREF(sp->comm_attr);
     Py_XDECREF(sp->passed_attr);
+    Py_XDECREF(sp->config);
+    Py_XDECREF(sp->comm);
+    Py_XDECREF(sp->passed);
+    Py_XDECREF(sp->key);
     Py_XDECREF(sp->workspace_block);
     Py_XDECREF(sp->hold);
     Py_XDECREF(sp->on_failure);
@@ -274,21 +295,6 @@ static Py_ssize_t dim_of(const Layout *l, PyObject *t, Py_ssize_t dim) {
     return d;
 }
 
-/* The config has passed the pre-checks for this call's shape (the Python path checks, and records,
- * the shapes it has not seen): 1, 0 when not (or not known), -1 raised. */
-static int prechecked(const OpSpec *sp, PyObject *config, PyObject **params) {
-    Py_ssize_t d[3];
-    for (int k = 0; k < 3; ++k)
-        if ((d[k] = dim_of(sp->layout, params[sp->key_param[k]], sp->key_dim[k])) < 0) return 0;
-    PyObject *passed = PyObject_GetAttr(config, sp->passed_attr);
-    if (!passed) return -1;
-    PyObject *key = Py_BuildValue("(Onnn)", sp->key_op, d[0], d[1], d[2]);
-    int found = !key ? -1 : PySet_Check(passed) ? PySet_Contains(passed, key) : 0;
-    Py_XDECREF(key);
-    Py_DECREF(passed);
-    return found;
-}
-
 /* An address from an int object, or 0 (with no exception) when it is not one. */
 static uintptr_t address_of(PyObject *v) {
     if (!v || !PyLong_Check(v)) return 0;
@@ -297,23 +303,60 @@ static uintptr_t address_of(PyObject *v) {
     return (uintptr_t)p;
 }
 
+/* `config`'s attributes in the spec's cache: 1, 0 when they are not what the C path takes, -1 raised. */
+static int use_config(OpSpec *sp, PyObject *config) {
+    if (config == sp->config) return 1;
+    PyObject *ints = PyObject_GetAttr(config, sp->ints_attr);
+    PyObject *comm = ints ? PyObject_GetAttr(config, sp->comm_attr) : NULL;
+    PyObject *passed = comm ? PyObject_GetAttr(config, sp->passed_attr) : NULL;
+    uintptr_t address = address_of(ints);
+    Py_XDECREF(ints);
+    if (!passed || !address || !PyBytes_Check(comm) || !PySet_Check(passed)) {
+        Py_XDECREF(comm);
+        Py_XDECREF(passed);
+        return PyErr_Occurred() ? -1 : 0;
+    }
+    Py_XSETREF(sp->config, Py_NewRef(config));
+    Py_XSETREF(sp->comm, comm);
+    Py_XSETREF(sp->passed, passed);
+    sp->ints = address;  /* config.dispatch_ints / combine_ints, kept alive with the config */
+    return 1;
+}
+
+/* The config in use has passed the pre-checks for this call's shape (the Python path checks, and
+ * records, the shapes it has not seen): 1, 0 when not (or not known), -1 raised. */
+static int prechecked(OpSpec *sp, PyObject **params) {
+    Py_ssize_t d[3];
+    for (int k = 0; k < 3; ++k)
+        if ((d[k] = dim_of(sp->layout, params[sp->key_param[k]], sp->key_dim[k])) < 0) return 0;
+    if (!sp->key || d[0] != sp->key_dims[0] || d[1] != sp->key_dims[1] || d[2] != sp->key_dims[2]) {
+        PyObject *key = Py_BuildValue("(Onnn)", sp->key_op, d[0], d[1], d[2]);
+        if (!key) return -1;
+        Py_XSETREF(sp->key, key);
+        memcpy(sp->key_dims, d, sizeof d);
+    }
+    return PySet_Contains(sp->passed, sp->key);
+}
+
 typedef struct {
     CallHead head;
     PyObject *setup;  /* setup(names) -> the OpSpec capsule, or None: every call is the function's */
     PyObject *spec;   /* NULL until setup answered */
+    OpSpec *spec_ptr; /* spec's OpSpec, or NULL */
 } OpCall;
 
 /* The operator call: 1 with *result set, 0 for the Python function, -1 raised. */
-static int fast_op(const OpCall *oc, const OpSpec *sp, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
+static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                    PyObject **result) {
     PyObject *params[MAX_PARAMS] = {NULL};
     void *table[MAX_TABLE];
-    PyObject *made[MAX_PARAMS];  /* tensors made for inputs given None (their references) */
+    PyObject *anchors[MAX_TABLE];  /* borrowed from the tensors (and `made`) until held */
+    PyObject *made[MAX_PARAMS];    /* tensors made for inputs given None (their references) */
     int n_made = 0, precheck = 1, rc = 0;
+    Py_ssize_t n_held = 0;
     PyObject *config = NULL, *stream = NULL, *outputs = NULL, *held = NULL;
     if (sp->n_params != PyTuple_GET_SIZE(oc->head.names) || !parse_params(&oc->head, args, nargs, kwnames, params))
         return 0;
-    if (!(held = PyList_New(0))) return -1;
     const Layout *l = sp->layout;
     for (Py_ssize_t i = 0; i < sp->n_params; ++i) {
         PyObject *v = params[i] ? params[i] : Py_None;
@@ -332,13 +375,13 @@ static int fast_op(const OpCall *oc, const OpSpec *sp, PyObject *const *args, Py
             continue;
         case ROLE_OUTPUTS:
             if (sp->outputs_type == Py_None)
-                g = gather_one(l, v, &table[sp->n_inputs], held);
+                g = gather_one(l, v, &table[sp->n_inputs], &anchors[n_held++]);
             else if ((PyObject *)Py_TYPE(v) != sp->outputs_type || PyTuple_GET_SIZE(v) != sp->n_outputs)
                 goto done;
             else
                 for (Py_ssize_t j = 0; j < sp->n_outputs && g == 1; ++j)
-                    g = gather_one(l, PyTuple_GET_ITEM(v, j), &table[sp->n_inputs + j], held);
-            if (g <= 0) goto gathered;
+                    g = gather_one(l, PyTuple_GET_ITEM(v, j), &table[sp->n_inputs + j], &anchors[n_held++]);
+            if (!g) goto gathered;
             outputs = v;
             continue;
         case ROLE_PRECHECK:  /* True unless given */
@@ -363,45 +406,44 @@ static int fast_op(const OpCall *oc, const OpSpec *sp, PyObject *const *args, Py
             }
             params[i] = v;
         }
-        g = gather_one(l, v, &table[role], held);
+        g = gather_one(l, v, &table[role], &anchors[n_held++]);
     gathered:
-        if (g < 0) rc = -1;
-        if (g <= 0) goto done;
+        if (!g) goto done;
     }
     if (!config || !stream || !outputs) goto done;  /* attributes as keywords, the current stream: Python */
-    if (precheck && (rc = prechecked(sp, config, params)) <= 0) goto done;
+    if ((rc = use_config(sp, config)) <= 0 || (precheck && (rc = prechecked(sp, params)) <= 0)) goto done;
     rc = 0;
-    /* the config's cached attributes: the integer attributes' address and the comm_alg C string */
-    PyObject *ints = PyObject_GetAttr(config, sp->ints_attr), *comm = PyObject_GetAttr(config, sp->comm_attr);
-    PyObject *block = ints && comm ? PyObject_CallOneArg(sp->workspace_block, stream) : NULL;
-    uintptr_t ints_addr = address_of(ints), ws = 0, ws_cap = 0;
+    PyObject *block = PyObject_CallOneArg(sp->workspace_block, stream);
+    uintptr_t ws = 0, ws_cap = 0;
     if (block && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2) {
         ws = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(block, 0));
         ws_cap = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(block, 1));
     }
-    int usable = block && ints_addr && comm && PyBytes_Check(comm) && !PyErr_Occurred();
-    if (!usable) {
+    if (!block || PyErr_Occurred()) {
         rc = PyErr_Occurred() ? -1 : 0;
-        Py_XDECREF(ints);
-        Py_XDECREF(comm);
         Py_XDECREF(block);
         goto done;
     }
+    Py_DECREF(block);
+    PyObject *comm = Py_NewRef(sp->comm);  /* another thread may replace the cache while the GIL is released */
+    const int64_t *ints = (const int64_t *)sp->ints;
     void *handle = (void *)(uintptr_t)slot_size(stream, sp->s_handle);
     uint64_t ws_size = 0;
     void *executor = NULL;
     int launched = 0, status;
     Py_BEGIN_ALLOW_THREADS
-    status = sp->run(table, (const int64_t *)ints_addr, PyBytes_AS_STRING(comm), ws, ws_cap, handle, &ws_size,
-                     &executor, 1, &launched);
+    status = sp->run(table, ints, PyBytes_AS_STRING(comm), ws, ws_cap, handle, &ws_size, &executor, 1, &launched);
     if (!launched && status == 0) sp->destroy(executor);  /* needs a larger workspace: Python grows it */
     Py_END_ALLOW_THREADS
-    Py_DECREF(ints);
     Py_DECREF(comm);
-    Py_DECREF(block);
     if (!launched) goto done;  /* phase 1 refused, or more workspace: the Python path redoes it and reports */
     /* launched: what it uses is held until the stream passes it, whatever the launch's status */
-    PyObject *r = PyObject_CallFunctionObjArgs(sp->hold, stream, held, NULL);
+    if (!(held = list_of(anchors, n_held))) {
+        rc = -1;
+        goto done;
+    }
+    PyObject *hold_args[] = {stream, held};
+    PyObject *r = PyObject_Vectorcall(sp->hold, hold_args, 2, NULL);
     if (!r) {
         rc = -1;
         goto done;
@@ -439,11 +481,11 @@ static PyObject *op_call_vectorcall(PyObject *self, PyObject *const *args, size_
         if (!spec)
             PyErr_Clear();  /* e.g. no runtime yet: the Python function meets the same problem and reports it */
         oc->spec = spec;
+        oc->spec_ptr = spec && spec != Py_None ? (OpSpec *)PyCapsule_GetPointer(spec, OP_SPEC) : NULL;
     }
-    if (oc->spec && oc->spec != Py_None) {
+    if (oc->spec_ptr) {
         PyObject *result = NULL;
-        int rc = fast_op(oc, (const OpSpec *)PyCapsule_GetPointer(oc->spec, OP_SPEC), args,
-                         PyVectorcall_NARGS(nargsf), kwnames, &result);
+        int rc = fast_op(oc, oc->spec_ptr, args, PyVectorcall_NARGS(nargsf), kwnames, &result);
         if (rc < 0) return NULL;
         if (rc > 0) return result;
     }
@@ -476,6 +518,7 @@ static int op_call_traverse(PyObject *self, visitproc visit, void *arg) {
 static int op_call_clear(PyObject *self) {
     call_head_clear(self);
     Py_CLEAR(((OpCall *)self)->setup);
+    ((OpCall *)self)->spec_ptr = NULL;
     Py_CLEAR(((OpCall *)self)->spec);
     return 0;
 }

@@ -159,13 +159,14 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     c_plan, c_plan_reuse = _plan_floor(s, DISPATCH, prepared, DISPATCH_REBOUND,
                                        [[xi.data_ptr, ii.data_ptr] for xi, ii in zip(s.x, s.ids)])
     sh, ws = s.stream.handle, s.workspace.ptr
+    ctx, stream, d, cfg = s.ctx, s.stream, s.d, s.config  # locals, as in a serving loop
     return {
         "ctypes": _py(lambda: s.ctypes.dispatch([s.ctx, x, ids] + [None] * 5, list(s.d), attrs, b"", tail, sh, ws)),
-        "per_call": _py(lambda: moe_distribute_dispatch(s.ctx, x, ids, stream=s.stream, outputs=s.d, config=s.config)),
+        "per_call": _py(lambda: moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, config=cfg)),
         "c_per_call": lambda n: s.floor.dispatch_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
-        "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
+        "plan": _py(lambda: plan(*next(steps), stream=stream)),
         "c_plan": c_plan,
-        "plan_reuse": _py(lambda: plan(x, ids, stream=s.stream)),
+        "plan_reuse": _py(lambda: plan(x, ids, stream=stream)),
         "c_plan_reuse": c_plan_reuse,
     }
 
@@ -188,14 +189,15 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
     c_plan, c_plan_reuse = _plan_floor(s, COMBINE, prepared, COMBINE_REBOUND,
                                        [[t.data_ptr for t in step] for step in zip(s.y, s.ids, s.assist, s.counts)])
     sh, ws = s.stream.handle, s.workspace.ptr
+    ctx, stream, out, cfg = s.ctx, s.stream, s.c_out, s.config  # locals, as in a serving loop
     return {
         "ctypes": _py(lambda: s.ctypes.combine(ins, [s.c_out], attrs, b"", tail, sh, ws)),
-        "per_call": _py(lambda: moe_distribute_combine(s.ctx, y, ids, assist, counts, stream=s.stream, x_out=s.c_out,
-                                                       config=s.config)),
+        "per_call": _py(lambda: moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=out,
+                                                       config=cfg)),
         "c_per_call": lambda n: s.floor.combine_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
-        "plan": _py(lambda: plan(*next(steps), stream=s.stream)),
+        "plan": _py(lambda: plan(*next(steps), stream=stream)),
         "c_plan": c_plan,
-        "plan_reuse": _py(lambda: plan(y, ids, assist, counts, stream=s.stream)),
+        "plan_reuse": _py(lambda: plan(y, ids, assist, counts, stream=stream)),
         "c_plan_reuse": c_plan_reuse,
     }
 
