@@ -502,3 +502,23 @@ def test_an_operator_function_keeps_its_name_doc_and_signature(acl):
         assert (fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__) == \
             (python.__name__, python.__qualname__, python.__module__, python.__doc__)
         assert fn.names == tuple(inspect.signature(python).parameters)[:-1]  # all but **attrs
+
+
+def test_an_op_call_without_a_spec_is_its_python_function(acl):
+    from aclnn_py import _fastpath
+
+    def fn(a, *, stream=None, **attrs):
+        return "python", a, stream, attrs
+
+    asked = []
+
+    def failing(names):
+        asked.append(names)
+        raise RuntimeError("no runtime yet")
+
+    oc = _fastpath.OpCall(fn, failing)
+    assert oc(1) == ("python", 1, None, {}) and oc(2, stream=3, w=4) == ("python", 2, 3, {"w": 4})
+    assert asked == [("a", "stream")] * 2  # a failed setup is asked again at the next call
+    assert _fastpath.OpCall(fn, lambda names: None)(5) == ("python", 5, None, {})
+    with pytest.raises(TypeError, match="must return an op_spec"):
+        _fastpath.OpCall(fn, lambda names: 42)(6)
