@@ -173,9 +173,15 @@ typedef struct {
     Py_ssize_t key_dims[3];
     run_fn run;
     destroy_fn destroy;
-    PyObject *workspace_block; /* workspace_block(stream) -> (address, size) */
-    PyObject *hold;            /* hold(stream, anchors) */
     PyObject *on_failure;      /* on_failure(status) for a failed launch; raises */
+    /* The stream-ordered state (aclnn_py.runtime.ordered.compiled_view()), read and written as its
+     * workspace_block() and hold() do, without a call into Python per launch. */
+    PyObject *states;          /* dict: stream key -> state */
+    PyObject *state_type;
+    PyObject *checkpoint;      /* checkpoint(stream): after every `every` holds */
+    Py_ssize_t every;
+    Py_ssize_t s_key, st_held, st_positions, st_workspace, m_ptr, m_size;  /* slot offsets */
+    PyObject *append;          /* "append", interned */
 } OpSpec;
 
 static const char OP_SPEC[] = "aclnn_py._fastpath.OpSpec";
@@ -194,9 +200,11 @@ static void op_spec_release(OpSpec *sp) {
     Py_XDECREF(sp->comm);
     Py_XDECREF(sp->passed);
     Py_XDECREF(sp->key);
-    Py_XDECREF(sp->workspace_block);
-    Py_XDECREF(sp->hold);
     Py_XDECREF(sp->on_failure);
+    Py_XDECREF(sp->states);
+    Py_XDECREF(sp->state_type);
+    Py_XDECREF(sp->checkpoint);
+    Py_XDECREF(sp->append);
     PyMem_Free(sp->role);
     PyMem_Free(sp);
 }
@@ -207,21 +215,23 @@ static void op_spec_free(PyObject *capsule) {
 }
 
 /* op_spec(layout, Stream, MoeConfig, outputs_type, roles, none_as, n_inputs, n_outputs, key, ints_attr,
- *         comm_attr, run, destroy, workspace_block, hold, on_failure) */
+ *         comm_attr, run, destroy, on_failure, ordered=(states, state type, DeviceMemory, checkpoint, every)) */
 PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *kwlist[] = {"layout", "stream_type", "config_type", "outputs_type", "roles", "none_as", "n_inputs",
-                             "n_outputs", "key", "ints_attr", "comm_attr", "run", "destroy", "workspace_block",
-                             "hold", "on_failure", NULL};
+                             "n_outputs", "key", "ints_attr", "comm_attr", "run", "destroy", "on_failure",
+                             "ordered", NULL};
     PyObject *layout_obj, *stream_type, *config_type, *outputs_type, *roles, *none_as, *key, *ints_attr, *comm_attr,
-        *workspace_block, *hold, *on_failure;
+        *on_failure, *states, *state_type, *memory_type, *checkpoint;
+    Py_ssize_t every;
     Py_ssize_t n_inputs, n_outputs;
     unsigned long long run, destroy;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OO!O!nnO!UUKKOOO:op_spec", kwlist, &layout_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OO!O!nnO!UUKKO(O!O!O!On):op_spec", kwlist, &layout_obj,
                                      &PyType_Type, &stream_type, &PyType_Type, &config_type, &outputs_type,
                                      &PyTuple_Type, &roles, &PyTuple_Type, &none_as, &n_inputs, &n_outputs,
-                                     &PyTuple_Type, &key, &ints_attr, &comm_attr, &run, &destroy, &workspace_block,
-                                     &hold, &on_failure))
+                                     &PyTuple_Type, &key, &ints_attr, &comm_attr, &run, &destroy, &on_failure,
+                                     &PyDict_Type, &states, &PyType_Type, &state_type, &PyType_Type, &memory_type,
+                                     &checkpoint, &every))
         return NULL;
     const Layout *layout = (const Layout *)PyCapsule_GetPointer(layout_obj, LAYOUT);
     if (!layout) return NULL;
@@ -236,18 +246,23 @@ PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
                         "inputs and outputs must fit the table (one output without outputs_type)");
         return NULL;
     }
-    if (!run || !destroy || !PyCallable_Check(workspace_block) || !PyCallable_Check(hold)
-        || !PyCallable_Check(on_failure)) {
-        PyErr_SetString(PyExc_TypeError, "op_spec: run and destroy must be addresses, workspace_block, hold and "
-                        "on_failure callables");
+    if (!run || !destroy || !PyCallable_Check(on_failure) || !PyCallable_Check(checkpoint) || every < 1) {
+        PyErr_SetString(PyExc_TypeError, "op_spec: run and destroy must be addresses, on_failure and the checkpoint "
+                        "callables, the checkpoint period >= 1");
         return NULL;
     }
     OpSpec *sp = (OpSpec *)PyMem_Calloc(1, sizeof(OpSpec));
     if (!sp) return PyErr_NoMemory();
     sp->n_params = n_params;
-    if ((sp->s_open = slot_offset(stream_type, "_open")) < 0 || (sp->s_handle = slot_offset(stream_type, "_handle")) < 0
-        || !(sp->role = index_array(roles, ROLE_NONE, n_inputs, "role")))
-        goto fail;
+    struct { Py_ssize_t *offset; PyObject *type; const char *name; } members[] = {
+        {&sp->s_open, stream_type, "_open"}, {&sp->s_handle, stream_type, "_handle"}, {&sp->s_key, stream_type, "_key"},
+        {&sp->st_held, state_type, "held"}, {&sp->st_positions, state_type, "positions"},
+        {&sp->st_workspace, state_type, "workspace"}, {&sp->m_ptr, memory_type, "_ptr"},
+        {&sp->m_size, memory_type, "size"},
+    };
+    for (size_t m = 0; m < sizeof(members) / sizeof(members[0]); ++m)
+        if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) goto fail;
+    if (!(sp->role = index_array(roles, ROLE_NONE, n_inputs, "role"))) goto fail;
     /* key: (op, (parameter, dim), (parameter, dim), (parameter, dim)) naming BS, H and K */
     if (PyTuple_GET_SIZE(key) != 4 || !PyUnicode_Check(PyTuple_GET_ITEM(key, 0))) {
         PyErr_SetString(PyExc_ValueError, "op_spec: key must be (op, (parameter, dim) x 3)");
@@ -276,9 +291,12 @@ PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
     if (!(sp->passed_attr = PyUnicode_InternFromString("_passed"))) goto fail;
     sp->run = (run_fn)(uintptr_t)run;
     sp->destroy = (destroy_fn)(uintptr_t)destroy;
-    sp->workspace_block = Py_NewRef(workspace_block);
-    sp->hold = Py_NewRef(hold);
     sp->on_failure = Py_NewRef(on_failure);
+    sp->states = Py_NewRef(states);
+    sp->state_type = Py_NewRef(state_type);
+    sp->checkpoint = Py_NewRef(checkpoint);
+    sp->every = every;
+    if (!(sp->append = PyUnicode_InternFromString("append"))) goto fail;
     PyObject *capsule = PyCapsule_New(sp, OP_SPEC, op_spec_free);
     if (capsule) return capsule;
 fail:
@@ -338,6 +356,27 @@ static int prechecked(OpSpec *sp, PyObject **params) {
     return PySet_Contains(sp->passed, sp->key);
 }
 
+/* ordered.hold(stream, held) on the stream's `state`: the next position, the hold appended there, and a
+ * checkpoint after every `every` holds. 0, or -1 raised. */
+static int hold(const OpSpec *sp, PyObject *state, PyObject *stream, PyObject *held) {
+    PyObject *position = PyIter_Next(slot(state, sp->st_positions));
+    if (!position) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "hold: the stream's positions ended");
+        return -1;
+    }
+    Py_ssize_t seq = PyLong_AsSsize_t(position);
+    PyObject *entry = seq < 0 ? NULL : PyTuple_Pack(2, position, held);
+    Py_DECREF(position);
+    PyObject *r = entry ? PyObject_CallMethodOneArg(slot(state, sp->st_held), sp->append, entry) : NULL;
+    Py_XDECREF(entry);
+    if (!r) return -1;
+    Py_DECREF(r);
+    if (seq % sp->every != sp->every - 1) return 0;
+    r = PyObject_CallOneArg(sp->checkpoint, stream);
+    Py_XDECREF(r);
+    return r ? 0 : -1;
+}
+
 typedef struct {
     CallHead head;
     PyObject *setup;  /* setup(names) -> the OpSpec capsule, or None: every call is the function's */
@@ -354,7 +393,7 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     PyObject *made[MAX_PARAMS];    /* tensors made for inputs given None (their references) */
     int n_made = 0, precheck = 1, rc = 0;
     Py_ssize_t n_held = 0;
-    PyObject *config = NULL, *stream = NULL, *outputs = NULL, *held = NULL;
+    PyObject *config = NULL, *stream = NULL, *outputs = NULL, *held = NULL, *state = NULL;
     if (sp->n_params != PyTuple_GET_SIZE(oc->head.names) || !parse_params(&oc->head, args, nargs, kwnames, params))
         return 0;
     const Layout *l = sp->layout;
@@ -413,18 +452,23 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     if (!config || !stream || !outputs) goto done;  /* attributes as keywords, the current stream: Python */
     if ((rc = use_config(sp, config)) <= 0 || (precheck && (rc = prechecked(sp, params)) <= 0)) goto done;
     rc = 0;
-    PyObject *block = PyObject_CallOneArg(sp->workspace_block, stream);
-    uintptr_t ws = 0, ws_cap = 0;
-    if (block && PyTuple_CheckExact(block) && PyTuple_GET_SIZE(block) == 2) {
-        ws = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(block, 0));
-        ws_cap = (uintptr_t)PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(block, 1));
-    }
-    if (!block || PyErr_Occurred()) {
+    /* the stream's state: its workspace block now, its holds after the launch (a stream's first launch
+     * is Python's, which makes the state) */
+    PyObject *key = slot(stream, sp->s_key);
+    if (!key || !(state = PyDict_GetItemWithError(sp->states, key)) || Py_TYPE(state) != (PyTypeObject *)sp->state_type) {
+        state = NULL;
         rc = PyErr_Occurred() ? -1 : 0;
-        Py_XDECREF(block);
         goto done;
     }
-    Py_DECREF(block);
+    Py_INCREF(state);  /* kept across the launch: the stream may be destroyed meanwhile */
+    PyObject *mem = slot(state, sp->st_workspace);
+    uintptr_t ws = 0, ws_cap = 0;
+    if (mem && mem != Py_None) {
+        Py_ssize_t p = slot_size(mem, sp->m_ptr), n = slot_size(mem, sp->m_size);
+        if (p < 0 || n < 0) goto done;
+        ws = (uintptr_t)p;
+        ws_cap = (uintptr_t)n;
+    }
     PyObject *comm = Py_NewRef(sp->comm);  /* another thread may replace the cache while the GIL is released */
     const int64_t *ints = (const int64_t *)sp->ints;
     void *handle = (void *)(uintptr_t)slot_size(stream, sp->s_handle);
@@ -442,13 +486,11 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
         rc = -1;
         goto done;
     }
-    PyObject *hold_args[] = {stream, held};
-    PyObject *r = PyObject_Vectorcall(sp->hold, hold_args, 2, NULL);
-    if (!r) {
+    if (hold(sp, state, stream, held) < 0) {
         rc = -1;
         goto done;
     }
-    Py_DECREF(r);
+    PyObject *r;
     if (status != 0) {
         if ((r = PyObject_CallFunction(sp->on_failure, "i", status))) {  /* on_failure must raise */
             Py_DECREF(r);
@@ -465,6 +507,7 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     rc = 1;
 done:
     Py_XDECREF(held);
+    Py_XDECREF(state);
     while (n_made) Py_DECREF(made[--n_made]);
     return rc;
 }

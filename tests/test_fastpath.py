@@ -382,6 +382,7 @@ def _operator_calls(acl, buf, stream, rng, counter):
     C) and in others (the Python functions'): per call shape, whether the bytes are the first round's,
     and how many dispatch / combine calls reached Python."""
     from aclnn_py.ops import MoeConfig, moe_distribute_combine, moe_distribute_dispatch
+    from aclnn_py.runtime import ordered
 
     attrs = dict(ep_world_size=buf.world_size, ep_rank_id=buf.rank_id, moe_expert_num=E,
                  ccl_buffer_size=buf.ccl_buffer_size)
@@ -412,24 +413,30 @@ def _operator_calls(acl, buf, stream, rng, counter):
             t.copy_from(np.zeros(t.shape, t.dtype.numpy_dtype), stream)
         stream.synchronize()
         before = counter.seen()
+        holds = ordered.held(stream)
         got_d = moe_distribute_dispatch(ctx, x, ids, outputs=d, **kw)
+        if name == "config, outputs, stream":  # held like the Python path's launches: once, until a sync
+            report["holds after a C call"] = (ordered.held(stream) - holds, ordered._states[stream._key].held[-1][1])
         kw.pop("x_dtype", None)
         got_c = moe_distribute_combine(ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, x_out=out, **kw)
         same = got_d is d and got_c is out and result() == want  # numpy() waits for the writer stream
         report[name] = (same, [n - b for n, b in zip(counter.seen(), before)])
+    anchors = report.pop("holds after a C call")
+    report["holds"] = (anchors[0], anchors[1] == [t._anchor() for t in (ctx, x, ids, *d)], ordered.held(stream))
     return report
 
 
 def test_operator_calls_in_the_serving_shape_run_in_c_with_the_python_paths_bytes(acl, monkeypatch):
     counter = _PythonOpCalls(monkeypatch)
     for report in _run(lambda *a: _operator_calls(*a, counter)):
+        assert report.pop("holds") == (1, True, 0)  # one hold of every tensor's anchor; released by the syncs
         assert {name: same for name, (same, _) in report.items()} == dict.fromkeys(report, True)
         assert {name: python for name, (_, python) in report.items()} == {
             "config, outputs, stream": [0, 0], "precheck given": [0, 0], "attributes as keywords": [1, 1],
             "current stream": [1, 1], "x_dtype given": [1, 0]}
 
 
-def _operator_failures(acl, buf, stream, rng, counter):
+def _operator_failures(acl, buf, stream, rng, counter, ranks):
     """What the compiled call does when phase 1 refuses, when the launch fails and when the stream's
     workspace must grow: the errors (with those of the Python path), and the executors left."""
     from aclnn_py import _mock
@@ -467,18 +474,25 @@ def _operator_failures(acl, buf, stream, rng, counter):
     stream.synchronize()
     # a new stream has no workspace yet: the first call hands its executor back and Python grows it
     fresh = acl.Device.current().create_stream()
+    stream.synchronize()
+    ranks.wait()  # the executor count is the process's: it is read while both ranks wait
     executors = _mock.stats()["executors"]
+    ranks.wait()
     attempt("fresh stream, first", lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, outputs=d, stream=fresh))
     attempt("fresh stream, second", lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, outputs=d, stream=fresh))
     fresh.synchronize()
+    ranks.wait()
     out["executors left"] = _mock.stats()["executors"] - executors
+    ranks.wait()
     fresh.close()
     return out
 
 
 def test_operator_call_failures_are_the_python_paths(acl, monkeypatch):
-    counter = _PythonOpCalls(monkeypatch)
-    for out in _run(lambda *a: _operator_failures(*a, counter)):
+    import threading
+
+    counter, ranks = _PythonOpCalls(monkeypatch), threading.Barrier(2)
+    for out in _run(lambda *a: _operator_failures(*a, counter, ranks)):
         (c_err, c_python), (py_err, _) = out["phase 1, C"], out["phase 1, Python"]
         assert c_err == py_err and c_err[1] == "aclnnMoeDistributeDispatchV5GetWorkspaceSize" and c_python == 1
         (c_err, c_python), (py_err, _) = out["launch, C"], out["launch, Python"]

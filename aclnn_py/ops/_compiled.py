@@ -75,8 +75,7 @@ def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: 
         key=(op, *((names.index(param), dim) for param, dim in dims)), ints_attr=ints_attr,
         comm_attr="comm_alg_bytes", run=int(ffi.cast("uintptr_t", b.function_pointer(run))),
         destroy=int(ffi.cast("uintptr_t", b.function_pointer("aclDestroyAclOpExecutor"))),
-        workspace_block=ordered.workspace_block, hold=ordered.hold,
-        on_failure=functools.partial(_raise_status, phase2))
+        on_failure=functools.partial(_raise_status, phase2), ordered=ordered.compiled_view())
 
 
 def _raise_status(func: str, status: int) -> None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import itertools
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from ._memory import DeviceMemory
@@ -58,12 +59,22 @@ def _state(key: int) -> _StreamState:
 
 
 def hold(stream: Stream, obj: object) -> None:
-    """Keep `obj` alive until `stream` passes the work queued so far."""
+    """Keep `obj` alive until `stream` passes the work queued so far. (The compiled operator calls do
+    the same on a stream's state directly: :func:`compiled_view`.)"""
     st = _states.get(stream._key) or _state(stream._key)
     seq = next(st.positions)
     st.held.append((seq, obj))
     if seq % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
         _checkpoint(stream)
+
+
+def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
+                             Callable[[Stream], None], int]:
+    """What a compiled operator call (fastpath/op.c) reads and writes instead of calling
+    :func:`workspace_block` and :func:`hold` for each launch: the states by stream key, their type (its
+    slots ``held``, ``positions`` and ``workspace``), the block type, the checkpoint function and the
+    holds between checkpoints. It takes a stream's first launch to Python, which makes the state."""
+    return _states, _StreamState, DeviceMemory, _checkpoint, CHECKPOINT_EVERY
 
 
 def workspace_block(stream: Stream) -> tuple[int, int]:
