@@ -84,21 +84,40 @@ int call_head_init(CallHead *head, PyObject *function, Py_ssize_t skip, vectorca
     return 0;
 }
 
+/* The index of the parameter named `key`, or -1 (no exception). */
+static Py_ssize_t param_index(const CallHead *head, PyObject *key) {
+    Py_ssize_t n = PyTuple_GET_SIZE(head->names);
+    for (Py_ssize_t i = 0; i < n; ++i)  /* call sites pass interned names */
+        if (PyTuple_GET_ITEM(head->names, i) == key) return i;
+    for (Py_ssize_t i = 0; i < n; ++i)
+        if (PyUnicode_Compare(PyTuple_GET_ITEM(head->names, i), key) == 0) return i;
+    if (PyErr_Occurred()) PyErr_Clear();
+    return -1;
+}
+
 int parse_params(const CallHead *head, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                  PyObject **params) {
-    Py_ssize_t n = PyTuple_GET_SIZE(head->names);
     if (nargs > head->n_positional) return 0;
     for (Py_ssize_t i = 0; i < nargs; ++i) params[i] = args[i];
     Py_ssize_t n_kw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t k = 0; k < n_kw; ++k) {
-        PyObject *key = PyTuple_GET_ITEM(kwnames, k);
-        Py_ssize_t i = 0;
-        while (i < n && PyTuple_GET_ITEM(head->names, i) != key) ++i;  /* call sites pass interned names */
-        for (Py_ssize_t j = 0; i == n && j < n; ++j)
-            if (PyUnicode_Compare(PyTuple_GET_ITEM(head->names, j), key) == 0) i = j;
-        if (PyErr_Occurred()) PyErr_Clear();
-        if (i == n || params[i]) return 0;  /* unknown (**kwargs included) or given twice */
+        Py_ssize_t i = param_index(head, PyTuple_GET_ITEM(kwnames, k));
+        if (i < 0 || params[i]) return 0;  /* unknown (**kwargs included) or given twice */
         params[i] = args[nargs + k];
+    }
+    return 1;
+}
+
+int parse_tuple_params(const CallHead *head, PyObject *args, PyObject *kwargs, PyObject **params) {
+    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
+    if (nargs > head->n_positional) return 0;
+    for (Py_ssize_t i = 0; i < nargs; ++i) params[i] = PyTuple_GET_ITEM(args, i);
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
+        Py_ssize_t i = param_index(head, key);
+        if (i < 0 || params[i]) return 0;
+        params[i] = value;
     }
     return 1;
 }

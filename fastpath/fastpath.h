@@ -14,7 +14,8 @@
  *
  *   call.c      what the compiled calls share: parsing by the Python function's parameter names,
  *               binding like a function, the function's name, doc and signature
- *   plan.c      PlanCall: a plan class's __call__ (rebinding and launch of a repeatable executor)
+ *   plan.c      PlanCall: a plan class's __call__ (rebinding and launch of a repeatable executor), and
+ *               adopt(), which lets calling a plan skip the interpreter's generic __call__ slot
  *   op.c        OpCall: an operator's both-phases call; gather() / written() for the Python path
  *   module.c    the module */
 #pragma once
@@ -88,6 +89,8 @@ int call_head_init(CallHead *head, PyObject *function, Py_ssize_t skip, vectorca
  * them (too many, unknown, given twice). */
 int parse_params(const CallHead *head, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                  PyObject **params);
+/* The same from an argument tuple and a keyword dict (NULL: none). */
+int parse_tuple_params(const CallHead *head, PyObject *args, PyObject *kwargs, PyObject **params);
 /* The function, with the arguments as given. */
 static inline PyObject *call_function(const CallHead *head, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     return PyObject_Vectorcall(head->function, args, nargsf, kwnames);
@@ -112,6 +115,7 @@ extern const char LAYOUT[];
 PyObject *make_state(PyObject *self, PyObject *args);
 PyObject *make_layout(PyObject *self, PyObject *tensor_type);
 PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs);
+PyObject *adopt_plan_call(PyObject *self, PyObject *cls);
 PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 extern PyTypeObject PlanCallType, OpCallType;

@@ -10,6 +10,8 @@ static PyMethodDef methods[] = {
      "op_spec(*, layout, stream_type, config_type, outputs_type, roles, none_as, n_inputs, n_outputs, key, "
      "ints_attr, comm_attr, run, destroy, workspace_block, hold, on_failure)\n"
      "An operator's fixed part: what its OpCall runs."},
+    {"adopt", adopt_plan_call, METH_O,
+     "adopt(cls)\nCalling an instance of `cls`, whose own __call__ is a PlanCall, parses the call in C."},
     {"layout", make_layout, METH_O, "layout(Tensor)\nWhere gather(), written() and an OpCall find a Tensor's slots."},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "gather(layout, inputs, outputs, table, capacity) -> list | None\n"

@@ -187,13 +187,11 @@ typedef struct {
 
 static PyObject *STATE_ATTR;  /* "_c_state", interned */
 
-/* The plan call: 1 launched, 0 for the Python function, -1 raised. */
-static int fast_call(const PlanCall *pc, PyObject *plan, PyObject *const *args, Py_ssize_t nargs,
-                     PyObject *kwnames) {
-    PyObject *params[MAX_PARAMS] = {NULL};
+/* The plan call with its arguments parsed into `params`: 1 launched, 0 for the Python function, -1
+ * raised. */
+static int fast_call(const PlanCall *pc, PyObject *plan, PyObject *const *params) {
     PyObject *values[MAX_PARAMS];
     PyObject *stream = Py_None;
-    if (!parse_params(&pc->head, args, nargs, kwnames, params)) return 0;
     PyObject *capsule = PyObject_GetAttr(plan, STATE_ATTR);
     if (!capsule) {
         PyErr_Clear();
@@ -226,12 +224,63 @@ done:
 static PyObject *plan_call_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PlanCall *pc = (PlanCall *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    if (nargs >= 1) {
-        int launched = fast_call(pc, args[0], args + 1, nargs - 1, kwnames);
+    PyObject *params[MAX_PARAMS] = {NULL};
+    if (nargs >= 1 && parse_params(&pc->head, args + 1, nargs - 1, kwnames, params)) {
+        int launched = fast_call(pc, args[0], params);
         if (launched < 0) return NULL;
         if (launched) return PyObject_GetAttr(args[0], pc->result);
     }
     return call_function(&pc->head, args, nargsf, kwnames);
+}
+
+static PyObject *CALL_ATTR;  /* "__call__", interned */
+
+/* tp_call of a plan class whose __call__ is a PlanCall (adopt()). Calling an instance of a Python class
+ * goes through slot_tp_call, which looks __call__ up and re-packs the argument tuple and keyword dict
+ * the interpreter made for a method call — as much as the rest of the call. This parses them as they
+ * are; anything else is called as slot_tp_call would. */
+static PyObject *plan_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+    PyObject *call = _PyType_Lookup(Py_TYPE(self), CALL_ATTR);  /* borrowed */
+    if (!call) {
+        PyErr_Format(PyExc_TypeError, "'%s' object is not callable", Py_TYPE(self)->tp_name);
+        return NULL;
+    }
+    if (Py_IS_TYPE(call, &PlanCallType)) {
+        PlanCall *pc = (PlanCall *)call;
+        PyObject *params[MAX_PARAMS] = {NULL};
+        if (parse_tuple_params(&pc->head, args, kwargs, params)) {
+            Py_INCREF(pc);  /* the class may drop it while the call runs */
+            int launched = fast_call(pc, self, params);
+            PyObject *r = launched > 0 ? PyObject_GetAttr(self, pc->result) : NULL;
+            Py_DECREF(pc);
+            if (launched) return r;
+        }
+    }
+    descrgetfunc get = Py_TYPE(call)->tp_descr_get;
+    PyObject *bound = get ? get(call, self, (PyObject *)Py_TYPE(self)) : Py_NewRef(call);
+    if (!bound) return NULL;
+    PyObject *r = PyObject_Call(bound, args, kwargs);
+    Py_DECREF(bound);
+    return r;
+}
+
+/* adopt(cls): calling an instance of `cls`, whose __call__ is a PlanCall, parses the call directly
+ * (plan_tp_call). Setting cls.__call__ again gives the class the interpreter's slot back. */
+PyObject *adopt_plan_call(PyObject *self, PyObject *cls) {
+    (void)self;
+    if (!PyType_Check(cls) || !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
+        PyErr_SetString(PyExc_TypeError, "adopt: expected a class defined in Python");
+        return NULL;
+    }
+    if (!CALL_ATTR && !(CALL_ATTR = PyUnicode_InternFromString("__call__"))) return NULL;
+    PyObject *dict = ((PyTypeObject *)cls)->tp_dict;
+    PyObject *call = dict ? PyDict_GetItemWithError(dict, CALL_ATTR) : NULL;
+    if (!call || !Py_IS_TYPE(call, &PlanCallType)) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "adopt: the class's own __call__ must be a PlanCall");
+        return NULL;
+    }
+    ((PyTypeObject *)cls)->tp_call = plan_tp_call;
+    Py_RETURN_NONE;
 }
 
 static PyObject *plan_call_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {

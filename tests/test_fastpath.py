@@ -536,3 +536,32 @@ def test_an_op_call_without_a_spec_is_its_python_function(acl):
     assert _fastpath.OpCall(fn, lambda names: None)(5) == ("python", 5, None, {})
     with pytest.raises(TypeError, match="must return an op_spec"):
         _fastpath.OpCall(fn, lambda names: 42)(6)
+
+
+def test_an_adopted_plan_class_parses_calls_and_leaves_the_rest_to_python(acl):
+    from aclnn_py import _fastpath
+
+    def call(self, a, b=None, *, stream=None):
+        return "python", self.tag, a, b, stream
+
+    class P:
+        tag = "p"
+        __call__ = _fastpath.PlanCall(call, "out")
+
+    _fastpath.adopt(P)
+    p = P()
+    assert p(1, b=2, stream=3) == ("python", "p", 1, 2, 3)  # no _c_state: the Python function
+    with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
+        p(1, c=2)
+
+    class Sub(P):
+        def __call__(self, *args, **kwargs):
+            return ("sub", *super().__call__(*args, **kwargs))
+
+    assert Sub()(1) == ("sub", "python", "p", 1, None, None)
+    P.__call__ = lambda self: "replaced"
+    assert p() == "replaced"  # setting __call__ gives the class the interpreter's slot back
+    with pytest.raises(TypeError, match="own __call__ must be a PlanCall"):
+        _fastpath.adopt(P)
+    with pytest.raises(TypeError, match="class defined in Python"):
+        _fastpath.adopt(int)

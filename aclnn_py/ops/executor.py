@@ -241,6 +241,7 @@ def _compiled_call(cls: type[Plan]) -> Any:
             return None
         compiled = _fastpath.PlanCall(call, result)
         type.__setattr__(klass, "__call__", compiled)
+        _fastpath.adopt(klass)  # calling a plan skips the interpreter's generic __call__ slot
         return compiled
     return None
 #: the call aclnnpy_plan_launch reports as failed, when it is not the launch
