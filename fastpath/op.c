@@ -3,8 +3,10 @@
  *
  * OpCall stands for an operator function (moe_distribute_dispatch / _combine): its C path takes calls
  * whose tensors are Tensors with descriptors, with a MoeConfig, given outputs, a Stream and a shape the
- * config's pre-checks already passed. The Python path of the same functions uses gather() and
- * written() for its tensors. */
+ * config's pre-checks already passed, on a stream that has launched before. After the launch it holds
+ * what the launch uses on the stream's state as aclnn_py.runtime.ordered.hold() does (its
+ * compiled_view() names what is read and written). The Python path of the same functions uses
+ * gather() and written() for its tensors. */
 #include <string.h>
 
 #include "fastpath.h"
