@@ -6,7 +6,7 @@
  * addresses this step needs (0: the slot is absent); in_bound/out_bound the addresses the executor
  * holds now, updated as each move succeeds. On failure `failed` tells which call failed
  * (1: aclSetInputTensorAddr, 2: aclSetOutputTensorAddr, 3: the launch) and `failed_index` the slot;
- * earlier moves stay done and recorded. fastpath.c calls the same function; build_ffi.py copies the
+ * earlier moves stay done and recorded. fastpath/plan.c calls the same function; build_ffi.py copies the
  * struct's declaration into cffi's. */
 typedef aclnnStatus (*aclnnpy_launch_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
 

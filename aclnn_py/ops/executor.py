@@ -299,7 +299,7 @@ class Plan(Resource):
 
     def _fast_path(self, in_slots: tuple[int, ...]) -> object | None:
         """The compiled call's state for calls passing inputs `in_slots` (``aclnn_py._fastpath``, built
-        from fastpath.c), or None when this class's ``__call__`` is not the compiled one. The compiled
+        from fastpath/plan.c), or None when this class's ``__call__`` is not the compiled one. The compiled
         ``__call__`` runs the steady state of :meth:`_run` — device Tensors of the plan's layout or the
         same objects as last call, the plan's own outputs, a Stream — and hands every other call to the
         Python ``__call__``. The state holds no reference to the plan."""
