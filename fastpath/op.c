@@ -523,10 +523,14 @@ static PyObject *op_call_vectorcall(PyObject *self, PyObject *const *args, size_
             PyErr_SetString(PyExc_TypeError, "OpCall: setup(names) must return an op_spec() or None");
             return NULL;
         }
-        if (!spec)
+        if (!spec) {
             PyErr_Clear();  /* e.g. no runtime yet: the Python function meets the same problem and reports it */
-        oc->spec = spec;
-        oc->spec_ptr = spec && spec != Py_None ? (OpSpec *)PyCapsule_GetPointer(spec, OP_SPEC) : NULL;
+        } else if (oc->spec) {
+            Py_DECREF(spec);  /* another thread's first call set it up meanwhile (setup ran Python code) */
+        } else {
+            oc->spec = spec;
+            oc->spec_ptr = spec != Py_None ? (OpSpec *)PyCapsule_GetPointer(spec, OP_SPEC) : NULL;
+        }
     }
     if (oc->spec_ptr) {
         PyObject *result = NULL;
