@@ -10,7 +10,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -27,6 +27,9 @@ from ..runtime import (
 )
 from ..tensor import Tensor
 from ._args import as_int32, host_array, wrong_dtype
+
+if TYPE_CHECKING:  # compiled: imported where used, so that the package imports without it
+    from .._fastpath import PlanCall
 
 
 def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Stream, inputs: Sequence[Tensor | None],
@@ -223,8 +226,11 @@ def _launch_failed(args: Any, op: str, status: int) -> None:
 _UNSET = object()  # a plan slot whose next value must be checked again
 _MUST_BE_NONE, _STREAM = -1, -2  # a compiled call's parameters that give no plan argument
 
+#: the call aclnnpy_plan_launch reports as failed, when it is not the launch
+_PLAN_STEPS = {1: "aclSetInputTensorAddr", 2: "aclSetOutputTensorAddr"}
 
-def _compiled_call(cls: type[Plan]) -> Any:
+
+def _compiled_call(cls: type[Plan]) -> PlanCall | None:
     """`cls`'s ``__call__`` as the compiled ``PlanCall``, or None. The Python ``__call__`` of a plan
     class that names its result (``_result``) is replaced on its class at the first plan built, as
     the compiled parts are only known then; a subclass that defines its own ``__call__`` keeps it."""
@@ -244,8 +250,6 @@ def _compiled_call(cls: type[Plan]) -> Any:
         _fastpath.adopt(klass)  # calling a plan skips the interpreter's generic __call__ slot
         return compiled
     return None
-#: the call aclnnpy_plan_launch reports as failed, when it is not the launch
-_PLAN_STEPS = {1: "aclSetInputTensorAddr", 2: "aclSetOutputTensorAddr"}
 
 
 class Plan(Resource):
