@@ -2,10 +2,23 @@
 
 from collections.abc import Callable, Sequence
 
+# what a compiled call's parameter gives the C path when it is not a tensor input (those give their index)
+ROLE_CONFIG: int
+ROLE_STREAM: int
+ROLE_OUTPUTS: int
+ROLE_PRECHECK: int
+ROLE_NONE: int
+
 def state(launch: int, plan: int, want_in: int, slots: tuple[int, ...], params: tuple[int, ...], last_in: list[object],
           own_shape: tuple[tuple[int, ...] | None, ...], own_dtype: tuple[object, ...], outputs: tuple[object, ...],
           last_out: list[object], tensor_type: type, stream_type: type,
           on_failure: Callable[[int], None]) -> object: ...
+
+class PlanBase:
+    """The base of plan classes: holds the plan's compiled state; an adopted class's instances are
+    called without packing their arguments."""
+
+    _c_state: object | None
 
 class PlanCall:
     """A plan class's __call__: the steady state runs in C, every other call in `function`."""

@@ -147,7 +147,7 @@ class Communicator(Resource):
     belong to the device current at creation. Use it as a context manager or call :meth:`close`.
     """
 
-    __slots__ = ("_cdata", "rank", "world_size", "name", "device", "window_address", "window_size",
+    __slots__ = ("_open", "_cdata", "rank", "world_size", "name", "device", "window_address", "window_size",
                  "__weakref__")
 
     def __init__(self, world_size: int, rank: int, root: RootInfo | bytes | bytearray | memoryview,

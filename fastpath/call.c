@@ -99,25 +99,12 @@ int parse_params(const CallHead *head, PyObject *const *args, Py_ssize_t nargs, 
                  PyObject **params) {
     if (nargs > head->n_positional) return 0;
     for (Py_ssize_t i = 0; i < nargs; ++i) params[i] = args[i];
+    for (Py_ssize_t i = nargs; i < PyTuple_GET_SIZE(head->names); ++i) params[i] = NULL;
     Py_ssize_t n_kw = kwnames ? PyTuple_GET_SIZE(kwnames) : 0;
     for (Py_ssize_t k = 0; k < n_kw; ++k) {
         Py_ssize_t i = param_index(head, PyTuple_GET_ITEM(kwnames, k));
         if (i < 0 || params[i]) return 0;  /* unknown (**kwargs included) or given twice */
         params[i] = args[nargs + k];
-    }
-    return 1;
-}
-
-int parse_tuple_params(const CallHead *head, PyObject *args, PyObject *kwargs, PyObject **params) {
-    Py_ssize_t nargs = PyTuple_GET_SIZE(args);
-    if (nargs > head->n_positional) return 0;
-    for (Py_ssize_t i = 0; i < nargs; ++i) params[i] = PyTuple_GET_ITEM(args, i);
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (kwargs && PyDict_Next(kwargs, &pos, &key, &value)) {
-        Py_ssize_t i = param_index(head, key);
-        if (i < 0 || params[i]) return 0;
-        params[i] = value;
     }
     return 1;
 }

@@ -14,8 +14,9 @@
  *
  *   call.c      what the compiled calls share: parsing by the Python function's parameter names,
  *               binding like a function, the function's name, doc and signature
- *   plan.c      PlanCall: a plan class's __call__ (rebinding and launch of a repeatable executor), and
- *               adopt(), which lets calling a plan skip the interpreter's generic __call__ slot
+ *   plan.c      PlanBase, the base of plan classes, whose instances the interpreter calls without
+ *               packing the arguments; PlanCall, a plan class's __call__ (rebinding and launch of a
+ *               repeatable executor); adopt(), which makes a plan class's instances call it directly
  *   op.c        OpCall: an operator's both-phases call; gather() / written() for the Python path
  *   module.c    the module */
 #pragma once
@@ -36,6 +37,17 @@
 /* Parameters of a compiled call's function that the C path can parse. */
 #define MAX_PARAMS 40
 
+/* What a compiled call's parameter gives the C path: a tensor input (its index, >= 0) or one of these.
+ * The module exports them (ROLE_*), and the Python side builds the role tables from them. */
+enum {
+    ROLE_CONFIG = -1,    /* the operator's MoeConfig */
+    ROLE_STREAM = -2,    /* the stream */
+    ROLE_OUTPUTS = -3,   /* the outputs the caller allocated */
+    ROLE_PRECHECK = -4,  /* the pre-check switch (True unless given) */
+    ROLE_NONE = -5,      /* anything else: the C path takes the call only when it is None or not given */
+};
+#define ROLE_LOWEST ROLE_NONE
+
 /* ---- objects' __slots__ ---- */
 
 /* The offset of `type`'s __slots__ member `name` (an object slot), or -1 with an exception set. */
@@ -48,6 +60,7 @@ static inline PyObject *slot(PyObject *obj, Py_ssize_t offset) { return *(PyObje
 static inline void set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
     PyObject **where = (PyObject **)((char *)obj + offset);
     PyObject *old = *where;
+    if (old == value) return;  /* the steady state (an output's writer): no write, no reference counting */
     *where = Py_NewRef(value);
     Py_XDECREF(old);
 }
@@ -89,8 +102,6 @@ int call_head_init(CallHead *head, PyObject *function, Py_ssize_t skip, vectorca
  * them (too many, unknown, given twice). */
 int parse_params(const CallHead *head, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                  PyObject **params);
-/* The same from an argument tuple and a keyword dict (NULL: none). */
-int parse_tuple_params(const CallHead *head, PyObject *args, PyObject *kwargs, PyObject **params);
 /* The function, with the arguments as given. */
 static inline PyObject *call_function(const CallHead *head, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     return PyObject_Vectorcall(head->function, args, nargsf, kwnames);
@@ -115,7 +126,8 @@ extern const char LAYOUT[];
 PyObject *make_state(PyObject *self, PyObject *args);
 PyObject *make_layout(PyObject *self, PyObject *tensor_type);
 PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs);
-PyObject *adopt_plan_call(PyObject *self, PyObject *cls);
+PyObject *adopt_plan_class(PyObject *self, PyObject *cls);
+int plan_init(void);
 PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-extern PyTypeObject PlanCallType, OpCallType;
+extern PyTypeObject PlanBaseType, PlanCallType, OpCallType;

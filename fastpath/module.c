@@ -10,8 +10,9 @@ static PyMethodDef methods[] = {
      "op_spec(*, layout, stream_type, config_type, outputs_type, roles, none_as, n_inputs, n_outputs, key, "
      "ints_attr, comm_attr, run, destroy, workspace_block, hold, on_failure)\n"
      "An operator's fixed part: what its OpCall runs."},
-    {"adopt", adopt_plan_call, METH_O,
-     "adopt(cls)\nCalling an instance of `cls`, whose own __call__ is a PlanCall, parses the call in C."},
+    {"adopt", adopt_plan_class, METH_O,
+     "adopt(cls)\nThe interpreter calls instances of `cls` (a PlanBase class whose __call__ is a PlanCall) "
+     "with their arguments unpacked."},
     {"layout", make_layout, METH_O, "layout(Tensor)\nWhere gather(), written() and an OpCall find a Tensor's slots."},
     {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
      "gather(layout, inputs, outputs, table, capacity) -> list | None\n"
@@ -26,10 +27,18 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", NULL, -1
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
-    if (PyType_Ready(&PlanCallType) < 0 || PyType_Ready(&OpCallType) < 0) return NULL;
+    if (plan_init() < 0 || PyType_Ready(&PlanBaseType) < 0 || PyType_Ready(&PlanCallType) < 0
+        || PyType_Ready(&OpCallType) < 0)
+        return NULL;
     PyObject *m = PyModule_Create(&module);
-    if (m && (PyModule_AddObjectRef(m, "PlanCall", (PyObject *)&PlanCallType) < 0
-              || PyModule_AddObjectRef(m, "OpCall", (PyObject *)&OpCallType) < 0))
+    if (m && (PyModule_AddObjectRef(m, "PlanBase", (PyObject *)&PlanBaseType) < 0
+              || PyModule_AddObjectRef(m, "PlanCall", (PyObject *)&PlanCallType) < 0
+              || PyModule_AddObjectRef(m, "OpCall", (PyObject *)&OpCallType) < 0
+              || PyModule_AddIntConstant(m, "ROLE_CONFIG", ROLE_CONFIG) < 0
+              || PyModule_AddIntConstant(m, "ROLE_STREAM", ROLE_STREAM) < 0
+              || PyModule_AddIntConstant(m, "ROLE_OUTPUTS", ROLE_OUTPUTS) < 0
+              || PyModule_AddIntConstant(m, "ROLE_PRECHECK", ROLE_PRECHECK) < 0
+              || PyModule_AddIntConstant(m, "ROLE_NONE", ROLE_NONE) < 0))
         Py_CLEAR(m);
     return m;
 }

@@ -148,9 +148,6 @@ typedef int (*run_fn)(void **tensors, const int64_t *ints, const char *comm_alg,
                       int *launched);
 typedef int (*destroy_fn)(void *executor);
 
-/* What a parameter of the operator function is, when it is not a tensor input (those give their
- * descriptor-table index, >= 0). */
-enum { ROLE_CONFIG = -1, ROLE_STREAM = -2, ROLE_OUTPUTS = -3, ROLE_PRECHECK = -4, ROLE_NONE = -5 };
 /* Descriptor-table entries: the operators' inputs, then outputs. */
 #define MAX_TABLE 64
 
@@ -161,7 +158,7 @@ typedef struct {
     PyObject *outputs_type;    /* a tuple type holding the outputs, or None: one output Tensor */
     Py_ssize_t s_open, s_handle;
     Py_ssize_t n_params;
-    Py_ssize_t *role;          /* per parameter: a table index, or ROLE_* */
+    Py_ssize_t *role;          /* per parameter: a table index, or ROLE_* (fastpath.h) */
     PyObject *none_as;         /* per parameter: for a tensor input given None, None (NULL is passed),
                                 * False (the Python path) or a callable making the tensor */
     Py_ssize_t n_inputs, n_outputs;
@@ -264,7 +261,7 @@ PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
     };
     for (size_t m = 0; m < sizeof(members) / sizeof(members[0]); ++m)
         if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) goto fail;
-    if (!(sp->role = index_array(roles, ROLE_NONE, n_inputs, "role"))) goto fail;
+    if (!(sp->role = index_array(roles, ROLE_LOWEST, n_inputs, "role"))) goto fail;
     /* key: (op, (parameter, dim), (parameter, dim), (parameter, dim)) naming BS, H and K */
     if (PyTuple_GET_SIZE(key) != 4 || !PyUnicode_Check(PyTuple_GET_ITEM(key, 0))) {
         PyErr_SetString(PyExc_ValueError, "op_spec: key must be (op, (parameter, dim) x 3)");
@@ -389,7 +386,7 @@ typedef struct {
 /* The operator call: 1 with *result set, 0 for the Python function, -1 raised. */
 static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames,
                    PyObject **result) {
-    PyObject *params[MAX_PARAMS] = {NULL};
+    PyObject *params[MAX_PARAMS];
     void *table[MAX_TABLE];
     PyObject *anchors[MAX_TABLE];  /* borrowed from the tensors (and `made`) until held */
     PyObject *made[MAX_PARAMS];    /* tensors made for inputs given None (their references) */

@@ -1,16 +1,29 @@
-/* PlanCall: a plan class's __call__ (fastpath.h). A plan is a repeatable executor with its own
- * buffers; a serving loop calls it with device Tensors of the plan's layout, often the same ones as
- * last step. The C path records the addresses of the Tensors that changed, calls the cffi extension's
- * aclnnpy_plan_launch (build_ffi_plan.c: rebinding and launch) and marks the outputs' writer. A failed
- * rebinding or launch is handed to the plan's `on_failure(status)`, which raises. */
+/* Plans in C (fastpath.h). A plan is a repeatable executor with its own buffers; a serving loop calls
+ * it with device Tensors of the plan's layout, often the same ones as last step. The C path records the
+ * addresses of the Tensors that changed, calls the cffi extension's aclnnpy_plan_launch
+ * (build_ffi_plan.c: rebinding and launch) and marks the outputs' writer. A failed rebinding or launch
+ * is handed to the plan's `on_failure(status)`, which raises.
+ *
+ *   State      a plan's fixed part (state()), in a capsule the plan keeps as `_c_state`
+ *   PlanBase   the plan classes' base: it holds `_c_state`, and lets the interpreter call a plan with
+ *              the arguments as they are on its stack (vectorcall) once adopt() saw the class
+ *   PlanCall   a plan class's __call__: parses the call by the Python __call__'s parameter names */
 #include "fastpath.h"
 
 typedef int (*plan_launch_fn)(void *plan, void *stream);
 
-/* A __call__ parameter that is not a plan argument: it must be None (or not given) for the C path. */
-#define PARAM_NONE (-1)
-/* The __call__ parameter that names the stream. */
-#define PARAM_STREAM (-2)
+/* A Tensor found usable for a slot, and what made it so: while the Tensor lives (the reference is weak:
+ * the plan keeps only what the Python path keeps) and these slots of it hold the same objects, its
+ * address is `addr`. A serving loop alternates a few activation Tensors per slot; this spares reading
+ * their shape and address integers on every call. */
+typedef struct {
+    PyObject *tensor;        /* weak reference, or NULL: an empty entry */
+    PyObject *ptr, *offset, *shape;  /* its `_ptr`, `_offset_nbytes` and `shape` then (held, so that their
+                                      * identity stands for their value) */
+    uintptr_t addr;
+} Known;
+
+#define KNOWN_PER_SLOT 2
 
 typedef struct {
     plan_launch_fn launch;
@@ -19,7 +32,7 @@ typedef struct {
     Py_ssize_t n_values;     /* how many arguments a call passes */
     Py_ssize_t *slots;       /* the input slot of each argument */
     Py_ssize_t n_params;     /* parameters of the plan's __call__ (after self) */
-    Py_ssize_t *params;      /* per parameter: the argument it gives, or PARAM_NONE / PARAM_STREAM */
+    Py_ssize_t *params;      /* per parameter: the argument it gives, ROLE_STREAM or ROLE_NONE */
     PyObject *last_in;       /* list, shared with the Plan: what each slot was given last call */
     PyObject *own_shape;     /* tuple by slot: the plan's shape, or None for an absent slot */
     PyObject *own_dtype;     /* tuple by slot: the plan's DataType */
@@ -28,14 +41,28 @@ typedef struct {
     PyObject *tensor_type;
     PyObject *stream_type;
     PyObject *on_failure;    /* called with the status of a failed rebinding or launch; raises */
+    Known *known;            /* KNOWN_PER_SLOT per slot */
+    unsigned char *known_next;  /* per slot: the entry to replace next */
+    Py_ssize_t n_slots;
     /* offsets of the __slots__ read or written */
     Py_ssize_t t_open, t_contiguous, t_shape, t_dtype, t_ptr, t_offset_nbytes, t_writer, s_open, s_handle;
 } State;
 
 static const char CAPSULE[] = "aclnn_py._fastpath.State";
 
+static void known_clear(Known *k) {
+    Py_CLEAR(k->tensor);
+    Py_CLEAR(k->ptr);
+    Py_CLEAR(k->offset);
+    Py_CLEAR(k->shape);
+}
+
 /* Frees a state and drops its references (fields not set yet are NULL). */
 static void state_release(State *st) {
+    if (st->known)
+        for (Py_ssize_t k = 0; k < st->n_slots * KNOWN_PER_SLOT; ++k) known_clear(&st->known[k]);
+    PyMem_Free(st->known);
+    PyMem_Free(st->known_next);
     Py_XDECREF(st->last_in);
     Py_XDECREF(st->own_shape);
     Py_XDECREF(st->own_dtype);
@@ -99,8 +126,20 @@ PyObject *make_state(PyObject *self, PyObject *args) {
         goto fail;
     }
     if (!(st->slots = index_array(slots, 0, n_slots, "slot"))
-        || !(st->params = index_array(params, PARAM_STREAM, st->n_values, "parameter")))
+        || !(st->params = index_array(params, ROLE_LOWEST, st->n_values, "parameter")))
         goto fail;
+    for (Py_ssize_t i = 0; i < st->n_params; ++i)
+        if (st->params[i] < 0 && st->params[i] != ROLE_STREAM && st->params[i] != ROLE_NONE) {
+            PyErr_Format(PyExc_ValueError, "state: parameter %zd: a plan's parameter is an argument, ROLE_STREAM "
+                         "or ROLE_NONE (got %zd)", i, st->params[i]);
+            goto fail;
+        }
+    st->n_slots = n_slots;
+    if (!(st->known = (Known *)PyMem_Calloc((size_t)(n_slots * KNOWN_PER_SLOT), sizeof(Known)))
+        || !(st->known_next = (unsigned char *)PyMem_Calloc((size_t)n_slots, 1))) {
+        PyErr_NoMemory();
+        goto fail;
+    }
     st->launch = (plan_launch_fn)(uintptr_t)launch;
     st->plan = (void *)(uintptr_t)plan;
     st->want_in = (uintptr_t *)(uintptr_t)want_in;
@@ -137,6 +176,47 @@ static uintptr_t usable_address(const State *st, PyObject *t, Py_ssize_t i) {
     return (uintptr_t)base + (uintptr_t)offset;
 }
 
+#if PY_VERSION_HEX >= 0x030D0000
+static PyObject *referent(PyObject *ref) {  /* borrowed; compared only, never used */
+    PyObject *obj = NULL;
+    if (PyWeakref_GetRef(ref, &obj) <= 0) return NULL;
+    Py_DECREF(obj);
+    return obj;
+}
+#else
+#define referent(ref) PyWeakref_GET_OBJECT(ref)
+#endif
+
+/* The address of Tensor `t` for slot `i`, as usable_address() finds it: from the slot's known Tensors
+ * when `t` is one of them and unchanged, else found and remembered. */
+static uintptr_t slot_address(State *st, PyObject *t, Py_ssize_t i) {
+    Known *known = &st->known[i * KNOWN_PER_SLOT];
+    PyObject *ptr = slot(t, st->t_ptr), *offset = slot(t, st->t_offset_nbytes), *shape = slot(t, st->t_shape);
+    for (int e = 0; e < KNOWN_PER_SLOT; ++e) {
+        Known *k = &known[e];
+        if (k->tensor && referent(k->tensor) == t && k->ptr == ptr && k->offset == offset && k->shape == shape
+            && slot(t, st->t_open) == Py_True && slot(t, st->t_contiguous) == Py_True
+            && slot(t, st->t_dtype) == PyTuple_GET_ITEM(st->own_dtype, i))
+            return k->addr;
+    }
+    uintptr_t addr = usable_address(st, t, i);
+    if (!addr) return 0;
+    PyObject *ref = PyWeakref_NewRef(t, NULL);
+    if (!ref) {  /* not remembered: found again next time */
+        PyErr_Clear();
+        return addr;
+    }
+    Known *k = &known[st->known_next[i]];
+    st->known_next[i] = (unsigned char)((st->known_next[i] + 1) % KNOWN_PER_SLOT);
+    known_clear(k);
+    k->tensor = ref;
+    k->ptr = Py_NewRef(ptr);
+    k->offset = Py_NewRef(offset);
+    k->shape = Py_NewRef(shape);
+    k->addr = addr;
+    return addr;
+}
+
 /* Bind this call's arguments `values` (one per plan argument) and launch on `stream`: 1 when launched
  * (the outputs' writer set), 0 for the Python path, -1 with an exception set when a rebinding or the
  * launch failed (raised through on_failure). */
@@ -149,17 +229,16 @@ static int step(State *st, PyObject *const *values, PyObject *stream) {
     for (Py_ssize_t k = 0; k < st->n_values; ++k) {
         PyObject *v = values[k];
         Py_ssize_t i = st->slots[k];
-        if (v == PyList_GET_ITEM(st->last_in, i)) {
-            if (v != Py_None && (Py_TYPE(v) != (PyTypeObject *)st->tensor_type || slot(v, st->t_open) != Py_True))
-                return 0;  /* closed: the Python path raises */
-            continue;
-        }
+        if (v == Py_None && PyList_GET_ITEM(st->last_in, i) == Py_None) continue;  /* absent */
         if ((PyObject *)Py_TYPE(v) != st->tensor_type) return 0;
-        uintptr_t addr = usable_address(st, v, i);
-        if (!addr) return 0;
+        /* the same Tensor as last call too: a view's address may have moved since (Prepared.rebind_input) */
+        uintptr_t addr = slot_address(st, v, i);
+        if (!addr) return 0;  /* closed, or not of the plan's layout: the Python path raises */
         st->want_in[i] = addr;
-        Py_INCREF(v);
-        PyList_SetItem(st->last_in, i, v);  /* what the Python path records */
+        if (v != PyList_GET_ITEM(st->last_in, i)) {
+            Py_INCREF(v);
+            PyList_SetItem(st->last_in, i, v);  /* what the Python path records */
+        }
     }
     int ret;
     Py_BEGIN_ALLOW_THREADS
@@ -178,108 +257,197 @@ static int step(State *st, PyObject *const *values, PyObject *stream) {
     return 1;
 }
 
-/* ---- the call ---- */
+
+/* ---- PlanBase: the plan classes' base ---- */
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;  /* plan_vectorcall, used once adopt() saw the class */
+    PyObject *capsule;          /* `_c_state`: the capsule of `state`, or NULL: every call in Python */
+    State *state;
+} PlanBase;
+
+/* ---- PlanCall: a plan class's __call__ ---- */
 
 typedef struct {
     CallHead head;
     PyObject *result;        /* str: the plan attribute returned after a launch */
 } PlanCall;
 
-static PyObject *STATE_ATTR;  /* "_c_state", interned */
-
-/* The plan call with its arguments parsed into `params`: 1 launched, 0 for the Python function, -1
- * raised. */
-static int fast_call(const PlanCall *pc, PyObject *plan, PyObject *const *params) {
+/* The call of `plan` with its arguments parsed into `params`: the plan's `result` after a launch in C,
+ * NULL with an exception set when it raised, or NULL without one when the Python function must run. */
+static PyObject *fast_call(const PlanCall *pc, PlanBase *plan, PyObject *const *params) {
+    State *st = plan->state;
+    if (!st || st->n_params != PyTuple_GET_SIZE(pc->head.names)) return NULL;
     PyObject *values[MAX_PARAMS];
     PyObject *stream = Py_None;
-    PyObject *capsule = PyObject_GetAttr(plan, STATE_ATTR);
-    if (!capsule) {
-        PyErr_Clear();
-        return 0;
-    }
-    State *st = capsule == Py_None ? NULL : (State *)PyCapsule_GetPointer(capsule, CAPSULE);
-    int launched = 0;
-    if (!st) {
-        PyErr_Clear();
-        goto done;
-    }
-    if (st->n_params != PyTuple_GET_SIZE(pc->head.names)) goto done;
     for (Py_ssize_t k = 0; k < st->n_values; ++k) values[k] = Py_None;
     for (Py_ssize_t i = 0; i < st->n_params; ++i) {
         PyObject *v = params[i] ? params[i] : Py_None;
         Py_ssize_t a = st->params[i];
-        if (a == PARAM_STREAM)
+        if (a == ROLE_STREAM)
             stream = v;
-        else if (a == PARAM_NONE) {
-            if (v != Py_None) goto done;
+        else if (a == ROLE_NONE) {
+            if (v != Py_None) return NULL;
         } else
             values[a] = v;
     }
-    launched = step(st, values, stream);
-done:
+    PyObject *capsule = Py_NewRef(plan->capsule);  /* `_c_state` may be reset while the launch runs without
+                                                      * the GIL */
+    int launched = step(st, values, stream);
     Py_DECREF(capsule);
-    return launched;
+    return launched > 0 ? PyObject_GetAttr((PyObject *)plan, pc->result) : NULL;
 }
 
+/* Called as a method (plan.__call__(...), type(plan).__call__(plan, ...), super().__call__(...)). */
 static PyObject *plan_call_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PlanCall *pc = (PlanCall *)self;
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
-    PyObject *params[MAX_PARAMS] = {NULL};
-    if (nargs >= 1 && parse_params(&pc->head, args + 1, nargs - 1, kwnames, params)) {
-        int launched = fast_call(pc, args[0], params);
-        if (launched < 0) return NULL;
-        if (launched) return PyObject_GetAttr(args[0], pc->result);
+    PyObject *params[MAX_PARAMS];
+    if (nargs >= 1 && PyObject_TypeCheck(args[0], &PlanBaseType)
+        && parse_params(&pc->head, args + 1, nargs - 1, kwnames, params)) {
+        PyObject *r = fast_call(pc, (PlanBase *)args[0], params);
+        if (r || PyErr_Occurred()) return r;
     }
     return call_function(&pc->head, args, nargsf, kwnames);
 }
 
 static PyObject *CALL_ATTR;  /* "__call__", interned */
 
-/* tp_call of a plan class whose __call__ is a PlanCall (adopt()). Calling an instance of a Python class
- * goes through slot_tp_call, which looks __call__ up and re-packs the argument tuple and keyword dict
- * the interpreter made for a method call — as much as the rest of the call. This parses them as they
- * are; anything else is called as slot_tp_call would. */
-static PyObject *plan_tp_call(PyObject *self, PyObject *args, PyObject *kwargs) {
+/* `call`, the __call__ found on plan's class, bound to `plan` and called with the arguments. */
+static PyObject *call_bound(PyObject *call, PyObject *plan, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
+    descrgetfunc get = Py_TYPE(call)->tp_descr_get;
+    PyObject *bound = get ? get(call, plan, (PyObject *)Py_TYPE(plan)) : Py_NewRef(call);
+    if (!bound) return NULL;
+    PyObject *r = PyObject_Vectorcall(bound, args, nargsf, kwnames);
+    Py_DECREF(bound);
+    return r;
+}
+
+/* Calling a plan. The interpreter calls an instance of a Python class through its generic __call__
+ * slot, which packs the arguments into a tuple and a keyword dict and then looks __call__ up, as much
+ * as the rest of the call; a PlanBase instance of an adopted class is called with the arguments as
+ * they are. Whatever the class's __call__ is now, the call is its. */
+static PyObject *plan_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     PyObject *call = _PyType_Lookup(Py_TYPE(self), CALL_ATTR);  /* borrowed */
     if (!call) {
         PyErr_Format(PyExc_TypeError, "'%s' object is not callable", Py_TYPE(self)->tp_name);
         return NULL;
     }
+    Py_INCREF(call);  /* the class may drop it while the call runs */
+    PyObject *r = NULL;
     if (Py_IS_TYPE(call, &PlanCallType)) {
         PlanCall *pc = (PlanCall *)call;
-        PyObject *params[MAX_PARAMS] = {NULL};
-        if (parse_tuple_params(&pc->head, args, kwargs, params)) {
-            Py_INCREF(pc);  /* the class may drop it while the call runs */
-            int launched = fast_call(pc, self, params);
-            PyObject *r = launched > 0 ? PyObject_GetAttr(self, pc->result) : NULL;
-            Py_DECREF(pc);
-            if (launched) return r;
-        }
+        PyObject *params[MAX_PARAMS];
+        if (parse_params(&pc->head, args, PyVectorcall_NARGS(nargsf), kwnames, params))
+            r = fast_call(pc, (PlanBase *)self, params);
     }
-    descrgetfunc get = Py_TYPE(call)->tp_descr_get;
-    PyObject *bound = get ? get(call, self, (PyObject *)Py_TYPE(self)) : Py_NewRef(call);
-    if (!bound) return NULL;
-    PyObject *r = PyObject_Call(bound, args, kwargs);
-    Py_DECREF(bound);
+    if (!r && !PyErr_Occurred()) r = call_bound(call, self, args, nargsf, kwnames);
+    Py_DECREF(call);
     return r;
 }
 
-/* adopt(cls): calling an instance of `cls`, whose __call__ is a PlanCall, parses the call directly
- * (plan_tp_call). Setting cls.__call__ again gives the class the interpreter's slot back. */
-PyObject *adopt_plan_call(PyObject *self, PyObject *cls) {
+static PyObject *plan_base_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
+    (void)args;
+    (void)kwargs;
+    PyObject *empty = PyTuple_New(0);
+    if (!empty) return NULL;
+    /* object.__new__ without the arguments (__init__ takes them): it refuses abstract classes */
+    PyObject *self = PyBaseObject_Type.tp_new(type, empty, NULL);
+    Py_DECREF(empty);
+    if (self) ((PlanBase *)self)->vectorcall = plan_vectorcall;
+    return self;
+}
+
+static int plan_base_traverse(PyObject *self, visitproc visit, void *arg) {
+    Py_VISIT(((PlanBase *)self)->capsule);
+    return 0;
+}
+
+static int plan_base_clear(PyObject *self) {
+    PlanBase *plan = (PlanBase *)self;
+    plan->state = NULL;
+    Py_CLEAR(plan->capsule);
+    return 0;
+}
+
+static PyObject *get_c_state(PyObject *self, void *closure) {
+    (void)closure;
+    PyObject *capsule = ((PlanBase *)self)->capsule;
+    return Py_NewRef(capsule ? capsule : Py_None);
+}
+
+/* `_c_state = state(...)`, or None (or del): every call in Python. */
+static int set_c_state(PyObject *self, PyObject *value, void *closure) {
+    (void)closure;
+    State *st = NULL;
+    if (value == Py_None) value = NULL;
+    if (value) {
+        if (!PyCapsule_IsValid(value, CAPSULE)) {
+            PyErr_SetString(PyExc_TypeError, "_c_state must be what _fastpath.state() returned, or None");
+            return -1;
+        }
+        st = (State *)PyCapsule_GetPointer(value, CAPSULE);
+    }
+    PlanBase *plan = (PlanBase *)self;
+    PyObject *old = plan->capsule;
+    plan->capsule = Py_XNewRef(value);
+    plan->state = st;
+    Py_XDECREF(old);
+    return 0;
+}
+
+static void plan_base_dealloc(PyObject *self) {
+    PyObject_GC_UnTrack(self);
+    plan_base_clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
+static PyGetSetDef plan_base_getset[] = {
+    {"_c_state", get_c_state, set_c_state,
+     "the plan's fixed part for its compiled __call__ (state()), or None: every call in Python", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+PyTypeObject PlanBaseType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "aclnn_py._fastpath.PlanBase",
+    .tp_basicsize = sizeof(PlanBase),
+    .tp_dealloc = plan_base_dealloc,
+    .tp_vectorcall_offset = offsetof(PlanBase, vectorcall),  /* inherited; used once adopt() sets the flag */
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "The base of plan classes: it holds the plan's `_c_state`, and an adopted class's instances are "
+              "called without packing their arguments.",
+    .tp_traverse = plan_base_traverse,
+    .tp_clear = plan_base_clear,
+    .tp_getset = plan_base_getset,
+    .tp_new = plan_base_new,
+};
+
+/* adopt(cls): the interpreter calls instances of `cls`, a PlanBase class defined in Python whose
+ * __call__ is a PlanCall, through plan_vectorcall (again: nothing changes). Setting cls.__call__ later
+ * is still honoured: plan_vectorcall calls whatever __call__ the class has. */
+PyObject *adopt_plan_class(PyObject *self, PyObject *cls) {
     (void)self;
-    if (!PyType_Check(cls) || !(((PyTypeObject *)cls)->tp_flags & Py_TPFLAGS_HEAPTYPE)) {
-        PyErr_SetString(PyExc_TypeError, "adopt: expected a class defined in Python");
+    PyTypeObject *type = (PyTypeObject *)cls;
+    if (!PyType_Check(cls) || !(type->tp_flags & Py_TPFLAGS_HEAPTYPE) || !PyType_IsSubtype(type, &PlanBaseType)) {
+        PyErr_SetString(PyExc_TypeError, "adopt: expected a subclass of PlanBase defined in Python");
         return NULL;
     }
-    if (!CALL_ATTR && !(CALL_ATTR = PyUnicode_InternFromString("__call__"))) return NULL;
-    PyObject *dict = ((PyTypeObject *)cls)->tp_dict;
-    PyObject *call = dict ? PyDict_GetItemWithError(dict, CALL_ATTR) : NULL;
+    PyObject *call = _PyType_Lookup(type, CALL_ATTR);
     if (!call || !Py_IS_TYPE(call, &PlanCallType)) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "adopt: the class's own __call__ must be a PlanCall");
+        PyErr_SetString(PyExc_TypeError, "adopt: the class's __call__ must be a PlanCall");
         return NULL;
     }
-    ((PyTypeObject *)cls)->tp_call = plan_tp_call;
+    if (type->tp_vectorcall_offset != offsetof(PlanBase, vectorcall)) {
+        PyErr_SetString(PyExc_TypeError, "adopt: the class does not keep PlanBase's layout");
+        return NULL;
+    }
+    if (type->tp_call != PyVectorcall_Call || !(type->tp_flags & Py_TPFLAGS_HAVE_VECTORCALL)) {
+        type->tp_call = PyVectorcall_Call;
+        type->tp_flags |= Py_TPFLAGS_HAVE_VECTORCALL;
+        PyType_Modified(type);
+    }
     Py_RETURN_NONE;
 }
 
@@ -287,7 +455,6 @@ static PyObject *plan_call_new(PyTypeObject *type, PyObject *args, PyObject *kwa
     PyObject *function, *result;
     static char *kwlist[] = {"function", "result", NULL};
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OU:PlanCall", kwlist, &function, &result)) return NULL;
-    if (!STATE_ATTR && !(STATE_ATTR = PyUnicode_InternFromString("_c_state"))) return NULL;
     PlanCall *pc = (PlanCall *)type->tp_alloc(type, 0);
     if (!pc) return NULL;
     if (call_head_init(&pc->head, function, 1, plan_call_vectorcall) < 0) {
@@ -335,3 +502,9 @@ PyTypeObject PlanCallType = {
     .tp_descr_get = call_head_get,
     .tp_new = plan_call_new,
 };
+
+/* The interned names this file looks up; 0, or -1 with an exception set. */
+int plan_init(void) {
+    if (!CALL_ATTR && !(CALL_ATTR = PyUnicode_InternFromString("__call__"))) return -1;
+    return 0;
+}

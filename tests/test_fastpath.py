@@ -4,6 +4,7 @@ call to the Python path."""
 
 from __future__ import annotations
 
+import abc
 import gc
 import sys
 import weakref
@@ -55,6 +56,17 @@ class _PythonPathCalls:
         return self._run(*args, **kwargs)
 
 
+def _same_as_per_call(buf, stream, d, host):
+    """The plan's outputs `d` (synchronised) hold what the per-call path gives for host inputs `host`."""
+    ref = buf.low_latency_dispatch(host[0], host[1], E, stream=stream)
+    buf.synchronize(stream)
+    n = int(ref.ep_recv_counts.numpy()[-1])
+    return (d.expand_x.numpy()[:n].tobytes() == ref.expand_x.numpy()[:n].tobytes()
+            and d.ep_recv_counts.numpy().tobytes() == ref.ep_recv_counts.numpy().tobytes()
+            and d.assist_info_for_combine.numpy()[:3 * n].tobytes()
+            == ref.assist_info_for_combine.numpy()[:3 * n].tobytes())
+
+
 def _mixed_sequence(acl, buf, stream, rng):
     """Tensors, host arrays, the same Tensor again after a host array, a Tensor at a new address:
     every step compared with the per-call path; and which steps reached the Python path."""
@@ -77,13 +89,7 @@ def _mixed_sequence(acl, buf, stream, rng):
         else:
             d = plan(*args, stream=stream)
         stream.synchronize()
-        ref = buf.low_latency_dispatch(host[0], host[1], E, stream=stream)
-        buf.synchronize(stream)
-        n = int(ref.ep_recv_counts.numpy()[-1])
-        same = (d.expand_x.numpy()[:n].tobytes() == ref.expand_x.numpy()[:n].tobytes()
-                and d.ep_recv_counts.numpy().tobytes() == ref.ep_recv_counts.numpy().tobytes()
-                and d.assist_info_for_combine.numpy()[:3 * n].tobytes()
-                == ref.assist_info_for_combine.numpy()[:3 * n].tobytes())
+        same = _same_as_per_call(buf, stream, d, host)
         report.append((name, same, python_path.n - before, d.expand_x._writer is stream))
     plan.close()
     return report
@@ -97,6 +103,64 @@ def test_the_c_step_gives_the_python_paths_bytes_and_takes_only_its_calls(acl):
         assert {name: python for name, _, python, _ in report} == {
             "tensors A": 0, "host arrays": 1, "tensors A again": 0, "same tensors": 0, "tensors B": 0,
             "by keyword": 0, "bound method": 0}
+
+
+def _alternating_tensors(acl, buf, stream, rng):
+    """Two input sets alternate (the C path remembers the Tensors it found usable per slot); then a
+    remembered Tensor is closed, a remembered view is moved to other memory, and one is dropped."""
+    from aclnn_py import ClosedError
+    from aclnn_py.ops import prepare_dispatch
+
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    python_path = _PythonPathCalls(plan)
+    host = [_step_inputs(rng) for _ in range(3)]
+    a, b, c = ([acl.Tensor.from_numpy(v) for v in step] for step in host)
+    out = {}
+    same = []
+    for k in range(6):
+        step = k % 2
+        d = plan(*(a, b)[step], stream=stream)
+        stream.synchronize()
+        same.append(_same_as_per_call(buf, stream, d, host[step]))
+    out["alternating"] = (all(same), python_path.n)
+    # a view the caller rebinds (Prepared.rebind_input moves its address): found again at its new address
+    prepared = prepare_dispatch(buf.context, a[0], a[1], config=plan.config, repeatable=True)
+    view = prepared.inputs[1]
+    for x in (view, b[0], view):
+        plan(x, a[1], stream=stream)
+    prepared.rebind_input(1, c[0])
+    d = plan(view, c[1], stream=stream)
+    stream.synchronize()
+    out["moved view"] = (_same_as_per_call(buf, stream, d, host[2]), python_path.n)
+    prepared.rebind_input(1, a[0])  # and the Python function sees it move too
+    d = type(plan).__call__.__wrapped__(plan, view, a[1], stream=stream)
+    stream.synchronize()
+    out["moved view, Python"] = (_same_as_per_call(buf, stream, d, host[0]), python_path.n)
+    prepared.close()
+    plan(b[0], b[1], stream=stream)
+    a[0].close()  # remembered, not the last call's: the Python path refuses it
+    try:
+        plan(a[0], b[1], stream=stream)
+        out["closed"] = None
+    except ClosedError as e:
+        out["closed"] = f"{type(e).__name__}: {e}"
+    plan(c[0], c[1], stream=stream)
+    stream.synchronize()
+    dropped = weakref.ref(b[0])
+    del b
+    gc.collect()
+    out["dropped released"] = dropped() is None  # the plan remembers Tensors without keeping them
+    plan.close()
+    return out
+
+
+def test_alternating_tensors_stay_in_c_and_every_change_is_seen(acl):
+    for out in _run(_alternating_tensors):
+        assert out["alternating"] == (True, 0)
+        assert out["moved view"] == (True, 0)
+        assert out["moved view, Python"] == (True, 1)
+        assert out["closed"].startswith("ClosedError")
+        assert out["dropped released"]
 
 
 def _refusals(acl, buf, stream, rng):
@@ -256,14 +320,19 @@ def test_the_step_state_checks_what_it_is_given(acl):
         _fastpath.state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], NoSlots, Stream, print)
     with pytest.raises(ValueError, match=r"slot 3 is out of range \[0, 1\)"):
         _fastpath.state(1, 1, 1, (3,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
-    with pytest.raises(ValueError, match=r"parameter 1 is out of range \[-2, 1\)"):
+    lowest = min(_fastpath.ROLE_CONFIG, _fastpath.ROLE_STREAM, _fastpath.ROLE_OUTPUTS, _fastpath.ROLE_PRECHECK,
+                 _fastpath.ROLE_NONE)
+    with pytest.raises(ValueError, match=rf"parameter 1 is out of range \[{lowest}, 1\)"):
         _fastpath.state(1, 1, 1, (0,), (0, 1), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+    for role in (_fastpath.ROLE_CONFIG, _fastpath.ROLE_OUTPUTS, _fastpath.ROLE_PRECHECK):  # an operator's, not a plan's
+        with pytest.raises(ValueError, match="a plan's parameter is an argument, ROLE_STREAM or ROLE_NONE"):
+            _fastpath.state(1, 1, 1, (0,), (0, role), [None], (None,), (None,), (), [None], Tensor, Stream, print)
     with pytest.raises(ValueError, match="must be addresses"):
         _fastpath.state(0, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
     with pytest.raises(TypeError, match="on_failure must be callable"):
         _fastpath.state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, None)
-    assert _fastpath.state(1, 1, 1, (0,), (-1, 0, -2), [None], (None,), (None,), (), [None], Tensor, Stream,
-                           print) is not None
+    assert _fastpath.state(1, 1, 1, (0,), (_fastpath.ROLE_NONE, 0, _fastpath.ROLE_STREAM), [None], (None,), (None,),
+                           (), [None], Tensor, Stream, print) is not None
 
 
 def test_a_plan_call_is_made_from_a_function_with_named_parameters(acl):
@@ -544,24 +613,48 @@ def test_an_adopted_plan_class_parses_calls_and_leaves_the_rest_to_python(acl):
     def call(self, a, b=None, *, stream=None):
         return "python", self.tag, a, b, stream
 
-    class P:
+    class P(_fastpath.PlanBase):
         tag = "p"
         __call__ = _fastpath.PlanCall(call, "out")
 
     _fastpath.adopt(P)
+    _fastpath.adopt(P)  # again: nothing changes
     p = P()
+    assert p._c_state is None
     assert p(1, b=2, stream=3) == ("python", "p", 1, 2, 3)  # no _c_state: the Python function
+    assert p(*(1,), **{"stream": 3}) == ("python", "p", 1, None, 3)  # a packed call is unpacked for it
     with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
         p(1, c=2)
+    with pytest.raises(TypeError, match="_c_state must be what _fastpath.state"):
+        p._c_state = "not a state"
+    del p._c_state
+    assert p._c_state is None
 
     class Sub(P):
         def __call__(self, *args, **kwargs):
             return ("sub", *super().__call__(*args, **kwargs))
 
+    class Inherits(P):
+        tag = "inherits"
+
+    _fastpath.adopt(Inherits)  # its __call__ is P's PlanCall
     assert Sub()(1) == ("sub", "python", "p", 1, None, None)
+    assert Inherits()(1, stream=2) == ("python", "inherits", 1, None, 2)
     P.__call__ = lambda self: "replaced"
-    assert p() == "replaced"  # setting __call__ gives the class the interpreter's slot back
-    with pytest.raises(TypeError, match="own __call__ must be a PlanCall"):
+    assert p() == "replaced"  # whatever __call__ the class has now is the call
+    assert Inherits()() == "replaced"
+    with pytest.raises(TypeError, match="__call__ must be a PlanCall"):
         _fastpath.adopt(P)
-    with pytest.raises(TypeError, match="class defined in Python"):
-        _fastpath.adopt(int)
+    del P.__call__
+    with pytest.raises(TypeError, match="'P' object is not callable"):
+        p()
+    for cls in (int, type("NotAPlanBase", (), {"__call__": _fastpath.PlanCall(call, "out")})):
+        with pytest.raises(TypeError, match="expected a subclass of PlanBase defined in Python"):
+            _fastpath.adopt(cls)
+
+    class Abstract(_fastpath.PlanBase, abc.ABC):
+        @abc.abstractmethod
+        def method(self) -> None: ...
+
+    with pytest.raises(TypeError, match="abstract"):
+        Abstract()

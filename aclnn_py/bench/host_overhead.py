@@ -20,7 +20,6 @@ A ratio of two paths is the median over repeats of their ratio within a repeat (
 
 from __future__ import annotations
 
-import itertools
 import statistics
 import threading
 from collections.abc import Callable
@@ -33,7 +32,7 @@ import numpy as np
 from .c_floor import COMBINE, DISPATCH, CFloor, address
 from .ctypes_baseline import CtypesBinding
 from .progress import SILENT, Progress
-from .stats import batch_us, ratio, summary_us
+from .stats import alternating_batch_us, batch_us, ratio, summary_us
 
 PATHS = ("ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 WORKSPACE_BYTES = 1 << 24  # the C per-call loop's workspace; phase 1 asks for far less
@@ -123,6 +122,12 @@ def _py(fn: Callable[[], object]) -> Runner:
     return lambda n: batch_us(fn, n)
 
 
+def _py_alternating(first: Callable[[], object], second: Callable[[], object]) -> Runner:
+    """Calls alternating between two input sets, each call written out as a serving loop writes it (no
+    argument unpacking or iterator in the timed call)."""
+    return lambda n: alternating_batch_us(first, second, n)
+
+
 def _plan_floor(s: _Setup, op: int, prepared: Any, rebound: dict[int, str],
                 address_sets: list[list[int]]) -> tuple[Runner, Runner]:
     """The C plan loops on `prepared`'s repeatable executor: rebinding `rebound` to the alternating
@@ -155,16 +160,16 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     attrs = s.int_attrs + [0, 0, 0, 1, 0, 0, 0, 1]  # the defaults prepare_dispatch passes
     tail = [0, 0, 0]  # zero / copy / const experts, after commAlg
     tensors = [address(t.descriptor()) if t is not None else 0 for t in [s.ctx, x, ids] + [None] * 5 + list(s.d)]
-    steps = itertools.cycle(list(zip(s.x, s.ids)))
     c_plan, c_plan_reuse = _plan_floor(s, DISPATCH, prepared, DISPATCH_REBOUND,
                                        [[xi.data_ptr, ii.data_ptr] for xi, ii in zip(s.x, s.ids)])
     sh, ws = s.stream.handle, s.workspace.ptr
     ctx, stream, d, cfg = s.ctx, s.stream, s.d, s.config  # locals, as in a serving loop
+    (x0, x1), (ids0, ids1) = s.x, s.ids
     return {
         "ctypes": _py(lambda: s.ctypes.dispatch([s.ctx, x, ids] + [None] * 5, list(s.d), attrs, b"", tail, sh, ws)),
         "per_call": _py(lambda: moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, config=cfg)),
         "c_per_call": lambda n: s.floor.dispatch_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
-        "plan": _py(lambda: plan(*next(steps), stream=stream)),
+        "plan": _py_alternating(lambda: plan(x0, ids0, stream=stream), lambda: plan(x1, ids1, stream=stream)),
         "c_plan": c_plan,
         "plan_reuse": _py(lambda: plan(x, ids, stream=stream)),
         "c_plan_reuse": c_plan_reuse,
@@ -185,17 +190,18 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
     tail = [0, 0, 0]
     ins = [s.ctx, y, ids, assist, counts, s.empty_weights] + [None] * 13
     tensors = [address(t.descriptor()) if t is not None else 0 for t in ins + [s.c_out]]
-    steps = itertools.cycle(list(zip(s.y, s.ids, s.assist, s.counts)))
     c_plan, c_plan_reuse = _plan_floor(s, COMBINE, prepared, COMBINE_REBOUND,
                                        [[t.data_ptr for t in step] for step in zip(s.y, s.ids, s.assist, s.counts)])
     sh, ws = s.stream.handle, s.workspace.ptr
     ctx, stream, out, cfg = s.ctx, s.stream, s.c_out, s.config  # locals, as in a serving loop
+    (y0, y1), (ids0, ids1), (assist0, assist1), (counts0, counts1) = s.y, s.ids, s.assist, s.counts
     return {
         "ctypes": _py(lambda: s.ctypes.combine(ins, [s.c_out], attrs, b"", tail, sh, ws)),
         "per_call": _py(lambda: moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=out,
                                                        config=cfg)),
         "c_per_call": lambda n: s.floor.combine_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
-        "plan": _py(lambda: plan(*next(steps), stream=stream)),
+        "plan": _py_alternating(lambda: plan(y0, ids0, assist0, counts0, stream=stream),
+                                lambda: plan(y1, ids1, assist1, counts1, stream=stream)),
         "c_plan": c_plan,
         "plan_reuse": _py(lambda: plan(y, ids, assist, counts, stream=stream)),
         "c_plan_reuse": c_plan_reuse,

@@ -20,6 +20,18 @@ def batch_us(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - t0) * 1e6 / calls
 
 
+def alternating_batch_us(first: Callable[[], object], second: Callable[[], object], calls: int) -> float:
+    """µs per call of `calls` back-to-back calls alternating `first` and `second` (one batch)."""
+    pairs, odd = divmod(calls, 2)
+    t0 = time.perf_counter()
+    for _ in range(pairs):
+        first()
+        second()
+    if odd:
+        first()
+    return (time.perf_counter() - t0) * 1e6 / calls
+
+
 def ratio(a: float, b: float) -> float:
     """a / b, infinity when b is 0 (JSON writes it as Infinity)."""
     return a / b if b else float("inf")

@@ -24,10 +24,6 @@ from .config import MoeConfig
 
 F = TypeVar("F", bound=Callable[..., object])
 
-# what a parameter that is not a tensor input is to the C path (fastpath/op.c, ROLE_*)
-_ROLES = {"config": -1, "stream": -2, "precheck": -4}
-_OUTPUTS, _MUST_BE_NONE = -3, -5
-
 
 def compiled_op(setup: Callable[[tuple[str, ...]], object]) -> Callable[[F], F]:
     """Decorate an operator function so that its steady state runs in C; `setup(names)` gives the
@@ -56,6 +52,9 @@ def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: 
     the extension's `run` helper. Any other parameter must be None."""
     from .. import _fastpath
 
+    # what a parameter that is not a tensor input is to the C path
+    named = {"config": _fastpath.ROLE_CONFIG, "stream": _fastpath.ROLE_STREAM, "precheck": _fastpath.ROLE_PRECHECK,
+             outputs: _fastpath.ROLE_OUTPUTS}
     roles: list[int] = []
     none_as: list[object] = []
     for name in names:
@@ -64,7 +63,7 @@ def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: 
             roles.append(index)
             none_as.append(False if index < required else make_if_none.get(name))
         else:
-            roles.append(_OUTPUTS if name == outputs else _ROLES.get(name, _MUST_BE_NONE))
+            roles.append(named.get(name, _fastpath.ROLE_NONE))
             none_as.append(None)
     op, *dims = key
     b = initialized()

@@ -28,8 +28,13 @@ from ..runtime import (
 from ..tensor import Tensor
 from ._args import as_int32, host_array, wrong_dtype
 
-if TYPE_CHECKING:  # compiled: imported where used, so that the package imports without it
-    from .._fastpath import PlanCall
+if TYPE_CHECKING:
+    from .._fastpath import PlanBase, PlanCall
+else:
+    try:  # compiled: the package imports without it (and then explains what is missing)
+        from .._fastpath import PlanBase
+    except ImportError:
+        PlanBase = object
 
 
 def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Stream, inputs: Sequence[Tensor | None],
@@ -147,7 +152,7 @@ class Prepared(Resource):
     (``repeatable=True`` at prepare time) may be launched again, after :meth:`rebind_input` /
     :meth:`rebind_output` moved its tensors to new addresses, and is destroyed by :meth:`close`."""
 
-    __slots__ = ("_executor", "workspace_size", "inputs", "outputs", "repeatable", "_launch_name",
+    __slots__ = ("_open", "_executor", "workspace_size", "inputs", "outputs", "repeatable", "_launch_name",
                  "__weakref__")
 
     def __init__(self, launch_name: str, executor: Any, workspace_size: int, inputs: Sequence[Tensor | None],
@@ -224,7 +229,6 @@ def _launch_failed(args: Any, op: str, status: int) -> None:
 
 
 _UNSET = object()  # a plan slot whose next value must be checked again
-_MUST_BE_NONE, _STREAM = -1, -2  # a compiled call's parameters that give no plan argument
 
 #: the call aclnnpy_plan_launch reports as failed, when it is not the launch
 _PLAN_STEPS = {1: "aclSetInputTensorAddr", 2: "aclSetOutputTensorAddr"}
@@ -241,18 +245,19 @@ def _compiled_call(cls: type[Plan]) -> PlanCall | None:
         if call is None:
             continue
         if isinstance(call, _fastpath.PlanCall):
-            return call
-        result = klass.__dict__.get("_result")
-        if result is None:
-            return None
-        compiled = _fastpath.PlanCall(call, result)
-        type.__setattr__(klass, "__call__", compiled)
-        _fastpath.adopt(klass)  # calling a plan skips the interpreter's generic __call__ slot
+            compiled = call
+        else:
+            result = klass.__dict__.get("_result")
+            if result is None:
+                return None
+            compiled = _fastpath.PlanCall(call, result)
+            type.__setattr__(klass, "__call__", compiled)
+        _fastpath.adopt(cls)  # the interpreter calls its plans with their arguments unpacked
         return compiled
     return None
 
 
-class Plan(Resource):
+class Plan(Resource, PlanBase):
     """A prepared op with fixed shapes, dtypes and attributes, launched many times.
 
     One phase 1 with a repeatable executor (``aclSetAclOpExecutorRepeatable``); the plan owns a device
@@ -317,7 +322,8 @@ class Plan(Resource):
         own = self._own_in
         given = {self.input_names[i]: k for k, i in enumerate(in_slots)}
         # per __call__ parameter: the argument it gives, the stream, or one that must be None
-        params = tuple(given.get(name, _STREAM if name == "stream" else _MUST_BE_NONE) for name in call.names)
+        params = tuple(given.get(name, _fastpath.ROLE_STREAM if name == "stream" else _fastpath.ROLE_NONE)
+                       for name in call.names)
         return _fastpath.state(
             int(ffi.cast("uintptr_t", b.function_pointer("aclnnpy_plan_launch"))),
             int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots, params,
@@ -390,9 +396,12 @@ class Plan(Resource):
         s = resolve_stream(stream)
         for i, v in zip(in_slots, in_values):
             if v is self._last_in[i]:
-                if v is not None and not v._open:  # type: ignore[attr-defined]
+                if v is None:
+                    continue
+                if not v._open:  # type: ignore[attr-defined]
                     raise ClosedError(v._label(), "pass it to an operator")  # type: ignore[attr-defined]
-                continue
+                if v.data_ptr == self._want_in[i]:  # type: ignore[attr-defined]  # a view may have moved
+                    continue
             self._set(i, v, s, False)
         if out_values is not None:
             for j, v in enumerate(out_values):

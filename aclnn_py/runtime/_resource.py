@@ -16,7 +16,9 @@ class Resource(abc.ABC):
     """Owns one C-side resource until :meth:`close`. Subclasses set ``_open`` to True once the
     resource exists and define :meth:`_release` and :meth:`_label`."""
 
-    __slots__ = ("_open",)
+    # `_open` is each subclass's own slot (or __dict__ entry), so that a subclass may also derive from
+    # a compiled base with a layout of its own (a plan derives from _fastpath.PlanBase)
+    __slots__ = ()
     _open: bool
 
     @abc.abstractmethod
@@ -30,7 +32,7 @@ class Resource(abc.ABC):
     def close(self) -> None:
         """Release the resource now. Idempotent; any later use raises :class:`~aclnn_py.ClosedError`."""
         if getattr(self, "_open", False):
-            self._open = False
+            self._open = False  # type: ignore[misc]  # a subclass's slot (see __slots__)
             self._release()
 
     @abc.abstractmethod

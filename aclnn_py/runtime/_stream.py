@@ -39,7 +39,7 @@ class Stream(Resource):
     """An ACL stream (``aclrtStream``). Made by :meth:`Device.create_stream`, :meth:`from_handle` or
     :meth:`default`, not by calling the class."""
 
-    __slots__ = ("_cdata", "_handle", "_owned", "_device", "_key", "__weakref__")
+    __slots__ = ("_open", "_cdata", "_handle", "_owned", "_device", "_key", "__weakref__")
     _cdata: Any          # the aclrtStream
     _handle: int
     _owned: bool
@@ -251,7 +251,7 @@ def wait_for(cdata: Any, timeout_ms: int | None = None) -> None:
 class Event(Resource):
     """An ACL event on the calling thread's current device."""
 
-    __slots__ = ("_cdata", "__weakref__")
+    __slots__ = ("_open", "_cdata", "__weakref__")
 
     def __init__(self) -> None:
         b = initialized()
