@@ -11,8 +11,8 @@ ROLE_NONE: int
 
 def state(launch: int, plan: int, want_in: int, slots: tuple[int, ...], params: tuple[int, ...], last_in: list[object],
           own_shape: tuple[tuple[int, ...] | None, ...], own_dtype: tuple[object, ...], outputs: tuple[object, ...],
-          last_out: list[object], tensor_type: type, stream_type: type,
-          on_failure: Callable[[int], None]) -> object: ...
+          last_out: list[object], tensor_type: type, stream_type: type, on_failure: Callable[[int], None],
+          ordered: tuple[object, type, type, Callable[..., None], Callable[..., None], int]) -> object: ...
 
 class PlanBase:
     """The base of plan classes: holds the plan's compiled state; an adopted class's instances are
@@ -39,7 +39,7 @@ class OpCall:
 def op_spec(*, layout: object, stream_type: type, config_type: type, outputs_type: type | None,
             roles: tuple[int, ...], none_as: tuple[object, ...], n_inputs: int, n_outputs: int,
             key: tuple[object, ...], ints_attr: str, comm_attr: str, run: int, destroy: int,
-            on_failure: Callable[[int], None], ordered: tuple[object, type, type, Callable[..., None], int]) -> object: ...
+            on_failure: Callable[[int], None], ordered: tuple[object, type, type, Callable[..., None], Callable[..., None], int]) -> object: ...
 def adopt(cls: type) -> None: ...
 def layout(tensor_type: type) -> object: ...
 def gather(layout: object, inputs: Sequence[object | None], outputs: Sequence[object], table: int,

@@ -18,6 +18,7 @@
  *               packing the arguments; PlanCall, a plan class's __call__ (rebinding and launch of a
  *               repeatable executor); adopt(), which makes a plan class's instances call it directly
  *   op.c        OpCall: an operator's both-phases call; gather() / written() for the Python path
+ *   ordered.c   the stream-ordered state: a stream's workspace block, and holds of what a launch uses
  *   module.c    the module */
 #pragma once
 
@@ -113,6 +114,34 @@ PyObject *call_head_getattro(PyObject *self, PyObject *name);
 extern PyGetSetDef call_head_getset[];
 #define CALL_HEAD_FLAGS \
     (Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR)
+
+/* ---- the stream-ordered state (ordered.c) ----
+ * aclnn_py.runtime.ordered.compiled_view(): its states by stream key, their type, the workspace block
+ * type, hold(stream, obj) and checkpoint(stream), and the holds between checkpoints. */
+typedef struct {
+    PyObject *states;      /* dict: Stream._key -> state */
+    PyObject *state_type;
+    PyObject *hold;        /* ordered.hold: a stream's first hold, which makes its state */
+    PyObject *checkpoint;  /* called once the current segment has `every` holds */
+    Py_ssize_t every;
+    Py_ssize_t s_key, st_current, st_workspace, m_ptr, m_size;  /* slot offsets */
+} Ordered;
+
+/* Fill `o` from `view` (for streams of `stream_type`): 0, or -1 with an exception set (release it). */
+int ordered_init(Ordered *o, PyObject *view, PyObject *stream_type);
+void ordered_release(Ordered *o);
+/* The stream's state (borrowed), or NULL when it has none yet (an exception set only on an error). */
+PyObject *ordered_state(const Ordered *o, PyObject *stream);
+/* The state's workspace block into *ptr, *size ((0, 0) before the first): 1, or 0 when it is not
+ * readable (the Python path). */
+int ordered_workspace(const Ordered *o, PyObject *state, uintptr_t *ptr, uintptr_t *size);
+/* Keep `held` alive until `stream` passes the work queued so far, on its `state` (NULL: none yet, made
+ * by ordered.hold): appended to the current segment, and a checkpoint once it has `every` holds. 0, or
+ * -1 with an exception set. */
+int ordered_hold(const Ordered *o, PyObject *state, PyObject *stream, PyObject *held);
+/* `obj` is one of the last `window` holds in the state's current segment, so it is held already until
+ * the stream passes the work queued so far: 1, else 0. */
+int ordered_held_recently(const Ordered *o, PyObject *state, PyObject *obj, Py_ssize_t window);
 
 /* ---- Tensor slots of the per-call path (op.c) ---- */
 typedef struct {

@@ -4,11 +4,11 @@
 static PyMethodDef methods[] = {
     {"state", make_state, METH_VARARGS,
      "state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream, "
-     "on_failure)\n"
+     "on_failure, ordered)\n"
      "A plan's fixed part: what its PlanCall runs."},
     {"op_spec", (PyCFunction)(void (*)(void))make_op_spec, METH_VARARGS | METH_KEYWORDS,
      "op_spec(*, layout, stream_type, config_type, outputs_type, roles, none_as, n_inputs, n_outputs, key, "
-     "ints_attr, comm_attr, run, destroy, workspace_block, hold, on_failure)\n"
+     "ints_attr, comm_attr, run, destroy, on_failure, ordered)\n"
      "An operator's fixed part: what its OpCall runs."},
     {"adopt", adopt_plan_class, METH_O,
      "adopt(cls)\nThe interpreter calls instances of `cls` (a PlanBase class whose __call__ is a PlanCall) "

@@ -4,8 +4,8 @@
  * OpCall stands for an operator function (moe_distribute_dispatch / _combine): its C path takes calls
  * whose tensors are Tensors with descriptors, with a MoeConfig, given outputs, a Stream and a shape the
  * config's pre-checks already passed, on a stream that has launched before. After the launch it holds
- * what the launch uses on the stream's state as aclnn_py.runtime.ordered.hold() does (its
- * compiled_view() names what is read and written). The Python path of the same functions uses
+ * what the launch uses on the stream's state as aclnn_py.runtime.ordered.hold() does (ordered.c). The
+ * Python path of the same functions uses
  * gather() and written() for its tensors. */
 #include <string.h>
 
@@ -173,14 +173,7 @@ typedef struct {
     run_fn run;
     destroy_fn destroy;
     PyObject *on_failure;      /* on_failure(status) for a failed launch; raises */
-    /* The stream-ordered state (aclnn_py.runtime.ordered.compiled_view()), read and written as its
-     * workspace_block() and hold() do, without a call into Python per launch. */
-    PyObject *states;          /* dict: stream key -> state */
-    PyObject *state_type;
-    PyObject *checkpoint;      /* checkpoint(stream): after every `every` holds */
-    Py_ssize_t every;
-    Py_ssize_t s_key, st_held, st_positions, st_workspace, m_ptr, m_size;  /* slot offsets */
-    PyObject *append;          /* "append", interned */
+    Ordered ordered;           /* the stream-ordered state: workspace blocks and holds */
 } OpSpec;
 
 static const char OP_SPEC[] = "aclnn_py._fastpath.OpSpec";
@@ -200,10 +193,7 @@ static void op_spec_release(OpSpec *sp) {
     Py_XDECREF(sp->passed);
     Py_XDECREF(sp->key);
     Py_XDECREF(sp->on_failure);
-    Py_XDECREF(sp->states);
-    Py_XDECREF(sp->state_type);
-    Py_XDECREF(sp->checkpoint);
-    Py_XDECREF(sp->append);
+    ordered_release(&sp->ordered);
     PyMem_Free(sp->role);
     PyMem_Free(sp);
 }
@@ -214,23 +204,21 @@ static void op_spec_free(PyObject *capsule) {
 }
 
 /* op_spec(layout, Stream, MoeConfig, outputs_type, roles, none_as, n_inputs, n_outputs, key, ints_attr,
- *         comm_attr, run, destroy, on_failure, ordered=(states, state type, DeviceMemory, checkpoint, every)) */
+ *         comm_attr, run, destroy, on_failure, ordered=ordered.compiled_view()) */
 PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *kwlist[] = {"layout", "stream_type", "config_type", "outputs_type", "roles", "none_as", "n_inputs",
                              "n_outputs", "key", "ints_attr", "comm_attr", "run", "destroy", "on_failure",
                              "ordered", NULL};
     PyObject *layout_obj, *stream_type, *config_type, *outputs_type, *roles, *none_as, *key, *ints_attr, *comm_attr,
-        *on_failure, *states, *state_type, *memory_type, *checkpoint;
-    Py_ssize_t every;
+        *on_failure, *ordered;
     Py_ssize_t n_inputs, n_outputs;
     unsigned long long run, destroy;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OO!O!nnO!UUKKO(O!O!O!On):op_spec", kwlist, &layout_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OO!O!nnO!UUKKOO!:op_spec", kwlist, &layout_obj,
                                      &PyType_Type, &stream_type, &PyType_Type, &config_type, &outputs_type,
                                      &PyTuple_Type, &roles, &PyTuple_Type, &none_as, &n_inputs, &n_outputs,
                                      &PyTuple_Type, &key, &ints_attr, &comm_attr, &run, &destroy, &on_failure,
-                                     &PyDict_Type, &states, &PyType_Type, &state_type, &PyType_Type, &memory_type,
-                                     &checkpoint, &every))
+                                     &PyTuple_Type, &ordered))
         return NULL;
     const Layout *layout = (const Layout *)PyCapsule_GetPointer(layout_obj, LAYOUT);
     if (!layout) return NULL;
@@ -245,22 +233,19 @@ PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
                         "inputs and outputs must fit the table (one output without outputs_type)");
         return NULL;
     }
-    if (!run || !destroy || !PyCallable_Check(on_failure) || !PyCallable_Check(checkpoint) || every < 1) {
-        PyErr_SetString(PyExc_TypeError, "op_spec: run and destroy must be addresses, on_failure and the checkpoint "
-                        "callables, the checkpoint period >= 1");
+    if (!run || !destroy || !PyCallable_Check(on_failure)) {
+        PyErr_SetString(PyExc_TypeError, "op_spec: run and destroy must be addresses, on_failure a callable");
         return NULL;
     }
     OpSpec *sp = (OpSpec *)PyMem_Calloc(1, sizeof(OpSpec));
     if (!sp) return PyErr_NoMemory();
     sp->n_params = n_params;
     struct { Py_ssize_t *offset; PyObject *type; const char *name; } members[] = {
-        {&sp->s_open, stream_type, "_open"}, {&sp->s_handle, stream_type, "_handle"}, {&sp->s_key, stream_type, "_key"},
-        {&sp->st_held, state_type, "held"}, {&sp->st_positions, state_type, "positions"},
-        {&sp->st_workspace, state_type, "workspace"}, {&sp->m_ptr, memory_type, "_ptr"},
-        {&sp->m_size, memory_type, "size"},
+        {&sp->s_open, stream_type, "_open"}, {&sp->s_handle, stream_type, "_handle"},
     };
     for (size_t m = 0; m < sizeof(members) / sizeof(members[0]); ++m)
         if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) goto fail;
+    if (ordered_init(&sp->ordered, ordered, stream_type) < 0) goto fail;
     if (!(sp->role = index_array(roles, ROLE_LOWEST, n_inputs, "role"))) goto fail;
     /* key: (op, (parameter, dim), (parameter, dim), (parameter, dim)) naming BS, H and K */
     if (PyTuple_GET_SIZE(key) != 4 || !PyUnicode_Check(PyTuple_GET_ITEM(key, 0))) {
@@ -291,11 +276,6 @@ PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
     sp->run = (run_fn)(uintptr_t)run;
     sp->destroy = (destroy_fn)(uintptr_t)destroy;
     sp->on_failure = Py_NewRef(on_failure);
-    sp->states = Py_NewRef(states);
-    sp->state_type = Py_NewRef(state_type);
-    sp->checkpoint = Py_NewRef(checkpoint);
-    sp->every = every;
-    if (!(sp->append = PyUnicode_InternFromString("append"))) goto fail;
     PyObject *capsule = PyCapsule_New(sp, OP_SPEC, op_spec_free);
     if (capsule) return capsule;
 fail:
@@ -353,27 +333,6 @@ static int prechecked(OpSpec *sp, PyObject **params) {
         memcpy(sp->key_dims, d, sizeof d);
     }
     return PySet_Contains(sp->passed, sp->key);
-}
-
-/* ordered.hold(stream, held) on the stream's `state`: the next position, the hold appended there, and a
- * checkpoint after every `every` holds. 0, or -1 raised. */
-static int hold(const OpSpec *sp, PyObject *state, PyObject *stream, PyObject *held) {
-    PyObject *position = PyIter_Next(slot(state, sp->st_positions));
-    if (!position) {
-        if (!PyErr_Occurred()) PyErr_SetString(PyExc_RuntimeError, "hold: the stream's positions ended");
-        return -1;
-    }
-    Py_ssize_t seq = PyLong_AsSsize_t(position);
-    PyObject *entry = seq < 0 ? NULL : PyTuple_Pack(2, position, held);
-    Py_DECREF(position);
-    PyObject *r = entry ? PyObject_CallMethodOneArg(slot(state, sp->st_held), sp->append, entry) : NULL;
-    Py_XDECREF(entry);
-    if (!r) return -1;
-    Py_DECREF(r);
-    if (seq % sp->every != sp->every - 1) return 0;
-    r = PyObject_CallOneArg(sp->checkpoint, stream);
-    Py_XDECREF(r);
-    return r ? 0 : -1;
 }
 
 typedef struct {
@@ -453,21 +412,13 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     rc = 0;
     /* the stream's state: its workspace block now, its holds after the launch (a stream's first launch
      * is Python's, which makes the state) */
-    PyObject *key = slot(stream, sp->s_key);
-    if (!key || !(state = PyDict_GetItemWithError(sp->states, key)) || Py_TYPE(state) != (PyTypeObject *)sp->state_type) {
-        state = NULL;
+    if (!(state = ordered_state(&sp->ordered, stream))) {
         rc = PyErr_Occurred() ? -1 : 0;
         goto done;
     }
     Py_INCREF(state);  /* kept across the launch: the stream may be destroyed meanwhile */
-    PyObject *mem = slot(state, sp->st_workspace);
-    uintptr_t ws = 0, ws_cap = 0;
-    if (mem && mem != Py_None) {
-        Py_ssize_t p = slot_size(mem, sp->m_ptr), n = slot_size(mem, sp->m_size);
-        if (p < 0 || n < 0) goto done;
-        ws = (uintptr_t)p;
-        ws_cap = (uintptr_t)n;
-    }
+    uintptr_t ws, ws_cap;
+    if (!ordered_workspace(&sp->ordered, state, &ws, &ws_cap)) goto done;
     PyObject *comm = Py_NewRef(sp->comm);  /* another thread may replace the cache while the GIL is released */
     const int64_t *ints = (const int64_t *)sp->ints;
     void *handle = (void *)(uintptr_t)slot_size(stream, sp->s_handle);
@@ -485,7 +436,7 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
         rc = -1;
         goto done;
     }
-    if (hold(sp, state, stream, held) < 0) {
+    if (ordered_hold(&sp->ordered, state, stream, held) < 0) {
         rc = -1;
         goto done;
     }

@@ -1,8 +1,10 @@
 /* Plans in C (fastpath.h). A plan is a repeatable executor with its own buffers; a serving loop calls
  * it with device Tensors of the plan's layout, often the same ones as last step. The C path records the
  * addresses of the Tensors that changed, calls the cffi extension's aclnnpy_plan_launch
- * (build_ffi_plan.c: rebinding and launch) and marks the outputs' writer. A failed rebinding or launch
- * is handed to the plan's `on_failure(status)`, which raises.
+ * (build_ffi_plan.c: rebinding and launch) and marks the outputs' writer. A Tensor a call replaces was
+ * used by the launches before it: what keeps its memory is held on the stream until the stream passes
+ * them, as the Python path does. A failed rebinding or launch is handed to the plan's
+ * `on_failure(status)`, which raises.
  *
  *   State      a plan's fixed part (state()), in a capsule the plan keeps as `_c_state`
  *   PlanBase   the plan classes' base: it holds `_c_state`, and lets the interpreter call a plan with
@@ -41,11 +43,13 @@ typedef struct {
     PyObject *tensor_type;
     PyObject *stream_type;
     PyObject *on_failure;    /* called with the status of a failed rebinding or launch; raises */
+    Ordered ordered;         /* the stream-ordered state, for the holds of replaced Tensors */
     Known *known;            /* KNOWN_PER_SLOT per slot */
     unsigned char *known_next;  /* per slot: the entry to replace next */
     Py_ssize_t n_slots;
     /* offsets of the __slots__ read or written */
-    Py_ssize_t t_open, t_contiguous, t_shape, t_dtype, t_ptr, t_offset_nbytes, t_writer, s_open, s_handle;
+    Py_ssize_t t_open, t_contiguous, t_shape, t_dtype, t_ptr, t_offset_nbytes, t_writer, t_mem, t_owner, s_open,
+        s_handle;
 } State;
 
 static const char CAPSULE[] = "aclnn_py._fastpath.State";
@@ -62,6 +66,7 @@ static void state_release(State *st) {
     if (st->known)
         for (Py_ssize_t k = 0; k < st->n_slots * KNOWN_PER_SLOT; ++k) known_clear(&st->known[k]);
     PyMem_Free(st->known);
+    ordered_release(&st->ordered);
     PyMem_Free(st->known_next);
     Py_XDECREF(st->last_in);
     Py_XDECREF(st->own_shape);
@@ -82,16 +87,17 @@ static void state_free(PyObject *capsule) {
 }
 
 /* state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream,
- *       on_failure) */
+ *       on_failure, ordered) */
 PyObject *make_state(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long launch, plan, want_in;
-    PyObject *slots, *params, *last_in, *own_shape, *own_dtype, *outputs, *last_out, *tensor_type, *stream_type, *on_failure;
-    if (!PyArg_ParseTuple(args, "KKKO!O!O!O!O!O!O!O!O!O:state", &launch, &plan, &want_in, &PyTuple_Type, &slots,
+    PyObject *slots, *params, *last_in, *own_shape, *own_dtype, *outputs, *last_out, *tensor_type, *stream_type,
+        *on_failure, *ordered;
+    if (!PyArg_ParseTuple(args, "KKKO!O!O!O!O!O!O!O!O!OO!:state", &launch, &plan, &want_in, &PyTuple_Type, &slots,
                           &PyTuple_Type, &params,
                           &PyList_Type, &last_in, &PyTuple_Type, &own_shape, &PyTuple_Type, &own_dtype,
                           &PyTuple_Type, &outputs, &PyList_Type, &last_out, &PyType_Type, &tensor_type,
-                          &PyType_Type, &stream_type, &on_failure))
+                          &PyType_Type, &stream_type, &on_failure, &PyTuple_Type, &ordered))
         return NULL;
     if (!PyCallable_Check(on_failure)) {
         PyErr_SetString(PyExc_TypeError, "state: on_failure must be callable");
@@ -114,11 +120,13 @@ PyObject *make_state(PyObject *self, PyObject *args) {
         {&st->t_open, tensor_type, "_open"}, {&st->t_contiguous, tensor_type, "_contiguous"},
         {&st->t_shape, tensor_type, "shape"}, {&st->t_dtype, tensor_type, "dtype"},
         {&st->t_ptr, tensor_type, "_ptr"}, {&st->t_offset_nbytes, tensor_type, "_offset_nbytes"},
-        {&st->t_writer, tensor_type, "_writer"}, {&st->s_open, stream_type, "_open"},
+        {&st->t_writer, tensor_type, "_writer"}, {&st->t_mem, tensor_type, "_mem"},
+        {&st->t_owner, tensor_type, "_owner"}, {&st->s_open, stream_type, "_open"},
         {&st->s_handle, stream_type, "_handle"},
     };
     for (size_t m = 0; m < sizeof(members) / sizeof(members[0]); ++m)
         if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) goto fail;
+    if (ordered_init(&st->ordered, ordered, stream_type) < 0) goto fail;
     st->n_values = PyTuple_GET_SIZE(slots);
     st->n_params = PyTuple_GET_SIZE(params);
     if (st->n_params > MAX_PARAMS) {
@@ -217,6 +225,31 @@ static uintptr_t slot_address(State *st, PyObject *t, Py_ssize_t i) {
     return addr;
 }
 
+/* Hold the `n` anchors (references, taken) of the Tensors a call replaced on `stream`: the launches
+ * before it used them. An anchor among the stream's latest holds is held already — a loop that
+ * alternates a few buffers retires the same ones again and again. 0, or -1 with an exception set. */
+static int retire(const State *st, PyObject *stream, PyObject **anchors, Py_ssize_t n) {
+    int rc = 0;
+    PyObject *state = n ? ordered_state(&st->ordered, stream) : NULL;  /* borrowed: kept by the states */
+    for (Py_ssize_t j = 0; j < n; ++j) {
+        if (rc < 0 || (!state && PyErr_Occurred()))
+            rc = -1;
+        else if (!state || !ordered_held_recently(&st->ordered, state, anchors[j], 4 * st->n_values)) {
+            rc = ordered_hold(&st->ordered, state, stream, anchors[j]);
+            state = ordered_state(&st->ordered, stream);  /* made by the first hold; a checkpoint may run */
+        }
+        Py_DECREF(anchors[j]);
+    }
+    return rc;
+}
+
+/* What keeps Tensor `t`'s memory valid (Tensor._anchor()), a new reference; NULL when nothing does. */
+static PyObject *anchor_of(const State *st, PyObject *t) {
+    PyObject *a = slot(t, st->t_mem);
+    if (!a || a == Py_None) a = slot(t, st->t_owner);
+    return a && a != Py_None ? Py_NewRef(a) : NULL;
+}
+
 /* Bind this call's arguments `values` (one per plan argument) and launch on `stream`: 1 when launched
  * (the outputs' writer set), 0 for the Python path, -1 with an exception set when a rebinding or the
  * launch failed (raised through on_failure). */
@@ -226,20 +259,29 @@ static int step(State *st, PyObject *const *values, PyObject *stream) {
         return 0;
     Py_ssize_t handle = slot_size(stream, st->s_handle);  /* 0 for a default stream */
     if (handle < 0) return 0;
-    for (Py_ssize_t k = 0; k < st->n_values; ++k) {
-        PyObject *v = values[k];
+    PyObject *retired[MAX_PARAMS];  /* anchors of the Tensors this call replaced */
+    Py_ssize_t n_retired = 0;
+    int taken = 1;
+    for (Py_ssize_t k = 0; k < st->n_values && taken; ++k) {
+        PyObject *v = values[k], *last = PyList_GET_ITEM(st->last_in, st->slots[k]);
         Py_ssize_t i = st->slots[k];
-        if (v == Py_None && PyList_GET_ITEM(st->last_in, i) == Py_None) continue;  /* absent */
-        if ((PyObject *)Py_TYPE(v) != st->tensor_type) return 0;
+        if (v == Py_None && last == Py_None) continue;  /* absent */
         /* the same Tensor as last call too: a view's address may have moved since (Prepared.rebind_input) */
-        uintptr_t addr = slot_address(st, v, i);
-        if (!addr) return 0;  /* closed, or not of the plan's layout: the Python path raises */
+        uintptr_t addr = Py_TYPE(v) == (PyTypeObject *)st->tensor_type ? slot_address(st, v, i) : 0;
+        if (!addr) {
+            taken = 0;  /* a host array, closed, not of the plan's layout: the Python path */
+            break;
+        }
         st->want_in[i] = addr;
-        if (v != PyList_GET_ITEM(st->last_in, i)) {
+        if (v != last) {
+            if (Py_TYPE(last) == (PyTypeObject *)st->tensor_type && (retired[n_retired] = anchor_of(st, last)))
+                ++n_retired;
             Py_INCREF(v);
             PyList_SetItem(st->last_in, i, v);  /* what the Python path records */
         }
     }
+    if (retire(st, stream, retired, n_retired) < 0) return -1;
+    if (!taken) return 0;
     int ret;
     Py_BEGIN_ALLOW_THREADS
     ret = st->launch(st->plan, (void *)(uintptr_t)handle);

@@ -163,6 +163,37 @@ def test_alternating_tensors_stay_in_c_and_every_change_is_seen(acl):
         assert out["dropped released"]
 
 
+def _replaced_tensors_are_held(acl, buf, stream, rng):
+    """A Tensor a call replaces was used by the launch before it: dropped by the caller, its memory
+    stays until the stream is synchronised — on the C path and the Python path (given outputs)."""
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    python_path = _PythonPathCalls(plan)
+    x, ids = (acl.Tensor.from_numpy(v) for v in _step_inputs(rng))
+    report = {}
+    for path in ("C", "Python"):
+        first = acl.Tensor.from_numpy(_step_inputs(rng)[0])
+        out = None if path == "C" else [acl.Tensor.empty(t.shape, t.dtype) for t in plan.outputs]
+        plan(first, ids, stream=stream, outputs=None if out is None else type(plan.outputs)(*out))
+        memory = [weakref.ref(first._mem)]
+        if out is not None:
+            memory += [weakref.ref(t._mem) for t in out]
+        before = python_path.n
+        plan(x, ids, stream=stream)  # replaces first (and the given outputs by the plan's own)
+        del first, out
+        gc.collect()
+        held = all(m() is not None for m in memory)
+        stream.synchronize()
+        gc.collect()
+        report[path] = (held, all(m() is None for m in memory), python_path.n - before)
+    plan.close()
+    return report
+
+
+def test_a_replaced_tensor_is_held_until_the_stream_passes_the_launch_that_used_it(acl):
+    for report in _run(_replaced_tensors_are_held):
+        assert report == {"C": (True, True, 0), "Python": (True, True, 1)}
+
+
 def _refusals(acl, buf, stream, rng):
     from aclnn_py import ClosedError
 
@@ -310,29 +341,38 @@ def test_a_plan_with_a_c_step_is_collected_without_close(acl):
 
 def test_the_step_state_checks_what_it_is_given(acl):
     from aclnn_py import _fastpath
-    from aclnn_py.runtime import Stream
+    from aclnn_py.runtime import Stream, ordered
     from aclnn_py.tensor import Tensor
 
     class NoSlots:  # the attributes exist, but as class attributes: no slot to read
-        _open = _contiguous = shape = dtype = _ptr = _offset_nbytes = _writer = None
+        _open = _contiguous = shape = dtype = _ptr = _offset_nbytes = _writer = _mem = _owner = None
+
+    view = ordered.compiled_view()
+
+    def state(*args, tensor_type=Tensor, on_failure=print, ordered_view=view):
+        return _fastpath.state(*args, [None], tensor_type, Stream, on_failure, ordered_view)
 
     with pytest.raises(TypeError, match="is not a __slots__ member"):
-        _fastpath.state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], NoSlots, Stream, print)
+        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), tensor_type=NoSlots)
     with pytest.raises(ValueError, match=r"slot 3 is out of range \[0, 1\)"):
-        _fastpath.state(1, 1, 1, (3,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+        state(1, 1, 1, (3,), (0,), [None], (None,), (None,), ())
     lowest = min(_fastpath.ROLE_CONFIG, _fastpath.ROLE_STREAM, _fastpath.ROLE_OUTPUTS, _fastpath.ROLE_PRECHECK,
                  _fastpath.ROLE_NONE)
     with pytest.raises(ValueError, match=rf"parameter 1 is out of range \[{lowest}, 1\)"):
-        _fastpath.state(1, 1, 1, (0,), (0, 1), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+        state(1, 1, 1, (0,), (0, 1), [None], (None,), (None,), ())
     for role in (_fastpath.ROLE_CONFIG, _fastpath.ROLE_OUTPUTS, _fastpath.ROLE_PRECHECK):  # an operator's, not a plan's
         with pytest.raises(ValueError, match="a plan's parameter is an argument, ROLE_STREAM or ROLE_NONE"):
-            _fastpath.state(1, 1, 1, (0,), (0, role), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+            state(1, 1, 1, (0,), (0, role), [None], (None,), (None,), ())
     with pytest.raises(ValueError, match="must be addresses"):
-        _fastpath.state(0, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, print)
+        state(0, 1, 1, (0,), (0,), [None], (None,), (None,), ())
     with pytest.raises(TypeError, match="on_failure must be callable"):
-        _fastpath.state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), [None], Tensor, Stream, None)
-    assert _fastpath.state(1, 1, 1, (0,), (_fastpath.ROLE_NONE, 0, _fastpath.ROLE_STREAM), [None], (None,), (None,),
-                           (), [None], Tensor, Stream, print) is not None
+        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), on_failure=None)
+    with pytest.raises(TypeError, match="ordered view"):
+        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), ordered_view=view[:-1])
+    with pytest.raises(TypeError, match="hold and checkpoint must be callables"):
+        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), ordered_view=view[:3] + (None,) + view[4:])
+    assert state(1, 1, 1, (0,), (_fastpath.ROLE_NONE, 0, _fastpath.ROLE_STREAM), [None], (None,), (None,),
+                 ()) is not None
 
 
 def test_a_plan_call_is_made_from_a_function_with_named_parameters(acl):
@@ -485,7 +525,7 @@ def _operator_calls(acl, buf, stream, rng, counter):
         holds = ordered.held(stream)
         got_d = moe_distribute_dispatch(ctx, x, ids, outputs=d, **kw)
         if name == "config, outputs, stream":  # held like the Python path's launches: once, until a sync
-            report["holds after a C call"] = (ordered.held(stream) - holds, ordered._states[stream._key].held[-1][1])
+            report["holds after a C call"] = (ordered.held(stream) - holds, ordered._states[stream._key].current[-1])
         kw.pop("x_dtype", None)
         got_c = moe_distribute_combine(ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, x_out=out, **kw)
         same = got_d is d and got_c is out and result() == want  # numpy() waits for the writer stream

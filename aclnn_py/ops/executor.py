@@ -329,7 +329,7 @@ class Plan(Resource, PlanBase):
             int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots, params,
             self._last_in, tuple(None if t is None else t.shape for t in own),
             tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out,
-            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op))
+            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view())
 
     @property
     def workspace_size(self) -> int:
@@ -358,7 +358,9 @@ class Plan(Resource, PlanBase):
         return arr
 
     def _set(self, index: int, value: object, stream: Stream, output: bool) -> None:
-        """Check this step's `value` for slot `index` and record the address the launch must bind."""
+        """Check this step's `value` for slot `index` and record the address the launch must bind. A
+        Tensor it replaces was used by the launches before: its memory is held until `stream` passes
+        them."""
         own = (self._own_out if output else self._own_in)[index]
         want = self._want_out if output else self._want_in
         last = self._last_out if output else self._last_in
@@ -383,7 +385,9 @@ class Plan(Resource, PlanBase):
             target = own.data_ptr
             remember = _UNSET  # host arrays are copied on every call
         want[index] = target
-        last[index] = remember
+        replaced, last[index] = last[index], remember
+        if isinstance(replaced, Tensor) and replaced is not value:
+            ordered.hold(stream, replaced._anchor())
 
     def _run(self, in_slots: tuple[int, ...], in_values: tuple[object, ...], out_values: Sequence[object] | None,
              stream: StreamArg) -> list[Tensor]:

@@ -12,7 +12,6 @@ stream.
 from __future__ import annotations
 
 import collections
-import itertools
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -22,30 +21,45 @@ from ._memory import DeviceMemory
 if TYPE_CHECKING:  # the stream module imports this one: streams and their events are only used here
     from ._stream import Event, Stream
 
-#: An event is recorded after this many holds, so a stream that is never synchronised still frees.
-#: Recording and querying one costs about 10 µs on the mock (it is queued like a launch), so at 32 it
-#: added 0.3 µs to every launch; every synchronisation releases holds anyway.
+#: A checkpoint event is recorded once this many holds are pending in a stream's current segment, so a
+#: stream that is never synchronised still frees. Recording and querying one costs about 10 µs on the
+#: mock (it is queued like a launch); every synchronisation releases holds anyway.
 CHECKPOINT_EVERY = 256
 
 
 class _StreamState:
-    """What one stream holds. Holds take no lock — every launch makes one — as `next` of a count and
-    `deque.append` are atomic under the GIL and everything else only pops from the left (under the
-    lock); a hold that lands behind a later one in the deque is released a little later, never early."""
+    """What one stream holds, in segments: a hold goes into the current (last) segment; a boundary —
+    a checkpoint or the start of a synchronisation — closes it and opens the next. Everything in a
+    closed segment was held after its launch was queued, so before the boundary: once the stream has
+    passed the boundary the whole segment is released at once. Appending to the current segment is
+    one step under the GIL for the compiled calls; the Python holds take the lock, so that none lands
+    in a segment that a boundary already closed."""
 
-    __slots__ = ("held", "positions", "checkpoints", "workspace")
+    __slots__ = ("segments", "first", "current", "checkpoints", "workspace")
 
     def __init__(self) -> None:
-        self.held: collections.deque[tuple[int, object]] = collections.deque()
-        #: holds, marks and checkpoints each take the next position
-        self.positions = itertools.count()
+        self.current: list[object] = []
+        self.segments: collections.deque[list[object]] = collections.deque([self.current])
+        self.first = 0  # the number of segments[0]; they are numbered in order
         self.checkpoints: collections.deque[tuple[Event, int]] = collections.deque()
         self.workspace: DeviceMemory | None = None
 
-    def drop_before(self, seq: int) -> None:
-        held = self.held
-        while held and held[0][0] < seq:
-            held.popleft()
+    def boundary(self) -> int:
+        """Close the current segment (caller holds the lock); its number."""
+        closed = self.first + len(self.segments) - 1
+        self.current = []
+        self.segments.append(self.current)
+        return closed
+
+    def drop_through(self, number: int) -> None:
+        """Release the segments up to `number`, which the stream has passed (caller holds the lock)."""
+        segments = self.segments
+        while self.first <= number and len(segments) > 1:
+            segments.popleft()
+            self.first += 1
+
+    def pending(self) -> int:
+        return sum(len(s) for s in self.segments)
 
 
 _lock = threading.Lock()
@@ -59,22 +73,23 @@ def _state(key: int) -> _StreamState:
 
 
 def hold(stream: Stream, obj: object) -> None:
-    """Keep `obj` alive until `stream` passes the work queued so far. (The compiled operator calls do
-    the same on a stream's state directly: :func:`compiled_view`.)"""
-    st = _states.get(stream._key) or _state(stream._key)
-    seq = next(st.positions)
-    st.held.append((seq, obj))
-    if seq % CHECKPOINT_EVERY == CHECKPOINT_EVERY - 1:
+    """Keep `obj` alive until `stream` passes the work queued so far. (The compiled calls do the same on
+    a stream's state directly: :func:`compiled_view`.)"""
+    with _lock:
+        current = _state(stream._key).current
+        current.append(obj)
+        full = len(current) >= CHECKPOINT_EVERY
+    if full:
         _checkpoint(stream)
 
 
 def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
-                             Callable[[Stream], None], int]:
-    """What a compiled operator call (fastpath/op.c) reads and writes instead of calling
+                             Callable[[Stream, object], None], Callable[[Stream], None], int]:
+    """What a compiled call (fastpath/ordered.c) reads and writes instead of calling
     :func:`workspace_block` and :func:`hold` for each launch: the states by stream key, their type (its
-    slots ``held``, ``positions`` and ``workspace``), the block type, the checkpoint function and the
-    holds between checkpoints. It takes a stream's first launch to Python, which makes the state."""
-    return _states, _StreamState, DeviceMemory, _checkpoint, CHECKPOINT_EVERY
+    slots ``current`` and ``workspace``), the block type, :func:`hold` (for a stream without a state
+    yet: it makes one), the checkpoint function and the holds that make a checkpoint."""
+    return _states, _StreamState, DeviceMemory, hold, _checkpoint, CHECKPOINT_EVERY
 
 
 def workspace_block(stream: Stream) -> tuple[int, int]:
@@ -90,34 +105,37 @@ def workspace_block(stream: Stream) -> tuple[int, int]:
 def _checkpoint(stream: Stream) -> None:
     with _lock:
         spare = _spare_events.pop() if _spare_events else None
+        closed = _state(stream._key).boundary()  # before the event: what it closed was queued before
     ev = stream.record_event(spare)
     with _lock:
         st = _state(stream._key)
-        st.checkpoints.append((ev, next(st.positions)))
+        st.checkpoints.append((ev, closed))
         _reap(st)
 
 
 def _reap(st: _StreamState) -> None:
     """Release what completed checkpoints cover (caller holds the lock)."""
     while st.checkpoints and st.checkpoints[0][0].query():
-        ev, upto = st.checkpoints.popleft()
+        ev, closed = st.checkpoints.popleft()
         _spare_events.append(ev)
-        st.drop_before(upto)
+        st.drop_through(closed)
 
 
 def mark(stream: Stream) -> int:
-    """A position in `stream`'s holds: :func:`passed` with it releases everything held before."""
-    st = _states.get(stream._key)
-    return next(st.positions) if st is not None else 0
+    """A mark in `stream`'s holds, taken before waiting for it: :func:`passed` with it releases
+    everything held before."""
+    with _lock:
+        st = _states.get(stream._key)
+        return st.boundary() if st is not None else -1
 
 
 def passed(stream: Stream, position: int) -> None:
-    """`stream` completed the work queued before `position` (it was synchronised)."""
+    """`stream` completed the work queued before the mark `position` (it was synchronised)."""
     with _lock:
         st = _states.get(stream._key)
         if st is None:
             return
-        st.drop_before(position)
+        st.drop_through(position)
         while st.checkpoints and st.checkpoints[0][1] <= position:
             _spare_events.append(st.checkpoints.popleft()[0])
 
@@ -130,7 +148,7 @@ def forget(key: int) -> None:
             return
         _spare_events.extend(ev for ev, _ in st.checkpoints)
         workspace, st.workspace = st.workspace, None
-        st.held.clear()
+        st.segments.clear()
     if workspace is not None:
         workspace.close()
 
@@ -161,14 +179,14 @@ def reap() -> int:
     with _lock:
         for st in _states.values():
             _reap(st)
-        return sum(len(st.held) for st in _states.values())
+        return sum(st.pending() for st in _states.values())
 
 
 def held(stream: Stream) -> int:
     """How many holds `stream` still has."""
     with _lock:
         st = _states.get(stream._key)
-        return len(st.held) if st is not None else 0
+        return st.pending() if st is not None else 0
 
 
 def workspace_bytes() -> int:
