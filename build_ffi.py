@@ -79,6 +79,8 @@ void aclnnpy_dlpack_deleter_versioned(void *managed);
 void aclnnpy_dlpack_capsule_destructor(void *capsule);
 const char *aclnnpy_prototypes(void);
 aclnnStatus aclnnpy_plan_launch(struct aclnnpy_plan *p, aclrtStream stream);
+int aclnnpy_plan_enter(struct aclnnpy_plan *p);
+void aclnnpy_plan_leave(struct aclnnpy_plan *p);
 aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
                                     uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                     aclOpExecutor **executor, int launch, int *launched);

@@ -7,7 +7,11 @@
  * holds now, updated as each move succeeds. On failure `failed` tells which call failed
  * (1: aclSetInputTensorAddr, 2: aclSetOutputTensorAddr, 3: the launch) and `failed_index` the slot;
  * earlier moves stay done and recorded. fastpath/plan.c calls the same function; build_ffi.py copies the
- * struct's declaration into cffi's. */
+ * struct's declaration into cffi's.
+ *
+ * A step writes the wanted addresses and then launches without the GIL, so two threads stepping one
+ * plan would bind each other's tensors: a step runs between aclnnpy_plan_enter and _leave, and a
+ * second one meanwhile is refused. */
 typedef aclnnStatus (*aclnnpy_launch_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
 
 struct aclnnpy_plan {
@@ -25,7 +29,17 @@ struct aclnnpy_plan {
     uint64_t workspace_size;
     int failed;
     int failed_index;
+    int busy;  /* a step is running (aclnnpy_plan_enter) */
 };
+
+/* Start a step: 0, or 1 when another thread's step is running (the caller refuses the call). */
+int aclnnpy_plan_enter(struct aclnnpy_plan *p) {
+    return __atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE);
+}
+
+void aclnnpy_plan_leave(struct aclnnpy_plan *p) {
+    __atomic_store_n(&p->busy, 0, __ATOMIC_RELEASE);
+}
 
 aclnnStatus aclnnpy_plan_launch(struct aclnnpy_plan *p, aclrtStream stream) {
     aclnnStatus ret;

@@ -12,7 +12,7 @@ ROLE_NONE: int
 def state(launch: int, plan: int, want_in: int, slots: tuple[int, ...], params: tuple[int, ...], last_in: list[object],
           own_shape: tuple[tuple[int, ...] | None, ...], own_dtype: tuple[object, ...], outputs: tuple[object, ...],
           last_out: list[object], tensor_type: type, stream_type: type, on_failure: Callable[[int], None],
-          ordered: tuple[object, type, type, Callable[..., None], Callable[..., None], int]) -> object: ...
+          ordered: tuple[object, type, type, Callable[..., None], Callable[..., None], int], busy: int) -> object: ...
 
 class PlanBase:
     """The base of plan classes: holds the plan's compiled state; an adopted class's instances are

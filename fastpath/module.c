@@ -4,7 +4,7 @@
 static PyMethodDef methods[] = {
     {"state", make_state, METH_VARARGS,
      "state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream, "
-     "on_failure, ordered)\n"
+     "on_failure, ordered, busy)\n"
      "A plan's fixed part: what its PlanCall runs."},
     {"op_spec", (PyCFunction)(void (*)(void))make_op_spec, METH_VARARGS | METH_KEYWORDS,
      "op_spec(*, layout, stream_type, config_type, outputs_type, roles, none_as, n_inputs, n_outputs, key, "

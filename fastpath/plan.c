@@ -31,6 +31,7 @@ typedef struct {
     plan_launch_fn launch;
     void *plan;              /* struct aclnnpy_plan * */
     uintptr_t *want_in;      /* the plan's in_want array */
+    int *busy;               /* the plan's `busy`: a step is running (aclnnpy_plan_enter) */
     Py_ssize_t n_values;     /* how many arguments a call passes */
     Py_ssize_t *slots;       /* the input slot of each argument */
     Py_ssize_t n_params;     /* parameters of the plan's __call__ (after self) */
@@ -87,24 +88,24 @@ static void state_free(PyObject *capsule) {
 }
 
 /* state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream,
- *       on_failure, ordered) */
+ *       on_failure, ordered, busy) */
 PyObject *make_state(PyObject *self, PyObject *args) {
     (void)self;
-    unsigned long long launch, plan, want_in;
+    unsigned long long launch, plan, want_in, busy;
     PyObject *slots, *params, *last_in, *own_shape, *own_dtype, *outputs, *last_out, *tensor_type, *stream_type,
         *on_failure, *ordered;
-    if (!PyArg_ParseTuple(args, "KKKO!O!O!O!O!O!O!O!O!OO!:state", &launch, &plan, &want_in, &PyTuple_Type, &slots,
+    if (!PyArg_ParseTuple(args, "KKKO!O!O!O!O!O!O!O!O!OO!K:state", &launch, &plan, &want_in, &PyTuple_Type, &slots,
                           &PyTuple_Type, &params,
                           &PyList_Type, &last_in, &PyTuple_Type, &own_shape, &PyTuple_Type, &own_dtype,
                           &PyTuple_Type, &outputs, &PyList_Type, &last_out, &PyType_Type, &tensor_type,
-                          &PyType_Type, &stream_type, &on_failure, &PyTuple_Type, &ordered))
+                          &PyType_Type, &stream_type, &on_failure, &PyTuple_Type, &ordered, &busy))
         return NULL;
     if (!PyCallable_Check(on_failure)) {
         PyErr_SetString(PyExc_TypeError, "state: on_failure must be callable");
         return NULL;
     }
-    if (!launch || !plan || !want_in) {
-        PyErr_SetString(PyExc_ValueError, "state: launch, plan and want_in must be addresses");
+    if (!launch || !plan || !want_in || !busy) {
+        PyErr_SetString(PyExc_ValueError, "state: launch, plan, want_in and busy must be addresses");
         return NULL;
     }
     Py_ssize_t n_slots = PyList_GET_SIZE(last_in);
@@ -151,6 +152,7 @@ PyObject *make_state(PyObject *self, PyObject *args) {
     st->launch = (plan_launch_fn)(uintptr_t)launch;
     st->plan = (void *)(uintptr_t)plan;
     st->want_in = (uintptr_t *)(uintptr_t)want_in;
+    st->busy = (int *)(uintptr_t)busy;
     st->last_in = Py_NewRef(last_in);
     st->own_shape = Py_NewRef(own_shape);
     st->own_dtype = Py_NewRef(own_dtype);
@@ -253,7 +255,7 @@ static PyObject *anchor_of(const State *st, PyObject *t) {
 /* Bind this call's arguments `values` (one per plan argument) and launch on `stream`: 1 when launched
  * (the outputs' writer set), 0 for the Python path, -1 with an exception set when a rebinding or the
  * launch failed (raised through on_failure). */
-static int step(State *st, PyObject *const *values, PyObject *stream) {
+static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream) {
     if ((PyObject *)Py_TYPE(stream) != st->stream_type || slot(stream, st->s_open) != Py_True
         || PyList_GET_ITEM(st->last_out, 0) != Py_None)
         return 0;
@@ -297,6 +299,15 @@ static int step(State *st, PyObject *const *values, PyObject *stream) {
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(st->outputs); ++j)
         set_slot(PyTuple_GET_ITEM(st->outputs, j), st->t_writer, stream);
     return 1;
+}
+
+/* One step, as aclnnpy_plan_enter / _leave bracket the Python path's: while another thread's step of the
+ * plan runs, the call is the Python path's, which refuses it. */
+static int step(State *st, PyObject *const *values, PyObject *stream) {
+    if (__atomic_exchange_n(st->busy, 1, __ATOMIC_ACQUIRE)) return 0;
+    int rc = bind_and_launch(st, values, stream);
+    __atomic_store_n(st->busy, 0, __ATOMIC_RELEASE);
+    return rc;
 }
 
 

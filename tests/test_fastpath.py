@@ -194,6 +194,36 @@ def test_a_replaced_tensor_is_held_until_the_stream_passes_the_launch_that_used_
         assert report == {"C": (True, True, 0), "Python": (True, True, 1)}
 
 
+def _overlapping_calls(acl, buf, stream, rng):
+    """While another thread's call of the plan runs (its step is entered), a call is refused on both
+    paths — its addresses would be written under the running launch — and the plan stays usable."""
+    plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=False)
+    host = _step_inputs(rng)
+    x, ids = (acl.Tensor.from_numpy(v) for v in host)
+    out = {}
+    plan._args.busy = 1  # as aclnnpy_plan_enter leaves it for the running step
+    for name, args in (("C path", (x, ids)), ("Python path", host)):
+        try:
+            plan(*args, stream=stream)
+            out[name] = None
+        except RuntimeError as e:
+            out[name] = str(e)
+    plan._args.busy = 0
+    d = plan(x, ids, stream=stream)
+    stream.synchronize()
+    out["after"] = (_same_as_per_call(buf, stream, d, host), plan._args.busy)
+    plan.close()
+    return out
+
+
+def test_a_call_overlapping_another_threads_call_of_the_plan_is_refused(acl):
+    for out in _run(_overlapping_calls):
+        for name in ("C path", "Python path"):
+            assert "another thread's call of it is running" in out[name]
+            assert out[name].startswith("DispatchPlan(aclnnMoeDistributeDispatchV5)")
+        assert out["after"] == (True, 0)
+
+
 def _refusals(acl, buf, stream, rng):
     from aclnn_py import ClosedError
 
@@ -350,7 +380,7 @@ def test_the_step_state_checks_what_it_is_given(acl):
     view = ordered.compiled_view()
 
     def state(*args, tensor_type=Tensor, on_failure=print, ordered_view=view):
-        return _fastpath.state(*args, [None], tensor_type, Stream, on_failure, ordered_view)
+        return _fastpath.state(*args, [None], tensor_type, Stream, on_failure, ordered_view, 1)
 
     with pytest.raises(TypeError, match="is not a __slots__ member"):
         state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), tensor_type=NoSlots)

@@ -293,6 +293,7 @@ class Plan(Resource, PlanBase):
         self._ws_size = prepared.workspace_size
         self._op = prepared._launch_name
         self._plan_launch = b.lib.aclnnpy_plan_launch
+        self._enter, self._leave = b.lib.aclnnpy_plan_enter, b.lib.aclnnpy_plan_leave
         self._args = ffi.new("struct aclnnpy_plan *", {
             "launch": b.function_pointer(prepared._launch_name), "executor": prepared._executor,
             "n_in": len(self._own_in), "in_desc": in_desc, "in_want": self._want_in, "in_bound": bound_in,
@@ -329,7 +330,8 @@ class Plan(Resource, PlanBase):
             int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots, params,
             self._last_in, tuple(None if t is None else t.shape for t in own),
             tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out,
-            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view())
+            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view(),
+            int(ffi.cast("uintptr_t", ffi.addressof(self._args, "busy"))))
 
     @property
     def workspace_size(self) -> int:
@@ -397,6 +399,16 @@ class Plan(Resource, PlanBase):
             raise self._closed("launch it")
         if self._stale is not None:
             raise self._refuse(self._stale)
+        if self._enter(self._args):
+            raise RuntimeError(f"{self._label()}: called while another thread's call of it is running; a plan runs "
+                               "one call at a time (give each thread its own plan)")
+        try:
+            return self._bind_and_launch(in_slots, in_values, out_values, stream)
+        finally:
+            self._leave(self._args)
+
+    def _bind_and_launch(self, in_slots: tuple[int, ...], in_values: tuple[object, ...],
+                         out_values: Sequence[object] | None, stream: StreamArg) -> list[Tensor]:
         s = resolve_stream(stream)
         for i, v in zip(in_slots, in_values):
             if v is self._last_in[i]:
