@@ -66,6 +66,13 @@ static inline void set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
     Py_XDECREF(old);
 }
 
+/* tp_dealloc of a GC type whose tp_clear drops every reference it holds. */
+static inline void gc_dealloc(PyObject *self, inquiry clear) {
+    PyObject_GC_UnTrack(self);
+    clear(self);
+    Py_TYPE(self)->tp_free(self);
+}
+
 /* A non-negative int slot as an address-sized value; -1 when unset or not one. */
 Py_ssize_t slot_size(PyObject *obj, Py_ssize_t offset);
 

@@ -5,8 +5,7 @@
  * whose tensors are Tensors with descriptors, with a MoeConfig, given outputs, a Stream and a shape the
  * config's pre-checks already passed, on a stream that has launched before. After the launch it holds
  * what the launch uses on the stream's state as aclnn_py.runtime.ordered.hold() does (ordered.c). The
- * Python path of the same functions uses
- * gather() and written() for its tensors. */
+ * Python path of the same functions uses gather() and written() for its tensors. */
 #include <string.h>
 
 #include "fastpath.h"
@@ -520,11 +519,7 @@ static int op_call_clear(PyObject *self) {
     return 0;
 }
 
-static void op_call_dealloc(PyObject *self) {
-    PyObject_GC_UnTrack(self);
-    op_call_clear(self);
-    Py_TYPE(self)->tp_free(self);
-}
+static void op_call_dealloc(PyObject *self) { gc_dealloc(self, op_call_clear); }
 
 static PyMemberDef op_call_members[] = {
     {"names", OBJECT_MEMBER, offsetof(CallHead, names), MEMBER_READONLY, "the function's parameter names"},

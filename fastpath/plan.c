@@ -450,11 +450,7 @@ static int set_c_state(PyObject *self, PyObject *value, void *closure) {
     return 0;
 }
 
-static void plan_base_dealloc(PyObject *self) {
-    PyObject_GC_UnTrack(self);
-    plan_base_clear(self);
-    Py_TYPE(self)->tp_free(self);
-}
+static void plan_base_dealloc(PyObject *self) { gc_dealloc(self, plan_base_clear); }
 
 static PyGetSetDef plan_base_getset[] = {
     {"_c_state", get_c_state, set_c_state,
@@ -524,11 +520,7 @@ static int plan_call_clear(PyObject *self) {
     return 0;
 }
 
-static void plan_call_dealloc(PyObject *self) {
-    PyObject_GC_UnTrack(self);
-    plan_call_clear(self);
-    Py_TYPE(self)->tp_free(self);
-}
+static void plan_call_dealloc(PyObject *self) { gc_dealloc(self, plan_call_clear); }
 
 static PyMemberDef plan_call_members[] = {
     {"names", OBJECT_MEMBER, offsetof(CallHead, names), MEMBER_READONLY, "the function's parameter names after self"},
