@@ -2,6 +2,8 @@
 
 from collections.abc import Callable, Sequence
 
+from .runtime import Stream
+
 # what a compiled call's parameter gives the C path when it is not a tensor input (those give their index)
 ROLE_CONFIG: int
 ROLE_STREAM: int
@@ -19,6 +21,7 @@ class PlanBase:
     called without packing their arguments."""
 
     _c_state: object | None
+    _stream: Stream | None  # the stream of the last launch
 
 class PlanCall:
     """A plan class's __call__: the steady state runs in C, every other call in `function`."""

@@ -252,12 +252,16 @@ class Tensor:
         return d
 
     def release_descriptor(self) -> None:
+        """Destroy the descriptor now (``aclDestroyTensor``); the next :meth:`descriptor` makes another."""
+        destroy_descriptor(self.detach_descriptor())
+
+    def detach_descriptor(self) -> Any:
+        """The descriptor, no longer this Tensor's to destroy (None when it has none): for an executor
+        that refers to it and outlives the Tensor. Pass it to :func:`destroy_descriptor` once the
+        executor is destroyed."""
         d, self._desc = self._desc, None
         self._desc_addr = None
-        if d is not None:
-            b = _loader.loaded()
-            if b is not None:
-                b.lib.aclDestroyTensor(d)
+        return d
 
     # ---- host transfer -------------------------------------------------------------------------------
     def _wait_for_writes(self, stream: StreamArg) -> None:
@@ -439,3 +443,11 @@ def _claim(owner: object) -> object:
         owner._check_open("borrow its memory")
         return owner._export()
     return owner
+
+
+def destroy_descriptor(descriptor: Any) -> None:
+    """``aclDestroyTensor`` of a descriptor from :meth:`Tensor.detach_descriptor` (None: nothing)."""
+    if descriptor is not None:
+        b = _loader.loaded()
+        if b is not None:  # at interpreter exit the backend may be gone, and with it every descriptor
+            b.lib.aclDestroyTensor(descriptor)

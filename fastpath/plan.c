@@ -318,6 +318,7 @@ typedef struct {
     vectorcallfunc vectorcall;  /* plan_vectorcall, used once adopt() saw the class */
     PyObject *capsule;          /* `_c_state`: the capsule of `state`, or NULL: every call in Python */
     State *state;
+    PyObject *stream;           /* `_stream`: the stream of the last launch, or NULL */
 } PlanBase;
 
 /* ---- PlanCall: a plan class's __call__ ---- */
@@ -349,6 +350,7 @@ static PyObject *fast_call(const PlanCall *pc, PlanBase *plan, PyObject *const *
                                                       * the GIL */
     int launched = step(st, values, stream);
     Py_DECREF(capsule);
+    if (launched > 0 && plan->stream != stream) Py_XSETREF(plan->stream, Py_NewRef(stream));
     return launched > 0 ? PyObject_GetAttr((PyObject *)plan, pc->result) : NULL;
 }
 
@@ -414,6 +416,7 @@ static PyObject *plan_base_new(PyTypeObject *type, PyObject *args, PyObject *kwa
 
 static int plan_base_traverse(PyObject *self, visitproc visit, void *arg) {
     Py_VISIT(((PlanBase *)self)->capsule);
+    Py_VISIT(((PlanBase *)self)->stream);
     return 0;
 }
 
@@ -421,6 +424,7 @@ static int plan_base_clear(PyObject *self) {
     PlanBase *plan = (PlanBase *)self;
     plan->state = NULL;
     Py_CLEAR(plan->capsule);
+    Py_CLEAR(plan->stream);
     return 0;
 }
 
@@ -450,11 +454,26 @@ static int set_c_state(PyObject *self, PyObject *value, void *closure) {
     return 0;
 }
 
+static PyObject *get_stream(PyObject *self, void *closure) {
+    (void)closure;
+    PyObject *stream = ((PlanBase *)self)->stream;
+    return Py_NewRef(stream ? stream : Py_None);
+}
+
+/* `_stream = stream` (the Python path's launches), or None. */
+static int set_stream(PyObject *self, PyObject *value, void *closure) {
+    (void)closure;
+    Py_XSETREF(((PlanBase *)self)->stream, value == Py_None ? NULL : Py_XNewRef(value));
+    return 0;
+}
+
 static void plan_base_dealloc(PyObject *self) { gc_dealloc(self, plan_base_clear); }
 
 static PyGetSetDef plan_base_getset[] = {
     {"_c_state", get_c_state, set_c_state,
      "the plan's fixed part for its compiled __call__ (state()), or None: every call in Python", NULL},
+    {"_stream", get_stream, set_stream,
+     "the stream of the plan's last launch (what closing the plan waits for), or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
 };
 

@@ -183,6 +183,51 @@ def test_plans_check_host_dtypes(acl: Any) -> None:
         assert out["ok"].startswith("[")
 
 
+# ---- a closed plan's memory outlives its last launch -----------------------------------------------------
+def _closed_plan_body(rank: int, world_size: int, root: bytes) -> dict[str, tuple[bool, ...]]:
+    """Close a plan right after a launch (not synchronised): its Tensors refuse use at once, but the
+    executor and the memory stay until the stream has passed the launch (aclrtFree would not wait).
+    Per way of calling: (alive after close, outputs refused, released after the synchronisation)."""
+    import weakref
+
+    import aclnn_py as acl
+
+    report: dict[str, tuple[bool, ...]] = {}
+    with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
+        stream = acl.Device.current().create_stream()
+        x = np.ones((2, 1024), ml_dtypes.bfloat16)
+        ids = np.array([[0], [1]], np.int32)
+        on_device = (acl.Tensor.from_numpy(x), acl.Tensor.from_numpy(ids))
+        for way, args in (("device Tensors (compiled call)", on_device), ("host arrays (Python call)", (x, ids)),
+                          ("never launched", None)):
+            plan = buf.plan_dispatch(2, 1024, 2, 1, x_dtype=ml_dtypes.bfloat16)
+            if args is not None:
+                plan(*args, stream=stream)
+            prepared, outputs = plan._prep, list(plan.outputs)
+            blocks = [t._mem if t._mem is not None else t._anchor().memory for t in outputs]  # own or exported
+            memory = [weakref.ref(m) for m in blocks + [plan._ws] if m is not None]
+            del blocks
+            plan.close()
+            gc.collect()
+            alive = all(m() is not None for m in memory) and not prepared.closed
+            refused = all(t.closed for t in outputs)
+            stream.synchronize()
+            gc.collect()
+            released = all(m() is None or m().closed for m in memory) and prepared.closed
+            report[way] = (alive, refused, released)
+        stream.close()
+    return report
+
+
+def test_a_closed_plan_keeps_its_memory_until_the_stream_passes_its_last_launch(acl: Any, mock: Any) -> None:
+    before = live_allocations(mock)
+    for report in acl.launch.run_threads(_closed_plan_body, 2):
+        assert report == {"device Tensors (compiled call)": (True, True, True),
+                          "host arrays (Python call)": (True, True, True),
+                          "never launched": (False, True, True)}  # nothing queued: released at close
+    assert live_allocations(mock) == before
+
+
 # ---- typed errors that name the parameter ---------------------------------------------------------------
 def _type_error_body(rank: int, world_size: int, root: bytes) -> list[str]:
     import aclnn_py as acl

@@ -25,7 +25,7 @@ from ..runtime import (
     out_cell,
     resolve_stream,
 )
-from ..tensor import Tensor
+from ..tensor import Tensor, destroy_descriptor
 from ._args import as_int32, host_array, wrong_dtype
 
 if TYPE_CHECKING:
@@ -228,6 +228,20 @@ def _launch_failed(args: Any, op: str, status: int) -> None:
     raise AssertionError(f"{op}: a failed plan launch returned status 0")  # check_aclnn raised
 
 
+def _release_plan_parts(prepared: Prepared, descriptors: list[Any], anchors: list[object],
+                        workspace: DeviceMemory | None) -> None:
+    """The end of a closed plan, once its last launch is done: the executor, then the descriptors its
+    slots referred to, then the memory (the buffers' with `anchors`, which nothing else keeps)."""
+    try:
+        prepared.close()
+    finally:
+        for d in descriptors:
+            destroy_descriptor(d)
+        anchors.clear()
+        if workspace is not None:
+            workspace.close()
+
+
 _UNSET = object()  # a plan slot whose next value must be checked again
 
 #: the call aclnnpy_plan_launch reports as failed, when it is not the launch
@@ -304,6 +318,7 @@ class Plan(Resource, PlanBase):
         self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
         self._last_out: list[object] = [None] * len(self._own_out)
         self._c_state: object | None = None  # set by the subclass (_fast_path); None: every call in Python
+        self._stream: Stream | None = None  # of the last launch (the compiled call sets it too)
         self._stale: str | None = None
         self._open = True
 
@@ -431,19 +446,23 @@ class Plan(Resource, PlanBase):
         ret = self._plan_launch(self._args, s._cdata)
         if ret:
             _launch_failed(self._args, self._op, ret)
+        self._stream = s
         for t in outs:
             t._writer = s
         return outs
 
     def _release(self) -> None:
-        """Destroy the executor and free the plan's buffers (once the streams finished with them)."""
+        """Destroy the executor and free the plan's buffers once the stream of the last launch has
+        passed it (a launch may still be queued; launches on other streams are ordered before it by
+        the caller, as they share these buffers). The plan's Tensors are closed at once."""
         self._c_state = None
-        self._prep.close()
-        for t in self._own_in[1:] + self._own_out:  # input 0 is the caller's context tensor
-            if t is not None:
-                t.close()
-        if self._ws is not None:
-            self._ws.close()
+        own = [t for t in self._own_in[1:] + self._own_out if t is not None]  # input 0: the caller's context
+        anchors = [t._anchor() for t in own]
+        descriptors = [t.detach_descriptor() for t in own]
+        for t in own:
+            t.close()  # refused from now on; the executor keeps using the descriptors until the release
+        ordered.release_after(self._stream, functools.partial(_release_plan_parts, self._prep, descriptors, anchors,
+                                                              self._ws))
 
     def _label(self) -> str:
         return f"{type(self).__name__}({self._op})"

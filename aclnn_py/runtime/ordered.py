@@ -83,6 +83,37 @@ def hold(stream: Stream, obj: object) -> None:
         _checkpoint(stream)
 
 
+class _AfterStream:
+    """Held on a stream: runs its release when dropped, which is when the stream has passed the work
+    queued before it was held (or the stream was destroyed)."""
+
+    __slots__ = ("_release",)
+
+    def __init__(self, release: Callable[[], None]):
+        self._release = release
+
+    def __del__(self) -> None:
+        # Dropped inside a synchronisation, a checkpoint's reap or a stream's destruction, where an
+        # exception cannot reach the caller; the release functions free resources whose failure
+        # Resource.__del__ ignores the same way.
+        try:
+            self._release()
+        except Exception:
+            pass
+
+
+def release_after(stream: Stream | None, release: Callable[[], None]) -> None:
+    """Call `release` once `stream` has passed the work queued on it so far: at once when there is no
+    stream or it is closed (its queued work finished when it was destroyed), else when the stream is
+    next found past this point (a synchronisation, a checkpoint, its destruction). For what queued
+    launches use without holding it per launch, e.g. a plan's own buffers when the plan is closed:
+    ``aclrtFree`` does not wait for the tasks that use the memory."""
+    if stream is None or not stream._open:
+        release()
+    else:
+        hold(stream, _AfterStream(release))
+
+
 def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
                              Callable[[Stream, object], None], Callable[[Stream], None], int]:
     """What a compiled call (fastpath/ordered.c) reads and writes instead of calling
