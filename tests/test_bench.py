@@ -185,6 +185,17 @@ def test_paired_ratio_takes_the_median_of_per_repeat_ratios():
     assert paired_ratio([3.0, 1.0, 2.0], [1.0, 1.0, 1.0]) == 2.0
 
 
+def test_python_paths_are_timed_with_the_calls_written_out_and_the_collector_on():
+    import gc
+
+    from aclnn_py.bench.host_overhead import _written_out
+
+    seen: list[tuple[int, bool]] = []
+    run = _written_out("f(a)\nf(b)", f=lambda v: seen.append((v, gc.isenabled())), a=1, b=2)
+    assert run(6) > 0
+    assert seen == [(1, True), (2, True)] * 3  # each call in turn, as many as asked, GC as in a serving loop
+
+
 def test_targets_are_judged_per_operator():
     h = small_report()["host_overhead"]
     h = {"dispatch": dict(h["dispatch"], per_call_over_c_per_call=2.0, plan_over_c_plan=1.49,

@@ -15,13 +15,17 @@ attributes and stream, their batches interleaved so that drift of a shared machi
 * ``plan_reuse`` / ``c_plan_reuse`` — the same with the same input tensors every call: the plan
   rebinds nothing, the C loop only launches.
 
-A ratio of two paths is the median over repeats of their ratio within a repeat (:func:`paired_ratio`).
+The Python paths are timed by :mod:`timeit` with their calls written out in its loop, as a serving
+loop writes them (:func:`_written_out`); the C paths time their own loops. A ratio of two paths is the
+median over repeats of their ratio within a repeat (:func:`paired_ratio`).
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import threading
+import timeit
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -32,7 +36,7 @@ import numpy as np
 from .c_floor import COMBINE, DISPATCH, CFloor, address
 from .ctypes_baseline import CtypesBinding
 from .progress import SILENT, Progress
-from .stats import alternating_batch_us, batch_us, ratio, summary_us
+from .stats import ratio, summary_us
 
 PATHS = ("ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 WORKSPACE_BYTES = 1 << 24  # the C per-call loop's workspace; phase 1 asks for far less
@@ -118,14 +122,19 @@ class _Setup:
         return [a["ep_world_size"], a["ep_rank_id"], a["moe_expert_num"], a["ccl_buffer_size"]]
 
 
-def _py(fn: Callable[[], object]) -> Runner:
-    return lambda n: batch_us(fn, n)
+def _written_out(calls: str, **names: object) -> Runner:
+    """µs per call of `calls` (one call per line, run in turn), timed by :mod:`timeit`: the calls are
+    written out in its loop as a serving loop writes them — no function wrapped around each call, no
+    argument unpacking — with `names` as the loop's variables. The garbage collector stays on, as in a
+    serving loop (timeit turns it off by default)."""
+    per_round = calls.count("\n") + 1
+    timer = timeit.Timer(calls, setup="gc.enable()", globals={"gc": gc, **names})
 
+    def run(n: int) -> float:
+        rounds = max(n // per_round, 1)
+        return timer.timeit(rounds) * 1e6 / (rounds * per_round)
 
-def _py_alternating(first: Callable[[], object], second: Callable[[], object]) -> Runner:
-    """Calls alternating between two input sets, each call written out as a serving loop writes it (no
-    argument unpacking or iterator in the timed call)."""
-    return lambda n: alternating_batch_us(first, second, n)
+    return run
 
 
 def _plan_floor(s: _Setup, op: int, prepared: Any, rebound: dict[int, str],
@@ -163,15 +172,18 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     c_plan, c_plan_reuse = _plan_floor(s, DISPATCH, prepared, DISPATCH_REBOUND,
                                        [[xi.data_ptr, ii.data_ptr] for xi, ii in zip(s.x, s.ids)])
     sh, ws = s.stream.handle, s.workspace.ptr
-    ctx, stream, d, cfg = s.ctx, s.stream, s.d, s.config  # locals, as in a serving loop
     (x0, x1), (ids0, ids1) = s.x, s.ids
     return {
-        "ctypes": _py(lambda: s.ctypes.dispatch([s.ctx, x, ids] + [None] * 5, list(s.d), attrs, b"", tail, sh, ws)),
-        "per_call": _py(lambda: moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, config=cfg)),
+        "ctypes": _written_out("binding.dispatch([ctx, x, ids] + [None] * 5, list(d), attrs, b'', tail, sh, ws)",
+                               binding=s.ctypes, ctx=s.ctx, x=x, ids=ids, d=s.d, attrs=attrs, tail=tail, sh=sh, ws=ws),
+        "per_call": _written_out("moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, config=cfg)",
+                                 moe_distribute_dispatch=moe_distribute_dispatch, ctx=s.ctx, x=x, ids=ids,
+                                 stream=s.stream, d=s.d, cfg=s.config),
         "c_per_call": lambda n: s.floor.dispatch_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
-        "plan": _py_alternating(lambda: plan(x0, ids0, stream=stream), lambda: plan(x1, ids1, stream=stream)),
+        "plan": _written_out("plan(x0, ids0, stream=stream)\nplan(x1, ids1, stream=stream)",
+                             plan=plan, x0=x0, ids0=ids0, x1=x1, ids1=ids1, stream=s.stream),
         "c_plan": c_plan,
-        "plan_reuse": _py(lambda: plan(x, ids, stream=stream)),
+        "plan_reuse": _written_out("plan(x, ids, stream=stream)", plan=plan, x=x, ids=ids, stream=s.stream),
         "c_plan_reuse": c_plan_reuse,
     }
 
@@ -193,17 +205,21 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
     c_plan, c_plan_reuse = _plan_floor(s, COMBINE, prepared, COMBINE_REBOUND,
                                        [[t.data_ptr for t in step] for step in zip(s.y, s.ids, s.assist, s.counts)])
     sh, ws = s.stream.handle, s.workspace.ptr
-    ctx, stream, out, cfg = s.ctx, s.stream, s.c_out, s.config  # locals, as in a serving loop
     (y0, y1), (ids0, ids1), (assist0, assist1), (counts0, counts1) = s.y, s.ids, s.assist, s.counts
     return {
-        "ctypes": _py(lambda: s.ctypes.combine(ins, [s.c_out], attrs, b"", tail, sh, ws)),
-        "per_call": _py(lambda: moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=out,
-                                                       config=cfg)),
+        "ctypes": _written_out("binding.combine(ins, [out], attrs, b'', tail, sh, ws)",
+                               binding=s.ctypes, ins=ins, out=s.c_out, attrs=attrs, tail=tail, sh=sh, ws=ws),
+        "per_call": _written_out("moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=out, "
+                                 "config=cfg)", moe_distribute_combine=moe_distribute_combine, ctx=s.ctx, y=y,
+                                 ids=ids, assist=assist, counts=counts, stream=s.stream, out=s.c_out, cfg=s.config),
         "c_per_call": lambda n: s.floor.combine_per_call(tensors, attrs + tail, b"", ws, WORKSPACE_BYTES, sh, n),
-        "plan": _py_alternating(lambda: plan(y0, ids0, assist0, counts0, stream=stream),
-                                lambda: plan(y1, ids1, assist1, counts1, stream=stream)),
+        "plan": _written_out("plan(y0, ids0, assist0, counts0, stream=stream)\n"
+                             "plan(y1, ids1, assist1, counts1, stream=stream)",
+                             plan=plan, y0=y0, ids0=ids0, assist0=assist0, counts0=counts0, y1=y1, ids1=ids1,
+                             assist1=assist1, counts1=counts1, stream=s.stream),
         "c_plan": c_plan,
-        "plan_reuse": _py(lambda: plan(y, ids, assist, counts, stream=stream)),
+        "plan_reuse": _written_out("plan(y, ids, assist, counts, stream=stream)", plan=plan, y=y, ids=ids,
+                                   assist=assist, counts=counts, stream=s.stream),
         "c_plan_reuse": c_plan_reuse,
     }
 
