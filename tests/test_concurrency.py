@@ -208,5 +208,32 @@ def test_back_to_back_rounds_do_not_grow(acl, mock):
         assert end[k] <= start[k], f"{k}: {start[k]} -> {end[k]}"
 
 
+def test_a_workspace_block_read_before_it_grew_stays_allocated_while_the_stream_lives(acl, device0, mock):
+    """Another thread sharing the stream may have read its workspace address and be queueing a launch
+    with it (launches run without the GIL) when a call needs a larger block: the old block is retired,
+    not freed, until the stream is destroyed; blocks grow twofold, so the retired ones stay below the
+    live one."""
+    import weakref
+
+    from aclnn_py.runtime import ordered
+
+    s = device0.create_stream()
+    before = ordered.workspace_bytes()
+    first = ordered.workspace(s, 1000)
+    old = weakref.ref(ordered._states[s._key].workspace)
+    read_by_another_thread = ordered.workspace_block(s)
+    grown = ordered.workspace(s, 1500)
+    assert read_by_another_thread == (first, 1000)
+    assert ordered.workspace_block(s) == (grown, 2000) and grown != first
+    assert old() is not None and not old().closed  # still allocated: the other launch may use it
+    assert ordered.workspace(s, 1800) == grown      # fits: no growth
+    assert ordered.workspace_bytes() - before == 3000
+    allocations = mock.stats()["allocations"]
+    s.close()
+    gc.collect()
+    assert old() is None or old().closed
+    assert mock.stats()["allocations"] == allocations - 2 and ordered.workspace_bytes() == before
+
+
 if __name__ == "__main__":  # pragma: no cover
     pytest.main([__file__, "-q", "-s"])

@@ -6,7 +6,7 @@ stream has passed that point. Holds are released when the stream is synchronised
 synchronisation: ``Stream.synchronize``, ``Tensor.numpy``, ``MoeDistributeBuffer.synchronize``), when an
 event recorded every few holds has completed, and all at once when the stream is closed. Each stream
 also has one workspace block that its consecutive launches share (they are ordered), freed with the
-stream.
+stream, as are the smaller blocks it replaced.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ class _StreamState:
     one step under the GIL for the compiled calls; the Python holds take the lock, so that none lands
     in a segment that a boundary already closed."""
 
-    __slots__ = ("segments", "first", "current", "checkpoints", "workspace")
+    __slots__ = ("segments", "first", "current", "checkpoints", "workspace", "retired")
 
     def __init__(self) -> None:
         self.current: list[object] = []
@@ -43,6 +43,7 @@ class _StreamState:
         self.first = 0  # the number of segments[0]; they are numbered in order
         self.checkpoints: collections.deque[tuple[Event, int]] = collections.deque()
         self.workspace: DeviceMemory | None = None
+        self.retired: list[DeviceMemory] = []  # workspace blocks replaced by a larger one
 
     def boundary(self) -> int:
         """Close the current segment (caller holds the lock); its number."""
@@ -178,30 +179,39 @@ def forget(key: int) -> None:
         if st is None:
             return
         _spare_events.extend(ev for ev, _ in st.checkpoints)
-        workspace, st.workspace = st.workspace, None
+        blocks = st.retired + [st.workspace] * (st.workspace is not None)
+        st.workspace, st.retired = None, []
         st.segments.clear()
-    if workspace is not None:
-        workspace.close()
+    for mem in blocks:
+        mem.close()
 
 
 def workspace(stream: Stream, size: int) -> int:
     """The address of a workspace of at least `size` bytes for launches on `stream` (0 for 0 bytes).
-    Growing waits for the stream before the smaller block is freed."""
+
+    A larger block replaces the stream's block without waiting for the stream: a launch of another
+    thread may have read the old block's address and be queueing with it right now (it launches
+    without the GIL), so the old block is retired, not freed, and freed with the stream. Blocks grow
+    at least twofold, so what is retired stays below the size of the live block."""
     if size == 0:
         return 0
     with _lock:
-        st = _state(stream._key)
-        mem = st.workspace
+        mem = _state(stream._key).workspace
         if mem is not None and mem.size >= size:
             return mem._ptr
-    if mem is not None:
-        stream.synchronize()
-        with _lock:
-            st.workspace = None
-        mem.close()
-    grown = DeviceMemory(size)
+    grown = DeviceMemory(max(size, 2 * mem.size) if mem is not None else size)
     with _lock:
-        _state(stream._key).workspace = grown
+        st = _state(stream._key)
+        mem = st.workspace
+        if mem is not None and mem.size >= size:  # another thread grew it meanwhile
+            unused, grown = grown, mem
+        else:
+            unused = None
+            if mem is not None:
+                st.retired.append(mem)
+            st.workspace = grown
+    if unused is not None:
+        unused.close()  # never used by a launch
     return grown._ptr
 
 
@@ -221,6 +231,7 @@ def held(stream: Stream) -> int:
 
 
 def workspace_bytes() -> int:
-    """Bytes of workspace blocks currently kept for streams."""
+    """Bytes of workspace blocks currently kept for streams (retired ones included)."""
     with _lock:
-        return sum(st.workspace.size for st in _states.values() if st.workspace is not None)
+        return sum(mem.size for st in _states.values()
+                   for mem in st.retired + [st.workspace] * (st.workspace is not None))
