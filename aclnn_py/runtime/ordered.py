@@ -59,6 +59,10 @@ class _StreamState:
             segments.popleft()
             self.first += 1
 
+    def blocks(self) -> list[DeviceMemory]:
+        """The workspace blocks kept for the stream: the retired ones and the live one."""
+        return self.retired + ([self.workspace] if self.workspace is not None else [])
+
     def pending(self) -> int:
         return sum(len(s) for s in self.segments)
 
@@ -179,7 +183,7 @@ def forget(key: int) -> None:
         if st is None:
             return
         _spare_events.extend(ev for ev, _ in st.checkpoints)
-        blocks = st.retired + [st.workspace] * (st.workspace is not None)
+        blocks = st.blocks()
         st.workspace, st.retired = None, []
         st.segments.clear()
     for mem in blocks:
@@ -233,5 +237,4 @@ def held(stream: Stream) -> int:
 def workspace_bytes() -> int:
     """Bytes of workspace blocks currently kept for streams (retired ones included)."""
     with _lock:
-        return sum(mem.size for st in _states.values()
-                   for mem in st.retired + [st.workspace] * (st.workspace is not None))
+        return sum(mem.size for st in _states.values() for mem in st.blocks())
