@@ -19,7 +19,7 @@ if [ -z "$newest" ]; then
   exit 0
 fi
 
-WORK=$(mktemp -d /tmp/aclnn-py-newest.XXXXXX)
+WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 unset ACLNN_PY_BUILD_DIR ACLNN_PY_MOCK_ROOT ACLNN_PY_BACKEND PYTHONPATH
 "$newest" -m venv "$WORK/venv"

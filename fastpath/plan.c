@@ -318,7 +318,7 @@ typedef struct {
     vectorcallfunc vectorcall;  /* plan_vectorcall, used once adopt() saw the class */
     PyObject *capsule;          /* `_c_state`: the capsule of `state`, or NULL: every call in Python */
     State *state;
-    PyObject *stream;           /* `_stream`: the stream of the last launch, or NULL */
+    PyObject *stream;           /* `_stream`: the stream of the last launch, or None */
 } PlanBase;
 
 /* ---- PlanCall: a plan class's __call__ ---- */
@@ -410,7 +410,10 @@ static PyObject *plan_base_new(PyTypeObject *type, PyObject *args, PyObject *kwa
     /* object.__new__ without the arguments (__init__ takes them): it refuses abstract classes */
     PyObject *self = PyBaseObject_Type.tp_new(type, empty, NULL);
     Py_DECREF(empty);
-    if (self) ((PlanBase *)self)->vectorcall = plan_vectorcall;
+    if (self) {
+        ((PlanBase *)self)->vectorcall = plan_vectorcall;
+        ((PlanBase *)self)->stream = Py_NewRef(Py_None);
+    }
     return self;
 }
 
@@ -454,27 +457,18 @@ static int set_c_state(PyObject *self, PyObject *value, void *closure) {
     return 0;
 }
 
-static PyObject *get_stream(PyObject *self, void *closure) {
-    (void)closure;
-    PyObject *stream = ((PlanBase *)self)->stream;
-    return Py_NewRef(stream ? stream : Py_None);
-}
-
-/* `_stream = stream` (the Python path's launches), or None. */
-static int set_stream(PyObject *self, PyObject *value, void *closure) {
-    (void)closure;
-    Py_XSETREF(((PlanBase *)self)->stream, value == Py_None ? NULL : Py_XNewRef(value));
-    return 0;
-}
-
 static void plan_base_dealloc(PyObject *self) { gc_dealloc(self, plan_base_clear); }
 
 static PyGetSetDef plan_base_getset[] = {
     {"_c_state", get_c_state, set_c_state,
      "the plan's fixed part for its compiled __call__ (state()), or None: every call in Python", NULL},
-    {"_stream", get_stream, set_stream,
-     "the stream of the plan's last launch (what closing the plan waits for), or None", NULL},
     {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMemberDef plan_base_members[] = {
+    {"_stream", OBJECT_MEMBER, offsetof(PlanBase, stream), 0,
+     "the stream of the plan's last launch (what closing the plan waits for), or None"},
+    {NULL, 0, 0, 0, NULL},
 };
 
 PyTypeObject PlanBaseType = {
@@ -489,6 +483,7 @@ PyTypeObject PlanBaseType = {
     .tp_traverse = plan_base_traverse,
     .tp_clear = plan_base_clear,
     .tp_getset = plan_base_getset,
+    .tp_members = plan_base_members,
     .tp_new = plan_base_new,
 };
 
