@@ -313,6 +313,32 @@ def test_numpy_from_dlpack_of_bf16_is_exact_or_refused_cleanly(acl: Any) -> None
     assert "Exception ignored" not in r.stderr and "SystemError" not in r.stderr + r.stdout
 
 
+def test_finalizers_run_by_a_release_may_hold_and_close_streams() -> None:
+    """Dropping what a stream held runs finalizers: a closed plan's release, or the __del__ of an
+    unclosed object (a plan, a stream) that was only kept by the hold. They take the holds' lock
+    themselves, so what a synchronisation, a checkpoint or a stream's destruction releases is dropped
+    after that lock is let go (before, the synchronisation hung). In a subprocess: a hang there
+    cannot stall the suite."""
+    code = ("import aclnn_py as acl\n"
+            "from aclnn_py.runtime import ordered\n"
+            "acl.init('mock'); dev = acl.Device(0).set_current()\n"
+            "s, other = dev.create_stream(), dev.create_stream()\n"
+            "class HoldsWhenDropped:\n"
+            "    def __del__(self):\n"
+            "        ordered.hold(s, 'held by a finalizer')\n"
+            "ordered.hold(s, HoldsWhenDropped())\n"
+            "ordered.hold(s, other); del other  # an unclosed stream, closed when the hold goes\n"
+            "s.synchronize()\n"
+            "print('held after the synchronisation:', ordered.held(s))\n"
+            "s.close()\n"
+            "print('done')\n")
+    env = {**__import__("os").environ, "PYTHONPATH": package_pythonpath(dict(__import__("os").environ))}
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["held after the synchronisation: 1", "done"], r.stdout + r.stderr
+    assert "Exception ignored" not in r.stderr
+
+
 def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> None:
     """A synchronisation by another thread that began before a launch was queued cannot release what
     the launch uses (the hold is taken after queueing)."""

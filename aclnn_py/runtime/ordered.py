@@ -52,11 +52,12 @@ class _StreamState:
         self.segments.append(self.current)
         return closed
 
-    def drop_through(self, number: int) -> None:
-        """Release the segments up to `number`, which the stream has passed (caller holds the lock)."""
+    def drop_through(self, number: int, released: list[list[object]]) -> None:
+        """Take the segments up to `number`, which the stream has passed, into `released` (caller holds
+        the lock; it drops them after releasing it)."""
         segments = self.segments
         while self.first <= number and len(segments) > 1:
-            segments.popleft()
+            released.append(segments.popleft())
             self.first += 1
 
     def blocks(self) -> list[DeviceMemory]:
@@ -67,6 +68,8 @@ class _StreamState:
         return sum(len(s) for s in self.segments)
 
 
+# Held objects are dropped only after the lock is released: dropping one may run a finalizer (a closed
+# plan's release, an unclosed object's __del__) that holds again or forgets a stream.
 _lock = threading.Lock()
 _states: dict[int, _StreamState] = {}
 _spare_events: list[Event] = []
@@ -143,18 +146,19 @@ def _checkpoint(stream: Stream) -> None:
         spare = _spare_events.pop() if _spare_events else None
         closed = _state(stream._key).boundary()  # before the event: what it closed was queued before
     ev = stream.record_event(spare)
+    released: list[list[object]] = []
     with _lock:
         st = _state(stream._key)
         st.checkpoints.append((ev, closed))
-        _reap(st)
+        _reap(st, released)
 
 
-def _reap(st: _StreamState) -> None:
-    """Release what completed checkpoints cover (caller holds the lock)."""
+def _reap(st: _StreamState, released: list[list[object]]) -> None:
+    """Take what completed checkpoints cover into `released` (caller holds the lock)."""
     while st.checkpoints and st.checkpoints[0][0].query():
         ev, closed = st.checkpoints.popleft()
         _spare_events.append(ev)
-        st.drop_through(closed)
+        st.drop_through(closed, released)
 
 
 def mark(stream: Stream) -> int:
@@ -167,11 +171,12 @@ def mark(stream: Stream) -> int:
 
 def passed(stream: Stream, position: int) -> None:
     """`stream` completed the work queued before the mark `position` (it was synchronised)."""
+    released: list[list[object]] = []
     with _lock:
         st = _states.get(stream._key)
         if st is None:
             return
-        st.drop_through(position)
+        st.drop_through(position, released)
         while st.checkpoints and st.checkpoints[0][1] <= position:
             _spare_events.append(st.checkpoints.popleft()[0])
 
@@ -185,7 +190,7 @@ def forget(key: int) -> None:
         _spare_events.extend(ev for ev, _ in st.checkpoints)
         blocks = st.blocks()
         st.workspace, st.retired = None, []
-        st.segments.clear()
+    st.segments.clear()  # unreachable from the states now: dropped outside the lock
     for mem in blocks:
         mem.close()
 
@@ -221,9 +226,10 @@ def workspace(stream: Stream, size: int) -> int:
 
 def reap() -> int:
     """Release what completed; returns how many holds are still pending."""
+    released: list[list[object]] = []
     with _lock:
         for st in _states.values():
-            _reap(st)
+            _reap(st, released)
         return sum(st.pending() for st in _states.values())
 
 
