@@ -313,6 +313,28 @@ def test_numpy_from_dlpack_of_bf16_is_exact_or_refused_cleanly(acl: Any) -> None
     assert "Exception ignored" not in r.stderr and "SystemError" not in r.stderr + r.stdout
 
 
+def test_a_failed_deferred_release_is_reported_as_unraisable(acl: Any, device0: Any, monkeypatch: Any) -> None:
+    """A release that runs when the stream is found past it (a closed plan's) has no caller to raise to:
+    its error goes to sys.unraisablehook ("Exception ignored in ..."), not into the synchronisation and
+    not into silence."""
+    from aclnn_py.runtime import ordered
+
+    seen: list[str] = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: seen.append(f"{type(u.exc_value).__name__}: {u.exc_value}"))
+    s = device0.create_stream()
+
+    def failing_release() -> None:
+        raise RuntimeError("aclDestroyAclOpExecutor failed")
+
+    ordered.release_after(s, failing_release)
+    assert seen == []  # pending until the stream is found past it
+    s.synchronize()    # does not raise
+    assert seen == ["RuntimeError: aclDestroyAclOpExecutor failed"]
+    s.close()
+    with pytest.raises(RuntimeError, match="failed"):  # a closed stream: released at once, to the caller
+        ordered.release_after(s, failing_release)
+
+
 def test_finalizers_run_by_a_release_may_hold_and_close_streams() -> None:
     """Dropping what a stream held runs finalizers: a closed plan's release, or the __del__ of an
     unclosed object (a plan, a stream) that was only kept by the hold. They take the holds' lock

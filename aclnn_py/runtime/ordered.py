@@ -12,6 +12,7 @@ stream, as are the smaller blocks it replaced.
 from __future__ import annotations
 
 import collections
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -101,9 +102,12 @@ class _AfterStream:
         self._release = release
 
     def __del__(self) -> None:
-        # Dropped inside a synchronisation, a checkpoint's reap or a stream's destruction, where an
-        # exception cannot reach the caller; the release functions free resources whose failure
-        # Resource.__del__ ignores the same way.
+        # Dropped inside a synchronisation, a checkpoint's reap or a stream's destruction: an exception
+        # cannot reach that caller, so Python reports it as unraisable ("Exception ignored in ...",
+        # sys.unraisablehook). At interpreter exit the backend may be gone: nothing worth reporting.
+        if not sys.is_finalizing():
+            self._release()
+            return
         try:
             self._release()
         except Exception:
