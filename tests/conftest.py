@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 os.environ.setdefault("ACLNN_PY_BACKEND", "mock")
 # Fail fast instead of waiting the default 120 s when a test leaves a peer missing.
@@ -21,6 +23,14 @@ def package_pythonpath(env: dict[str, str]) -> str:
 
     where = str(Path(aclnn_py.__file__).resolve().parents[1])
     return os.pathsep.join(filter(None, [where, env.get("PYTHONPATH")]))
+
+
+def run_python(code: str, timeout: float = 120, **extra_env: str) -> subprocess.CompletedProcess[str]:
+    """``python -c code`` in a child interpreter importing this process's aclnn_py, with this process's
+    environment plus `extra_env`; its output captured as text."""
+    env = dict(os.environ, **extra_env)
+    env["PYTHONPATH"] = package_pythonpath(env)
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="session")

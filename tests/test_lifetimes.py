@@ -5,14 +5,13 @@ every use with an error naming them, and nothing leaks from repeated rounds (doc
 from __future__ import annotations
 
 import gc
-import subprocess
 import sys
 from typing import Any
 
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import package_pythonpath
+from conftest import run_python
 
 N_LARGE = 8 << 20  # 32 MiB of float32: freed memory would be unmapped, so a stale view would crash
 
@@ -303,8 +302,7 @@ def test_numpy_from_dlpack_of_bf16_is_exact_or_refused_cleanly(acl: Any) -> None
             "else:\n    print('imported:', a.dtype, a.astype(np.float32).tolist()); del a\n"
             "from aclnn_py import dlpack\nprint('live exports:', dlpack.sweep())\n"
             "print(t.numpy_view().astype(np.float32).tolist())\n")
-    env = {**__import__("os").environ, "PYTHONPATH": package_pythonpath(dict(__import__("os").environ))}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    r = run_python(code)
     assert r.returncode == 0, r.stderr
     refused = np.lib.NumpyVersion(np.__version__) < "2.5.0"
     want = "refused: Unsupported dtype" if refused else "imported: bfloat16 [0.0, 1.0, 2.0, 3.0]"
@@ -354,8 +352,7 @@ def test_finalizers_run_by_a_release_may_hold_and_close_streams() -> None:
             "print('held after the synchronisation:', ordered.held(s))\n"
             "s.close()\n"
             "print('done')\n")
-    env = {**__import__("os").environ, "PYTHONPATH": package_pythonpath(dict(__import__("os").environ))}
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    r = run_python(code, timeout=60)
     assert r.returncode == 0, r.stderr
     assert r.stdout.splitlines() == ["held after the synchronisation: 1", "done"], r.stdout + r.stderr
     assert "Exception ignored" not in r.stderr

@@ -4,15 +4,13 @@ the issue, on the real ops where it concerns them, with the status code and the 
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import package_pythonpath
+from conftest import run_python
 
 PARAM_NULLPTR, PARAM_INVALID, RUNTIME_ERROR, INNER_NULLPTR = 161001, 161002, 361001, 561103
 ACL_INVALID_PARAM, RT_INVALID_HANDLE, RT_MEMORY_FREE = 100000, 107017, 207002
@@ -370,9 +368,7 @@ print(repr(out))
 
 
 def test_calls_before_init_and_after_finalize(acl):
-    env = dict(os.environ)
-    env["PYTHONPATH"] = package_pythonpath(env)
-    r = subprocess.run([sys.executable, "-c", INIT_SCRIPT], env=env, capture_output=True, text=True, timeout=60)
+    r = run_python(INIT_SCRIPT, timeout=60)
     assert r.returncode == 0, r.stderr
     out = eval(r.stdout.strip().splitlines()[-1])  # noqa: S307 - our own repr
     assert out[0] == RUNTIME_ERROR and "aclInit" in out[1]            # before aclInit: launch refused

@@ -5,12 +5,10 @@ ops then apply: tests/test_moe_checks.py.)"""
 
 from __future__ import annotations
 
-import os
 import subprocess
-import sys
 
 import pytest
-from conftest import package_pythonpath
+from conftest import run_python
 from helpers.moe_cases import A3, on_profile
 
 
@@ -33,9 +31,7 @@ def _child(soc: str) -> subprocess.CompletedProcess:
             "else:\n"
             "    from aclnn_py import _mock\n"
             "    print('OK', a.soc_name(), _mock.soc())\n")
-    env = dict(os.environ, ACLNN_MOCK_SOC=soc)
-    env["PYTHONPATH"] = package_pythonpath(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env)
+    return run_python(code, ACLNN_MOCK_SOC=soc)
 
 
 @pytest.mark.parametrize("soc,family", [("Ascend910_9391", "Ascend910_93"), ("Ascend950PR_9599", "Ascend950")])
