@@ -144,7 +144,9 @@ class MoeDistributeBuffer:
                                       x_active_mask=x_active_mask, expert_scales=topk_weights, elastic_info=elastic_info,
                                       x_dtype=x_dtype, scales_dtype=x_smooth_scales_dtype, y_dtype=y_dtype,
                                       stream=stream)
-        return LowLatencyDispatchResult(out[0], out[1], out[2], out[3], out[4], out[6])
+        ds, es = out.dynamic_scales, out.expand_scales
+        assert ds is not None and es is not None  # given no outputs, the operator allocates all seven
+        return LowLatencyDispatchResult(out[0], ds, out[2], out[3], out[4], es)
 
     def low_latency_combine(
         self, x: TensorArg, topk_idx: TensorArg, topk_weights: TensorArg | None,

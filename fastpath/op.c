@@ -72,7 +72,7 @@ static PyObject *list_of(PyObject *const *items, Py_ssize_t n) {
 }
 
 /* gather(layout, inputs, outputs, table, capacity): the descriptor table (inputs then outputs; an
- * absent input NULL) written at address `table`, and the list of what keeps the tensors alive; None
+ * absent one NULL) written at address `table`, and the list of what keeps the tensors alive; None
  * when any tensor needs the Python path. */
 PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
@@ -100,7 +100,7 @@ PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     }
     for (Py_ssize_t i = 0; i < n_in + n_out; ++i) {
         PyObject *t = i < n_in ? PySequence_Fast_GET_ITEM(ins, i) : PySequence_Fast_GET_ITEM(outs, i - n_in);
-        if (t == Py_None && i < n_in) {
+        if (t == Py_None) {  /* an absent input, or an optional output the caller left NULL */
             table[i] = NULL;
             continue;
         }
@@ -117,7 +117,7 @@ done:
     return result;
 }
 
-/* written(layout, outputs, stream): every output's writer is `stream` (outputs are Tensors). */
+/* written(layout, outputs, stream): every output's writer is `stream` (None: an output left NULL). */
 PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     (void)self;
     Layout *l = (Layout *)capsule_arg(args, nargs, 3, LAYOUT, "written(layout, outputs, stream)");
@@ -126,6 +126,7 @@ PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
     if (!outs) return NULL;
     for (Py_ssize_t j = 0; j < PySequence_Fast_GET_SIZE(outs); ++j) {
         PyObject *t = PySequence_Fast_GET_ITEM(outs, j);
+        if (t == Py_None) continue;
         if (Py_TYPE(t) != (PyTypeObject *)l->tensor_type) {
             if (PyObject_SetAttrString(t, "_writer", args[2]) < 0) {
                 Py_DECREF(outs);
@@ -375,8 +376,13 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
             else if ((PyObject *)Py_TYPE(v) != sp->outputs_type || PyTuple_GET_SIZE(v) != sp->n_outputs)
                 goto done;
             else
-                for (Py_ssize_t j = 0; j < sp->n_outputs && g == 1; ++j)
-                    g = gather_one(l, PyTuple_GET_ITEM(v, j), &table[sp->n_inputs + j], &anchors[n_held++]);
+                for (Py_ssize_t j = 0; j < sp->n_outputs && g == 1; ++j) {
+                    PyObject *o = PyTuple_GET_ITEM(v, j);
+                    if (o == Py_None)  /* an optional output left NULL: C refuses it where it is needed */
+                        table[sp->n_inputs + j] = NULL;
+                    else
+                        g = gather_one(l, o, &table[sp->n_inputs + j], &anchors[n_held++]);
+                }
             if (!g) goto gathered;
             outputs = v;
             continue;
@@ -451,7 +457,8 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     if (sp->outputs_type == Py_None)
         set_slot(outputs, l->writer, stream);
     else
-        for (Py_ssize_t j = 0; j < sp->n_outputs; ++j) set_slot(PyTuple_GET_ITEM(outputs, j), l->writer, stream);
+        for (Py_ssize_t j = 0; j < sp->n_outputs; ++j)
+            if (PyTuple_GET_ITEM(outputs, j) != Py_None) set_slot(PyTuple_GET_ITEM(outputs, j), l->writer, stream);
     *result = Py_NewRef(outputs);
     rc = 1;
 done:

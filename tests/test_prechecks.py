@@ -13,7 +13,7 @@ BASE = dict(ep_world_size=2, ep_rank_id=0, moe_expert_num=2)
 
 CASES = [
     dict(ep_world_size=1), dict(ep_world_size=769), dict(ep_rank_id=2), dict(ep_rank_id=-1),
-    dict(tp_world_size=2), dict(expert_shard_type=1), dict(shared_expert_num=5),
+    dict(tp_world_size=2), dict(tp_rank_id=1), dict(tp_world_size=1, tp_rank_id=-1), dict(expert_shard_type=1), dict(shared_expert_num=5),
     dict(shared_expert_rank_num=2), dict(shared_expert_num=0, shared_expert_rank_num=1),
     dict(shared_expert_num=2, shared_expert_rank_num=1), dict(moe_expert_num=0), dict(moe_expert_num=1025),
     dict(moe_expert_num=3), dict(zero_expert_num=-1), dict(copy_expert_num=-1), dict(const_expert_num=-1),

@@ -38,7 +38,7 @@ else:
 
 
 def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Stream, inputs: Sequence[Tensor | None],
-           outputs: Sequence[Tensor], workspace: int | None = None) -> None:
+           outputs: Sequence[Tensor | None], workspace: int | None = None) -> None:
     """Phase 2 of a one-shot executor on `stream`: the stream's workspace (unless given), the launch,
     then the stream-ordered hold of every tensor it uses and the outputs' writer."""
     held = _anchors(inputs, outputs)
@@ -52,34 +52,33 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
     if ret:
         check_aclnn(ret, name)
     for t in outputs:
-        t._writer = stream
+        if t is not None:
+            t._writer = stream
 
 
-def _anchors(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> list[object]:
+def _anchors(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]) -> list[object]:
     """What keeps each tensor's memory valid until the stream passes a launch (Tensor._anchor)."""
-    held = [t._anchor() for t in inputs if t is not None]
-    held += [t._anchor() for t in outputs]
-    return held
+    return [t._anchor() for group in (inputs, outputs) for t in group if t is not None]
 
 
-def _descriptor_table(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> tuple[_RunCells, list[object]]:
+def _descriptor_table(inputs: Sequence[Tensor | None],
+                      outputs: Sequence[Tensor | None]) -> tuple[_RunCells, list[object]]:
     """The per-thread cells of the run helpers, with the descriptor table holding `inputs` then
-    `outputs` (absent inputs NULL), and what keeps the tensors alive. The C fast path does both when
+    `outputs` (absent ones NULL), and what keeps the tensors alive. The C fast path does both when
     every tensor has its descriptor; otherwise (a first use, a closed tensor) Python does."""
     cells = _run_cells(len(inputs) + len(outputs))
     _, table_addr, capacity, _, _, _, gather, _, layout = cells
     held = gather(layout, inputs, outputs, table_addr, capacity)
     if held is None:
         null = initialized().ffi.NULL
-        descs = [null if t is None else t.descriptor() for t in inputs]
-        descs += [t.descriptor() for t in outputs]
+        descs = [null if t is None else t.descriptor() for group in (inputs, outputs) for t in group]
         cells.table[0:len(descs)] = descs
         held = _anchors(inputs, outputs)
     return cells, held
 
 
 def run_phase1(run: Any, phase1: str, ints: Any, comm_alg: bytes, inputs: Sequence[Tensor | None],
-               outputs: Sequence[Tensor]) -> tuple[int, Any]:
+               outputs: Sequence[Tensor | None]) -> tuple[int, Any]:
     """Phase 1 only, through the same ``aclnnpy_<op>_run`` helper as :func:`run_both_phases` (so the
     C prototype's argument order lives in one place): (workspace size, executor)."""
     (table, _, _, ws_size, executor, launched, _, _, _), _ = _descriptor_table(inputs, outputs)
@@ -91,7 +90,7 @@ def run_phase1(run: Any, phase1: str, ints: Any, comm_alg: bytes, inputs: Sequen
 
 
 def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: bytes, stream: Stream,
-                    inputs: Sequence[Tensor | None], outputs: Sequence[Tensor]) -> None:
+                    inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]) -> None:
     """Phase 1 and phase 2 of a one-shot call through the extension's ``aclnnpy_<op>_run`` helper
     (one crossing into C): `ints` are the operator's integer attributes in the helper's order, the
     tensors go in the C prototype's order. The launch uses the stream's workspace (grown when phase 1
@@ -156,7 +155,7 @@ class Prepared(Resource):
                  "__weakref__")
 
     def __init__(self, launch_name: str, executor: Any, workspace_size: int, inputs: Sequence[Tensor | None],
-                 outputs: Sequence[Tensor], repeatable: bool):
+                 outputs: Sequence[Tensor | None], repeatable: bool):
         self._launch_name = launch_name
         self._executor = executor
         self.workspace_size = int(workspace_size)
@@ -289,7 +288,7 @@ class Plan(Resource, PlanBase):
     def __init__(self, prepared: Prepared):
         self._prep = prepared
         self._own_in: list[Tensor | None] = list(prepared.inputs)
-        self._own_out: list[Tensor] = list(prepared.outputs)
+        self._own_out: list[Tensor | None] = list(prepared.outputs)
         self._ws = DeviceMemory(prepared.workspace_size) if prepared.workspace_size else None
         b = initialized()
         ffi = b.ffi
@@ -300,9 +299,9 @@ class Plan(Resource, PlanBase):
             ffi.new("aclTensor *[]", [ffi.NULL if t is None else t.descriptor() for t in self._own_in]),
             ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_in]),
             ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_in]),
-            ffi.new("aclTensor *[]", [t.descriptor() for t in self._own_out]),
-            ffi.new("uintptr_t[]", [t.data_ptr for t in self._own_out]),
-            ffi.new("uintptr_t[]", [t.data_ptr for t in self._own_out]))
+            ffi.new("aclTensor *[]", [ffi.NULL if t is None else t.descriptor() for t in self._own_out]),
+            ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_out]),
+            ffi.new("uintptr_t[]", [0 if t is None else t.data_ptr for t in self._own_out]))
         in_desc, self._want_in, bound_in, out_desc, self._want_out, bound_out = self._arrays
         self._ws_size = prepared.workspace_size
         self._op = prepared._launch_name
@@ -331,7 +330,7 @@ class Plan(Resource, PlanBase):
         from .. import _fastpath
 
         call = _compiled_call(type(self))
-        if call is None:
+        if call is None or None in self._own_out:  # the compiled call marks every own output written
             return None
         b = initialized()
         ffi = b.ffi
@@ -407,7 +406,7 @@ class Plan(Resource, PlanBase):
             ordered.hold(stream, replaced._anchor())
 
     def _run(self, in_slots: tuple[int, ...], in_values: tuple[object, ...], out_values: Sequence[object] | None,
-             stream: StreamArg) -> list[Tensor]:
+             stream: StreamArg) -> list[Tensor | None]:
         """Bind this call's inputs (slot indices `in_slots`) and outputs, launch phase 2, and return
         the output tensors the launch writes."""
         if not self._open:
@@ -423,7 +422,7 @@ class Plan(Resource, PlanBase):
             self._leave(self._args)
 
     def _bind_and_launch(self, in_slots: tuple[int, ...], in_values: tuple[object, ...],
-                         out_values: Sequence[object] | None, stream: StreamArg) -> list[Tensor]:
+                         out_values: Sequence[object] | None, stream: StreamArg) -> list[Tensor | None]:
         s = resolve_stream(stream)
         for i, v in zip(in_slots, in_values):
             if v is self._last_in[i]:
@@ -448,7 +447,8 @@ class Plan(Resource, PlanBase):
             _launch_failed(self._args, self._op, ret)
         self._stream = s
         for t in outs:
-            t._writer = s
+            if t is not None:
+                t._writer = s
         return outs
 
     def _release(self) -> None:

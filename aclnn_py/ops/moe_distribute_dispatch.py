@@ -40,15 +40,20 @@ _LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E
 
 
 class DispatchOutputs(NamedTuple):
-    """The seven outputs of dispatch, as device Tensors (docs/operators.md, "Dispatch outputs")."""
+    """The seven outputs of dispatch, as device Tensors (docs/operators.md, "Dispatch outputs").
+
+    The operator allocates all seven unless given. A caller passing its own may leave
+    `dynamic_scales`, `tp_recv_counts` and `expand_scales` None: the C function then gets NULL for
+    them, as CANN allows (they are only written in quantising modes, with TP, or with expert_scales;
+    the C function refuses a NULL it needs, naming it)."""
 
     expand_x: Tensor
-    dynamic_scales: Tensor
+    dynamic_scales: Tensor | None
     assist_info_for_combine: Tensor
     expert_token_nums: Tensor
     ep_recv_counts: Tensor
-    tp_recv_counts: Tensor
-    expand_scales: Tensor
+    tp_recv_counts: Tensor | None
+    expand_scales: Tensor | None
 
 
 def expand_x_dtype(x_dtype: DataType, quant_mode: int, y_dtype: DTypeLike | None = None) -> DataType:
@@ -80,8 +85,9 @@ def dynamic_scales_layout(a: int, h: int, quant_mode: int, x_dtype: DataType,
 
 def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None, scales: Tensor | None,
                      elastic: bool, y_dtype: DTypeLike | None,
-                     given: Mapping[str, Tensor] | None = None) -> DispatchOutputs:
-    """The outputs for these inputs (caller-provided ones in `given` are used as they are). expand_x
+                     given: Mapping[str, Tensor | None] | None = None) -> DispatchOutputs:
+    """The outputs for these inputs (caller-provided ones in `given` are used as they are, a name
+    given None is passed to C as NULL, a name not given is allocated). expand_x
     is (A, H) elements of its type (packed fp4: (A, H/2) bytes on the device); with elastic_info a rank
     may serve either role, so A, expert_token_nums and ep_recv_counts take the larger sizes."""
     given = given or {}
@@ -99,7 +105,9 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
             ("ep_recv_counts", (cfg.ep_world_size * local,), DataType.INT32),
             ("tp_recv_counts", (cfg.tp_world_size,), DataType.INT32),
             ("expand_scales", (a if has_es else 0,), DataType.FLOAT))
-    return DispatchOutputs(*(output_tensor(given.get(name), name, shape, dt) for name, shape, dt in spec))
+    # a required output given None goes to C as NULL too: C refuses it, naming it (161001)
+    return DispatchOutputs(*(None if name in given and given[name] is None else  # type: ignore[arg-type]
+                             output_tensor(given.get(name), name, shape, dt) for name, shape, dt in spec))
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
@@ -130,7 +138,7 @@ def prepare_dispatch(
     scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
     elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
     x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
-    outputs: DispatchOutputs | Mapping[str, Tensor] | None = None, stream: StreamArg = None,
+    outputs: DispatchOutputs | Mapping[str, Tensor | None] | None = None, stream: StreamArg = None,
     repeatable: bool = False, precheck: bool = True, **attrs: int | str,
 ) -> PreparedDispatch:
     """Phase 1 (``aclnnMoeDistributeDispatchV5GetWorkspaceSize``): convert the inputs, allocate the
@@ -181,7 +189,7 @@ def moe_distribute_dispatch(
     scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
     elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
     x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
-    outputs: DispatchOutputs | Mapping[str, Tensor] | None = None, stream: StreamArg = None,
+    outputs: DispatchOutputs | Mapping[str, Tensor | None] | None = None, stream: StreamArg = None,
     precheck: bool = True, **attrs: int | str,
 ) -> DispatchOutputs:
     """Dispatch: phase 1 and phase 2 on `stream` (default: the current stream). Returns the outputs;
@@ -237,6 +245,8 @@ class DispatchPlan(Plan):
     def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
                  x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
                  outputs: DispatchOutputs | None = None, stream: StreamArg = None) -> DispatchOutputs:
-        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``)."""
-        self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
-        return self.outputs if outputs is None else outputs
+        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``). An entry of `outputs`
+        left None is written to the plan's own buffer for it (the executor has a tensor in every slot it
+        was built with); the result holds the Tensors written."""
+        written = self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
+        return self.outputs if outputs is None else DispatchOutputs(*written)  # type: ignore[arg-type]

@@ -50,6 +50,8 @@ def _check_attrs(c: MoeConfig, func: str) -> None:
     if c.tp_world_size >= 2:
         raise _bad(func, "tp_world_size",
                    f"must be 0 or 1, tensor parallelism is not supported (got {c.tp_world_size})")
+    if c.tp_rank_id != 0:
+        raise _bad(func, "tp_rank_id", f"must be 0 without tensor parallelism (tp_world_size 0 or 1) (got {c.tp_rank_id})")
     if c.expert_shard_type != 0:
         raise _bad(func, "expert_shard_type", f"must be 0 (got {c.expert_shard_type})")
     s_attr, shared_ranks = c.shared_expert_num, c.shared_expert_rank_num

@@ -101,6 +101,9 @@ int check_attrs(MoeParams &p) {
     if (p.tp_world >= 2)
         return bad("tp_world_size", "must be 0 or 1, tensor parallelism is not supported (got %" PRId64 ")",
                    p.tp_world);
+    if (p.tp_rank != 0)
+        return bad("tp_rank_id", "must be 0 without tensor parallelism (tp_world_size 0 or 1) (got %" PRId64 ")",
+                   p.tp_rank);
     if (p.shard != 0) return bad("expert_shard_type", "must be 0 (got %" PRId64 ")", p.shard);
     if (p.S_attr < 0 || p.S_attr > 4)
         return bad("shared_expert_num", "must be in [0, 4] (got %" PRId64 ")", p.S_attr);
