@@ -51,12 +51,11 @@ def input_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | N
     return Tensor.from_numpy(host_array(value, param), stream=stream, dtype=dtype)
 
 
-def ids_tensor(value: object, param: str, stream: Stream, func: str) -> Tensor:
-    """Expert ids: a Tensor as given, or a host integer array converted to int32 and uploaded."""
-    if isinstance(value, Tensor):
+def ids_tensor(value: object, param: str, stream: Stream, func: str) -> Tensor | None:
+    """Expert ids: a Tensor as given, None (NULL: phase 1 refuses it), or a host integer array
+    converted to int32 and uploaded."""
+    if value is None or isinstance(value, Tensor):
         return value
-    if value is None:
-        raise TypeError(f"{param}: expected a Tensor or an integer array, got None")
     return Tensor.from_numpy(as_int32(host_array(value, param), param, func), stream=stream)
 
 
@@ -68,6 +67,15 @@ def output_tensor(given: object, param: str, shape: Sequence[int], dtype: DTypeL
         raise TypeError(f"{param}: outputs must be Tensors (device memory the operator writes into), got "
                         f"{type(given).__name__}")
     return given
+
+
+#: an output entry the wrapper allocates (the caller gave none)
+ALLOCATED = object()
+
+
+def placeholder() -> Tensor:
+    """An empty output for a call phase 1 refuses before it reads its outputs."""
+    return Tensor.empty((0,), DataType.INT8)
 
 
 def wrong_dtype(param: str, expected: DataType, got: object) -> str:

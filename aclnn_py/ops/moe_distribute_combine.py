@@ -13,11 +13,11 @@ from collections.abc import Sequence
 from operator import is_not
 
 from ..dtypes import DataType, DTypeLike
-from ..errors import check_aclnn
+from ..errors import AclnnParamInvalid, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ids_tensor, input_tensor, output_tensor
+from ._args import ids_tensor, input_tensor, output_tensor, placeholder
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
@@ -53,15 +53,13 @@ def empty_weights() -> Tensor:
     return t
 
 
-def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None], s: Stream,
-             precheck: bool) -> list[Tensor | None]:
-    """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`), pre-checked."""
+def _convert(context: Tensor, tensors: Sequence[TensorArg | None], s: Stream
+) -> list[Tensor | None]:
+    """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`; None stays None: NULL,
+    but expert_scales None is the empty tensor of an unweighted combine)."""
     ex_arg, ids_arg = tensors[0], tensors[1]
     ex_t = ex_arg if ex_arg.__class__ is Tensor else input_tensor(ex_arg, "expand_x", s)
     ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1)
-    assert ex_t is not None
-    if precheck and len(ex_t.shape) == 2 and len(ids.shape) == 2:
-        prechecks.check(cfg, "combine", ids.shape[0], ex_t.shape[1], ids.shape[1])
     ins: list[Tensor | None] = [context, ex_t, ids]
     assist, counts, weights = tensors[2], tensors[3], tensors[4]
     if assist.__class__ is Tensor and counts.__class__ is Tensor \
@@ -82,15 +80,22 @@ def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None
     return ins
 
 
-def _x_out(ins: list[Tensor | None], given: Tensor | None) -> Tensor:
-    """x_out: (BS, H) in expand_x's dtype (bf16 for an int32 expand_x) unless given."""
-    if given.__class__ is Tensor:
+def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, precheck: bool) -> Tensor:
+    """x_out, after the pre-checks (which raise only with `precheck`): (BS, H) in expand_x's dtype
+    (bf16 for an int32 expand_x) unless given; empty when phase 1 will refuse the call before it reads
+    x_out."""
+    if given is not None:
+        output_tensor(given, "x_out", (), DataType.INT8)  # a TypeError for anything but a Tensor
+    found = prechecks.verdict(cfg, "combine", ins, None if given is None else (given,))
+    if precheck and isinstance(found, AclnnParamInvalid):
+        raise found
+    if given is not None:
         return given
+    if found is not None:
+        return placeholder()
     ex_t, ids = ins[1], ins[2]
-    assert ex_t is not None and ids is not None
-    bs = ids.shape[0] if ids.ndim >= 1 else 0
-    h = ex_t.shape[1] if ex_t.ndim >= 2 else 0
-    return output_tensor(given, "x_out", (bs, h), DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype)
+    assert ex_t is not None and ids is not None  # phase 1 refuses NULL ones: the verdict was C_DECIDES
+    return Tensor.empty((ids.shape[0], ex_t.shape[1]), DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype)
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:
@@ -114,11 +119,11 @@ def prepare_combine(
     expand_x is int32) unless given. Other arguments as :func:`~aclnn_py.ops.prepare_dispatch`."""
     cfg = resolve_config(config, attrs)
     s = resolve_stream(stream)
-    ins = _convert(cfg, context, (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
-                                  tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
-                                  expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
-                                  const_expert_alpha_2, const_expert_v, performance_info), s, precheck)
-    out = _x_out(ins, x_out)
+    ins = _convert(context, (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
+                             tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
+                             expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
+                             const_expert_alpha_2, const_expert_v, performance_info), s)
+    out = _x_out(cfg, ins, x_out, precheck)
     if repeatable:
         ins = private_views(ins)
         out = private_views([out])[0]  # type: ignore[assignment]
@@ -161,11 +166,11 @@ def moe_distribute_combine(
     """Combine: phase 1 and phase 2 on `stream`; returns x_out (``numpy()`` waits for the stream)."""
     cfg = config if config is not None and not attrs else resolve_config(config, attrs)
     s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
-    ins = _convert(cfg, context, (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
-                                  tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
-                                  expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
-                                  const_expert_alpha_2, const_expert_v, performance_info), s, precheck)
-    out = _x_out(ins, x_out)
+    ins = _convert(context, (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
+                             tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
+                             expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
+                             const_expert_alpha_2, const_expert_v, performance_info), s)
+    out = _x_out(cfg, ins, x_out, precheck)
     run_both_phases(initialized().lib.aclnnpy_combine_v5_run, PHASE1, PHASE2, cfg.combine_ints,
                     cfg.comm_alg_bytes, s, ins, (out,))
     return out

@@ -14,11 +14,11 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ..dtypes import DataType, DTypeLike, as_datatype
-from ..errors import check_aclnn
+from ..errors import AclnnParamInvalid, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ids_tensor, input_tensor, output_tensor
+from ._args import ALLOCATED, ids_tensor, input_tensor, output_tensor, placeholder
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
@@ -110,6 +110,30 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
                              output_tensor(given.get(name), name, shape, dt) for name, shape, dt in spec))
 
 
+def _outputs(cfg: MoeConfig, ins: list[Tensor | None], outputs: DispatchOutputs | Mapping[str, Tensor | None] | None,
+             y_dtype: DTypeLike | None, precheck: bool) -> DispatchOutputs:
+    """The outputs of this call, after the pre-checks (which raise only with `precheck`). When phase 1
+    will refuse the call before it reads the outputs, the missing ones are empty placeholders: sizing
+    them from refused attributes could ask for any amount of memory."""
+    if isinstance(outputs, DispatchOutputs):
+        found = prechecks.verdict(cfg, "dispatch", ins, outputs)
+    else:
+        given = {} if outputs is None else outputs
+        for name, value in given.items():
+            if value is not None:
+                output_tensor(value, name, (), DataType.INT8)  # a TypeError for anything but a Tensor
+        found = prechecks.verdict(cfg, "dispatch", ins, [given.get(n, ALLOCATED) for n in OUTPUTS])
+    if precheck and isinstance(found, AclnnParamInvalid):
+        raise found
+    if isinstance(outputs, DispatchOutputs):
+        return outputs
+    if found is not None:
+        return DispatchOutputs(*(given[n] if n in given else placeholder() for n in OUTPUTS))  # type: ignore[arg-type]
+    xt, ids = ins[1], ins[2]
+    assert xt is not None and ids is not None  # phase 1 refuses NULL ones: the verdict was C_DECIDES
+    return allocate_outputs(cfg, xt, ids, ins[5], ins[3], ins[6] is not None, y_dtype, outputs)
+
+
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
     return run_phase1(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, cfg.dispatch_ints, cfg.comm_alg_bytes,
                       ins, outs)
@@ -118,13 +142,10 @@ def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> 
 def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
              x_active_mask: TensorArg | None, expert_scales: TensorArg | None, elastic_info: TensorArg | None,
              performance_info: TensorArg | None, x_dtype: DTypeLike | None, scales_dtype: DTypeLike | None,
-             s: Stream, precheck: bool) -> list[Tensor | None]:
-    """The eight inputs as Tensors (host arrays uploaded on `s`), pre-checked against `cfg`."""
+             s: Stream) -> list[Tensor | None]:
+    """The eight inputs as Tensors (host arrays uploaded on `s`; None stays None: NULL)."""
     xt = x if x.__class__ is Tensor and x_dtype is None else input_tensor(x, "x", s, x_dtype)
     ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1)
-    assert xt is not None
-    if precheck and len(xt.shape) == 2 and len(ids.shape) == 2:  # other ranks: the C side names the tensor
-        prechecks.check(cfg, "dispatch", xt.shape[0], xt.shape[1], ids.shape[1])
     if scales is None and x_active_mask is None and expert_scales is None and elastic_info is None \
             and performance_info is None:
         return [context, xt, ids, None, None, None, None, None]
@@ -147,15 +168,14 @@ def prepare_dispatch(
     gives the attributes. `x_dtype` / `scales_dtype` record the element type of host data given as raw
     codes (HiFloat8, packed fp4, e8m0), `y_dtype` selects expand_x's type. With `repeatable`, the
     executor may be launched many times and rebound (``aclSetAclOpExecutorRepeatable``). With
-    `precheck`, the attribute, size and window rules are checked in Python first, with the C wording."""
+    `precheck`, the attribute, mode, size and window rules are checked in Python first, with the C
+    wording, where phase 1 would reach them (docs/operators.md, "Status codes"): the answer is the
+    same either way. A required tensor given None is passed as NULL (161001 from phase 1)."""
     cfg = resolve_config(config, attrs)
     s = resolve_stream(stream)
     ins = _convert(cfg, context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
-                   performance_info, x_dtype, scales_dtype, s, precheck)
-    xt, ids, sc, es, el = ins[1], ins[2], ins[3], ins[5], ins[6]
-    assert xt is not None and ids is not None
-    outs = outputs if isinstance(outputs, DispatchOutputs) else \
-        allocate_outputs(cfg, xt, ids, es, sc, el is not None, y_dtype, outputs)
+                   performance_info, x_dtype, scales_dtype, s)
+    outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
     if repeatable:
         ins = private_views(ins)
         outs = DispatchOutputs(*private_views(outs))  # type: ignore[arg-type]
@@ -197,13 +217,8 @@ def moe_distribute_dispatch(
     cfg = config if config is not None and not attrs else resolve_config(config, attrs)
     s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
     ins = _convert(cfg, context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
-                   performance_info, x_dtype, scales_dtype, s, precheck)
-    if isinstance(outputs, DispatchOutputs):
-        outs = outputs
-    else:
-        xt, ids = ins[1], ins[2]
-        assert xt is not None and ids is not None
-        outs = allocate_outputs(cfg, xt, ids, ins[5], ins[3], ins[6] is not None, y_dtype, outputs)
+                   performance_info, x_dtype, scales_dtype, s)
+    outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
     run_both_phases(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, PHASE2, cfg.dispatch_ints,
                     cfg.comm_alg_bytes, s, ins, outs)
     return outs

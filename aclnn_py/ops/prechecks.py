@@ -1,15 +1,24 @@
-"""Pre-checks of the attribute, size and window rules that dispatch and combine share, raised before
+"""Pre-checks of the attribute, mode, size and window rules of dispatch and combine, raised before
 any C call with the C side's exception class, status and wording (``<param>: <rule> (got <value>)``).
 
 On real CANN the op tiling rejects bad parameters with terse inner errors; these checks make the
-mistake readable there too (tests/test_prechecks.py asserts that every message equals the mock's for
-the same input). Shapes that passed once are remembered on the MoeConfig, so a repeated call pays
-one set lookup.
+mistake readable there too. A pre-check gives the C wording earlier, never a different answer: phase
+1 checks the pointers and descriptors first, then the attributes and modes, then the token tensors'
+types and ranks, then the sizes and the window, and a rule here is applied only when every check
+phase 1 makes before it passes (:func:`verdict` looks at those without wording them; C words them).
+tests/test_prechecks.py and tests/test_precheck_agreement.py hold the two to the same answers. Rules
+that passed once are remembered on the MoeConfig, so a repeated call pays set lookups.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Final
+
+from ..dtypes import DataType
 from ..errors import AclnnParamInvalid, param_invalid
+from ..tensor import Tensor
 from . import sizing
 from .config import MoeConfig
 
@@ -18,22 +27,122 @@ FUNCS = {"dispatch": "aclnnMoeDistributeDispatchV5GetWorkspaceSize",
          "combine": "aclnnMoeDistributeCombineV5GetWorkspaceSize"}
 #: the tensors whose dim 0 / dim 1 carry BS and H in each op
 _BS_H_PARAMS = {"dispatch": ("x", "x"), "combine": ("expert_ids", "expand_x")}
+#: how many leading inputs / outputs (C order) phase 1 requires to be non-NULL
+_REQUIRED = {"dispatch": (3, 5), "combine": (6, 1)}
+_HALF = frozenset({DataType.FLOAT16, DataType.BF16})
+_X_LOW_PRECISION = frozenset({DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E5M2,
+                              DataType.FLOAT4_E2M1, DataType.FLOAT4_E1M2})
 
 
-def check(config: MoeConfig, op: str, bs: int, h: int, k: int) -> None:
-    """Raise AclnnParamInvalid when `config` with BS `bs`, hidden `h` and top-k `k` breaks a rule of
-    `op` ("dispatch" or "combine")."""
+class _CDecides:
+    """Phase 1 refuses the call before the pre-checked rules: a NULL it needs, a closed or
+    non-contiguous tensor, a token tensor of the wrong type or rank. C words it."""
+
+    def __repr__(self) -> str:
+        return "C_DECIDES"
+
+
+C_DECIDES: Final = _CDecides()
+
+
+def verdict(config: MoeConfig, op: str, inputs: Sequence[Tensor | None],
+            outputs: Sequence[object] | None) -> AclnnParamInvalid | _CDecides | None:
+    """What phase 1 of `op` ("dispatch" or "combine") will say about this call, as far as the
+    pre-checked rules go: None (they pass), the error it returns, or C_DECIDES (it refuses the call at
+    an earlier check). `inputs` in the C order (None: NULL); `outputs` in the C order (None: NULL, any
+    other non-Tensor: one the wrapper allocates, correctly), or None when it allocates them all."""
+    if not _structure_ok(op, inputs, outputs):
+        return C_DECIDES
+    func = FUNCS[op]
+    if (op, -1, -1, -1) not in config._passed:
+        try:
+            _check_attrs(config, func)
+            _check_modes(config, op, func)
+        except AclnnParamInvalid as exc:
+            return exc
+        config._passed.add((op, -1, -1, -1))  # the attributes and modes passed
+    if not _tokens_ok(config, op, inputs):
+        return C_DECIDES
+    ids = inputs[2]
+    assert ids is not None
+    tokens = inputs[1]
+    assert tokens is not None
+    bs, h, k = ids.shape[0], tokens.shape[1], ids.shape[1]
     key = (op, bs, h, k)
     if key in config._passed:
-        return
-    func = FUNCS[op]
+        return None
     bs_param, h_param = _BS_H_PARAMS[op]
-    _check_attrs(config, func)
-    _check_sizes(config, func, bs, h, k, bs_param, h_param)
-    _check_window(config, func, bs, h, k)
+    try:
+        _check_sizes(config, func, bs, h, k, bs_param, h_param)
+        _check_window(config, func, bs, h, k)
+    except AclnnParamInvalid as exc:
+        return exc
     if len(config._passed) > 4096:
         config._passed.clear()
     config._passed.add(key)
+    return None
+
+
+def _c_contiguous(t: Tensor) -> bool:
+    """Phase 1's contiguity: row-major strides, dims of size 1 free, empty tensors always."""
+    if t.is_contiguous:
+        return True
+    expect = 1
+    for d, st in zip(reversed(t.shape), reversed(t.strides)):
+        if d != 1 and st != expect:
+            return math.prod(t.shape) == 0
+        expect *= d
+    return True
+
+
+def _structure_ok(op: str, inputs: Sequence[Tensor | None], outputs: Sequence[object] | None) -> bool:
+    """Phase 1's first checks pass: the required pointers are non-NULL, every tensor is open and
+    contiguous, the context is 1-D int32."""
+    n_in, n_out = _REQUIRED[op]
+    if any(t is None for t in inputs[:n_in]):
+        return False
+    if outputs is not None and any(t is None for t in outputs[:n_out]):
+        return False
+    for group in (inputs, outputs or ()):
+        for t in group:
+            if isinstance(t, Tensor) and (not t._open or not _c_contiguous(t)):
+                return False
+    context = inputs[0]
+    assert context is not None
+    return context.dtype == DataType.INT32 and context.ndim == 1
+
+
+def _tokens_ok(c: MoeConfig, op: str, inputs: Sequence[Tensor | None]) -> bool:
+    """The token tensors pass phase 1's type and rank checks (dispatch: x, expert_ids and their BS
+    agreeing; combine: expand_x, expert_ids), which it makes before the size rules."""
+    tokens, ids = inputs[1], inputs[2]
+    assert tokens is not None and ids is not None
+    allowed = _HALF | _X_LOW_PRECISION if op == "dispatch" and c.profile.low_precision else _HALF
+    if tokens.dtype not in allowed or tokens.ndim != 2 or ids.dtype != DataType.INT32 or ids.ndim != 2:
+        return False
+    return op != "dispatch" or ids.shape[0] == tokens.shape[0]
+
+
+def _check_modes(c: MoeConfig, op: str, func: str) -> None:
+    """Each op's own modes, which phase 1 checks right after the shared attributes."""
+    p, soc = c.profile, c.soc
+    if op == "dispatch":
+        if c.quant_mode not in p.quant_modes:
+            if p.low_precision:
+                raise _bad(func, "quant_mode", f"must be in [0, 5] on {soc} (got {c.quant_mode})")
+            static = ", static quant is not supported" if c.quant_mode == 1 else ""
+            raise _bad(func, "quant_mode", f"must be 0 or 2 on {soc}{static} (got {c.quant_mode})")
+        if c.expert_token_nums_type not in (0, 1):
+            raise _bad(func, "expert_token_nums_type", f"must be 0 or 1 (got {c.expert_token_nums_type})")
+        return
+    if c.comm_quant_mode not in p.comm_quant_modes:
+        allowed = sorted(p.comm_quant_modes)
+        listed = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}"
+        raise _bad(func, "comm_quant_mode", f"must be {listed} on {soc} (got {c.comm_quant_mode})")
+    if c.out_dtype != 0:
+        raise _bad(func, "out_dtype", f"is reserved and must be 0 (got {c.out_dtype})")
+    if c.group_list_type != 0:
+        raise _bad(func, "group_list_type", f"is reserved and must be 0 (got {c.group_list_type})")
 
 
 def _bad(func: str, param: str, rule: str) -> AclnnParamInvalid:

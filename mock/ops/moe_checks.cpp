@@ -152,6 +152,10 @@ int check_attrs(MoeParams &p) {
     return 0;
 }
 
+namespace {
+int check_window_need(const MoeParams &p);
+}
+
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
     const char *soc = p.soc;
     if (p.BS < 1 || p.BS > 512)
@@ -189,7 +193,7 @@ int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
     } else {
         p.A = p.G * (p.L < p.K ? p.L : p.K);
     }
-    return 0;
+    return check_window_need(p);
 }
 
 int check_mask(const aclTensor *mask, const MoeParams &p) {
@@ -322,7 +326,9 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
     return 0;
 }
 
-int check_window(const MoeParams &p, const hccl::Comm *comm) {
+namespace {
+// The window these sizes need (docs/operators.md, "Buffer sizing") must fit in ccl_buffer_size.
+int check_window_need(const MoeParams &p) {
     if (p.ccl < 0) return bad("ccl_buffer_size", "must be >= 0 (got %" PRId64 ")", p.ccl);
     Layout l = make_layout(p.W, p.L, p.maxBs, p.H, p.K, p.S, p.fullmesh_v2);
     const uint64_t need_b = window_need_bytes(l, p.W, p.soc950);
@@ -338,6 +344,11 @@ int check_window(const MoeParams &p, const hccl::Comm *comm) {
                    p.soc950 ? " + W*1024" : "", p.maxBs, l.td, p.W, p.L, p.maxBs, l.tc, p.K + p.S,
                    p.soc950 ? format(" + %" PRId64, p.W * 1024).c_str() : "", need_b, buffsize, p.ccl);
     }
+    return 0;
+}
+}  // namespace
+
+int check_window(const MoeParams &p, const hccl::Comm *comm) {
     if (comm && uint64_t(p.ccl) > comm->window_size())
         return bad("ccl_buffer_size", "must not exceed the window of the context's communicator (%" PRIu64
                    " bytes) (got %" PRId64 ")", comm->window_size(), p.ccl);

@@ -76,8 +76,11 @@ int check_rank(const aclTensor *t, const char *param, size_t nd);
 // Attribute rules shared by both ops (ranks, placement, expert counts, comm_alg), under the SoC
 // profile (soc_profile()). Fills the profile and the derived fields that need no tensor shapes.
 int check_attrs(MoeParams &p);
-// Size rules: BS, H, K, K <= E+Z+C+Q, global_bs, fullmesh_v2 limits; derives G, maxBs, A, ...
-// `bs_param`/`h_param` name the tensors the sizes come from.
+// Size rules: BS, H, K, K <= E+Z+C+Q, global_bs, fullmesh_v2 limits; derives G, maxBs, A, ...;
+// then the window rule (ccl_buffer_size >= 0 and large enough for these sizes). `bs_param`/`h_param`
+// name the tensors the sizes come from. The attribute, size and window rules run as one block right
+// after the checks of the token tensors, so that aclnn-py's Python pre-checks, which check exactly this
+// block, give the same first error as phase 1.
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param);
 // x_active_mask: bool, (BS,) or (BS,K), and no uneven BS.
 int check_mask(const aclTensor *mask, const MoeParams &p);
@@ -94,7 +97,7 @@ int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParam
 // check runs with `code` = the kernel's failure code and `op` prefixed.
 int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code,
                     const char *op);
-// The kernel-side window check against ccl_buffer_size, and ccl_buffer_size <= the real window.
+// ccl_buffer_size <= the window of the context's communicator.
 int check_window(const MoeParams &p, const hccl::Comm *comm);
 
 // Workspace sizes (bytes), always > 0; the kernels use every part.
