@@ -37,6 +37,7 @@ from .runtime import (
     explicit_or_current,
     fill,
     initialized,
+    order_after_writes,
     ordered,
 )
 
@@ -265,15 +266,17 @@ class Tensor:
 
     # ---- host transfer -------------------------------------------------------------------------------
     def _wait_for_writes(self, stream: StreamArg) -> None:
-        """Synchronise `stream`, else the stream that last wrote this Tensor, else the current stream."""
-        s = explicit_or_current(stream) if stream is not None else self._writer
-        if s is None:
-            s = explicit_or_current(None)
+        """Synchronise the stream that last wrote this Tensor and `stream` (when given; with neither, the
+        current stream)."""
+        w = self._writer
+        s = explicit_or_current(stream) if stream is not None or w is None else None
+        if w is not None and not w.closed and w != s:
+            w.synchronize()
         if s is not None and not s.closed:
             s.synchronize()
 
     def numpy(self, stream: StreamArg = None) -> np.ndarray:
-        """Download to a new host array, after the stream that last wrote this Tensor (or `stream`,
+        """Download to a new host array, after the stream that last wrote this Tensor (and `stream`,
         when given) finished. Packed 4-bit types come back as uint8 bytes, (…, last/2); HIFLOAT8 and
         other types without a numpy type as uint8."""
         self._check_open("download it")
@@ -306,6 +309,8 @@ class Tensor:
         return unpack_nibbles(self.numpy(stream), to_numpy(self.dtype))
 
     def _upload(self, arr: np.ndarray, stream: Stream | None) -> None:
+        if stream is not None:
+            order_after_writes(stream, (self,))  # the new bytes land after a pending write on another stream
         copy_to_device(self.data_ptr, self.nbytes, arr, stream)
         if stream is not None:
             ordered.hold(stream, arr)  # the queued copy reads `arr` later
@@ -328,6 +333,8 @@ class Tensor:
         n = self.nbytes
         if n:
             s = explicit_or_current(stream)
+            if s is not None:
+                order_after_writes(s, (self,))
             fill(self.data_ptr, n, int(value), n, s)
             if s is not None:
                 self._writer = s

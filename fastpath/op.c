@@ -413,6 +413,11 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
         if (!g) goto done;
     }
     if (!config || !stream || !outputs) goto done;  /* attributes as keywords, the current stream: Python */
+    for (Py_ssize_t i = 0; i < sp->n_params; ++i) {
+        /* an input last written on another stream: the Python path orders the launch after that write */
+        PyObject *w = sp->role[i] >= 0 && params[i] && params[i] != Py_None ? slot(params[i], l->writer) : NULL;
+        if (w && w != Py_None && w != stream) goto done;
+    }
     if ((rc = use_config(sp, config)) <= 0 || (precheck && (rc = prechecked(sp, params)) <= 0)) goto done;
     rc = 0;
     /* the stream's state: its workspace block now, its holds after the launch (a stream's first launch

@@ -270,8 +270,11 @@ static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream)
         if (v == Py_None && last == Py_None) continue;  /* absent */
         /* the same Tensor as last call too: a view's address may have moved since (Prepared.rebind_input) */
         uintptr_t addr = Py_TYPE(v) == (PyTypeObject *)st->tensor_type ? slot_address(st, v, i) : 0;
-        if (!addr) {
-            taken = 0;  /* a host array, closed, not of the plan's layout: the Python path */
+        PyObject *writer = addr ? slot(v, st->t_writer) : NULL;
+        if (!addr || (writer && writer != Py_None && writer != stream)) {
+            /* a host array, closed, not of the plan's layout, or last written on another stream (the
+             * Python path orders the launch after that write): the Python path */
+            taken = 0;
             break;
         }
         st->want_in[i] = addr;

@@ -21,6 +21,7 @@ from ..runtime import (
     Stream,
     StreamArg,
     initialized,
+    order_after_writes,
     ordered,
     out_cell,
     resolve_stream,
@@ -42,6 +43,7 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
     """Phase 2 of a one-shot executor on `stream`: the stream's workspace (unless given), the launch,
     then the stream-ordered hold of every tensor it uses and the outputs' writer."""
     held = _anchors(inputs, outputs)
+    order_after_writes(stream, inputs)
     if workspace is not None:
         ws = workspace
     else:
@@ -96,6 +98,7 @@ def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: byt
     tensors go in the C prototype's order. The launch uses the stream's workspace (grown when phase 1
     asks for more) and holds what it uses until the stream passes it."""
     (table, _, _, ws_size, executor, launched, _, written, layout), held = _descriptor_table(inputs, outputs)
+    order_after_writes(stream, inputs)
     ws_ptr, ws_cap = ordered.workspace_block(stream)
     ret = run(table, ints, comm_alg, ws_ptr, ws_cap, stream._cdata, ws_size, executor, 1, launched)
     if not launched[0]:
@@ -442,6 +445,7 @@ class Plan(Resource, PlanBase):
                 for j in range(len(self._own_out)):
                     self._set(j, None, s, True)
             outs = self._own_out
+        order_after_writes(s, in_values)
         ret = self._plan_launch(self._args, s._cdata)
         if ret:
             _launch_failed(self._args, self._op, ret)

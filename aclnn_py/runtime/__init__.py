@@ -11,11 +11,20 @@ from ._device import Device
 from ._init import init, initialized, soc_name, version
 from ._memory import DeviceMemory, MemoryExport, copy_to_device, copy_to_host, fill
 from ._resource import Resource
-from ._stream import Event, Stream, StreamArg, StreamLike, current_stream, explicit_or_current, resolve_stream
+from ._stream import (
+    Event,
+    Stream,
+    StreamArg,
+    StreamLike,
+    current_stream,
+    explicit_or_current,
+    order_after_writes,
+    resolve_stream,
+)
 from ._thread import out_cell
 
 __all__ = [
     "Device", "DeviceMemory", "Event", "MemoryExport", "Resource", "Stream", "StreamArg", "StreamLike", "copy_to_device", "copy_to_host",
-    "current_stream", "explicit_or_current", "fill", "init", "initialized", "ordered", "out_cell", "resolve_stream", "soc_name",
+    "current_stream", "explicit_or_current", "fill", "order_after_writes", "init", "initialized", "ordered", "out_cell", "resolve_stream", "soc_name",
     "version",
 ]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
 from ..errors import acl_error, check_acl, recent_message
@@ -39,12 +40,13 @@ class Stream(Resource):
     """An ACL stream (``aclrtStream``). Made by :meth:`Device.create_stream`, :meth:`from_handle` or
     :meth:`default`, not by calling the class."""
 
-    __slots__ = ("_open", "_cdata", "_handle", "_owned", "_device", "_key", "__weakref__")
+    __slots__ = ("_open", "_cdata", "_handle", "_owned", "_device", "_key", "_order_event", "__weakref__")
     _cdata: Any          # the aclrtStream
     _handle: int
     _owned: bool
     _device: int | None
     _key: int            # names the stream in this process (the NULL handle is per device)
+    _order_event: Event | None  # recorded here when another stream must wait for this one's writes
 
     def __init__(self) -> None:
         raise TypeError("Stream() cannot be called: use Device.create_stream(), Stream.from_handle(handle) "
@@ -59,6 +61,7 @@ class Stream(Resource):
         s._device = device
         # the NULL handle is each device's own default stream, so the device is part of its key
         s._key = handle if handle else -1 - (device if device is not None else current_device_id())
+        s._order_event = None
         s._open = True
         return s
 
@@ -149,6 +152,8 @@ class Stream(Resource):
         return ev
 
     def _release(self) -> None:
+        if self._order_event is not None:
+            self._order_event.close()
         # aclrtDestroyStream lets queued work finish first; then nothing held for it is in use
         if self._owned:
             check_acl(initialized().lib.aclrtDestroyStream(self._cdata), "aclrtDestroyStream")
@@ -227,6 +232,23 @@ def resolve_stream(stream: StreamArg, param: str = "stream") -> Stream:
         return Stream.from_handle(_protocol_handle(stream))
     raise TypeError(f"{param}: expected a Stream, an int handle or an object with __acl_stream__, "
                     f"got {type(stream).__name__}")
+
+
+def order_after_writes(stream: Stream, tensors: Iterable[object]) -> None:
+    """Make the work queued on `stream` from now on wait for the queued writes of `tensors` made on
+    other streams (``aclrtRecordEvent`` on the writer, ``aclrtStreamWaitEvent`` on `stream`), so that
+    a launch reads what work queued before it wrote, whichever stream that was, with no event in the
+    caller's code. Entries without a writer (None, host arrays, Tensors written synchronously or on
+    `stream` itself) cost an attribute read."""
+    for t in tensors:
+        w: Stream | None = getattr(t, "_writer", None)
+        if w is None or w._key == stream._key or not w._open:
+            continue
+        ev = w._order_event
+        if ev is None:
+            ev = w._order_event = Event()
+        ev.record(w)
+        stream.wait_event(ev)
 
 
 def wait_for(cdata: Any, timeout_ms: int | None = None) -> None:
