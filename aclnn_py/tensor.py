@@ -59,7 +59,12 @@ def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
 
 
 class Tensor:
-    """A typed view of device memory."""
+    """A typed view of device memory.
+
+    ``device`` is the id of the device the memory lives on: the one given, else the calling thread's
+    current device when the Tensor allocated it (``empty``, ``zeros``, ``from_numpy``), the owner's
+    for a borrowed Tensor; None when the Tensor cannot know it (:meth:`from_address`, or a zero-copy
+    :meth:`from_dlpack` of memory that is not a Tensor's, without `device`)."""
 
     __slots__ = ("_ptr", "shape", "dtype", "strides", "offset", "device", "_mem", "_owner", "_desc", "_desc_addr",
                  "_writer", "_open", "_contiguous", "_offset_nbytes", "__weakref__")
@@ -68,12 +73,17 @@ class Tensor:
                  offset: int = 0, owner: object = None, device: int | None = None):
         """A view of `ptr` (the storage base) — prefer :meth:`from_address`, which documents `owner`."""
         self._ptr = int(ptr)
+        #: Elements per dimension.
         self.shape = tuple(int(d) for d in shape)
+        #: The element type, an aclDataType.
         self.dtype = as_datatype(dtype)
+        #: Elements between neighbours of each dimension (contiguous unless given).
         self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
         if len(self.strides) != len(self.shape):
             raise ValueError(f"strides {self.strides} do not match shape {self.shape}")
+        #: Elements from the storage base to element 0.
         self.offset = int(offset)
+        #: The device the memory lives on (see the class description); None when unknown.
         self.device = device
         # a Tensor's layout never changes, and the operator paths ask for these on every call
         self._contiguous = self.strides == contiguous_strides(self.shape)
@@ -92,7 +102,7 @@ class Tensor:
         dt = as_datatype(dtype)
         shape = tuple(int(d) for d in shape)
         mem = DeviceMemory(max(_nbytes(dt, shape), _MIN_ALLOC), device)
-        t = cls(mem._ptr, shape, dt, device=device)
+        t = cls(mem._ptr, shape, dt, device=mem.device)
         t._mem = mem
         return t
 
