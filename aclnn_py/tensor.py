@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -39,6 +39,9 @@ from .runtime import (
     initialized,
     ordered,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import CapsuleType
 
 ShapeLike = Sequence[int]
 
@@ -379,7 +382,7 @@ class Tensor:
         return out if dtype is None else out.astype(to_numpy(dtype), copy=False)
 
     def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> CapsuleType:
         """DLPack export (mock only): a zero-copy kDLCPU tensor over the device memory, after the
         stream that last wrote it finished; a versioned capsule when ``max_version >= (1, 0)``. bf16,
         fp8 and packed fp4 keep their DLPack type codes (numpy cannot take bf16: use
