@@ -385,8 +385,10 @@ class Tensor:
                    dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> CapsuleType:
         """DLPack export (mock only): a zero-copy kDLCPU tensor over the device memory, after the
         stream that last wrote it finished; a versioned capsule when ``max_version >= (1, 0)``. bf16,
-        fp8 and packed fp4 keep their DLPack type codes (numpy cannot take bf16: use
-        :meth:`numpy_view`). ``copy=True`` exports a fresh copy. `stream` must be None or -1."""
+        fp8 and packed fp4 keep their DLPack type codes, which not every numpy can take
+        (docs/concepts.md, "Reading results on the host"; :meth:`numpy_view` reads every type); a
+        type without a DLPack code raises BufferError. ``copy=True`` exports a fresh copy. `stream`
+        must be None or -1."""
         self._check_open("export it")
         self._require_host_visible()
         if stream not in (None, -1):
