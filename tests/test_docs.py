@@ -122,6 +122,17 @@ def test_docs_have_blocks() -> None:
     assert any(b.lang == "bash" for b in RUN_BLOCKS) and any(b.lang == "python" for b in RUN_BLOCKS)
 
 
+def test_wheel_names_carry_the_current_version() -> None:
+    """A wheel or sdist name in the docs is the one `pip wheel .` makes from this source."""
+    import runpy
+
+    version = runpy.run_path(str(REPO / "aclnn_py" / "_version.py"))["__version__"]
+    named = {(f.relative_to(REPO).as_posix(), m[1]) for f in doc_files()
+             for m in re.finditer(r"\baclnn_py-(\d[^-\s*/]*?)(?:-|\.tar\.gz)", f.read_text(encoding="utf-8"))}
+    assert ("docs/quickstart.md", version) in named, named
+    assert {v for _, v in named} == {version}, f"wheel names with another version than {version}: {named}"
+
+
 def test_api_reference_is_current_and_shows_the_buffer_constructor_and_attributes() -> None:
     r = subprocess.run([sys.executable, "docs/gen_api.py", "--check"], cwd=REPO, capture_output=True, text=True,
                        timeout=120)
