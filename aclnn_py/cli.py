@@ -41,9 +41,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap = build_parser()
         args = ap.parse_args(argv)
         cmd = args.cmd
-        if cmd is None:  # bare `aclnn-py`: say what there is (like --help)
-            ap.print_help()
-            return 0
+        if cmd is None:  # bare `aclnn-py`: a usage error, as for any other missing argument
+            ap.print_usage(sys.stderr)
+            raise UsageError("a command is required (see aclnn-py --help)")
         return int(args.func(args))
     except UsageError as e:
         prog = e.prog or (f"aclnn-py {cmd}" if cmd else "aclnn-py")

@@ -5,6 +5,8 @@ line and exit 2 (:class:`UsageError`), an internal error as a traceback and exit
 from __future__ import annotations
 
 import argparse
+import math
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 EXIT_USAGE = 2
@@ -41,3 +43,31 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)", self.prog)
+
+
+# ---- option types: a value out of range is refused while parsing, as argparse refuses "abc" for an int ----
+
+def int_at_least(low: int) -> Callable[[str], int]:
+    """An argparse ``type`` for an integer option that must be >= `low`."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be >= {low} (got {value})")
+        return value
+
+    return parse
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse ``type`` for a duration: a finite number of seconds > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"must be a number of seconds > 0 (got {text})")
+    return value

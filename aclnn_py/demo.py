@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import numpy as np
 
 from . import casts, golden
-from .cli_conventions import UsageError
+from .cli_conventions import UsageError, int_at_least, positive_seconds
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
 from .dtypes import DataType, bfloat16
 
@@ -339,8 +339,10 @@ def check_round(m: Model, rnd: int, results: Sequence[Mapping[str, Any]],
 
 
 # ---- running ---------------------------------------------------------------------------------------
-def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence[int]) -> None:
-    """Refuse, as a UsageError with one clear line, what the demo or the operators cannot run."""
+def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence[int], *,
+             mock: bool = False) -> None:
+    """Refuse, as a UsageError with one clear line, what the demo or the operators cannot run.
+    `mock`: the device count is the mock's, which the user sets, so a shortfall says how."""
     for name, value, low in (("--tokens", m.tokens, 1), ("--hidden", m.hidden, 1), ("--topk", m.topk, 1),
                              ("--experts", m.experts, 1), ("--rounds", m.rounds, 1)):
         if value < low:
@@ -369,11 +371,13 @@ def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence
         raise UsageError(f"--devices lists {len(devices)} devices for {w} ranks")
     if len(set(devices)) != len(devices):
         raise UsageError(f"--devices lists a device twice ({','.join(map(str, devices))}); one rank per device")
+    hint = f" (set {ENV_MOCK_DEVICE_COUNT}, up to 1024, for more mock devices)" if mock else ""
     if w > device_count:
-        raise UsageError(f"--world-size {w} needs {w} devices but the backend reports {device_count}")
+        raise UsageError(f"--world-size {w} needs {w} devices but the backend reports {device_count}{hint}")
     bad = [d for d in devices if not 0 <= d < device_count]
     if bad:
-        raise UsageError(f"--devices {','.join(map(str, bad))}: the backend reports devices 0..{device_count - 1}")
+        raise UsageError(f"--devices {','.join(map(str, bad))}: the backend reports devices "
+                         f"0..{device_count - 1}{hint}")
 
 
 def _validate_modes(m: Model, profile: SocProfile) -> None:
@@ -444,6 +448,7 @@ on an Ascend machine, one run checks the binding, the installed CANN's operators
 one rank process per device, the SoC profile is what the device reports."""
 ENV_BACKEND = "ACLNN_PY_BACKEND"
 ENV_MOCK_SOC = "ACLNN_MOCK_SOC"
+ENV_MOCK_DEVICE_COUNT = "ACLNN_MOCK_DEVICE_COUNT"
 EXIT_CODES = """exit status:
   0  MATCH: every output of every rank equals the golden bit for bit
   1  MISMATCH (the report names output, rank, first differing index and size), or a rank failed
@@ -467,7 +472,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--devices", default=None, help="comma-separated device ids, one per rank "
                    "(default: 0 .. world-size-1)")
     g.add_argument("--threads", action="store_true", help="ranks as threads of this process (mock only)")
-    g.add_argument("--timeout", type=float, default=300.0, help="seconds before every rank is stopped")
+    g.add_argument("--timeout", type=positive_seconds, default=300.0, help="seconds before every rank is stopped")
     g = p.add_argument_group("model")
     g.add_argument("--tokens", type=int, default=d.tokens, help="tokens per rank (BS)")
     g.add_argument("--hidden", type=int, default=d.hidden, help="hidden size H (the operators take 1024..8192)")
@@ -490,7 +495,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--comm-quant-mode", type=int, default=d.comm_quant_mode, choices=sorted(COMM_QUANT_MODES),
                    help="combine transport: " + "; ".join(f"{k} {v}" for k, v in COMM_QUANT_MODES.items()))
     g = p.add_argument_group("run")
-    g.add_argument("--seed", type=int, default=d.seed, help="seed of every rank's inputs")
+    g.add_argument("--seed", type=int_at_least(0), default=d.seed, help="seed of every rank's inputs (>= 0)")
     g.add_argument("--rounds", type=int, default=d.rounds, help="rounds on the same communicators")
     g.add_argument("--quiet", action="store_true", help="no progress on stderr")
     g.add_argument("--json", action="store_true", help="print one JSON document on stdout, nothing on stderr")
@@ -552,12 +557,12 @@ def main(args: argparse.Namespace) -> int:
               zero_experts=args.zero_experts, copy_experts=args.copy_experts, quant_mode=args.quant_mode,
               y_dtype=args.y_dtype, comm_quant_mode=args.comm_quant_mode, dtype=args.dtype, mask=args.mask,
               weights=not args.no_weights, seed=args.seed, rounds=args.rounds, soc=soc)
-    validate(m, PROFILES[soc], count, devices)
-    if args.threads:
-        import aclnn_py as acl
+    import aclnn_py as acl
 
-        if not acl.backend().is_mock:
-            raise UsageError("--threads: thread ranks are a mock convenience; on CANN every rank is a process")
+    is_mock = acl.backend().is_mock
+    validate(m, PROFILES[soc], count, devices, mock=is_mock)
+    if args.threads and not is_mock:
+        raise UsageError("--threads: thread ranks are a mock convenience; on CANN every rank is a process")
     if say:
         say(f"demo: {where}")
     result = _run_reporting_failures(m, args, devices, say, where)

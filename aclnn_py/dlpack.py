@@ -20,12 +20,15 @@ from __future__ import annotations
 import ctypes
 import math
 import threading
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .dtypes import DataType, to_numpy
 from .runtime import initialized
+
+if TYPE_CHECKING:
+    from typing_extensions import CapsuleType
 
 KDL_CPU = 1
 DLPACK_VERSION = (1, 1)
@@ -134,7 +137,7 @@ def sweep() -> int:
 
 
 def export(ptr: int, shape: tuple[int, ...], dtype: DataType, strides: tuple[int, ...], byte_offset: int,
-           keep: object, max_version: tuple[int, int] | None = None, copied: bool = False) -> Any:
+           keep: object, max_version: tuple[int, int] | None = None, copied: bool = False) -> CapsuleType:
     """A DLPack capsule over the memory at `ptr` (+ `byte_offset`) as a kDLCPU tensor (mock memory is
     host memory). `keep` is held until the consumer is done (or the capsule is dropped unconsumed)."""
     code_bits = _TO_DL.get(dtype)
@@ -161,7 +164,8 @@ def export(ptr: int, shape: tuple[int, ...], dtype: DataType, strides: tuple[int
     addr = ctypes.addressof(managed)
     with _live_lock:
         _live[addr] = (done, managed, c_shape, c_strides, keep)
-    return _api.PyCapsule_New(addr, _NAME_VERSIONED if versioned else _NAME, c.capsule)
+    capsule: CapsuleType = _api.PyCapsule_New(addr, _NAME_VERSIONED if versioned else _NAME, c.capsule)
+    return capsule
 
 
 # ------------------------------------------------------------------------------------------ import

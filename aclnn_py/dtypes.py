@@ -18,7 +18,11 @@ import numpy.typing as npt
 
 
 class DataType(enum.IntEnum):
-    """aclDataType values (CANN's acl_base.h numbering)."""
+    """aclDataType values (CANN's acl_base.h numbering).
+
+    ``str()``, ``print()`` and f-strings give the member's name (``BF16``), as ``repr`` and a
+    Tensor's repr do; ``int()`` (or a numeric format such as ``{dt:d}``) gives the aclDataType number.
+    """
 
     DT_UNDEFINED = -1
     FLOAT = 0
@@ -48,6 +52,17 @@ class DataType(enum.IntEnum):
     FLOAT6_E2M3 = 39
     FLOAT4_E2M1 = 40
     FLOAT4_E1M2 = 41
+
+    # IntEnum prints its number from Python 3.11 on ("27"); a name says which type it is
+    def __str__(self) -> str:
+        return self.name
+
+    # defined too because from Python 3.12 on IntEnum formats as int even when __str__ is overridden
+    def __format__(self, format_spec: str) -> str:
+        try:
+            return format(self.name, format_spec)
+        except ValueError:  # a numeric spec ("d", "x", ...): the aclDataType number
+            return format(int(self), format_spec)
 
     @property
     def bits(self) -> int:

@@ -168,13 +168,19 @@ class Communicator(Resource):
         try:
             name = ffi.new(f"char[{COMM_NAME_MAX_LENGTH}]")
             check_hccl(lib.HcclGetCommName(self._cdata, name), "HcclGetCommName")
+            #: The group name HCCL gave the communicator (``HcclGetCommName``).
             self.name = str(ffi.string(name).decode())
+            #: This rank's id in the world (``HcclGetRankId``).
             self.rank = self._query(lib.HcclGetRankId, "HcclGetRankId")
+            #: The number of ranks (``HcclGetRankSize``).
             self.world_size = self._query(lib.HcclGetRankSize, "HcclGetRankSize")
             addr, size = ffi.new("void **"), ffi.new("uint64_t *")
             check_hccl(lib.HcclGetHcclBuffer(self._cdata, addr, size), "HcclGetHcclBuffer")
+            #: The device address of this rank's window (``HcclGetHcclBuffer``).
             self.window_address = int(ffi.cast("uintptr_t", addr[0]))
+            #: The window's size in bytes (``HcclGetHcclBuffer``; set by ``HCCL_BUFFSIZE``).
             self.window_size = int(size[0])
+            #: The device current when the communicator was created, which its windows belong to.
             self.device = current
         except BaseException:
             self.close()

@@ -77,6 +77,23 @@ def _annotate(exc: BaseException, rank: int, world_size: int, tb: str) -> BaseEx
 
 
 # ---- processes -----------------------------------------------------------------------------------------
+#: How a rank process exits when it finds itself calling spawn() while multiprocessing is still
+#: importing the launcher's main module in it (a script without the ``__main__`` guard); the launcher
+#: turns it into one RuntimeError instead of every rank's traceback.
+_UNGUARDED_MAIN_EXIT = 86
+_UNGUARDED_MAIN_MESSAGE = (
+    "spawn() was called again in the rank processes: they import the launching script (as __mp_main__) "
+    "and its top level calls spawn(); put that call under `if __name__ == \"__main__\":`")
+
+
+def _exit_if_importing_main() -> None:
+    """In a rank process still importing the main module (multiprocessing's spawn and forkserver
+    start methods re-run the script there as ``__mp_main__``), exit quietly with the code the
+    launcher recognises; multiprocessing's own refusal would print a traceback per rank."""
+    if getattr(mp.current_process(), "_inheriting", False):
+        os._exit(_UNGUARDED_MAIN_EXIT)
+
+
 def _die_with_parent(parent_pid: int) -> None:
     """Linux: get SIGKILLed when the parent process goes away, so no rank outlives the launcher
     (under forkserver the parent is the fork server, which exits with the launcher; parent_pid 0
@@ -195,7 +212,9 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
     """Run ``fn(rank, world_size, root_bytes, *args)`` in `world_size` new processes and return
     their return values in rank order.
 
-    `fn`, `args` and the return values must be picklable (define `fn` at module level).
+    `fn`, `args` and the return values must be picklable (define `fn` at module level). Every rank
+    imports the launching script, so a script calls spawn under ``if __name__ == "__main__":``;
+    called from a script's unguarded top level, spawn raises RuntimeError saying so.
     With ``on_rank_failure="stop"`` (default), if a rank raises, the others are killed and its
     exception is re-raised here with the rank's traceback as ``__cause__``; a rank that dies without
     raising (a signal, ``os._exit``) raises :class:`RankError`. With ``on_rank_failure="wait"``
@@ -209,6 +228,7 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
     fresh interpreter per rank); "fork" is refused because the launching process may have threads
     (the mock's stream workers). Each rank sees the launcher's environment as of this call.
     """
+    _exit_if_importing_main()
     world_size = int(world_size)
     if world_size < 1:
         raise ValueError(f"world_size must be >= 1 (got {world_size})")
@@ -289,6 +309,8 @@ class _Supervisor:
             self._drain(r)   # anything sent right before it exited
             if not self.done[r]:
                 code = self.procs[r].exitcode
+                if code == _UNGUARDED_MAIN_EXIT:
+                    raise RuntimeError(_UNGUARDED_MAIN_MESSAGE)
                 how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
                        if code is not None and code < 0 else f"exited with code {code}")
                 self._failed(r, RankError(r, f"the process {how} without returning a result"))

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -40,6 +40,9 @@ from .runtime import (
     order_after_writes,
     ordered,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import CapsuleType
 
 ShapeLike = Sequence[int]
 
@@ -60,7 +63,12 @@ def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
 
 
 class Tensor:
-    """A typed view of device memory."""
+    """A typed view of device memory.
+
+    ``device`` is the id of the device the memory lives on: the one given, else the calling thread's
+    current device when the Tensor allocated it (``empty``, ``zeros``, ``from_numpy``), the owner's
+    for a borrowed Tensor; None when the Tensor cannot know it (:meth:`from_address`, or a zero-copy
+    :meth:`from_dlpack` of memory that is not a Tensor's, without `device`)."""
 
     __slots__ = ("_ptr", "shape", "dtype", "strides", "offset", "device", "_mem", "_owner", "_desc", "_desc_addr",
                  "_writer", "_open", "_contiguous", "_offset_nbytes", "__weakref__")
@@ -69,12 +77,17 @@ class Tensor:
                  offset: int = 0, owner: object = None, device: int | None = None):
         """A view of `ptr` (the storage base) — prefer :meth:`from_address`, which documents `owner`."""
         self._ptr = int(ptr)
+        #: Elements per dimension.
         self.shape = tuple(int(d) for d in shape)
+        #: The element type, an aclDataType.
         self.dtype = as_datatype(dtype)
+        #: Elements between neighbours of each dimension (contiguous unless given).
         self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
         if len(self.strides) != len(self.shape):
             raise ValueError(f"strides {self.strides} do not match shape {self.shape}")
+        #: Elements from the storage base to element 0.
         self.offset = int(offset)
+        #: The device the memory lives on (see the class description); None when unknown.
         self.device = device
         # a Tensor's layout never changes, and the operator paths ask for these on every call
         self._contiguous = self.strides == contiguous_strides(self.shape)
@@ -93,7 +106,7 @@ class Tensor:
         dt = as_datatype(dtype)
         shape = tuple(int(d) for d in shape)
         mem = DeviceMemory(max(_nbytes(dt, shape), _MIN_ALLOC), device)
-        t = cls(mem._ptr, shape, dt, device=device)
+        t = cls(mem._ptr, shape, dt, device=mem.device)
         t._mem = mem
         return t
 
@@ -376,11 +389,13 @@ class Tensor:
         return out if dtype is None else out.astype(to_numpy(dtype), copy=False)
 
     def __dlpack__(self, *, stream: int | None = None, max_version: tuple[int, int] | None = None,
-                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> object:
+                   dl_device: tuple[int, int] | None = None, copy: bool | None = None) -> CapsuleType:
         """DLPack export (mock only): a zero-copy kDLCPU tensor over the device memory, after the
         stream that last wrote it finished; a versioned capsule when ``max_version >= (1, 0)``. bf16,
-        fp8 and packed fp4 keep their DLPack type codes (numpy cannot take bf16: use
-        :meth:`numpy_view`). ``copy=True`` exports a fresh copy. `stream` must be None or -1."""
+        fp8 and packed fp4 keep their DLPack type codes, which not every numpy can take
+        (docs/concepts.md, "Reading results on the host"; :meth:`numpy_view` reads every type); a
+        type without a DLPack code raises BufferError. ``copy=True`` exports a fresh copy. `stream`
+        must be None or -1."""
         self._check_open("export it")
         self._require_host_visible()
         if stream not in (None, -1):

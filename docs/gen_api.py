@@ -1,4 +1,5 @@
-"""Generate docs/api.md from the docstrings and signatures of aclnn-py's public modules.
+"""Generate docs/api.md from the docstrings and signatures of aclnn-py's public modules (and, for
+the attributes a class's constructor sets, the ``#:`` comment above each assignment).
 
     python docs/gen_api.py            # rewrites docs/api.md
     python docs/gen_api.py --check    # exit 1 when docs/api.md is out of date
@@ -9,9 +10,11 @@ Only the standard library is used; the package is imported, no backend is loaded
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import inspect
 import sys
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +76,16 @@ def _signature(name: str, obj: Any) -> str:
     return f"{name}({', '.join(parts)}){tail}"
 
 
+def _takes_arguments(init: Any) -> bool:
+    """Whether a constructor has named parameters of its own (not ``(self)``, nor a protocol's
+    ``(self, *args, **kwargs)``)."""
+    try:
+        params = list(inspect.signature(init).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return False
+    return any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
+
+
 def _members(cls: type) -> list[tuple[str, Any]]:
     out = []
     for name, value in cls.__dict__.items():
@@ -83,6 +96,47 @@ def _members(cls: type) -> list[tuple[str, Any]]:
         if isinstance(value, property) or inspect.isfunction(inspect.unwrap(value)):  # a compiled __call__ too
             out.append((name, value))
     return out
+
+
+def _instance_attributes(cls: type) -> list[tuple[str, str]]:
+    """(name, description) of the public attributes the class's own ``__init__`` sets on ``self``:
+    the ``#:`` comment right above the assignment, else where the value comes from."""
+    init = cls.__dict__.get("__init__")
+    if not inspect.isfunction(init):
+        return []
+    try:
+        source = textwrap.dedent(inspect.getsource(init))
+    except (OSError, TypeError):
+        return []
+    lines = source.splitlines()
+    params = set(inspect.signature(init).parameters)
+    found: dict[str, str] = {}
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign)) or node.value is None:
+            continue
+        above = lines[node.lineno - 2].strip() if node.lineno >= 2 else ""
+        for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+            for attr, origin in _origins(target, node.value, source, params):
+                if (attr.startswith("_") or attr in found
+                        or isinstance(inspect.getattr_static(cls, attr, None), property)):
+                    continue
+                found[attr] = above[2:].strip() if above.startswith("#:") else origin
+    return list(found.items())
+
+
+def _origins(target: ast.expr, value: ast.expr, source: str, params: set[str]) -> list[tuple[str, str]]:
+    """(attribute of self, where its value comes from) for each ``self.<attribute>`` in `target`."""
+    if isinstance(target, ast.Tuple):
+        if isinstance(value, ast.Tuple) and len(value.elts) == len(target.elts):
+            return [o for t, v in zip(target.elts, value.elts) for o in _origins(t, v, source, params)]
+        whole = ast.get_source_segment(source, value)
+        return [(attr, f"element {i} of `{whole}`") for i, t in enumerate(target.elts)
+                for attr, _ in _origins(t, value, source, params)]
+    if not (isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == "self"):
+        return []
+    if isinstance(value, ast.Name) and value.id in params:
+        return [(target.attr, f"the `{value.id}` argument")]
+    return [(target.attr, f"set from `{ast.get_source_segment(source, value)}`")]
 
 
 def _render_class(name: str, cls: type, lines: list[str]) -> None:
@@ -96,14 +150,19 @@ def _render_class(name: str, cls: type, lines: list[str]) -> None:
                       ""]
             continue
         if not member.__doc__ and mname == "__init__":
+            if _takes_arguments(member):  # the signature, explained by the class's docstring
+                lines += [f"#### `{name}.{_signature(mname, member)}`", ""]
             continue
         lines += [f"#### `{name}.{_signature(mname, member)}`", "", _doc(member), ""]
+    for aname, description in _instance_attributes(cls):
+        lines += [f"- **`{name}.{aname}`** (attribute) — {description}", ""]
 
 
 def render() -> str:
     lines = ["# API reference", "",
-             "Generated from the docstrings by `docs/gen_api.py` — edit the docstrings, then run "
-             "`python docs/gen_api.py`. Signatures are shown as written in the source.", ""]
+             "Generated from the docstrings by `docs/gen_api.py` — edit the docstrings (an attribute a "
+             "constructor sets: the `#:` comment above it), then run `python docs/gen_api.py`. Signatures are "
+             "shown as written in the source.", ""]
     lines += ["Modules: " + ", ".join(f"[`{m}`](#{m.replace('.', '')})" for m, _ in MODULES), ""]
     for modname, names in MODULES:
         mod = importlib.import_module(modname)

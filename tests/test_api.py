@@ -84,19 +84,41 @@ def rank_main(rank: int, world_size: int, root: bytes) -> None:
 '''
 
 
-def test_a_users_type_checker_catches_mistakes(acl: Any, tmp_path: Path) -> None:
+def _mypy(acl: Any, tmp_path: Path, script_text: str, *flags: str) -> subprocess.CompletedProcess[str]:
+    """mypy, as a user runs it, on `script_text` saved as a script that imports this aclnn_py."""
     script = tmp_path / "user.py"
-    script.write_text(textwrap.dedent(USER_SCRIPT))
+    script.write_text(textwrap.dedent(script_text))
     where = Path(acl.__file__).resolve().parents[1]
     env = dict(os.environ)
     # mypy finds an installed package (it ships py.typed) by itself and refuses site-packages on MYPYPATH;
     # only a source tree needs pointing at.
     if where.name not in ("site-packages", "dist-packages"):
         env["MYPYPATH"] = str(where)
-    r = subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"),
-                        "--follow-imports=silent", str(script)], capture_output=True, text=True, env=env,
-                       timeout=600, cwd=tmp_path)
+    return subprocess.run([sys.executable, "-m", "mypy", "--no-error-summary", "--cache-dir", str(tmp_path / "cache"),
+                           "--follow-imports=silent", *flags, str(script)], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=tmp_path)
+
+
+def test_a_users_type_checker_catches_mistakes(acl: Any, tmp_path: Path) -> None:
+    r = _mypy(acl, tmp_path, USER_SCRIPT)
     assert "error:" in r.stdout, f"mypy did not check the script:\n{r.stdout}\n{r.stderr}"
     lines = {int(line.split(":")[1]) for line in r.stdout.splitlines() if ": error:" in line}
     marked = {i + 1 for i, text in enumerate(textwrap.dedent(USER_SCRIPT).splitlines()) if "# E" in text}
     assert marked <= lines, f"mypy missed lines {sorted(marked - lines)}:\n{r.stdout}"
+
+
+INTEROP_SCRIPT = '''
+import numpy as np
+import numpy.typing as npt
+import aclnn_py as acl
+
+def download(t: acl.Tensor) -> npt.NDArray[np.generic]:
+    device_type, device_id = t.__dlpack_device__()
+    return np.from_dlpack(t)
+'''
+
+
+def test_numpy_from_dlpack_of_a_tensor_passes_mypy_strict(acl: Any, tmp_path: Path) -> None:
+    """A Tensor satisfies the DLPack protocol type numpy's stubs ask of np.from_dlpack's argument."""
+    r = _mypy(acl, tmp_path, INTEROP_SCRIPT, "--strict")
+    assert r.returncode == 0 and r.stdout == "", f"{r.stdout}\n{r.stderr}"

@@ -6,6 +6,7 @@ processes spawned from there — and say what to do when it cannot."""
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -90,6 +91,9 @@ def test_a_version_mismatch_says_what_to_do(acl: Any, tmp_path: Path) -> None:
     last = r.stderr.strip().splitlines()[-1]
     assert last.startswith("aclnn_py.errors.BackendError: ")
     assert "is version 0.0.1, not this source's" in last and "pip install ." in last
+    # the README's warning about running from the checkout quotes this error
+    quoted = re.search(r"`(BackendError: [^`]*?) …`", (REPO / "README.md").read_text(encoding="utf-8"))
+    assert quoted is not None and last.startswith(f"aclnn_py.errors.{quoted[1]}"), (quoted, last)
 
 
 def test_a_checkout_without_any_installed_build_says_what_to_do(acl: Any, tmp_path: Path, monkeypatch: Any) -> None:

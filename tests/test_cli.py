@@ -23,11 +23,11 @@ def test_version():
     assert r.returncode == 0 and r.stdout.strip() == f"aclnn-py {aclnn_py.__version__}"
 
 
-def test_bare_call_prints_help_and_exits_0():
+def test_bare_call_is_a_usage_error():
     r = run_cli()
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("usage: aclnn-py") and "doctor" in r.stdout and "demo" in r.stdout
-    assert r.stderr == ""
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stdout == "" and r.stderr.startswith("usage: aclnn-py")
+    assert r.stderr.strip().splitlines()[-1] == "aclnn-py: error: a command is required (see aclnn-py --help)"
 
 
 @pytest.mark.parametrize("command", ["doctor", "demo", "bench"])
@@ -35,8 +35,7 @@ def test_every_help_shows_defaults(command):
     r = run_cli(command, "--help")
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith(f"usage: aclnn-py {command}")
-    if command != "bench":
-        assert "(default: " in r.stdout and "exit status:" in r.stdout
+    assert "(default: " in r.stdout and "exit status:" in r.stdout
     # every option that takes a value says its default: as a value, or in words when it is computed
     parser = cli.build_parser()._subparsers._group_actions[0].choices[command]  # type: ignore[union-attr]
     formatter = parser._get_formatter()
@@ -62,9 +61,25 @@ USER_ERRORS = [
      "aclnn-py demo: error: --experts 30 is not divisible by the 7 MoE ranks (--world-size 8 - "
      "--shared-expert-ranks 1)"),
     (["demo", "--world-size", "8"], {"ACLNN_MOCK_DEVICE_COUNT": "4"},
-     "aclnn-py demo: error: --world-size 8 needs 8 devices but the backend reports 4"),
+     "aclnn-py demo: error: --world-size 8 needs 8 devices but the backend reports 4 (set "
+     "ACLNN_MOCK_DEVICE_COUNT, up to 1024, for more mock devices)"),
+    (["demo", "--world-size", "20", "--experts", "20"], {},
+     "aclnn-py demo: error: --world-size 20 needs 20 devices but the backend reports 16 (set "
+     "ACLNN_MOCK_DEVICE_COUNT, up to 1024, for more mock devices)"),
     (["demo", "--devices", "0,1,9", "--experts", "6"], {"ACLNN_MOCK_DEVICE_COUNT": "4"},
-     "aclnn-py demo: error: --devices 9: the backend reports devices 0..3"),
+     "aclnn-py demo: error: --devices 9: the backend reports devices 0..3 (set ACLNN_MOCK_DEVICE_COUNT"),
+    (["demo", "--timeout", "0"], {}, "aclnn-py demo: error: argument --timeout: must be a number of seconds > 0 "
+                                     "(got 0)"),
+    (["demo", "--timeout", "-5"], {}, "aclnn-py demo: error: argument --timeout: must be a number of seconds > 0 "
+                                      "(got -5)"),
+    (["demo", "--timeout", "nan"], {}, "aclnn-py demo: error: argument --timeout: must be a number of seconds > 0 "
+                                       "(got nan)"),
+    (["demo", "--seed", "-1"], {}, "aclnn-py demo: error: argument --seed: must be >= 0 (got -1)"),
+    (["bench", "--calls", "0"], {}, "aclnn-py bench: error: argument --calls: must be >= 1 (got 0)"),
+    (["bench", "--repeats", "0"], {}, "aclnn-py bench: error: argument --repeats: must be >= 1 (got 0)"),
+    (["bench", "--rounds", "x"], {}, "aclnn-py bench: error: argument --rounds: invalid int value: 'x'"),
+    (["bench", "--from", "/nonexistent/report.json"], {},
+     "aclnn-py bench: error: argument --from: cannot read /nonexistent/report.json: No such file or directory"),
     (["demo", "--devices", "0,x"], {}, "aclnn-py demo: error: --devices '0,x': give comma-separated integers"),
     (["demo", "--soc", "Ascend310P"], {},
      "aclnn-py demo: error: --soc 'Ascend310P' is not a known SoC (Ascend910_93, Ascend950)"),
@@ -90,6 +105,35 @@ def test_user_errors_are_one_line_and_exit_2(argv, env, expected):
     assert first_line(r.stderr).startswith(expected), r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+@pytest.mark.parametrize("content", ["not json at all", "[1, 2]", '{"machine": {}}', '{"host_overhead": {}}',
+                                     "\x00\xff binary"])
+def test_bench_from_a_file_that_is_not_a_saved_report_is_a_user_error(tmp_path, content):
+    saved = tmp_path / "report.json"
+    saved.write_bytes(content.encode("latin-1"))
+    r = run_cli("bench", "--from", str(saved))
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr == (f"aclnn-py bench: error: argument --from: {saved} is not a report saved from `aclnn-py bench "
+                        "--json` (a JSON object with 'machine' and one of host_overhead, throughput, scaling, "
+                        "thread_worlds) (see aclnn-py bench --help)\n")
+
+
+def test_bench_help_states_exit_codes_and_what_the_default_run_takes():
+    text = " ".join(run_cli("bench", "--help").stdout.split())
+    for expected in ("exit status: 0 the bench ran", "2 a usage error", "3 an internal error",
+                     "2-core machine with 23.5 GiB", "about 6 minutes", "about 16 GiB in use at once",
+                     "--quick takes a few seconds"):
+        assert expected in text, expected
+
+
+def test_bench_quick_prints_readable_lines_not_python_dicts():
+    r = run_cli("bench", "--quick")
+    assert r.returncode == 0, r.stderr[-3000:]
+    model = "W = 4 processes, 16 tokens/rank, H = 2048, K = 4, 16 experts, quant 2, bf16"
+    assert f"round ({model}): " in r.stdout and f"throughput: 2 timed rounds ({model})" in r.stderr
+    for text in (r.stdout, r.stderr):
+        assert "{'" not in text and "': " not in text, text
 
 
 def test_operator_rejection_of_the_model_is_a_user_error():

@@ -122,6 +122,28 @@ def test_docs_have_blocks() -> None:
     assert any(b.lang == "bash" for b in RUN_BLOCKS) and any(b.lang == "python" for b in RUN_BLOCKS)
 
 
+def test_wheel_names_carry_the_current_version() -> None:
+    """A wheel or sdist name in the docs is the one `pip wheel .` makes from this source."""
+    import runpy
+
+    version = runpy.run_path(str(REPO / "aclnn_py" / "_version.py"))["__version__"]
+    named = {(f.relative_to(REPO).as_posix(), m[1]) for f in doc_files()
+             for m in re.finditer(r"\baclnn_py-(\d[^-\s*/]*?)(?:-|\.tar\.gz)", f.read_text(encoding="utf-8"))}
+    assert ("docs/quickstart.md", version) in named, named
+    assert {v for _, v in named} == {version}, f"wheel names with another version than {version}: {named}"
+
+
+def test_api_reference_is_current_and_shows_the_buffer_constructor_and_attributes() -> None:
+    r = subprocess.run([sys.executable, "docs/gen_api.py", "--check"], cwd=REPO, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr
+    text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
+    assert ("#### `MoeDistributeBuffer.__init__(self, comm: Communicator, ccl_buffer_size: int = 0, "
+            "comm_alg: int = 0)`") in text
+    for attr in ("comm", "rank_id", "world_size", "group_name", "context", "ccl_buffer_size", "soc"):
+        assert f"- **`MoeDistributeBuffer.{attr}`** (attribute) — " in text, attr
+
+
 def test_no_snippet_hides_behind_another_language() -> None:
     hidden = [f"{b.id} (```{b.lang})" for b in ALL_BLOCKS if b.lang.lower() in UNTESTED_ALIASES]
     assert not hidden, f"label runnable snippets ```python or ```bash so they are tested: {hidden}"

@@ -67,3 +67,12 @@ def test_pack_odd_refused():
 def test_unknown_numpy_dtype():
     with pytest.raises(TypeError, match="no aclDataType"):
         from_numpy(np.dtype("U4"))
+
+
+def test_str_print_and_format_give_the_name(capsys):
+    """On Python 3.11+ IntEnum prints its number; a DataType prints its name on every version."""
+    assert str(DataType.BF16) == "BF16" and f"{DataType.FLOAT8_E4M3FN}" == "FLOAT8_E4M3FN"
+    print(DataType.BF16)
+    assert capsys.readouterr().out == "BF16\n"
+    assert f"{DataType.INT8:>6}" == "  INT8" and format(DataType.FLOAT) == "FLOAT"
+    assert f"{DataType.BF16:d}" == "27" and f"{DataType.BF16:#x}" == "0x1b" and int(DataType.BF16) == 27

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ctypes
 import gc
+from pathlib import Path
 from typing import Any
 
 import ml_dtypes
@@ -12,6 +13,8 @@ import pytest
 
 from aclnn_py import dlpack
 from aclnn_py.dtypes import DataType
+
+REPO = Path(__file__).resolve().parents[1]
 
 _api = ctypes.pythonapi
 _api.PyCapsule_IsValid.restype = ctypes.c_int
@@ -116,6 +119,56 @@ def test_export_copy_and_argument_checks(acl: Any, device0: Any) -> None:
         t.__dlpack__(dl_device=(2, 0))
     with pytest.raises(BufferError, match="no DLPack type"):
         acl.Tensor.from_numpy(np.zeros(4, np.uint8), dtype=DataType.HIFLOAT8).__dlpack__()
+
+
+
+# the rows of docs/concepts.md's table of what np.from_dlpack does with each low-precision type
+DLPACK_TABLE_ROWS = {"bf16": "| bf16, fp8", "fp8_e4m3fn": "| bf16, fp8", "fp8_e8m0": "| bf16, fp8",
+                     "fp4_e2m1": "| packed fp4 e2m1", "hifloat8": "| HiFloat8"}
+
+
+def _documented_outcome(kind: str) -> str:
+    """The table's cell for `kind` under the running numpy's version ("the same": the cell before)."""
+    lines = (REPO / "docs" / "concepts.md").read_text(encoding="utf-8").splitlines()
+    header = next(i for i, line in enumerate(lines) if line.startswith("| `np.from_dlpack(t)` with `t` of type"))
+    row = next(line for line in lines[header:] if line.startswith(DLPACK_TABLE_ROWS[kind]))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    column = 2 if np.lib.NumpyVersion(np.__version__) >= "2.5.0" else 1
+    return cells[column] if cells[column] != "the same" else cells[column - 1]
+
+
+def _low_precision_tensor(acl: Any, kind: str) -> tuple[Any, np.ndarray]:
+    values = np.array([0.5, 1.0, 2.0, 4.0], np.float32)
+    host, dtype = {
+        "bf16": (values.astype(ml_dtypes.bfloat16), None),
+        "fp8_e4m3fn": (values.astype(ml_dtypes.float8_e4m3fn), None),
+        "fp8_e8m0": (values.astype(ml_dtypes.float8_e8m0fnu), None),
+        "fp4_e2m1": (values.astype(ml_dtypes.float4_e2m1fn), DataType.FLOAT4_E2M1),
+        "hifloat8": (np.arange(4, dtype=np.uint8), DataType.HIFLOAT8),
+    }[kind]
+    return acl.Tensor.from_numpy(host, dtype=dtype), host
+
+
+@pytest.mark.parametrize("kind", sorted(DLPACK_TABLE_ROWS))
+def test_numpy_from_dlpack_of_low_precision_types_is_as_documented(acl: Any, device0: Any, kind: str) -> None:
+    """What docs/concepts.md says for the running numpy: the exact values, the refusal by numpy
+    (exception type and text), or the refusal by Tensor.__dlpack__; no export is left behind."""
+    t, host = _low_precision_tensor(acl, kind)
+    live = dlpack.sweep()
+    documented = _documented_outcome(kind)
+    if documented.startswith("an ml_dtypes array"):
+        a = np.from_dlpack(t)
+        assert a.dtype == host.dtype and a.tobytes() == host.tobytes()
+        del a
+    else:
+        with pytest.raises((BufferError, RuntimeError)) as caught:
+            np.from_dlpack(t)
+        if documented == "`BufferError` from `Tensor.__dlpack__`":
+            assert type(caught.value) is BufferError and "has no DLPack type code" in str(caught.value)
+        else:
+            assert documented == f"`{type(caught.value).__name__}: {caught.value}`"
+    gc.collect()
+    assert dlpack.sweep() == live
 
 
 # ------------------------------------------------------------------------------------------ import

@@ -91,6 +91,34 @@ def test_spawn_from_a_folder_holding_another_copy_of_the_package(tmp_path):
     assert res.returncode == 0 and res.stdout.strip() == "True", res.stdout + res.stderr
 
 
+UNGUARDED = """
+from aclnn_py.launch import spawn
+
+
+def rank_main(rank, world_size, root):
+    return rank
+
+
+print(spawn(rank_main, 2, start_method={start_method!r}, timeout=60))
+"""
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_spawn_without_the_main_guard_fails_with_one_line_naming_it(tmp_path, start_method):
+    """Each rank imports the launching script; an unguarded spawn() there used to print every rank's
+    traceback and a RankError. The launcher raises one RuntimeError; the ranks exit silently."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(UNGUARDED.format(start_method=start_method))
+    env = dict(os.environ, PYTHONPATH=package_pythonpath(dict(os.environ)), ACLNN_PY_BACKEND="mock")
+    res = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=120, check=False)
+    assert res.returncode == 1 and res.stdout == "", res.stdout + res.stderr
+    assert res.stderr.count("Traceback") == 1 and "RankError" not in res.stderr, res.stderr
+    assert res.stderr.strip().splitlines()[-1] == (
+        "RuntimeError: spawn() was called again in the rank processes: they import the launching script (as "
+        "__mp_main__) and its top level calls spawn(); put that call under `if __name__ == \"__main__\":`")
+
+
 def test_spawn_hccl_world(acl, monkeypatch):
     from aclnn_py import launch
 

@@ -34,6 +34,21 @@ def test_empty_is_poisoned_and_zeros(acl):
     assert acl.Tensor.empty((0, 3), np.float32).numpy().shape == (0, 3)
 
 
+
+@pytest.mark.parametrize("device_id", [0, 1])
+def test_device_is_the_device_the_memory_was_allocated_on(acl, device_id):
+    acl.Device(device_id).set_current()
+    try:
+        tensors = [acl.Tensor.empty((4,), np.float32), acl.Tensor.zeros((4,), np.float32),
+                   acl.Tensor.from_numpy(np.arange(4, dtype=np.int32)), acl.DeviceMemory(64)]
+        assert [t.device for t in tensors] == [device_id] * 4
+        assert acl.Tensor.from_dlpack(tensors[0]).device == device_id  # a borrower knows its owner's device
+        other = 1 - device_id
+        assert acl.Tensor.zeros((2,), np.float32, device=other).device == other  # an explicit device wins
+    finally:
+        acl.Device(0).set_current()
+
+
 def test_from_address_borrowed_strided_view(acl):
     base = acl.Tensor.from_numpy(np.arange(24, dtype=np.int32).reshape(4, 6))
     col = acl.Tensor.from_address(base.ptr, (4, 2), np.int32, strides=(6, 1), offset=2, owner=base)

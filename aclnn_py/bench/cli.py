@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli_conventions import UsageError
+from ..cli_conventions import UsageError, int_at_least, positive_seconds
 from . import report as rpt
 from .host_overhead import host_overhead
 from .progress import Progress
@@ -29,7 +29,7 @@ class Settings(argparse.Namespace):
     json: bool
     markdown: bool
     update: Path | None
-    from_json: Path | None
+    saved_report: dict[str, Any] | None
     quick: bool
     quiet: bool
     sections: list[str]
@@ -68,6 +68,23 @@ def _sections(text: str) -> list[str]:
     return names
 
 
+def _saved_report(path: str) -> dict[str, Any]:
+    """--from: the report a `bench --json` run printed, read while the options are parsed."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:
+        raise argparse.ArgumentTypeError(f"cannot read {path}: {e.strerror or e}") from None
+    try:
+        report = json.loads(data)
+    except ValueError:  # not JSON, or not text at all
+        report = None
+    if not isinstance(report, dict) or not isinstance(report.get("machine"), dict) \
+            or not any(isinstance(report.get(name), (dict, list)) for name in SECTIONS):
+        raise argparse.ArgumentTypeError(f"{path} is not a report saved from `aclnn-py bench --json` (a JSON "
+                                         f"object with 'machine' and one of {', '.join(SECTIONS)})")
+    return report
+
+
 def _world(text: str) -> tuple[str, int]:
     try:
         return parse_world(text)
@@ -75,12 +92,28 @@ def _world(text: str) -> tuple[str, int]:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+DESCRIPTION = """\
+Measures host overhead per call (ctypes baseline, aclnn-py, C floors), one reference round against
+the memcpy floor and the golden, process-world scaling and thread worlds, all on the mock. Progress
+goes to stderr (silent with --quiet or --json).
+
+What the default run (every section, full sizes) took, measured once on a 2-core machine with
+23.5 GiB of memory: about 6 minutes, and up to about 16 GiB in use at once (the 256-process scaling
+world; the 1024-thread world needs about 8 GiB). The scaling sweep leaves out a size whose estimated
+memory exceeds what is available minus --mem-reserve-mb, so a smaller machine runs fewer sizes.
+--quick takes a few seconds and under 0.2 GiB."""
+EXIT_CODES = """exit status:
+  0  the bench ran (or --from rendered a saved report); a target not met is reported, not an error
+  2  a usage error: bad arguments, a --from file that is missing or not a saved report, an --update
+     file without one pair of bench markers
+  3  an internal error (a traceback is printed)
+  130  interrupted (Ctrl-C)"""
+
+
 def add_parser(sub: Any) -> None:
     p = sub.add_parser(
         "bench", help="host overhead vs ctypes and C floors, mock throughput, scaling; README tables",
-        description="Measures host overhead per call (ctypes baseline, aclnn-py, C floors), one reference "
-                    "round against the memcpy floor and the golden, process-world scaling and thread worlds. "
-                    "Progress goes to stderr (silent with --quiet or --json).")
+        description=DESCRIPTION, epilog=EXIT_CODES)
     q = "; --quick: "
 
     def dflt(name: str) -> str:
@@ -94,16 +127,18 @@ def add_parser(sub: Any) -> None:
     out.add_argument("--update", type=Path, metavar="FILE",
                      help="with --markdown: write the tables into FILE between <!-- bench:begin --> and "
                           "<!-- bench:end --> instead of printing them (default: print)")
-    out.add_argument("--from", dest="from_json", type=Path, metavar="REPORT.json",
+    out.add_argument("--from", dest="saved_report", type=_saved_report, metavar="REPORT.json",
                      help="render a saved --json report instead of running the bench (default: run)")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr (default: progress shown)")
     run = p.add_argument_group("what to run")
     run.add_argument("--quick", action="store_true", help="small sizes and few repeats, seconds (default: full run)")
     run.add_argument("--sections", type=_sections, default=None, metavar="LIST",
                      help=f"comma-separated sections to run (default: {','.join(SECTIONS)})")
-    run.add_argument("--calls", type=int, metavar="N", help=f"host overhead: calls per timed batch {dflt('calls')}")
-    run.add_argument("--repeats", type=int, metavar="N", help=f"host overhead: timed batches per path {dflt('repeats')}")
-    run.add_argument("--rounds", type=int, metavar="N", help=f"reference round: timed rounds {dflt('rounds')}")
+    count = int_at_least(1)
+    run.add_argument("--calls", type=count, metavar="N", help=f"host overhead: calls per timed batch {dflt('calls')}")
+    run.add_argument("--repeats", type=count, metavar="N",
+                     help=f"host overhead: timed batches per path {dflt('repeats')}")
+    run.add_argument("--rounds", type=count, metavar="N", help=f"reference round: timed rounds {dflt('rounds')}")
     run.add_argument("--max-world", type=int, metavar="N",
                      help=f"scaling: largest process world; sizes double from 2 up to N {dflt('max_world')}")
     run.add_argument("--scaling-tokens", type=int, default=8, metavar="N", help="scaling: tokens per rank")
@@ -118,9 +153,9 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--thread-tokens", type=int, default=1, metavar="N", help="thread worlds: tokens per rank")
     run.add_argument("--thread-hidden", type=int, default=1024, metavar="H", help="thread worlds: hidden size")
     run.add_argument("--thread-topk", type=int, default=1, metavar="K", help="thread worlds: experts per token")
-    run.add_argument("--thread-timeout", type=float, default=900.0, metavar="S",
+    run.add_argument("--thread-timeout", type=positive_seconds, default=900.0, metavar="S",
                      help="thread worlds: seconds before one world is abandoned")
-    run.add_argument("--thread-connect-timeout", type=float, default=None, metavar="S",
+    run.add_argument("--thread-connect-timeout", type=positive_seconds, default=None, metavar="S",
                      help="thread worlds: HCCL_CONNECT_TIMEOUT for the world's formation (default: the "
                           "environment's, else the mock's 120 s)")
     run.add_argument("--no-thread-fallback", dest="thread_fallback", action="store_false",
@@ -184,8 +219,8 @@ def main(args: argparse.Namespace) -> int:
         except (rpt.MarkerError, OSError) as e:
             print(f"aclnn-py bench: {e}", file=sys.stderr)
             return 2
-    if s.from_json is not None:
-        report = json.loads(s.from_json.read_text())
+    if s.saved_report is not None:
+        report = s.saved_report
     else:
         report = run(s, progress, command_line())
     if s.json:

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from . import memory
+from .throughput import model_label
 
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 
@@ -120,9 +121,7 @@ def host_table(h: dict[str, Any]) -> list[str]:
 
 
 def throughput_table(t: dict[str, Any]) -> list[str]:
-    m = t["model"]
-    title = (f"reference round (W = {m['world_size']} processes, {m['tokens']} tokens/rank, H = {m['hidden']}, "
-             f"K = {m['topk']}, {m['experts']} experts, quant {m['quant_mode']}, bf16)")
+    title = f"reference round ({model_label(t['model'])})"
     med = t["round_s"]["median"]
     rows = [
         ["dispatch + combine on the mock", f"{_num(1e3 * med)} ms [{_num(1e3 * t['round_s']['min'])}–"
@@ -240,8 +239,8 @@ def text(report: dict[str, Any]) -> str:
         out.append(targets_line(h))
     t = report.get("throughput")
     if t:
-        out.append(f"throughput {t['model']}: round {1e3 * t['round_s']['median']:.2f} ms, memcpy floor "
-                   f"{1e3 * t['memcpy_floor_s']:.3f} ms ({_x(t['round_over_memcpy_floor'])}), golden "
+        out.append(f"round ({model_label(t['model'])}): {1e3 * t['round_s']['median']:.2f} ms, "
+                   f"memcpy floor {1e3 * t['memcpy_floor_s']:.3f} ms ({_x(t['round_over_memcpy_floor'])}), golden "
                    f"{1e3 * t['golden_round_s']:.1f} ms ({_x(t['golden_over_round'])} slower than the mock)")
     if report.get("scaling"):
         out.append("scaling (processes):")

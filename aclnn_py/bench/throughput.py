@@ -18,6 +18,12 @@ REFERENCE = dict(world_size=8, tokens=128, hidden=7168, topk=8, experts=64, quan
 QUICK = dict(world_size=4, tokens=16, hidden=2048, topk=4, experts=16, quant_mode=2)
 
 
+def model_label(m: dict[str, int]) -> str:
+    """A round's model in words, for progress, the text summary and the table title."""
+    return (f"W = {m['world_size']} processes, {m['tokens']} tokens/rank, H = {m['hidden']}, K = {m['topk']}, "
+            f"{m['experts']} experts, quant {m['quant_mode']}, bf16")
+
+
 def round_inputs(m: dict[str, int], rank: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Rank `rank`'s x (bf16), expert ids and weights for model `m`, a pure function of both."""
     from aclnn_py.dtypes import bfloat16
@@ -120,7 +126,7 @@ def run_world(m: dict[str, int], rounds: int, processes: bool = True, timeout: f
 
 def throughput(m: dict[str, int], rounds: int = 5, golden: bool = True, progress: Progress = SILENT) -> dict[str, Any]:
     """The reference round against the memcpy floor and the golden."""
-    progress(f"throughput: {m['world_size']} processes, {rounds} rounds of {m}")
+    progress(f"throughput: {rounds} timed rounds ({model_label(m)})")
     r = run_world(m, rounds)
     floor = memcpy_floor(r["bytes_moved"])
     if golden:

@@ -14,6 +14,7 @@ class Device:
     __slots__ = ("id",)
 
     def __init__(self, device_id: int = 0):
+        #: The device id, as ``aclrtSetDevice`` takes it.
         self.id = int(device_id)
 
     def set_current(self) -> Device:

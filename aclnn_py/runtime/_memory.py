@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import check_acl
 from ._init import initialized
 from ._resource import Resource
+from ._thread import current_device_id
 
 if TYPE_CHECKING:
     from ._stream import Stream
@@ -35,8 +36,11 @@ class DeviceMemory(Resource):
         cell = b.ffi.new("void **")
         check_acl(b.lib.aclrtMalloc(cell, int(size), b.lib.ACL_MEM_MALLOC_HUGE_FIRST), "aclrtMalloc")
         self._ptr = int(b.ffi.cast("uintptr_t", cell[0]))
+        #: Bytes allocated.
         self.size = int(size)
-        self.device = device
+        # aclrtMalloc allocates on the calling thread's device: record which one that was
+        #: The id of the device the memory was allocated on.
+        self.device = int(device) if device is not None else current_device_id()
         self._exports = 0
         self._open = True
 
