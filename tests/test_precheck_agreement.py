@@ -144,10 +144,20 @@ def _outcome(call: Callable[[], Any]) -> tuple[Any, ...]:
     return ("accepted",)
 
 
-def _agree(call: Callable[[bool], Any]) -> tuple[Any, ...]:
+def _agree(call: Callable[[bool], Any], seen: dict[str, int]) -> None:
+    """The call gives the same outcome with and without the pre-checks; its kind is counted in `seen`."""
     with_precheck, without = _outcome(lambda: call(True)), _outcome(lambda: call(False))
     assert with_precheck == without, f"\n  precheck=True:  {with_precheck}\n  precheck=False: {without}"
-    return with_precheck
+    seen[_kind(with_precheck)] = 1
+
+
+def _search(mock: Any, check: Callable[[], None], seen: dict[str, int]) -> None:
+    """Run the generated search `check` on the profile the test set, then restore the default one."""
+    try:
+        check()
+    finally:
+        mock.set_soc("Ascend910_93")
+    _assert_broad(seen)
 
 
 def _common_tensors(m: Maker, world: World2, s: dict[str, Any], x_shape: tuple[int, ...]) -> dict[str, Any]:
@@ -215,17 +225,12 @@ def test_dispatch_precheck_agrees_with_c(world, mock, soc):
             if opt["outputs"] != "allocated":
                 name = opt["outputs"][3:]
                 kw["outputs"] = {{"tp": "tp_recv_counts"}.get(name, name): None}
-            outcome = _agree(lambda pre: prepare_dispatch(t["context"], t["x"], t["expert_ids"], precheck=pre,
-                                                          **kw, **attrs))
-            seen[_kind(outcome)] = 1
+            _agree(lambda pre: prepare_dispatch(t["context"], t["x"], t["expert_ids"], precheck=pre, **kw, **attrs),
+                   seen)
         finally:
             m.close()
 
-    try:
-        check()
-    finally:
-        mock.set_soc("Ascend910_93")
-    _assert_broad(seen)
+    _search(mock, check, seen)
 
 
 @pytest.mark.parametrize("soc", ["Ascend910_93", "Ascend950"])
@@ -288,17 +293,12 @@ def test_combine_precheck_agrees_with_c(world, mock, soc):
                 kw["x_out"] = m.tensor((max(bs - 1, 0), h), dt)
             elif opt["x_out"] == "strided":
                 kw["x_out"] = m.strided(m.tensor((bs, h), dt))
-            outcome = _agree(lambda pre: prepare_combine(t["context"], t["x"], t["expert_ids"], assist, counts,
-                                                         precheck=pre, **kw, **attrs))
-            seen[_kind(outcome)] = 1
+            _agree(lambda pre: prepare_combine(t["context"], t["x"], t["expert_ids"], assist, counts, precheck=pre,
+                                               **kw, **attrs), seen)
         finally:
             m.close()
 
-    try:
-        check()
-    finally:
-        mock.set_soc("Ascend910_93")
-    _assert_broad(seen)
+    _search(mock, check, seen)
 
 
 def _kind(outcome: tuple[Any, ...]) -> str:
