@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ..dtypes import DataType, DTypeLike, as_datatype
-from ..errors import check_aclnn
+from ..errors import AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ids_tensor, input_tensor, output_tensor
+from ._args import host_weights, ids_tensor, input_tensor, output_tensor
+from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
@@ -34,6 +35,7 @@ OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_toke
            "tp_recv_counts", "expand_scales")
 #: The inputs a plan call may change (x, expert_ids, scales, x_active_mask, expert_scales).
 PLAN_INPUTS = tuple(INPUTS.index(n) for n in ("x", "expert_ids", "scales", "x_active_mask", "expert_scales"))
+_EXPERT_SCALES = INPUTS.index("expert_scales")
 
 _LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E5M2, DataType.FLOAT4_E2M1,
                     DataType.FLOAT4_E1M2)
@@ -121,7 +123,8 @@ def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorAr
             and performance_info is None:
         return [context, xt, ids, None, None, None, None, None]
     return [context, xt, ids, input_tensor(scales, "scales", s, scales_dtype),
-            input_tensor(x_active_mask, "x_active_mask", s), input_tensor(expert_scales, "expert_scales", s),
+            input_tensor(x_active_mask, "x_active_mask", s),
+            input_tensor(host_weights(expert_scales, "expert_scales", PHASE1), "expert_scales", s),
             input_tensor(elastic_info, "elastic_info", s), input_tensor(performance_info, "performance_info", s)]
 
 
@@ -207,7 +210,8 @@ class DispatchPlan(Plan):
     Build it with the shapes (`bs`, `hidden`, `topk`), x's type, which optional inputs exist, and the
     attributes (`config` or keywords); call it with this step's inputs (host arrays are copied into the
     plan's buffers; Tensors are bound by address). The returned outputs are the plan's own buffers,
-    overwritten by the next call, unless `outputs` are given."""
+    overwritten by the next call, unless `outputs` are given. Host weights follow the per-call rule
+    (float64 converted to float32 when exact)."""
 
     input_names = INPUTS
     output_names = OUTPUTS
@@ -232,11 +236,23 @@ class DispatchPlan(Plan):
         self.bs, self.hidden, self.topk = int(bs), int(hidden), int(topk)
         self.x_dtype = as_datatype(x_dtype)
         self.outputs = prepared.result
+        self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
         self._c_state = self._fast_path(PLAN_INPUTS)
 
     def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
                  x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
-                 outputs: DispatchOutputs | None = None, stream: StreamArg = None) -> DispatchOutputs:
-        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``)."""
-        self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
+                 topk_weights: TensorArg | None = None, outputs: DispatchOutputs | None = None,
+                 stream: StreamArg = None) -> DispatchOutputs:
+        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``). `topk_weights` is
+        :class:`~aclnn_py.MoeDistributeBuffer`'s name of `expert_scales`: pass either."""
+        words = self._vocabulary
+        try:
+            weights = host_weights(weights_argument(expert_scales, topk_weights), "expert_scales", self._op)
+            if weights is not None and self._own_in[_EXPERT_SCALES] is None:
+                raise self._refuse(words.unweighted())
+            if words.check_stream is not None:
+                words.check_stream(stream)
+            self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, weights), outputs, stream)
+        except (AclnnPyError, TypeError, ValueError) as exc:
+            reraise(exc, words.names)
         return self.outputs if outputs is None else outputs
