@@ -48,108 +48,116 @@ def _digest(t: Any, stream: Any) -> str:
 def _round(rank: int, world_size: int, root: bytes, cases: list[Case]) -> list[dict[str, dict[str, str]]]:
     """Every case through every route on this rank: per case and route, a digest of each output."""
     import aclnn_py as acl
-    from aclnn_py.dtypes import as_datatype
-    from aclnn_py.ops import CombinePlan, DispatchPlan, MoeConfig, moe_distribute_combine, moe_distribute_dispatch
-    from helpers.moe_cases import datatype
 
-    results = []
     with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
         s = acl.Device(rank).create_stream()
-        for i, c in enumerate(cases):
-            inp = make_inputs(c)
-            x, ids = inp.x[rank], inp.ids[rank]
-            bs, k = ids.shape
-            mask = inp.mask[rank] if inp.mask else None
-            escales = inp.escales[rank] if inp.escales else None
-            weights = inp.weights[rank] if inp.weights else None
-            scales = inp.scales[rank] if inp.scales is not None else None
-            shared_x = inp.shared_x[rank] if inp.shared_x else None
-            ori_x = inp.ori_x[rank] if (c.C or c.Q) else None
-            consts = dict(const_expert_alpha_1=inp.alpha1, const_expert_alpha_2=inp.alpha2, const_expert_v=inp.const_v)
-            y_dtype = datatype(c.yfmt) if c.yfmt else None
-            mask_shape = None if mask is None else mask.shape
-            experts = dict(zero_expert_num=c.Z, copy_expert_num=c.C, const_expert_num=c.Q, shared_expert_num=c.S,
-                           shared_expert_rank_num=c.R, num_max_dispatch_tokens_per_rank=c.global_bs // c.W)
-            cfg = MoeConfig(ep_world_size=c.W, ep_rank_id=rank, moe_expert_num=c.E, ccl_buffer_size=buf.ccl_buffer_size,
-                            shared_expert_num=c.S, shared_expert_rank_num=c.R, zero_expert_num=c.Z,
-                            copy_expert_num=c.C, const_expert_num=c.Q, global_bs=c.global_bs, comm_alg=c.comm_alg,
-                            quant_mode=c.quant, expert_token_nums_type=c.ent_type, comm_quant_mode=c.comm_quant)
-            digests: dict[str, dict[str, str]] = {}
-
-            def expert_out(d: Any) -> np.ndarray:
-                """The experts' rows for all A rows of dispatch's expand_x (rows >= N are not read)."""
-                ds = d.dynamic_scales.numpy(stream=s) if c.quant == 2 else None
-                return expert_fn(c, d.expand_x.numpy(stream=s), ds)
-
-            def record(path: str, d: Any, x_out: Any) -> None:
-                digests[path] = {name: _digest(getattr(d, name), s) for name in DISPATCH_OUTPUTS}
-                digests[path]["x_out"] = _digest(x_out, s)
-
-            # MoeDistributeBuffer, per call (host arrays)
-            d = buf.low_latency_dispatch(x, ids, c.E, quant_mode=c.quant, comm_alg=c.comm_alg, x_smooth_scale=scales,
-                                         x_active_mask=mask, topk_weights=escales,
-                                         expert_token_nums_type=c.ent_type, y_dtype=y_dtype, stream=s, **experts)
-            y = buf.low_latency_combine(expert_out(d), ids, weights, d.assist_info_for_combine, d.ep_recv_counts,
-                                        num_experts=c.E, comm_alg=c.comm_alg, comm_quant_mode=c.comm_quant,
-                                        x_active_mask=mask, shared_expert_x=shared_x, ori_x=ori_x, stream=s,
-                                        **consts, **experts)
-            record("buffer", d, y)
-
-            # aclnn_py.ops, per call (device Tensors)
-            up = {name: None if v is None else acl.Tensor.from_numpy(v, stream=s)
-                  for name, v in dict(x=x, ids=ids, mask=mask, escales=escales, weights=weights, scales=scales,
-                                      shared_x=shared_x, ori_x=ori_x).items()}
-            d = moe_distribute_dispatch(buf.context, up["x"], up["ids"], config=cfg, scales=up["scales"],
-                                        x_active_mask=up["mask"], expert_scales=up["escales"], y_dtype=y_dtype,
-                                        stream=s)
-            y = moe_distribute_combine(buf.context, expert_out(d), up["ids"], d.assist_info_for_combine,
-                                       d.ep_recv_counts, up["weights"], config=cfg, x_active_mask=up["mask"],
-                                       shared_expert_x=up["shared_x"], ori_x=up["ori_x"], stream=s, **consts)
-            record("ops", d, y)
-
-            # the plans MoeDistributeBuffer makes: buffer names with host arrays, or device Tensors
-            with_names = i % 2 == 0
-            dplan = buf.plan_dispatch(bs, c.H, c.E, k, x_dtype=x.dtype, quant_mode=c.quant, comm_alg=c.comm_alg,
-                                      with_weights=escales is not None, mask_shape=mask_shape,
-                                      smooth_scales_shape=None if scales is None else scales.shape,
-                                      expert_token_nums_type=c.ent_type, y_dtype=y_dtype, stream=s, **experts)
-            cplan = buf.plan_combine(dplan, with_weights=weights is not None, comm_quant_mode=c.comm_quant,
-                                     comm_alg=c.comm_alg, mask_shape=mask_shape, with_shared_expert_x=shared_x is not None,
-                                     with_ori_x=ori_x is not None, num_experts=c.E, stream=s, **experts)
-            if with_names:
-                d = dplan(x, ids, scales=scales, x_active_mask=mask, topk_weights=escales, stream=s)
-                y = cplan(expert_out(d), ids, d.assist_info_for_combine, d.ep_recv_counts, topk_weights=weights,
-                          x_active_mask=mask, shared_expert_x=shared_x, ori_x=ori_x, stream=s, **consts)
-            else:
-                d = dplan(up["x"], up["ids"], scales=up["scales"], x_active_mask=up["mask"],
-                          expert_scales=up["escales"], stream=s)
-                ex = acl.Tensor.from_numpy(expert_out(d), stream=s)
-                y = cplan(ex, up["ids"], d.assist_info_for_combine, d.ep_recv_counts, up["weights"],
-                          x_active_mask=up["mask"], shared_expert_x=up["shared_x"], ori_x=up["ori_x"], stream=s,
-                          **consts)
-            record("buffer plans", d, y)
-            dplan.close()
-            cplan.close()
-
-            # the plan classes, built directly from the same config
-            dplan = DispatchPlan(buf.context, bs=bs, hidden=c.H, topk=k, x_dtype=x.dtype, config=cfg,
-                                 scales_shape=None if scales is None else scales.shape, mask_shape=mask_shape,
-                                 with_expert_scales=escales is not None, y_dtype=y_dtype, stream=s)
-            d = dplan(x, ids, scales=scales, x_active_mask=mask, expert_scales=escales, stream=s)
-            a = d.expand_x.shape[0]
-            cplan = CombinePlan(buf.context, a=a, bs=bs, hidden=c.H, topk=k, dtype=as_datatype(x.dtype),
-                                assist_len=d.assist_info_for_combine.shape[0], counts_len=d.ep_recv_counts.shape[0],
-                                config=cfg, with_expert_scales=weights is not None, mask_shape=mask_shape,
-                                with_shared_expert_x=shared_x is not None, with_ori_x=ori_x is not None, stream=s)
-            y = cplan(expert_out(d), ids, d.assist_info_for_combine, d.ep_recv_counts, weights, x_active_mask=mask,
-                      shared_expert_x=shared_x, ori_x=ori_x, stream=s, **consts)
-            record("plans", d, y)
-            dplan.close()
-            cplan.close()
-            results.append(digests)
+        results = [_routes(c, rank, buf, s, names=i % 2 == 0) for i, c in enumerate(cases)]
         s.synchronize()
         s.close()
     return results
+
+
+def _routes(c: Case, rank: int, buf: Any, s: Any, names: bool) -> dict[str, dict[str, str]]:
+    """One case through the four routes, in the same order on every rank. The buffer's plans are
+    called with the buffer's names and host arrays (`names`), or with device Tensors."""
+    from helpers.moe_cases import datatype
+
+    import aclnn_py as acl
+    from aclnn_py.dtypes import as_datatype
+    from aclnn_py.ops import (
+        CombinePlan,
+        DispatchPlan,
+        MoeConfig,
+        moe_distribute_combine,
+        moe_distribute_dispatch,
+    )
+
+    inp = make_inputs(c)
+    x, ids = inp.x[rank], inp.ids[rank]
+    bs, k = ids.shape
+    mask = inp.mask[rank] if inp.mask else None
+    escales = inp.escales[rank] if inp.escales else None
+    weights = inp.weights[rank] if inp.weights else None
+    scales = inp.scales[rank] if inp.scales is not None else None
+    shared_x = inp.shared_x[rank] if inp.shared_x else None
+    ori_x = inp.ori_x[rank] if (c.C or c.Q) else None
+    consts = dict(const_expert_alpha_1=inp.alpha1, const_expert_alpha_2=inp.alpha2, const_expert_v=inp.const_v)
+    y_dtype = datatype(c.yfmt) if c.yfmt else None
+    mask_shape = None if mask is None else mask.shape
+    experts = dict(zero_expert_num=c.Z, copy_expert_num=c.C, const_expert_num=c.Q, shared_expert_num=c.S,
+                   shared_expert_rank_num=c.R, num_max_dispatch_tokens_per_rank=c.global_bs // c.W)
+    cfg = MoeConfig(ep_world_size=c.W, ep_rank_id=rank, moe_expert_num=c.E, ccl_buffer_size=buf.ccl_buffer_size,
+                    shared_expert_num=c.S, shared_expert_rank_num=c.R, zero_expert_num=c.Z, copy_expert_num=c.C,
+                    const_expert_num=c.Q, global_bs=c.global_bs, comm_alg=c.comm_alg, quant_mode=c.quant,
+                    expert_token_nums_type=c.ent_type, comm_quant_mode=c.comm_quant)
+    digests: dict[str, dict[str, str]] = {}
+
+    def expert_out(d: Any) -> np.ndarray:
+        """The experts' rows for all A rows of dispatch's expand_x (rows >= N are not read)."""
+        ds = d.dynamic_scales.numpy(stream=s) if c.quant == 2 else None
+        return expert_fn(c, d.expand_x.numpy(stream=s), ds)
+
+    def record(path: str, d: Any, x_out: Any) -> None:
+        digests[path] = {name: _digest(getattr(d, name), s) for name in DISPATCH_OUTPUTS}
+        digests[path]["x_out"] = _digest(x_out, s)
+
+    # MoeDistributeBuffer, per call (host arrays)
+    d = buf.low_latency_dispatch(x, ids, c.E, quant_mode=c.quant, comm_alg=c.comm_alg, x_smooth_scale=scales,
+                                 x_active_mask=mask, topk_weights=escales, expert_token_nums_type=c.ent_type,
+                                 y_dtype=y_dtype, stream=s, **experts)
+    y = buf.low_latency_combine(expert_out(d), ids, weights, d.assist_info_for_combine, d.ep_recv_counts,
+                                num_experts=c.E, comm_alg=c.comm_alg, comm_quant_mode=c.comm_quant, x_active_mask=mask,
+                                shared_expert_x=shared_x, ori_x=ori_x, stream=s, **consts, **experts)
+    record("buffer", d, y)
+
+    # aclnn_py.ops, per call (device Tensors)
+    up = {name: None if v is None else acl.Tensor.from_numpy(v, stream=s)
+          for name, v in dict(x=x, ids=ids, mask=mask, escales=escales, weights=weights, scales=scales,
+                              shared_x=shared_x, ori_x=ori_x).items()}
+    d = moe_distribute_dispatch(buf.context, up["x"], up["ids"], config=cfg, scales=up["scales"],
+                                x_active_mask=up["mask"], expert_scales=up["escales"], y_dtype=y_dtype, stream=s)
+    y = moe_distribute_combine(buf.context, expert_out(d), up["ids"], d.assist_info_for_combine, d.ep_recv_counts,
+                               up["weights"], config=cfg, x_active_mask=up["mask"], shared_expert_x=up["shared_x"],
+                               ori_x=up["ori_x"], stream=s, **consts)
+    record("ops", d, y)
+
+    # the plans MoeDistributeBuffer makes
+    dplan = buf.plan_dispatch(bs, c.H, c.E, k, x_dtype=x.dtype, quant_mode=c.quant, comm_alg=c.comm_alg,
+                              with_weights=escales is not None, mask_shape=mask_shape,
+                              smooth_scales_shape=None if scales is None else scales.shape,
+                              expert_token_nums_type=c.ent_type, y_dtype=y_dtype, stream=s, **experts)
+    cplan = buf.plan_combine(dplan, with_weights=weights is not None, comm_quant_mode=c.comm_quant,
+                             comm_alg=c.comm_alg, mask_shape=mask_shape, with_shared_expert_x=shared_x is not None,
+                             with_ori_x=ori_x is not None, num_experts=c.E, stream=s, **experts)
+    if names:
+        d = dplan(x, ids, scales=scales, x_active_mask=mask, topk_weights=escales, stream=s)
+        y = cplan(expert_out(d), ids, d.assist_info_for_combine, d.ep_recv_counts, topk_weights=weights,
+                  x_active_mask=mask, shared_expert_x=shared_x, ori_x=ori_x, stream=s, **consts)
+    else:
+        d = dplan(up["x"], up["ids"], scales=up["scales"], x_active_mask=up["mask"], expert_scales=up["escales"],
+                  stream=s)
+        ex = acl.Tensor.from_numpy(expert_out(d), stream=s)
+        y = cplan(ex, up["ids"], d.assist_info_for_combine, d.ep_recv_counts, up["weights"], x_active_mask=up["mask"],
+                  shared_expert_x=up["shared_x"], ori_x=up["ori_x"], stream=s, **consts)
+    record("buffer plans", d, y)
+    dplan.close()
+    cplan.close()
+
+    # the plan classes, built directly from the same config
+    dplan = DispatchPlan(buf.context, bs=bs, hidden=c.H, topk=k, x_dtype=x.dtype, config=cfg,
+                         scales_shape=None if scales is None else scales.shape, mask_shape=mask_shape,
+                         with_expert_scales=escales is not None, y_dtype=y_dtype, stream=s)
+    d = dplan(x, ids, scales=scales, x_active_mask=mask, expert_scales=escales, stream=s)
+    cplan = CombinePlan(buf.context, a=d.expand_x.shape[0], bs=bs, hidden=c.H, topk=k, dtype=as_datatype(x.dtype),
+                        assist_len=d.assist_info_for_combine.shape[0], counts_len=d.ep_recv_counts.shape[0],
+                        config=cfg, with_expert_scales=weights is not None, mask_shape=mask_shape,
+                        with_shared_expert_x=shared_x is not None, with_ori_x=ori_x is not None, stream=s)
+    y = cplan(expert_out(d), ids, d.assist_info_for_combine, d.ep_recv_counts, weights, x_active_mask=mask,
+              shared_expert_x=shared_x, ori_x=ori_x, stream=s, **consts)
+    record("plans", d, y)
+    dplan.close()
+    cplan.close()
+    return digests
 
 
 @pytest.mark.parametrize("w", WORLDS)
