@@ -9,9 +9,9 @@ This layer only translates: CANN's Python names become the operators' attributes
 
 Errors speak this layer's names. An error of a parameter rule names the parameter as the caller
 passed it — ``topk_idx``, ``topk_weights``, ``x_smooth_scale``, combine's ``x``, ``num_experts``,
-``num_max_dispatch_tokens_per_rank`` (whose rules are those of the operators' ``global_bs = it ×
-world_size``), combine's ``expert_shared_type`` — with the class, status code and rule of the operator
-below. The plans made by :meth:`MoeDistributeBuffer.plan_dispatch` / ``plan_combine`` speak the same
+``num_max_dispatch_tokens_per_rank`` (its rules and values are the operators' ``global_bs``, which is
+it × world_size), combine's ``expert_shared_type`` — with the class, status code and rule of the
+operator below. The plans made by :meth:`MoeDistributeBuffer.plan_dispatch` / ``plan_combine`` speak the same
 names: their calls take ``topk_weights=`` as well as the operators' ``expert_scales=``, their errors
 name ``topk_idx`` / ``topk_weights`` / ``x``, and weights given to a plan built without them say to
 build it with ``with_weights=True``.
@@ -164,11 +164,13 @@ class MoeDistributeBuffer:
         return cfg
 
     def _stream_for(self, stream: StreamArg) -> Stream:
+        """The call's stream, of the device of the communicator the buffer has now (a plan made before
+        update_ctx checks against the new one)."""
         return self.comm.stream_for(stream)
 
-    def _speak_to_callers(self, plan: Plan, names: Mapping[str, str]) -> None:
+    def _speak_to_callers(self, plan: DispatchPlan | CombinePlan, names: Mapping[str, str]) -> None:
         """`plan` names this class's parameters, says ``with_weights`` and checks its streams' device."""
-        plan._vocabulary = Vocabulary(names, "with_weights", self._stream_for)  # type: ignore[attr-defined]
+        plan._vocabulary = Vocabulary(names, "with_weights", self._stream_for)
         self._plans.add(plan)
 
     # ---- operators ----------------------------------------------------------------------------------------

@@ -83,6 +83,5 @@ class Vocabulary:
         return f"expert_scales: this plan was built without weights; build it with {self.weights_flag}=True"
 
 
-
 #: plans built directly: the operators' own names
 OPERATOR_WORDS = Vocabulary()
