@@ -6,22 +6,49 @@ process group (docs/comparison.md maps every argument).
 This layer only translates: CANN's Python names become the operators' attributes (one
 :class:`~aclnn_py.MoeConfig` per distinct set, made once and cached), and every call is delegated to
 :mod:`aclnn_py.ops`, where arguments are converted and checked.
+
+Errors speak this layer's names. An error of a parameter rule names the parameter as the caller
+passed it — ``topk_idx``, ``topk_weights``, ``x_smooth_scale``, combine's ``x``, ``num_experts``,
+``num_max_dispatch_tokens_per_rank`` (its rules and values are the operators' ``global_bs``, which is
+it × world_size), combine's ``expert_shared_type`` — with the class, status code and rule of the
+operator below. The plans made by :meth:`MoeDistributeBuffer.plan_dispatch` / ``plan_combine`` speak the same
+names: their calls take ``topk_weights=`` as well as the operators' ``expert_scales=``, their errors
+name ``topk_idx`` / ``topk_weights`` / ``x``, and weights given to a plan built without them say to
+build it with ``with_weights=True``.
+
+Host weights: ``topk_weights`` given as a float64 array (numpy's default float, or a list of floats)
+is converted to float32 when every value converts exactly, and refused (``AclnnParamInvalid`` naming
+the parameter, "pass float32") otherwise — as host integer ids of any integer type are converted to
+int32 when their values fit. The same rule holds per call, for plans, and for the operators in
+:mod:`aclnn_py.ops`.
+
+Streams: every call runs on a stream of the communicator's device. A ``stream=`` of another device
+(or, without ``stream=``, a current stream of another device) is refused with a ValueError naming
+both devices, per call, when a plan is built, and when a plan's call takes the Python path (a plan
+call that the compiled path takes — device Tensors bound as last time, a ``Stream`` — is not checked
+again). A stream borrowed by handle has no known device and is taken as given.
 """
 
 from __future__ import annotations
 
+import functools
 import weakref
-from typing import NamedTuple
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple, TypeVar, cast
 
 from .dtypes import DTypeLike
+from .errors import AclnnPyError
 from .hccl import Communicator, build_context, rebuild_context
 from .ops import sizing
+from .ops._caller import Vocabulary, renamed, reraise
 from .ops.config import MoeConfig
 from .ops.executor import Plan
 from .ops.moe_distribute_combine import CombinePlan, moe_distribute_combine
 from .ops.moe_distribute_dispatch import DispatchPlan, moe_distribute_dispatch
-from .runtime import StreamArg, resolve_stream, soc_name
+from .runtime import Stream, StreamArg, resolve_stream, soc_name
 from .tensor import Tensor, TensorArg
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class LowLatencyDispatchResult(NamedTuple):
@@ -35,8 +62,29 @@ class LowLatencyDispatchResult(NamedTuple):
     expand_scales: Tensor
 
 
-#: The operators' attribute names → the names users pass to this class (for error messages).
-_USER_NAMES = {"moe_expert_num": "num_experts", "global_bs": "num_max_dispatch_tokens_per_rank"}
+#: The operators' names → the names a caller of this class passes, per operator (errors name these).
+_ATTRIBUTE_NAMES = {"moe_expert_num": "num_experts", "global_bs": "num_max_dispatch_tokens_per_rank"}
+DISPATCH_NAMES: Mapping[str, str] = {"expert_ids": "topk_idx", "expert_scales": "topk_weights",
+                                     "scales": "x_smooth_scale", **_ATTRIBUTE_NAMES}
+COMBINE_NAMES: Mapping[str, str] = {"expand_x": "x", "expert_ids": "topk_idx", "expert_scales": "topk_weights",
+                                    "expert_shard_type": "expert_shared_type", **_ATTRIBUTE_NAMES}
+
+
+def _in_callers_words(names: Mapping[str, str]) -> Callable[[F], F]:
+    """Make a method's errors name the parameters as its caller passed them (`names`: operator name
+    → caller's name)."""
+
+    def decorate(method: F) -> F:
+        @functools.wraps(method)
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(*args, **kwargs)
+            except (AclnnPyError, TypeError, ValueError) as exc:
+                reraise(exc, names)
+
+        return cast(F, call)
+
+    return decorate
 
 
 class MoeDistributeBuffer:
@@ -86,8 +134,8 @@ class MoeDistributeBuffer:
                                          num_shared_expert, num_shared_expert_ranks, comm_alg)
 
     # ---- attributes -------------------------------------------------------------------------------------
-    def _config(self, method: str, num_experts: int, comm_alg: str, quant_mode: int, comm_quant_mode: int,
-                zero: int, copy: int, const: int, shard: int, shared: int, shared_ranks: int,
+    def _config(self, method: str, names: Mapping[str, str], num_experts: int, comm_alg: str, quant_mode: int,
+                comm_quant_mode: int, zero: int, copy: int, const: int, shard: int, shared: int, shared_ranks: int,
                 token_nums_type: int, max_tokens: int) -> MoeConfig:
         key = (num_experts, comm_alg, quant_mode, comm_quant_mode, zero, copy, const, shard, shared, shared_ranks,
                token_nums_type, max_tokens)
@@ -106,8 +154,7 @@ class MoeDistributeBuffer:
                             const_expert_num=const, global_bs=global_bs, comm_alg=comm_alg, quant_mode=quant_mode,
                             expert_token_nums_type=token_nums_type, comm_quant_mode=comm_quant_mode, soc=self.soc)
         except TypeError as exc:
-            field, _, rest = str(exc).partition(":")
-            raise TypeError(f"{method}(): {_USER_NAMES.get(field, field)}:{rest}") from None
+            raise TypeError(f"{method}(): {renamed(exc, names)}") from None
         if len(self._configs) > 64:
             self._configs.clear()
         try:
@@ -116,7 +163,18 @@ class MoeDistributeBuffer:
             pass
         return cfg
 
+    def _stream_for(self, stream: StreamArg) -> Stream:
+        """The call's stream, of the device of the communicator the buffer has now (a plan made before
+        update_ctx checks against the new one)."""
+        return self.comm.stream_for(stream)
+
+    def _speak_to_callers(self, plan: DispatchPlan | CombinePlan, names: Mapping[str, str]) -> None:
+        """`plan` names this class's parameters, says ``with_weights`` and checks its streams' device."""
+        plan._vocabulary = Vocabulary(names, "with_weights", self._stream_for)
+        self._plans.add(plan)
+
     # ---- operators ----------------------------------------------------------------------------------------
+    @_in_callers_words(DISPATCH_NAMES)
     def low_latency_dispatch(
         self, x: TensorArg, topk_idx: TensorArg, num_experts: int, *, quant_mode: int = 0, comm_alg: str = "",
         x_smooth_scale: TensorArg | None = None, x_active_mask: TensorArg | None = None,
@@ -137,17 +195,18 @@ class MoeDistributeBuffer:
         low-precision x given as uint8 codes (HiFloat8, or packed fp4 of shape (BS, H/2));
         ``x_smooth_scales_dtype`` that of ``x_smooth_scale`` (e.g. ``DataType.FLOAT8_E8M0`` for per-token
         e8m0 bytes). Each takes a numpy / ml_dtypes dtype or an ``aclnn_py.DataType``."""
-        cfg = self._config("low_latency_dispatch", num_experts, comm_alg, quant_mode, 0, zero_expert_num,
-                           copy_expert_num, const_expert_num, expert_shard_type, shared_expert_num,
+        cfg = self._config("low_latency_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0,
+                           zero_expert_num, copy_expert_num, const_expert_num, expert_shard_type, shared_expert_num,
                            shared_expert_rank_num, expert_token_nums_type, num_max_dispatch_tokens_per_rank)
         out = moe_distribute_dispatch(self.context, x, topk_idx, config=cfg, scales=x_smooth_scale,
                                       x_active_mask=x_active_mask, expert_scales=topk_weights, elastic_info=elastic_info,
                                       x_dtype=x_dtype, scales_dtype=x_smooth_scales_dtype, y_dtype=y_dtype,
-                                      stream=stream)
+                                      stream=self.comm.stream_for(stream))
         ds, es = out.dynamic_scales, out.expand_scales
         assert ds is not None and es is not None  # given no outputs, the operator allocates all seven
         return LowLatencyDispatchResult(out[0], ds, out[2], out[3], out[4], es)
 
+    @_in_callers_words(COMBINE_NAMES)
     def low_latency_combine(
         self, x: TensorArg, topk_idx: TensorArg, topk_weights: TensorArg | None,
         assist_info_for_combine: TensorArg, ep_send_counts: TensorArg, *, num_experts: int = 0,
@@ -165,16 +224,18 @@ class MoeDistributeBuffer:
         if assist_info_for_combine is None or ep_send_counts is None:
             raise ValueError("low_latency_combine: assist_info_for_combine and ep_send_counts are required "
                              "(pass the dispatch outputs)")
-        cfg = self._config("low_latency_combine", num_experts, comm_alg, 0, comm_quant_mode, zero_expert_num,
-                           copy_expert_num, const_expert_num, expert_shared_type, shared_expert_num,
+        cfg = self._config("low_latency_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode,
+                           zero_expert_num, copy_expert_num, const_expert_num, expert_shared_type, shared_expert_num,
                            shared_expert_rank_num, 1, num_max_dispatch_tokens_per_rank)
         return moe_distribute_combine(
             self.context, x, topk_idx, assist_info_for_combine, ep_send_counts, topk_weights, config=cfg,
             x_active_mask=x_active_mask, expand_scales=expand_scales, shared_expert_x=shared_expert_x,
             elastic_info=elastic_info, ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1,
-            const_expert_alpha_2=const_expert_alpha_2, const_expert_v=const_expert_v, stream=stream)
+            const_expert_alpha_2=const_expert_alpha_2, const_expert_v=const_expert_v,
+            stream=self.comm.stream_for(stream))
 
     # ---- plans (repeated calls with fixed shapes) ------------------------------------------------------------
+    @_in_callers_words(DISPATCH_NAMES)
     def plan_dispatch(self, num_tokens: int, hidden: int, num_experts: int, topk: int, *, x_dtype: DTypeLike,
                       quant_mode: int = 0, comm_alg: str = "", with_weights: bool = False,
                       mask_shape: tuple[int, ...] | None = None, smooth_scales_shape: tuple[int, ...] | None = None,
@@ -184,16 +245,19 @@ class MoeDistributeBuffer:
                       num_max_dispatch_tokens_per_rank: int = 0, y_dtype: DTypeLike | None = None,
                       stream: StreamArg = None) -> DispatchPlan:
         """A :class:`~aclnn_py.ops.DispatchPlan` on this communicator: one phase 1, then each call
-        ``plan(x, topk_idx, expert_scales=topk_weights, x_active_mask=..., scales=...)`` is a launch."""
-        cfg = self._config("plan_dispatch", num_experts, comm_alg, quant_mode, 0, zero_expert_num, copy_expert_num,
-                           const_expert_num, 0, shared_expert_num, shared_expert_rank_num, expert_token_nums_type,
-                           num_max_dispatch_tokens_per_rank)
+        ``plan(x, topk_idx, topk_weights=..., x_active_mask=..., scales=...)`` is a launch
+        (``expert_scales=`` is the same input as ``topk_weights=``; its errors use this class's names)."""
+        cfg = self._config("plan_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0, zero_expert_num,
+                           copy_expert_num, const_expert_num, 0, shared_expert_num, shared_expert_rank_num,
+                           expert_token_nums_type, num_max_dispatch_tokens_per_rank)
         plan = DispatchPlan(self.context, bs=num_tokens, hidden=hidden, topk=topk, x_dtype=x_dtype, config=cfg,
                             scales_shape=smooth_scales_shape, scales_dtype=x_smooth_scales_dtype,
-                            mask_shape=mask_shape, with_expert_scales=with_weights, y_dtype=y_dtype, stream=stream)
-        self._plans.add(plan)
+                            mask_shape=mask_shape, with_expert_scales=with_weights, y_dtype=y_dtype,
+                            stream=self.comm.stream_for(stream))
+        self._speak_to_callers(plan, DISPATCH_NAMES)
         return plan
 
+    @_in_callers_words(COMBINE_NAMES)
     def plan_combine(self, dispatch_plan: DispatchPlan, *, with_weights: bool = False, comm_quant_mode: int = 0,
                      comm_alg: str = "", mask_shape: tuple[int, ...] | None = None,
                      with_shared_expert_x: bool = False, with_ori_x: bool = False, const_expert_num: int = 0,
@@ -202,8 +266,9 @@ class MoeDistributeBuffer:
                      num_max_dispatch_tokens_per_rank: int = 0, dtype: DTypeLike | None = None,
                      stream: StreamArg = None) -> CombinePlan:
         """A :class:`~aclnn_py.ops.CombinePlan` sized from a dispatch plan's outputs: each call is
-        ``plan(expert_out, topk_idx, assist_info, ep_send_counts, topk_weights, ...)``."""
-        cfg = self._config("plan_combine", num_experts, comm_alg, 0, comm_quant_mode, zero_expert_num,
+        ``plan(expert_out, topk_idx, assist_info, ep_send_counts, topk_weights, ...)`` (its errors use
+        this class's names)."""
+        cfg = self._config("plan_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode, zero_expert_num,
                            copy_expert_num, const_expert_num, 0, shared_expert_num, shared_expert_rank_num, 1,
                            num_max_dispatch_tokens_per_rank)
         d = dispatch_plan.outputs
@@ -212,8 +277,8 @@ class MoeDistributeBuffer:
             topk=dispatch_plan.topk, dtype=dtype if dtype is not None else dispatch_plan.x_dtype,
             assist_len=d.assist_info_for_combine.shape[0], counts_len=d.ep_recv_counts.shape[0], config=cfg,
             with_expert_scales=with_weights, mask_shape=mask_shape, with_shared_expert_x=with_shared_expert_x,
-            with_ori_x=with_ori_x, stream=stream)
-        self._plans.add(plan)
+            with_ori_x=with_ori_x, stream=self.comm.stream_for(stream))
+        self._speak_to_callers(plan, COMBINE_NAMES)
         return plan
 
     def synchronize(self, stream: StreamArg = None) -> None:

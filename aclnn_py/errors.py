@@ -45,6 +45,11 @@ class AclnnPyError(Exception):
         # picklable, so a rank's error crosses process boundaries (aclnn_py.launch) with its type
         return (_rebuild, (type(self), self.func, self.code, self.name, self.message))
 
+    def with_message(self, message: str) -> AclnnPyError:
+        """The same error (class, function, code) with another message, e.g. naming a parameter as the
+        caller of a higher layer spells it."""
+        return _rebuild(type(self), self.func, self.code, self.name, message)
+
 
 def _rebuild(cls: type[AclnnPyError], func: str, code: int, name: str, message: str) -> AclnnPyError:
     obj = cls.__new__(cls)

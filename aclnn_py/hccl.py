@@ -21,7 +21,7 @@ import numpy as np
 
 from .dtypes import DataType
 from .errors import HcclError, check_hccl, hccl_error, recent_message
-from .runtime import Device, Resource, StreamArg, initialized, resolve_stream
+from .runtime import Device, Resource, Stream, StreamArg, initialized, resolve_stream
 from .tensor import Tensor
 
 ROOT_INFO_BYTES = 4108
@@ -223,6 +223,19 @@ class Communicator(Resource):
             wait = stream is None
         if wait:
             s.synchronize()
+
+    def stream_for(self, stream: StreamArg = None) -> Stream:
+        """The Stream `stream` names (default: the current stream) for work on this communicator:
+        a ValueError naming both devices when it belongs to another device than the communicator's
+        (whose windows and peers the kernels use). A borrowed handle's device is unknown, so it is
+        taken as given."""
+        s = resolve_stream(stream)
+        device = s.device
+        if device is not None and device != self.device:
+            which = s._label() if stream is not None else f"the current stream, {s._label()},"
+            raise ValueError(f"stream: {which} belongs to device {device}, but {self._label()} is on device "
+                             f"{self.device}; pass a stream of device {self.device}")
+        return s
 
     def async_error(self) -> int:
         """``HcclGetCommAsyncError``: 0, or HCCL_E_REMOTE (21) once a peer's process is found dead."""

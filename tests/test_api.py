@@ -60,8 +60,9 @@ def _int_ids_body(rank: int, world_size: int, root: bytes) -> list[str]:
 def test_host_ids_of_any_safe_integer_type(acl: Any) -> None:
     msgs = acl.launch.run_threads(_int_ids_body, 2)[0]
     assert msgs[:2] == ["[1, 2]", "[1, 2]"]
-    assert msgs[2].startswith("AclnnParamInvalid: ") and "expert_ids: values must fit in int32" in msgs[2]
-    assert msgs[3] == "TypeError: expert_ids: expected an integer array, got dtype float64"
+    # the buffer names its own parameter (topk_idx), with the operator's class and rule
+    assert msgs[2].startswith("AclnnParamInvalid: ") and "topk_idx: values must fit in int32" in msgs[2]
+    assert msgs[3] == "TypeError: topk_idx: expected an integer array, got dtype float64"
 
 
 USER_SCRIPT = '''

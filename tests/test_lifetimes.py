@@ -176,8 +176,8 @@ def _plan_body(rank: int, world_size: int, root: bytes) -> dict[str, str]:
 def test_plans_check_host_dtypes(acl: Any) -> None:
     for out in acl.launch.run_threads(_plan_body, 2):
         assert "x: dtype must be BF16 (got float16)" in out["x_fp16"]
-        assert "expert_ids: dtype must be INT32 (got float32)" in out["ids_float"]
-        assert "expert_ids: values must fit in int32" in out["ids_range"]
+        assert "topk_idx: dtype must be INT32 (got float32)" in out["ids_float"]  # the buffer's plan: its names
+        assert "topk_idx: values must fit in int32" in out["ids_range"]
         assert "x: the plan is fixed to shape (2, 1024) (got (1, 1024))" in out["x_shape"]
         assert out["ok"].startswith("[")
 

@@ -510,7 +510,9 @@ C_TENSOR_CASES = [
     ("expand_x i32", {}, dict(expand_x=np.zeros((16, 1024), np.int32)),
      "expand_x: dtype must be ACL_FLOAT16 or ACL_BF16 (got ACL_INT32)"),
     ("expand_x 1-D", {}, dict(expand_x=np.zeros(16 * 1024, BF16)), "expand_x: must be 2-D"),
-    ("expand_x rows", {}, dict(expand_x=np.zeros((15, 1024), BF16)), "expand_x: dim 0 must be >= A = 16 (got 15)"),
+    ("expand_x rows", {}, dict(expand_x=np.zeros((15, 1024), BF16)),
+     "expand_x: dim 0 must be >= A = 16 (got 15): pass all A rows of dispatch's expand_x; rows >= N are not read "
+     "(N = the rows this rank received, the last running total of ep_send_counts)"),
     ("ids dtype", {}, dict(expert_ids=np.zeros((4, 2), np.int64)), "expert_ids: dtype must be ACL_INT32"),
     ("ids 1-D", {}, dict(expert_ids=np.zeros(8, np.int32)), "expert_ids: must be 2-D"),
     ("assist dtype", {}, dict(assist_info_for_combine=np.zeros(2048, np.int64)),

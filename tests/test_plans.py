@@ -139,5 +139,6 @@ def test_plan_refuses_what_it_fixed(acl):
     msgs = run_threads(_refusals, 2, timeout=120)[0]
     assert msgs[0] == "x: the plan is fixed to shape (4, 1024) (got (5, 1024))"
     assert msgs[1].startswith("x: the plan is fixed to shape (4, 1024) BF16 contiguous (got (4, 1024) FLOAT16")
-    assert msgs[2] == "expert_scales: this plan was built without it; build a plan with expert_scales"
-    assert msgs[3] == "expert_ids: this plan was built with it; pass it on every call"
+    # a plan made by the buffer names the buffer's parameters and its with_weights flag
+    assert msgs[2] == "topk_weights: this plan was built without weights; build it with with_weights=True"
+    assert msgs[3] == "topk_idx: this plan was built with it; pass it on every call"

@@ -1,6 +1,7 @@
 """Argument conversion for the operator wrappers, done once per call: Tensors pass through, host
-arrays are uploaded on the call's stream (integer ids converted to int32 when their values fit), and
-anything else is refused with a TypeError naming the parameter."""
+arrays are uploaded on the call's stream (integer ids converted to int32 when their values fit,
+float64 weights to float32 when every value converts exactly), and anything else is refused with a
+TypeError naming the parameter."""
 
 from __future__ import annotations
 
@@ -39,6 +40,26 @@ def as_int32(arr: np.ndarray, param: str, func: str) -> np.ndarray:
     if arr.size and (int(arr.min()) < INT32_MIN or int(arr.max()) > INT32_MAX):
         raise param_invalid(func, f"{param}: values must fit in int32 (got [{int(arr.min())}, {int(arr.max())}])")
     return arr.astype(np.int32)
+
+
+def host_weights(value: object, param: str, func: str) -> Tensor | np.ndarray | None:
+    """Weights given on the host in float64 (numpy's default float, a Python list of floats) as
+    float32 when every value converts exactly (NaN stays NaN), else refused with the operator's status
+    naming `param`; any other value as given (the operator names a wrong dtype)."""
+    if value is None or isinstance(value, Tensor):
+        return value
+    arr = host_array(value, param)
+    if arr.dtype != np.float64:
+        return arr
+    with np.errstate(over="ignore"):  # a value beyond float32's range becomes inf: refused below
+        narrowed = arr.astype(np.float32)
+    inexact = narrowed.astype(np.float64) != arr
+    inexact &= ~np.isnan(arr)
+    if inexact.any():
+        where = tuple(int(i) for i in np.argwhere(inexact)[0])
+        raise param_invalid(func, f"{param}: float64 values must convert to float32 exactly; pass float32 "
+                            f"(got {float(arr[where])!r} at index {where})")
+    return narrowed
 
 
 def input_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None) -> Tensor | None:

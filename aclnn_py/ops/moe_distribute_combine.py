@@ -7,17 +7,17 @@ launches one repeatable executor many times; attributes, inputs and streams as f
 
 from __future__ import annotations
 
-import math
 import threading
 from collections.abc import Sequence
 from operator import is_not
 
 from ..dtypes import DataType, DTypeLike
-from ..errors import AclnnParamInvalid, check_aclnn
+from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ids_tensor, input_tensor, output_tensor, placeholder
+from ._args import host_weights, ids_tensor, input_tensor, output_tensor, placeholder
+from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
@@ -53,8 +53,7 @@ def empty_weights() -> Tensor:
     return t
 
 
-def _convert(context: Tensor, tensors: Sequence[TensorArg | None], s: Stream
-) -> list[Tensor | None]:
+def _convert(context: Tensor, tensors: Sequence[TensorArg | None], s: Stream) -> list[Tensor | None]:
     """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`; None stays None: NULL,
     but expert_scales None is the empty tensor of an unweighted combine)."""
     ex_arg, ids_arg = tensors[0], tensors[1]
@@ -75,6 +74,8 @@ def _convert(context: Tensor, tensors: Sequence[TensorArg | None], s: Stream
             ins.append(value)
         elif i in _INTEGER_INPUTS:
             ins.append(ids_tensor(value, INPUTS[i], s, PHASE1))
+        elif i == _EXPERT_SCALES:
+            ins.append(input_tensor(host_weights(value, INPUTS[i], PHASE1), INPUTS[i], s))
         else:
             ins.append(input_tensor(value, INPUTS[i], s))
     return ins
@@ -181,7 +182,8 @@ class CombinePlan(Plan):
 
     `a` is the expand_x row capacity (dispatch's A), `assist_len` and `counts_len` the lengths of
     dispatch's assist_info_for_combine and ep_recv_counts. Optional inputs present at plan time are
-    named by the ``with_*`` flags / shapes."""
+    named by the ``with_*`` flags / shapes. Host weights follow the per-call rule (float64 converted
+    to float32 when exact)."""
 
     input_names = INPUTS
     output_names = OUTPUTS
@@ -212,21 +214,33 @@ class CombinePlan(Plan):
         self.config = cfg
         self.x_out = prepared.result
         self._with_es = with_expert_scales
+        self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
         self._c_state = self._fast_path(PLAN_INPUTS if with_expert_scales else PLAN_INPUTS_UNWEIGHTED)
 
     def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
                  ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,
-                 x_active_mask: TensorArg | None = None, shared_expert_x: TensorArg | None = None,
-                 ori_x: TensorArg | None = None, const_expert_alpha_1: TensorArg | None = None,
+                 topk_weights: TensorArg | None = None, x_active_mask: TensorArg | None = None,
+                 shared_expert_x: TensorArg | None = None, ori_x: TensorArg | None = None,
+                 const_expert_alpha_1: TensorArg | None = None,
                  const_expert_alpha_2: TensorArg | None = None, const_expert_v: TensorArg | None = None,
                  x_out: Tensor | None = None, stream: StreamArg = None) -> Tensor:
-        """Phase 2 with this step's inputs (``aclnnMoeDistributeCombineV5``)."""
-        if not self._with_es and expert_scales is not None and math.prod(getattr(expert_scales, "shape", (0,))):
-            raise self._refuse("expert_scales: this plan was built unweighted; build one with_expert_scales")
-        values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,
-                  shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
-        if self._with_es:
-            self._run(PLAN_INPUTS, values, None if x_out is None else (x_out,), stream)
-        else:
-            self._run(PLAN_INPUTS_UNWEIGHTED, values[:4] + values[5:], None if x_out is None else (x_out,), stream)
+        """Phase 2 with this step's inputs (``aclnnMoeDistributeCombineV5``). `topk_weights` is
+        :class:`~aclnn_py.MoeDistributeBuffer`'s name of `expert_scales`: pass either (an unweighted
+        plan takes None or an empty array)."""
+        words = self._vocabulary
+        try:
+            weights = host_weights(weights_argument(expert_scales, topk_weights), "expert_scales", self._op)
+            if weights is not None and not self._with_es and weights.size:
+                raise self._refuse(words.unweighted())
+            if words.check_stream is not None:
+                words.check_stream(stream)
+            values = (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, weights, x_active_mask,
+                      shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
+            outs = None if x_out is None else (x_out,)
+            if self._with_es:
+                self._run(PLAN_INPUTS, values, outs, stream)
+            else:
+                self._run(PLAN_INPUTS_UNWEIGHTED, values[:4] + values[5:], outs, stream)
+        except (AclnnPyError, TypeError, ValueError) as exc:
+            reraise(exc, words.names)
         return self.x_out if x_out is None else x_out

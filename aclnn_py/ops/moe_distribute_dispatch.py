@@ -14,11 +14,12 @@ from collections.abc import Mapping
 from typing import NamedTuple
 
 from ..dtypes import DataType, DTypeLike, as_datatype
-from ..errors import AclnnParamInvalid, check_aclnn
+from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ALLOCATED, ids_tensor, input_tensor, output_tensor, placeholder
+from ._args import ALLOCATED, host_weights, ids_tensor, input_tensor, output_tensor, placeholder
+from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
@@ -34,6 +35,7 @@ OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_toke
            "tp_recv_counts", "expand_scales")
 #: The inputs a plan call may change (x, expert_ids, scales, x_active_mask, expert_scales).
 PLAN_INPUTS = tuple(INPUTS.index(n) for n in ("x", "expert_ids", "scales", "x_active_mask", "expert_scales"))
+_EXPERT_SCALES = INPUTS.index("expert_scales")
 
 _LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E5M2, DataType.FLOAT4_E2M1,
                     DataType.FLOAT4_E1M2)
@@ -139,7 +141,7 @@ def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> 
                       ins, outs)
 
 
-def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
+def _convert(context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
              x_active_mask: TensorArg | None, expert_scales: TensorArg | None, elastic_info: TensorArg | None,
              performance_info: TensorArg | None, x_dtype: DTypeLike | None, scales_dtype: DTypeLike | None,
              s: Stream) -> list[Tensor | None]:
@@ -150,7 +152,8 @@ def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorAr
             and performance_info is None:
         return [context, xt, ids, None, None, None, None, None]
     return [context, xt, ids, input_tensor(scales, "scales", s, scales_dtype),
-            input_tensor(x_active_mask, "x_active_mask", s), input_tensor(expert_scales, "expert_scales", s),
+            input_tensor(x_active_mask, "x_active_mask", s),
+            input_tensor(host_weights(expert_scales, "expert_scales", PHASE1), "expert_scales", s),
             input_tensor(elastic_info, "elastic_info", s), input_tensor(performance_info, "performance_info", s)]
 
 
@@ -173,7 +176,7 @@ def prepare_dispatch(
     same either way. A required tensor given None is passed as NULL (161001 from phase 1)."""
     cfg = resolve_config(config, attrs)
     s = resolve_stream(stream)
-    ins = _convert(cfg, context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
+    ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
                    performance_info, x_dtype, scales_dtype, s)
     outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
     if repeatable:
@@ -216,7 +219,7 @@ def moe_distribute_dispatch(
     each remembers the stream, and ``Tensor.numpy()`` waits for it. Arguments as :func:`prepare_dispatch`."""
     cfg = config if config is not None and not attrs else resolve_config(config, attrs)
     s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
-    ins = _convert(cfg, context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
+    ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
                    performance_info, x_dtype, scales_dtype, s)
     outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
     run_both_phases(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, PHASE2, cfg.dispatch_ints,
@@ -230,7 +233,8 @@ class DispatchPlan(Plan):
     Build it with the shapes (`bs`, `hidden`, `topk`), x's type, which optional inputs exist, and the
     attributes (`config` or keywords); call it with this step's inputs (host arrays are copied into the
     plan's buffers; Tensors are bound by address). The returned outputs are the plan's own buffers,
-    overwritten by the next call, unless `outputs` are given."""
+    overwritten by the next call, unless `outputs` are given. Host weights follow the per-call rule
+    (float64 converted to float32 when exact)."""
 
     input_names = INPUTS
     output_names = OUTPUTS
@@ -255,13 +259,25 @@ class DispatchPlan(Plan):
         self.bs, self.hidden, self.topk = int(bs), int(hidden), int(topk)
         self.x_dtype = as_datatype(x_dtype)
         self.outputs = prepared.result
+        self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
         self._c_state = self._fast_path(PLAN_INPUTS)
 
     def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
                  x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
-                 outputs: DispatchOutputs | None = None, stream: StreamArg = None) -> DispatchOutputs:
-        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``). An entry of `outputs`
-        left None is written to the plan's own buffer for it (the executor has a tensor in every slot it
-        was built with); the result holds the Tensors written."""
-        written = self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, expert_scales), outputs, stream)
+                 topk_weights: TensorArg | None = None, outputs: DispatchOutputs | None = None,
+                 stream: StreamArg = None) -> DispatchOutputs:
+        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``). `topk_weights` is
+        :class:`~aclnn_py.MoeDistributeBuffer`'s name of `expert_scales`: pass either. An entry of
+        `outputs` left None is written to the plan's own buffer for it (the executor has a tensor in every
+        slot it was built with); the result holds the Tensors written."""
+        words = self._vocabulary
+        try:
+            weights = host_weights(weights_argument(expert_scales, topk_weights), "expert_scales", self._op)
+            if weights is not None and self._own_in[_EXPERT_SCALES] is None:
+                raise self._refuse(words.unweighted())
+            if words.check_stream is not None:
+                words.check_stream(stream)
+            written = self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, weights), outputs, stream)
+        except (AclnnPyError, TypeError, ValueError) as exc:
+            reraise(exc, words.names)
         return self.outputs if outputs is None else DispatchOutputs(*written)  # type: ignore[arg-type]

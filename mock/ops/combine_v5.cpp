@@ -114,8 +114,11 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     if (int rc = check_elastic_perf(a[kElastic], a[kPerf], p)) return rc;
     p.has_elastic = p.soc950 && a[kElastic] != nullptr;
     p.has_perf = p.soc950 && a[kPerf] != nullptr;
+    // A caller who slices dispatch's expand_x to the rows it received ends here: say what to pass.
     if (ex->view[0] < p.A)
-        return bad("expand_x", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, ex->view[0]);
+        return bad("expand_x", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 "): pass all A rows of dispatch's "
+                   "expand_x; rows >= N are not read (N = the rows this rank received, the last running total "
+                   "of ep_send_counts)", p.A, ex->view[0]);
     p.expand_rows = ex->view[0];
     if (int rc = check_dtype(assist, "assist_info_for_combine", kI32, 1)) return rc;
     if (int rc = check_rank(assist, "assist_info_for_combine", 1)) return rc;
