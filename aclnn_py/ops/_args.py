@@ -46,8 +46,16 @@ def input_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | N
     for uint8 codes)."""
     if value is None or value.__class__ is Tensor:
         return value
+    return required_tensor(value, param, stream, dtype)
+
+
+def required_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None) -> Tensor:
+    """A required input: a Tensor as given or host data uploaded, as :func:`input_tensor`; None is
+    refused with a TypeError naming `param`."""
     if isinstance(value, Tensor):
         return value
+    if value is None:
+        raise TypeError(f"{param}: expected a Tensor or an array, got None")
     return Tensor.from_numpy(host_array(value, param), stream=stream, dtype=dtype)
 
 

@@ -17,7 +17,7 @@ from ..errors import check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ids_tensor, input_tensor, output_tensor
+from ._args import ids_tensor, input_tensor, output_tensor, required_tensor
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
@@ -57,9 +57,8 @@ def _convert(cfg: MoeConfig, context: Tensor, tensors: Sequence[TensorArg | None
              precheck: bool) -> list[Tensor | None]:
     """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`), pre-checked."""
     ex_arg, ids_arg = tensors[0], tensors[1]
-    ex_t = ex_arg if ex_arg.__class__ is Tensor else input_tensor(ex_arg, "expand_x", s)
+    ex_t = ex_arg if ex_arg.__class__ is Tensor else required_tensor(ex_arg, "expand_x", s)
     ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1)
-    assert ex_t is not None
     if precheck and len(ex_t.shape) == 2 and len(ids.shape) == 2:
         prechecks.check(cfg, "combine", ids.shape[0], ex_t.shape[1], ids.shape[1])
     ins: list[Tensor | None] = [context, ex_t, ids]

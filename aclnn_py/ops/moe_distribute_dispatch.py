@@ -18,7 +18,7 @@ from ..errors import check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ids_tensor, input_tensor, output_tensor
+from ._args import ids_tensor, input_tensor, output_tensor, required_tensor
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
@@ -84,7 +84,7 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
     """The outputs for these inputs (caller-provided ones in `given` are used as they are). expand_x
     is (A, H) elements of its type (packed fp4: (A, H/2) bytes on the device); with elastic_info a rank
     may serve either role, so A, expert_token_nums and ep_recv_counts take the larger sizes."""
-    given = given or {}
+    given = _given_outputs(given)
     bs = xt.shape[0] if xt.ndim >= 1 else 0
     h = xt.shape[1] if xt.ndim >= 2 else 0
     k = ids.shape[1] if ids.ndim >= 2 else 0
@@ -102,6 +102,20 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
     return DispatchOutputs(*(output_tensor(given.get(name), name, shape, dt) for name, shape, dt in spec))
 
 
+def _given_outputs(given: object) -> Mapping[str, Tensor]:
+    """The `outputs` mapping of a call (None: allocate all), its names checked: a misspelt name would
+    otherwise allocate that output silently."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise TypeError(f"outputs: expected DispatchOutputs or a mapping of output names to Tensors, got "
+                        f"{type(given).__name__}")
+    unknown = sorted(str(k) for k in given if k not in OUTPUTS)
+    if unknown:
+        raise TypeError(f"outputs: unknown output name(s) {', '.join(unknown)} (the outputs are {', '.join(OUTPUTS)})")
+    return given
+
+
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
     return run_phase1(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, cfg.dispatch_ints, cfg.comm_alg_bytes,
                       ins, outs)
@@ -112,9 +126,8 @@ def _convert(cfg: MoeConfig, context: Tensor, x: TensorArg, expert_ids: TensorAr
              performance_info: TensorArg | None, x_dtype: DTypeLike | None, scales_dtype: DTypeLike | None,
              s: Stream, precheck: bool) -> list[Tensor | None]:
     """The eight inputs as Tensors (host arrays uploaded on `s`), pre-checked against `cfg`."""
-    xt = x if x.__class__ is Tensor and x_dtype is None else input_tensor(x, "x", s, x_dtype)
+    xt = x if x.__class__ is Tensor and x_dtype is None else required_tensor(x, "x", s, x_dtype)
     ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1)
-    assert xt is not None
     if precheck and len(xt.shape) == 2 and len(ids.shape) == 2:  # other ranks: the C side names the tensor
         prechecks.check(cfg, "dispatch", xt.shape[0], xt.shape[1], ids.shape[1])
     if scales is None and x_active_mask is None and expert_scales is None and elastic_info is None \
