@@ -11,7 +11,8 @@ Two users share the header parser here:
   from), extracts just those prototypes from headers that may be messy C++ (``extern "C"``,
   attributes, visibility macros, ``constexpr``, default arguments), and compares each one with the
   compiled table. A different prototype called through cffi is a crash or silent garbage, so
-  :func:`enforce` refuses to load on any difference.
+  :func:`enforce` refuses to load on any difference, and warns about (or, with
+  ``ACLNN_PY_ABI_CHECK=strict``, refuses) every bound function whose prototype it could not compare.
 
 Types are compared by how arguments are passed, not by spelling: the project's typedefs are expanded
 (``aclrtStream`` is ``void *``), fixed-width integers are reduced to size and signedness
@@ -25,6 +26,9 @@ from __future__ import annotations
 import json
 import os
 import re
+import sys
+import types
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,8 +49,13 @@ HEADERS = [
     "hccl/hccl_kfc.h",
 ]
 
-#: Environment variable that turns a prototype mismatch into a warning.
+#: Environment variable that turns a refusal of the guard (a prototype mismatch, or under the strict
+#: mode a prototype that could not be verified) into a warning.
 ENV_SKIP = "ACLNN_PY_SKIP_ABI_CHECK"
+#: Environment variable choosing what an unverifiable prototype does at load: "warn" (the default) or
+#: "strict" (refuse to load).
+ENV_MODE = "ACLNN_PY_ABI_CHECK"
+_MODES = ("warn", "strict")
 
 # Types the headers take from <stdint.h>/<stddef.h>/<stdbool.h>; declared only so pycparser can parse.
 PARSE_PRELUDE = """
@@ -555,6 +564,25 @@ class AbiReport:
         return ("the installed CANN declares a different C prototype than the one aclnn-py was built for, "
                 "so calling it would pass wrong arguments: " + "; ".join(lines))
 
+    def unverified_text(self) -> str:
+        """What the guard could not verify, as the load-time warning (or strict refusal) states it:
+        every such function with the header it was looked for in and why; "" when every bound
+        prototype was compared."""
+        unchecked = self.unchecked
+        if self.status == "unverified" and all(c.status == "not found" for c in unchecked):
+            return (f"aclnn-py could not verify any of the {len(self.checks)} bound C prototypes against the "
+                    f"installed headers ({self.note or 'no installed header declares a bound function'}), "
+                    "so a different prototype there would go unnoticed")
+        if not unchecked:
+            return ""
+        groups: dict[tuple[str, str], list[str]] = {}
+        for c in unchecked:
+            groups.setdefault((c.header, c.detail), []).append(c.name)
+        parts = [f"{', '.join(names)} ({f'{header}: ' if header else ''}{detail})"
+                 for (header, detail), names in groups.items()]
+        return (f"aclnn-py could not verify {len(unchecked)} of the {len(self.checks)} bound C prototypes against "
+                "the installed headers, so a different prototype there would go unnoticed: " + "; ".join(parts))
+
     def to_json(self) -> dict[str, object]:
         return {"status": self.status, "summary": self.summary(), "headers": list(self.headers),
                 "functions": {c.name: {"status": c.status, "header": c.header, "detail": c.detail}
@@ -626,11 +654,12 @@ def check_root(root: Path, bound: Mapping[str, str | None], groups: Mapping[str,
                     scans.append(scanned)
                     seen |= set(scanned.decls)
     found = _parse_scanned(scans, compiled.typedefs) if scans else {}
+    searched = {name: dirs for dirs, names in plan.items() for name in names}
     checks: list[FunctionCheck] = []
     for name in sorted(n for n, lib in bound.items() if lib is not None and n in compiled.functions):
         ex = found.get(name)
         if ex is None:
-            checks.append(FunctionCheck(name, "not found"))
+            checks.append(_not_found(name, searched[name], texts))
         elif ex.prototype is None:
             checks.append(FunctionCheck(name, "unreadable", ex.header, ex.error))
         else:
@@ -649,26 +678,78 @@ def check_root(root: Path, bound: Mapping[str, str | None], groups: Mapping[str,
     return AbiReport(status, tuple(checks), note, headers)
 
 
+_UNREAD_DECLARATION = ("the header names it, but no C declaration of it could be read there (an #if or "
+                       "extern \"C\" block left open hides the rest of the file, or the declaration is not plain C)")
+
+
+def _not_found(name: str, dirs: Iterable[tuple[Path, str]], texts: Mapping[Path, str]) -> FunctionCheck:
+    """The check of a bound function whose declaration was not found: "unreadable" in the first
+    searched header that names it outside comments (a malformed header), else "not found", naming the
+    folders searched."""
+    dirs = list(dirs)
+    pattern = re.compile(rf"\b{re.escape(name)}\s*\(")
+    for directory, glob in dirs:
+        for path in _header_files(directory, glob):
+            text = texts.get(path, "")
+            if name in text and pattern.search(_without_comments(text)):
+                return FunctionCheck(name, "unreadable", str(path), _UNREAD_DECLARATION)
+    where = ", ".join(str(d) for d, _ in dirs)
+    return FunctionCheck(name, "not found", "", f"no installed header declares it (searched {where})")
+
+
+def _without_comments(text: str) -> str:
+    return re.sub(r"//[^\n]*", "", re.sub(r"/\*.*?\*/", " ", text, flags=re.S))
+
+
+def abi_check_mode() -> str:
+    """The mode of ``ACLNN_PY_ABI_CHECK``: "warn" (unset or empty) or "strict"; BackendError for any
+    other value."""
+    value = os.environ.get(ENV_MODE, "").strip().lower() or "warn"
+    if value not in _MODES:
+        from .errors import BackendError
+
+        raise BackendError(f"{ENV_MODE} must be 'warn' or 'strict' (got {os.environ[ENV_MODE]!r})")
+    return value
+
+
 def enforce(report: AbiReport) -> None:
-    """Raise BackendError for a mismatch (its ``abi_report`` attribute is `report`); a RuntimeWarning
-    instead when ``ACLNN_PY_SKIP_ABI_CHECK=1``."""
-    if report.status != "mismatch":
+    """Raise BackendError for a mismatch, and under ``ACLNN_PY_ABI_CHECK=strict`` for any bound
+    function whose prototype could not be verified (its ``abi_report`` attribute is `report`); warn
+    (RuntimeWarning) about the unverified ones otherwise. ``ACLNN_PY_SKIP_ABI_CHECK=1`` turns every
+    refusal into a warning."""
+    mode = abi_check_mode()
+    skip = os.environ.get(ENV_SKIP) == "1"
+    if report.status == "mismatch":
+        if not skip:
+            raise _refusal_error(report, f"{report.refusal()}. Install the CANN / op package whose headers match")
+        _warn(f"{report.refusal()} ({ENV_SKIP}=1: loading anyway; a call to these functions may crash or return "
+              "garbage)")
+    text = report.unverified_text()
+    if not text:
         return
-    if os.environ.get(ENV_SKIP) == "1":
-        import warnings
-
-        warnings.warn(f"{report.refusal()} ({ENV_SKIP}=1: loading anyway; a call to these functions may "
-                      "crash or return garbage)", RuntimeWarning, stacklevel=3)
-        return
-    raise _mismatch_error(report)
+    if mode == "strict" and not skip:
+        raise _refusal_error(report, f"{text}. {ENV_MODE}=strict refuses such a load: install headers that declare "
+                             f"them readably; unset {ENV_MODE} to load with a warning")
+    _warn(f"{text} ({f'{ENV_SKIP}=1: loading anyway' if mode == 'strict' else f'{ENV_MODE}=strict refuses this'})")
 
 
-def _mismatch_error(report: AbiReport) -> Exception:
+def _warn(message: str) -> None:
+    """A RuntimeWarning attributed to the first caller outside the package (the init() or first use
+    that loaded the backend)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    level = 2  # _warn's caller
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame = frame.f_back
+        level += 1
+    warnings.warn(message, RuntimeWarning, stacklevel=level)
+
+
+def _refusal_error(report: AbiReport, message: str) -> Exception:
     """A BackendError carrying the report (``abi_report``), so that doctor can show it in detail."""
     from .errors import BackendError
 
-    exc = BackendError(f"{report.refusal()}. Install the CANN / op package whose headers match, "
-                       f"or set {ENV_SKIP}=1 to load anyway")
+    exc = BackendError(f"{message}, or set {ENV_SKIP}=1 to load anyway")
     exc.abi_report = report  # type: ignore[attr-defined]
     return exc
 
@@ -679,9 +760,10 @@ def guard(root: Path, symbols: Mapping[str, str | None], module: object,
     `module`, then :func:`enforce`."""
     compiled = compiled_abi(module)
     if compiled is None:
-        return AbiReport("unverified", note="the compiled module has no prototype table (built before it "
-                         "existed); rebuild aclnn-py")
-    report = check_root(root, symbols, {n: group_of(n) for n in symbols}, compiled)
+        report = AbiReport("unverified", note="the compiled module has no prototype table (built before it "
+                           "existed); rebuild aclnn-py")
+    else:
+        report = check_root(root, symbols, {n: group_of(n) for n in symbols}, compiled)
     enforce(report)
     return report
 
@@ -696,6 +778,6 @@ def compiled_abi(module: object) -> CompiledAbi | None:
     return CompiledAbi.from_json(ffi.string(fn()).decode())
 
 
-__all__ = ["AbiReport", "CompiledAbi", "ENV_SKIP", "FunctionCheck", "HEADERS", "HeaderSet", "Param", "Prototype",
-           "canonical", "check_root", "compiled_abi", "compiled_table", "enforce", "extract_prototypes",
+__all__ = ["AbiReport", "CompiledAbi", "ENV_MODE", "ENV_SKIP", "FunctionCheck", "HEADERS", "HeaderSet", "Param", "Prototype",
+           "abi_check_mode", "canonical", "check_root", "compiled_abi", "compiled_table", "enforce", "extract_prototypes",
            "first_difference", "guard", "header_dirs", "parse", "strip_header"]

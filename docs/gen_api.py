@@ -38,6 +38,7 @@ MODULES: list[tuple[str, list[str] | None]] = [
                                               "DispatchOutputs", "DispatchPlan", "expand_x_dtype"]),
     ("aclnn_py.ops.moe_distribute_combine", ["moe_distribute_combine", "prepare_combine", "PreparedCombine",
                                              "CombinePlan"]),
+    ("aclnn_py.ops", ["set_compiled_path", "compiled_path_enabled"]),
     ("aclnn_py.launch", None),
     ("aclnn_py.golden", None),
     ("aclnn_py.casts", None),

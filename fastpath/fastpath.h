@@ -35,6 +35,11 @@
 #define MEMBER_READONLY READONLY
 #endif
 
+/* 0: every compiled call goes to its Python function (set_enabled(), for the ACLNN_PY_COMPILED switch
+ * of aclnn_py/ops/_compiled.py). Read without a lock: a call that races a change takes either path,
+ * and both give the same result. */
+extern int compiled_enabled;
+
 /* Parameters of a compiled call's function that the C path can parse. */
 #define MAX_PARAMS 40
 
@@ -166,4 +171,6 @@ PyObject *adopt_plan_class(PyObject *self, PyObject *cls);
 int plan_init(void);
 PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
+PyObject *set_enabled(PyObject *self, PyObject *flag);
+PyObject *get_enabled(PyObject *self, PyObject *unused);
 extern PyTypeObject PlanBaseType, PlanCallType, OpCallType;

@@ -1,10 +1,30 @@
 /* The aclnn_py._fastpath module (fastpath.h). */
 #include "fastpath.h"
 
+int compiled_enabled = 1;
+
+/* set_enabled(flag) -> the previous setting */
+PyObject *set_enabled(PyObject *self, PyObject *flag) {
+    (void)self;
+    if (!PyBool_Check(flag)) {
+        PyErr_Format(PyExc_TypeError, "set_enabled: expected a bool, got %s", Py_TYPE(flag)->tp_name);
+        return NULL;
+    }
+    int previous = compiled_enabled;
+    compiled_enabled = flag == Py_True;
+    return PyBool_FromLong(previous);
+}
+
+PyObject *get_enabled(PyObject *self, PyObject *unused) {
+    (void)self;
+    (void)unused;
+    return PyBool_FromLong(compiled_enabled);
+}
+
 static PyMethodDef methods[] = {
     {"state", make_state, METH_VARARGS,
-     "state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream, "
-     "on_failure, ordered, busy)\n"
+     "state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, bound_in, Tensor, "
+     "Stream, on_failure, ordered, busy)\n"
      "A plan's fixed part: what its PlanCall runs."},
     {"op_spec", (PyCFunction)(void (*)(void))make_op_spec, METH_VARARGS | METH_KEYWORDS,
      "op_spec(*, layout, stream_type, config_type, outputs_type, roles, none_as, n_inputs, n_outputs, key, "
@@ -20,6 +40,10 @@ static PyMethodDef methods[] = {
      "tensor has no descriptor yet or is closed (the Python path handles it)."},
     {"written", (PyCFunction)(void (*)(void))written, METH_FASTCALL,
      "written(layout, outputs, stream)\nMark every output as written by `stream`."},
+    {"set_enabled", set_enabled, METH_O,
+     "set_enabled(flag) -> bool\nFalse: every compiled call goes to its Python function; returns the previous "
+     "setting."},
+    {"enabled", get_enabled, METH_NOARGS, "enabled() -> bool\nWhether compiled calls take the calls they can."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -475,6 +475,7 @@ done:
 
 static PyObject *op_call_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames) {
     OpCall *oc = (OpCall *)self;
+    if (!compiled_enabled) return call_function(&oc->head, args, nargsf, kwnames);
     if (!oc->spec) {
         PyObject *spec = PyObject_CallOneArg(oc->setup, oc->head.names);
         if (spec && spec != Py_None && !PyCapsule_IsValid(spec, OP_SPEC)) {

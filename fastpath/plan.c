@@ -1,10 +1,12 @@
 /* Plans in C (fastpath.h). A plan is a repeatable executor with its own buffers; a serving loop calls
  * it with device Tensors of the plan's layout, often the same ones as last step. The C path records the
  * addresses of the Tensors that changed, calls the cffi extension's aclnnpy_plan_launch
- * (build_ffi_plan.c: rebinding and launch) and marks the outputs' writer. A Tensor a call replaces was
- * used by the launches before it: what keeps its memory is held on the stream until the stream passes
- * them, as the Python path does. A failed rebinding or launch is handed to the plan's
- * `on_failure(status)`, which raises.
+ * (build_ffi_plan.c: rebinding and launch) and marks the outputs' writer. The executor reads the memory
+ * of the Tensors bound to it whenever a launch runs, so the plan keeps what keeps that memory valid
+ * (Tensor._anchor(), taken when a Tensor is bound: the caller may close it right after the call) in
+ * `bound_in`, shared with the Python path. A call that binds another Tensor holds the anchor it
+ * replaces on the stream until the stream passes the launches that used it, as the Python path does.
+ * A failed rebinding or launch is handed to the plan's `on_failure(status)`, which raises.
  *
  *   State      a plan's fixed part (state()), in a capsule the plan keeps as `_c_state`
  *   PlanBase   the plan classes' base: it holds `_c_state`, and lets the interpreter call a plan with
@@ -40,7 +42,9 @@ typedef struct {
     PyObject *own_shape;     /* tuple by slot: the plan's shape, or None for an absent slot */
     PyObject *own_dtype;     /* tuple by slot: the plan's DataType */
     PyObject *outputs;       /* tuple: the plan's own output Tensors */
-    PyObject *last_out;      /* list, shared with the Plan: its first item None when outputs are the plan's */
+    PyObject *last_out;      /* list, shared with the Plan: all None when the outputs are the plan's own */
+    PyObject *bound_in;      /* list, shared with the Plan: per slot the anchor of the caller's Tensor bound
+                              * there, or None */
     PyObject *tensor_type;
     PyObject *stream_type;
     PyObject *on_failure;    /* called with the status of a failed rebinding or launch; raises */
@@ -74,6 +78,7 @@ static void state_release(State *st) {
     Py_XDECREF(st->own_dtype);
     Py_XDECREF(st->outputs);
     Py_XDECREF(st->last_out);
+    Py_XDECREF(st->bound_in);
     Py_XDECREF(st->tensor_type);
     Py_XDECREF(st->stream_type);
     Py_XDECREF(st->on_failure);
@@ -87,18 +92,19 @@ static void state_free(PyObject *capsule) {
     if (st) state_release(st);
 }
 
-/* state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, Tensor, Stream,
- *       on_failure, ordered, busy) */
+/* state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, bound_in, Tensor,
+ *       Stream, on_failure, ordered, busy) */
 PyObject *make_state(PyObject *self, PyObject *args) {
     (void)self;
     unsigned long long launch, plan, want_in, busy;
-    PyObject *slots, *params, *last_in, *own_shape, *own_dtype, *outputs, *last_out, *tensor_type, *stream_type,
-        *on_failure, *ordered;
-    if (!PyArg_ParseTuple(args, "KKKO!O!O!O!O!O!O!O!O!OO!K:state", &launch, &plan, &want_in, &PyTuple_Type, &slots,
+    PyObject *slots, *params, *last_in, *own_shape, *own_dtype, *outputs, *last_out, *bound_in, *tensor_type,
+        *stream_type, *on_failure, *ordered;
+    if (!PyArg_ParseTuple(args, "KKKO!O!O!O!O!O!O!O!O!O!OO!K:state", &launch, &plan, &want_in, &PyTuple_Type, &slots,
                           &PyTuple_Type, &params,
                           &PyList_Type, &last_in, &PyTuple_Type, &own_shape, &PyTuple_Type, &own_dtype,
-                          &PyTuple_Type, &outputs, &PyList_Type, &last_out, &PyType_Type, &tensor_type,
-                          &PyType_Type, &stream_type, &on_failure, &PyTuple_Type, &ordered, &busy))
+                          &PyTuple_Type, &outputs, &PyList_Type, &last_out, &PyList_Type, &bound_in,
+                          &PyType_Type, &tensor_type, &PyType_Type, &stream_type, &on_failure, &PyTuple_Type,
+                          &ordered, &busy))
         return NULL;
     if (!PyCallable_Check(on_failure)) {
         PyErr_SetString(PyExc_TypeError, "state: on_failure must be callable");
@@ -110,9 +116,9 @@ PyObject *make_state(PyObject *self, PyObject *args) {
     }
     Py_ssize_t n_slots = PyList_GET_SIZE(last_in);
     if (PyTuple_GET_SIZE(own_shape) != n_slots || PyTuple_GET_SIZE(own_dtype) != n_slots
-        || PyList_GET_SIZE(last_out) == 0) {
-        PyErr_SetString(PyExc_ValueError, "state: last_in, own_shape and own_dtype must have one item per "
-                        "input slot, last_out at least one");
+        || PyList_GET_SIZE(bound_in) != n_slots || PyList_GET_SIZE(last_out) == 0) {
+        PyErr_SetString(PyExc_ValueError, "state: last_in, bound_in, own_shape and own_dtype must have one item "
+                        "per input slot, last_out at least one");
         return NULL;
     }
     State *st = (State *)PyMem_Calloc(1, sizeof(State));
@@ -158,6 +164,7 @@ PyObject *make_state(PyObject *self, PyObject *args) {
     st->own_dtype = Py_NewRef(own_dtype);
     st->outputs = Py_NewRef(outputs);
     st->last_out = Py_NewRef(last_out);
+    st->bound_in = Py_NewRef(bound_in);
     st->tensor_type = Py_NewRef(tensor_type);
     st->stream_type = Py_NewRef(stream_type);
     st->on_failure = Py_NewRef(on_failure);
@@ -245,23 +252,29 @@ static int retire(const State *st, PyObject *stream, PyObject **anchors, Py_ssiz
     return rc;
 }
 
-/* What keeps Tensor `t`'s memory valid (Tensor._anchor()), a new reference; NULL when nothing does. */
+/* What keeps Tensor `t`'s memory valid (Tensor._anchor()), borrowed; None when nothing does. */
 static PyObject *anchor_of(const State *st, PyObject *t) {
     PyObject *a = slot(t, st->t_mem);
     if (!a || a == Py_None) a = slot(t, st->t_owner);
-    return a && a != Py_None ? Py_NewRef(a) : NULL;
+    return a ? a : Py_None;
+}
+
+/* The outputs bound to the executor are the plan's own (no caller's output is): 1, else 0. */
+static int own_outputs(const State *st) {
+    for (Py_ssize_t j = 0; j < PyList_GET_SIZE(st->last_out); ++j)
+        if (PyList_GET_ITEM(st->last_out, j) != Py_None) return 0;
+    return 1;
 }
 
 /* Bind this call's arguments `values` (one per plan argument) and launch on `stream`: 1 when launched
  * (the outputs' writer set), 0 for the Python path, -1 with an exception set when a rebinding or the
  * launch failed (raised through on_failure). */
 static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream) {
-    if ((PyObject *)Py_TYPE(stream) != st->stream_type || slot(stream, st->s_open) != Py_True
-        || PyList_GET_ITEM(st->last_out, 0) != Py_None)
+    if ((PyObject *)Py_TYPE(stream) != st->stream_type || slot(stream, st->s_open) != Py_True || !own_outputs(st))
         return 0;
     Py_ssize_t handle = slot_size(stream, st->s_handle);  /* 0 for a default stream */
     if (handle < 0) return 0;
-    PyObject *retired[MAX_PARAMS];  /* anchors of the Tensors this call replaced */
+    PyObject *retired[MAX_PARAMS];  /* anchors this call unbinds (references) */
     Py_ssize_t n_retired = 0;
     int taken = 1;
     for (Py_ssize_t k = 0; k < st->n_values && taken; ++k) {
@@ -278,9 +291,12 @@ static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream)
             break;
         }
         st->want_in[i] = addr;
+        PyObject *anchor = anchor_of(st, v), *unbound = PyList_GET_ITEM(st->bound_in, i);
+        if (anchor != unbound) {  /* by anchor, not Tensor: a view rebound since may have a new one */
+            if (unbound != Py_None) retired[n_retired++] = Py_NewRef(unbound);
+            PyList_SetItem(st->bound_in, i, Py_NewRef(anchor));
+        }
         if (v != last) {
-            if (Py_TYPE(last) == (PyTypeObject *)st->tensor_type && (retired[n_retired] = anchor_of(st, last)))
-                ++n_retired;
             Py_INCREF(v);
             PyList_SetItem(st->last_in, i, v);  /* what the Python path records */
         }
@@ -335,7 +351,7 @@ typedef struct {
  * NULL with an exception set when it raised, or NULL without one when the Python function must run. */
 static PyObject *fast_call(const PlanCall *pc, PlanBase *plan, PyObject *const *params) {
     State *st = plan->state;
-    if (!st || st->n_params != PyTuple_GET_SIZE(pc->head.names)) return NULL;
+    if (!st || !compiled_enabled || st->n_params != PyTuple_GET_SIZE(pc->head.names)) return NULL;
     PyObject *values[MAX_PARAMS];
     PyObject *stream = Py_None;
     for (Py_ssize_t k = 0; k < st->n_values; ++k) values[k] = Py_None;

@@ -15,6 +15,7 @@ from helpers.root_copies import (
     copy_mock_root,
     group_string_dispatch,
     run_python,
+    unclosed_extern_c,
 )
 
 from aclnn_py import _abi
@@ -230,6 +231,7 @@ def test_unchanged_copy_is_verified(tmp_path):
     assert m and int(m.group(1)) >= 60 and int(m.group(2)) == len(headers), summary
     assert str(root / OP_INCLUDE / DISPATCH_HEADER) in headers and str(root / "include/acl/acl_rt.h") in headers
     assert str(root / "include/aclnnop" / DISPATCH_HEADER) not in headers  # the op package's own header is used
+    assert "Warning" not in r.stderr, r.stderr
 
 
 def test_copy_named_by_the_environment_is_a_cann_root(tmp_path):
@@ -293,3 +295,74 @@ def test_copy_without_headers_is_unverified(tmp_path):
     kind_status, summary = r.stdout.splitlines()[:2]
     assert kind_status == "cann unverified"
     assert summary == f"unverified: no header under {root} declares a bound function"
+    warning = re.search(r"RuntimeWarning: (.*)", r.stderr)
+    assert warning and warning.group(1).startswith(
+        f"aclnn-py could not verify any of the 65 bound C prototypes against the installed headers (no header "
+        f"under {root} declares a bound function)"), r.stderr
+    strict = run_python(LOAD.format(root=str(root)), ACLNN_PY_ABI_CHECK="strict")
+    assert strict.returncode != 0 and "ACLNN_PY_ABI_CHECK=strict refuses such a load" in strict.stderr
+
+
+# ---- prototypes that cannot be verified: a warning at load, a refusal when strict ------------------------
+def _unreadable_dispatch_headers(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy whose dispatch headers (the op package's and the root's) leave their extern "C" block open:
+    (root, the op package's header, which is searched first)."""
+    root = copy_mock_root(tmp_path / "cann")
+    for header in (root / OP_INCLUDE / DISPATCH_HEADER, root / "include/aclnnop" / DISPATCH_HEADER):
+        header.write_text(unclosed_extern_c(header.read_text()))
+    return root, root / OP_INCLUDE / DISPATCH_HEADER
+
+
+def _unverified_text(header: Path) -> str:
+    return ("aclnn-py could not verify 2 of the 65 bound C prototypes against the installed headers, so a "
+            "different prototype there would go unnoticed: aclnnMoeDistributeDispatchV5, "
+            f"{DISPATCH_WS} ({header}: the header names it, but no C declaration of it could be read there (an #if "
+            'or extern "C" block left open hides the rest of the file, or the declaration is not plain C))')
+
+
+def test_an_unreadable_header_warns_at_init_naming_the_functions_and_the_header(tmp_path):
+    root, header = _unreadable_dispatch_headers(tmp_path)
+    r = run_python(LOAD.format(root=str(root)))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines()[0] == "cann partial"
+    # attributed to the caller's init() (line 2 of the snippet), not to the package's internals
+    warning = re.search(r"<string>:2: RuntimeWarning: (.*)", r.stderr)
+    assert warning, r.stderr
+    assert warning.group(1) == f"{_unverified_text(header)} (ACLNN_PY_ABI_CHECK=strict refuses this)"
+
+
+def test_strict_abi_check_refuses_an_unverifiable_prototype_with_the_same_text(tmp_path):
+    root, header = _unreadable_dispatch_headers(tmp_path)
+    r = run_python(LOAD.format(root=str(root)), ACLNN_PY_ABI_CHECK="strict")
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert last == (f"aclnn_py.errors.BackendError: {_unverified_text(header)}. ACLNN_PY_ABI_CHECK=strict refuses "
+                    "such a load: install headers that declare them readably; unset ACLNN_PY_ABI_CHECK to load "
+                    "with a warning, or set ACLNN_PY_SKIP_ABI_CHECK=1 to load anyway")
+    anyway = run_python(LOAD.format(root=str(root)), ACLNN_PY_ABI_CHECK="strict", ACLNN_PY_SKIP_ABI_CHECK="1")
+    assert anyway.returncode == 0 and anyway.stdout.startswith("cann partial"), anyway.stderr
+    assert f"{_unverified_text(header)} (ACLNN_PY_SKIP_ABI_CHECK=1: loading anyway)" in anyway.stderr
+    verified = run_python(LOAD.format(root=str(copy_mock_root(tmp_path / "intact"))), ACLNN_PY_ABI_CHECK="strict")
+    assert verified.returncode == 0 and verified.stdout.startswith("cann verified"), verified.stderr
+
+
+def test_an_unknown_abi_check_mode_is_refused(tmp_path):
+    root = copy_mock_root(tmp_path / "cann")
+    r = run_python(LOAD.format(root=str(root)), ACLNN_PY_ABI_CHECK="strcit")
+    assert r.returncode != 0
+    assert r.stderr.strip().splitlines()[-1] == (
+        "aclnn_py.errors.BackendError: ACLNN_PY_ABI_CHECK must be 'warn' or 'strict' (got 'strcit')")
+
+
+def test_a_function_no_header_declares_names_the_folders_searched(compiled, tmp_path):
+    """Headers for the runtime only: the others are "not found", with the folders searched."""
+    (tmp_path / "include/acl").mkdir(parents=True)
+    (tmp_path / "include/acl/acl_rt.h").write_text("aclError aclrtSetDevice(int32_t deviceId);\n")
+    bound = {"aclrtSetDevice": str(tmp_path / "lib64/libascendcl.so"), "aclnnInit": str(tmp_path / "lib64/libnnopbase.so")}
+    report = _abi.check_root(tmp_path, bound, {"aclrtSetDevice": "runtime", "aclnnInit": "meta"}, compiled)
+    assert report.status == "partial"
+    [check] = report.unchecked
+    assert (check.name, check.status, check.header) == ("aclnnInit", "not found", "")
+    assert check.detail == f"no installed header declares it (searched {tmp_path / 'include/aclnn'}, " \
+                           f"{tmp_path / 'include/nnopbase'})"
+    assert report.unverified_text().endswith(f": aclnnInit ({check.detail})")

@@ -380,7 +380,7 @@ def test_the_step_state_checks_what_it_is_given(acl):
     view = ordered.compiled_view()
 
     def state(*args, tensor_type=Tensor, on_failure=print, ordered_view=view):
-        return _fastpath.state(*args, [None], tensor_type, Stream, on_failure, ordered_view, 1)
+        return _fastpath.state(*args, [None], [None], tensor_type, Stream, on_failure, ordered_view, 1)
 
     with pytest.raises(TypeError, match="is not a __slots__ member"):
         state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), tensor_type=NoSlots)
@@ -728,3 +728,30 @@ def test_an_adopted_plan_class_parses_calls_and_leaves_the_rest_to_python(acl):
 
     with pytest.raises(TypeError, match="abstract"):
         Abstract()
+
+
+def test_the_switch_to_the_python_path(acl):
+    """set_compiled_path() returns the previous setting and takes a bool only; ACLNN_PY_COMPILED=0 at
+    import turns the compiled path off, a value other than 0 / 1 fails the import naming it."""
+    from conftest import run_python
+
+    from aclnn_py import _fastpath
+    from aclnn_py.ops import compiled_path_enabled, set_compiled_path
+
+    assert compiled_path_enabled() and _fastpath.enabled()
+    try:
+        assert set_compiled_path(False) is True
+        assert not compiled_path_enabled() and not _fastpath.enabled()
+        assert set_compiled_path(False) is False
+    finally:
+        assert set_compiled_path(True) is False
+    assert compiled_path_enabled()
+    with pytest.raises(TypeError, match=r"set_compiled_path\(\): enabled: expected a bool, got int 0"):
+        set_compiled_path(0)  # type: ignore[arg-type]
+    assert compiled_path_enabled()
+    probe = "from aclnn_py.ops import compiled_path_enabled; print(compiled_path_enabled())"
+    assert [run_python(probe, ACLNN_PY_COMPILED=v).stdout.strip() for v in ("0", "1", "")] == ["False", "True", "True"]
+    bad = run_python(probe, ACLNN_PY_COMPILED="off")
+    assert bad.returncode != 0 and bad.stderr.strip().splitlines()[-1] == (
+        "ValueError: ACLNN_PY_COMPILED must be 0 (every operator and plan call in Python) or 1 (the default), "
+        "got 'off'")

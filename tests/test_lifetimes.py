@@ -227,6 +227,125 @@ def test_a_closed_plan_keeps_its_memory_until_the_stream_passes_its_last_launch(
     assert live_allocations(mock) == before
 
 
+# ---- a plan keeps the memory of the Tensors bound to it ---------------------------------------------------
+PLAN_BS, PLAN_H, PLAN_E, PLAN_K = 4, 1024, 4, 2
+
+
+def _plan_step(rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    x = rng.uniform(-2, 2, (PLAN_BS, PLAN_H)).astype(np.float32).astype(ml_dtypes.bfloat16)
+    ids = np.stack([rng.choice(PLAN_E, PLAN_K, replace=False) for _ in range(PLAN_BS)]).astype(np.int32)
+    return x, ids
+
+
+def _dispatch_result(d: Any) -> tuple[bytes, bytes, bytes]:
+    """The rows dispatch received (the others are not written), their assist entries, the counts."""
+    n = int(d.ep_recv_counts.numpy()[-1])
+    return (d.expand_x.numpy()[:n].tobytes(), d.assist_info_for_combine.numpy()[:3 * n].tobytes(),
+            d.ep_recv_counts.numpy().tobytes())
+
+
+def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, handoff: Any,
+                                   ranks: Any) -> dict[str, Any]:
+    """Rank 0 calls the plan and closes the Tensors it passed while its launch waits for rank 1, which
+    launches only once rank 0's close() returned (a host-side hand-off). Then the Tensors' memory:
+    kept while bound, held after a call replaces them until the stream passes, let go of with the
+    plan. Allocations are counted while both ranks wait at the same point."""
+    import time
+    import weakref
+
+    import aclnn_py as acl
+    from aclnn_py import _mock
+
+    def allocations() -> int:
+        ranks.wait()
+        gc.collect()
+        n = int(_mock.stats()["allocations"])
+        ranks.wait()
+        return n
+
+    report: dict[str, Any] = {}
+    rng = np.random.default_rng([11, rank])
+    with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
+        stream = acl.Device.current().create_stream()
+        plan = buf.plan_dispatch(PLAN_BS, PLAN_H, PLAN_E, PLAN_K, x_dtype=ml_dtypes.bfloat16)
+        python_path = []
+        run = plan._run
+        plan._run = lambda *a, **k: python_path.append(1) or run(*a, **k)  # type: ignore[method-assign]
+        plan(*(acl.Tensor.from_numpy(a) for a in _plan_step(rng)), stream=stream)  # warm-up
+        stream.synchronize()
+        host = _plan_step(rng)
+        x, ids = (acl.Tensor.from_numpy(a) for a in host)
+        memory = [weakref.ref(x._mem), weakref.ref(ids._mem)]
+        others = [(acl.Tensor.from_numpy(a) for a in _plan_step(rng)) for _ in range(2)]
+        later, at_close = ([*pair] for pair in others)
+        ranks.wait()
+        python_path.clear()
+        if rank == 0:
+            plan(x, ids, stream=stream)
+            start = time.monotonic()
+            x.close()
+            ids.close()
+            report["close took"] = time.monotonic() - start
+            handoff.set()
+        else:
+            handoff.wait(timeout=5)  # without the plan's keep-alive rank 0's close() waits for this launch
+            plan(x, ids, stream=stream)
+            x.close()
+            ids.close()
+        report["Python path calls"] = len(python_path)
+        stream.synchronize()  # raises if the round failed
+        got = _dispatch_result(plan.outputs)
+        want = buf.low_latency_dispatch(host[0], host[1], PLAN_E, stream=stream)
+        stream.synchronize()
+        report["right bytes"] = got == _dispatch_result(want)
+        del want
+        bound = allocations()
+        report["kept while bound"] = all(m() is not None for m in memory)
+        plan(*later, stream=stream)  # replaces them: held until the stream passes this launch
+        gc.collect()
+        report["held until the stream passes"] = all(m() is not None for m in memory)
+        stream.synchronize()
+        report["freed after the next call and a synchronisation"] = (all(m() is None for m in memory),
+                                                                      bound - allocations())
+        last = [weakref.ref(t._mem) for t in at_close]
+        plan(*at_close, stream=stream)
+        for t in at_close:
+            t.close()
+        del t
+        plan.close()
+        gc.collect()
+        report["kept by a closed plan until the stream passes"] = all(m() is not None for m in last)
+        stream.synchronize()
+        gc.collect()
+        report["freed after the plan's close and a synchronisation"] = all(m() is None for m in last)
+        stream.close()
+    return report
+
+
+def test_closing_a_tensor_right_after_a_plan_call_returns_at_once(acl: Any, mock: Any, call_path: str) -> None:
+    """``plan(x, ids, stream=s); x.close()`` while the launch is queued: the close returns at once (the
+    plan keeps x's memory; aclrtFree would wait for the launch, or on CANN free memory under it), the
+    round succeeds, and the memory is freed once a later call replaced x and the stream passed, or the
+    plan is closed and the stream passed — on the compiled path and the Python path."""
+    import threading
+
+    before = live_allocations(mock)
+    handoff, ranks = threading.Event(), threading.Barrier(2)
+    reports = acl.launch.run_threads(_close_right_after_a_plan_call, 2, handoff, ranks, timeout=120)
+    assert reports[0].pop("close took") < 1.0
+    for report in reports:
+        assert report == {
+            "Python path calls": 0 if call_path == "compiled" else 1,
+            "right bytes": True,
+            "kept while bound": True,
+            "held until the stream passes": True,
+            "freed after the next call and a synchronisation": (True, 4),  # x and ids of both ranks
+            "kept by a closed plan until the stream passes": True,
+            "freed after the plan's close and a synchronisation": True,
+        }
+    assert live_allocations(mock) == before
+
+
 # ---- typed errors that name the parameter ---------------------------------------------------------------
 def _type_error_body(rank: int, world_size: int, root: bytes) -> list[str]:
     import aclnn_py as acl

@@ -463,3 +463,44 @@ def test_mismatched_ep_world_size(acl, monkeypatch):
     assert time.monotonic() - t0 < 10
     assert res[1][0] == PARAM_INVALID and "ep_world_size" in res[1][1]
     assert res[0][0] == AICORE_TIMEOUT and "waiting for ranks [1]" in res[0][1]
+
+
+def test_bad_operator_arguments_are_typed_errors_naming_the_parameter(acl, device0):
+    """Refused before any C call, with the parameter and the rule named (found by the compiled-vs-Python
+    differential, where both paths crashed alike or took the value): a missing required input, outputs
+    of another type or with a misspelt name, a misspelt keyword next to a config, an attribute or a
+    stream handle beyond 64 bits."""
+    from ml_dtypes import bfloat16
+
+    from aclnn_py.ops import MoeConfig, moe_distribute_combine, moe_distribute_dispatch
+
+    cfg = MoeConfig(ep_world_size=2, ep_rank_id=0, moe_expert_num=E, ccl_buffer_size=1 << 30)
+    ctx = acl.Tensor.from_numpy(np.zeros(8, np.int32))
+    x, ids = np.zeros((BS, H), bfloat16), np.zeros((BS, K), np.int32)
+    calls = {
+        "x None": lambda: moe_distribute_dispatch(ctx, None, ids, config=cfg),
+        "expand_x None": lambda: moe_distribute_combine(ctx, None, ids, ids, ids, config=cfg),
+        "outputs tuple": lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, outputs=(None,) * 7),
+        "outputs name": lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, outputs={"expandx": ctx}),
+        "misspelt keyword": lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, strem=None),
+        "huge attribute": lambda: moe_distribute_dispatch(ctx, x, ids, ep_world_size=2, ep_rank_id=0,
+                                                          moe_expert_num=E, ccl_buffer_size=2**64),
+        "huge stream": lambda: moe_distribute_dispatch(ctx, x, ids, config=cfg, stream=2**64),
+        "negative stream": lambda: acl.Stream.from_handle(-1),
+    }
+    got = {}
+    for name, call in calls.items():
+        with pytest.raises((TypeError, ValueError)) as e:
+            call()
+        got[name] = (type(e.value).__name__, str(e.value))
+    assert got["x None"] == ("TypeError", "x: expected a Tensor or an array, got None")
+    assert got["expand_x None"] == ("TypeError", "expand_x: expected a Tensor or an array, got None")
+    assert got["outputs tuple"] == ("TypeError", "outputs: expected DispatchOutputs or a mapping of output names "
+                                                 "to Tensors, got tuple")
+    assert got["outputs name"][1].startswith("outputs: unknown output name(s) expandx (the outputs are expand_x, ")
+    assert got["misspelt keyword"][1].startswith("unexpected attribute(s) strem; MoeConfig takes ")
+    assert got["huge attribute"] == ("ValueError", "ccl_buffer_size: must fit in int64 (got 18446744073709551616)")
+    assert got["huge stream"] == ("ValueError", "stream: an aclrtStream handle is an address in [0, 2**64) "
+                                                "(got 18446744073709551616)")
+    assert got["negative stream"] == ("ValueError", "handle: an aclrtStream handle is an address in [0, 2**64) "
+                                                    "(got -1)")

@@ -142,3 +142,41 @@ def test_plan_refuses_what_it_fixed(acl):
     # a plan made by the buffer names the buffer's parameters and its with_weights flag
     assert msgs[2] == "topk_weights: this plan was built without weights; build it with with_weights=True"
     assert msgs[3] == "topk_idx: this plan was built with it; pass it on every call"
+
+
+def _own_outputs_again(rank, world_size, root):
+    """A call whose outputs give a Tensor for ep_recv_counts only (None: the plan's own), then a call
+    without outputs: it must write every output into the plan's own buffers again, not the Tensor
+    the caller gave the call before. Per step: whose ep_recv_counts hold the counts."""
+    import aclnn_py as acl
+    from aclnn_py.buffer import MoeDistributeBuffer
+    from aclnn_py.hccl import Communicator
+    from aclnn_py.ops import DispatchOutputs
+
+    rng = np.random.default_rng([3, rank])
+    stream = acl.Device.current().create_stream()
+    with Communicator(world_size, rank, root) as comm:
+        buf = MoeDistributeBuffer(comm)
+        plan = buf.plan_dispatch(4, 1024, 4, 2, x_dtype=bfloat16, with_weights=False)
+        x = acl.Tensor.from_numpy(rng.uniform(-2, 2, (4, 1024)).astype(np.float32).astype(bfloat16))
+        ids = acl.Tensor.from_numpy(np.stack([rng.choice(4, 2, replace=False) for _ in range(4)]).astype(np.int32))
+        want = buf.low_latency_dispatch(x, ids, 4, stream=stream).ep_recv_counts.numpy().tobytes()
+        own = plan.outputs.ep_recv_counts
+        mine = acl.Tensor.empty(own.shape, own.dtype)
+        written = []
+        for outputs in (DispatchOutputs(*([None] * 4), mine, None, None), None):
+            for t in (own, mine):
+                t.fill_bytes(0)
+            plan(x, ids, outputs=outputs, stream=stream)
+            stream.synchronize()
+            written.append(tuple(t.numpy().tobytes() == want for t in (own, mine)))
+        plan.close()
+    stream.close()
+    return written
+
+
+def test_a_call_without_outputs_writes_the_plans_own_after_a_call_that_gave_some(acl, call_path):
+    from aclnn_py.launch import run_threads
+
+    for written in run_threads(_own_outputs_again, 2, timeout=120):
+        assert written == [(False, True), (True, False)]  # (the plan's own, the caller's)

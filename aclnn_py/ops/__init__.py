@@ -2,6 +2,7 @@
 sizing arithmetic. :class:`~aclnn_py.MoeDistributeBuffer` is the high-level API over these."""
 
 from . import sizing
+from ._compiled import compiled_path_enabled, set_compiled_path
 from .config import MoeConfig
 from .executor import Plan, Prepared
 from .moe_distribute_combine import CombinePlan, PreparedCombine, moe_distribute_combine, prepare_combine
@@ -16,6 +17,6 @@ from .profiles import SocProfile, profile_of
 
 __all__ = [
     "CombinePlan", "DispatchOutputs", "DispatchPlan", "MoeConfig", "Plan", "Prepared", "PreparedCombine",
-    "PreparedDispatch", "SocProfile", "moe_distribute_combine", "moe_distribute_dispatch", "prepare_combine",
-    "prepare_dispatch", "profile_of", "sizing",
+    "PreparedDispatch", "SocProfile", "compiled_path_enabled", "moe_distribute_combine", "moe_distribute_dispatch",
+    "prepare_combine", "prepare_dispatch", "profile_of", "set_compiled_path", "sizing",
 ]

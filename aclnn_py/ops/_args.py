@@ -67,16 +67,25 @@ def input_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | N
     for uint8 codes)."""
     if value is None or value.__class__ is Tensor:
         return value
+    return required_tensor(value, param, stream, dtype)
+
+
+def required_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None) -> Tensor:
+    """A required input: a Tensor as given or host data uploaded, as :func:`input_tensor`; None is
+    refused with a TypeError naming `param`."""
     if isinstance(value, Tensor):
         return value
+    if value is None:
+        raise TypeError(f"{param}: expected a Tensor or an array, got None")
     return Tensor.from_numpy(host_array(value, param), stream=stream, dtype=dtype)
 
 
-def ids_tensor(value: object, param: str, stream: Stream, func: str) -> Tensor | None:
-    """Expert ids: a Tensor as given, None (NULL: phase 1 refuses it), or a host integer array
-    converted to int32 and uploaded."""
-    if value is None or isinstance(value, Tensor):
+def ids_tensor(value: object, param: str, stream: Stream, func: str) -> Tensor:
+    """Expert ids: a Tensor as given, or a host integer array converted to int32 and uploaded."""
+    if isinstance(value, Tensor):
         return value
+    if value is None:
+        raise TypeError(f"{param}: expected a Tensor or an integer array, got None")
     return Tensor.from_numpy(as_int32(host_array(value, param), param, func), stream=stream)
 
 

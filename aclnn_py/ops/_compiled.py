@@ -9,11 +9,16 @@ marks the outputs' writer, as :func:`~aclnn_py.ops.executor.run_both_phases` doe
 to the Python function with its arguments as given, before anything ran, so conversion, checks and
 messages live there only. A launch that needs a larger workspace than the stream's block also goes to
 the Python function (which grows the block), after its executor is destroyed.
+
+:func:`set_compiled_path` (or ``ACLNN_PY_COMPILED=0`` at import) sends every call, plans' included, to
+the Python functions: the same results by another route, to compare them or to rule the compiled
+parts out (docs/concepts.md, "The compiled steady state").
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable, Mapping
 from typing import TypeVar, cast
 
@@ -23,6 +28,45 @@ from ..tensor import Tensor
 from .config import MoeConfig
 
 F = TypeVar("F", bound=Callable[..., object])
+
+#: Environment variable read when the package is imported: ``0`` sends every operator and plan call to
+#: its Python function (as ``set_compiled_path(False)``); ``1`` or unset, the default.
+ENV_COMPILED = "ACLNN_PY_COMPILED"
+
+
+def set_compiled_path(enabled: bool) -> bool:
+    """Let the compiled steady state take the calls it can (True, the default), or send every call of
+    the operator functions and of plans to its Python function (False); returns the previous setting.
+    Both routes give the same results, errors and messages; the Python one costs more host time per
+    call. Process-wide, for calls that start after it returns."""
+    if not isinstance(enabled, bool):
+        raise TypeError(f"set_compiled_path(): enabled: expected a bool, got {type(enabled).__name__} {enabled!r}")
+    try:
+        from .. import _fastpath
+    except ImportError:
+        if enabled:
+            raise
+        return False
+    return _fastpath.set_enabled(enabled)
+
+
+def compiled_path_enabled() -> bool:
+    """Whether the compiled steady state takes the calls it can (see :func:`set_compiled_path`)."""
+    try:
+        from .. import _fastpath
+    except ImportError:
+        return False
+    return _fastpath.enabled()
+
+
+def _apply_environment() -> None:
+    value = os.environ.get(ENV_COMPILED, "").strip()
+    if value in ("", "1"):
+        return
+    if value != "0":
+        raise ValueError(f"{ENV_COMPILED} must be 0 (every operator and plan call in Python) or 1 (the default), "
+                         f"got {os.environ[ENV_COMPILED]!r}")
+    set_compiled_path(False)
 
 
 def compiled_op(setup: Callable[[tuple[str, ...]], object]) -> Callable[[F], F]:
@@ -79,3 +123,6 @@ def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: 
 
 def _raise_status(func: str, status: int) -> None:
     check_aclnn(status, func)
+
+
+_apply_environment()

@@ -66,6 +66,8 @@ class MoeConfig:
                 if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
                     raise TypeError(f"{name}: expected an int, got {type(value).__name__} {value!r}")
                 object.__setattr__(self, name, int(value))
+            if not -(2**63) <= getattr(self, name) < 2**63:  # the C attributes are int64_t
+                raise ValueError(f"{name}: must fit in int64 (got {getattr(self, name)})")
         if not isinstance(self.comm_alg, str):
             raise TypeError(f"comm_alg: expected a str, got {type(self.comm_alg).__name__} {self.comm_alg!r}")
         if not isinstance(self.soc, str):
@@ -85,10 +87,7 @@ class MoeConfig:
         key = (soc, tuple(attrs.items()))
         cfg = _by_attrs.get(key)
         if cfg is None:
-            unknown = set(attrs) - _ATTR_NAMES
-            if unknown:
-                raise TypeError(f"unexpected attribute(s) {', '.join(sorted(unknown))}; MoeConfig takes "
-                                f"{', '.join(sorted(_ATTR_NAMES))}")
+            _check_attr_names(attrs)
             cfg = cls(soc=soc, **attrs)  # type: ignore[arg-type]
             if len(_by_attrs) > 256:
                 _by_attrs.clear()
@@ -180,10 +179,19 @@ _ATTR_NAMES = frozenset(f.name for f in dataclasses.fields(MoeConfig) if f.init)
 _by_attrs: dict[tuple[str, tuple[tuple[str, int | str], ...]], MoeConfig] = {}
 
 
+def _check_attr_names(attrs: Mapping[str, object]) -> None:
+    """TypeError naming the keywords of an operator call that are no MoeConfig attribute."""
+    unknown = set(attrs) - _ATTR_NAMES
+    if unknown:
+        raise TypeError(f"unexpected attribute(s) {', '.join(sorted(unknown))}; MoeConfig takes "
+                        f"{', '.join(sorted(_ATTR_NAMES))}")
+
+
 def resolve_config(config: MoeConfig | None, attrs: Mapping[str, int | str]) -> MoeConfig:
     """The config of an operator call: `config`, or one made from keyword attributes (not both)."""
     if config is None:
         return MoeConfig.from_attrs(attrs)
     if attrs:
+        _check_attr_names(attrs)  # a misspelt keyword is named as such, not as an attribute given twice
         raise TypeError(f"pass the attributes in config or as keywords, not both (got {', '.join(sorted(attrs))})")
     return config

@@ -233,7 +233,8 @@ def _launch_failed(args: Any, op: str, status: int) -> None:
 def _release_plan_parts(prepared: Prepared, descriptors: list[Any], anchors: list[object],
                         workspace: DeviceMemory | None) -> None:
     """The end of a closed plan, once its last launch is done: the executor, then the descriptors its
-    slots referred to, then the memory (the buffers' with `anchors`, which nothing else keeps)."""
+    slots referred to, then the memory `anchors` keep (the plan's buffers', and that of the caller's
+    Tensors last bound, which the caller may have closed)."""
     try:
         prepared.close()
     finally:
@@ -319,6 +320,10 @@ class Plan(Resource, PlanBase):
         # what each slot was given last call; a present input starts unset so that None is refused
         self._last_in: list[object] = [_UNSET if t is not None else None for t in self._own_in]
         self._last_out: list[object] = [None] * len(self._own_out)
+        # per slot, the anchor (Tensor._anchor()) of the caller's Tensor bound there, or None: every later
+        # launch reads that memory, and the caller may close the Tensor right after the call
+        self._bound_in: list[object] = [None] * len(self._own_in)
+        self._bound_out: list[object] = [None] * len(self._own_out)
         self._c_state: object | None = None  # set by the subclass (_fast_path); None: every call in Python
         self._stream: Stream | None = None  # of the last launch (the compiled call sets it too)
         self._stale: str | None = None
@@ -346,7 +351,7 @@ class Plan(Resource, PlanBase):
             int(ffi.cast("uintptr_t", b.function_pointer("aclnnpy_plan_launch"))),
             int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots, params,
             self._last_in, tuple(None if t is None else t.shape for t in own),
-            tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out,
+            tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out, self._bound_in,
             Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view(),
             int(ffi.cast("uintptr_t", ffi.addressof(self._args, "busy"))))
 
@@ -377,9 +382,9 @@ class Plan(Resource, PlanBase):
         return arr
 
     def _set(self, index: int, value: object, stream: Stream, output: bool) -> None:
-        """Check this step's `value` for slot `index` and record the address the launch must bind. A
-        Tensor it replaces was used by the launches before: its memory is held until `stream` passes
-        them."""
+        """Check this step's `value` for slot `index` and record the address the launch must bind. The
+        plan keeps the memory of a caller's Tensor bound to the slot; the memory of one it replaces was
+        used by the launches before, and is held until `stream` passes them."""
         own = (self._own_out if output else self._own_in)[index]
         want = self._want_out if output else self._want_in
         last = self._last_out if output else self._last_in
@@ -404,9 +409,18 @@ class Plan(Resource, PlanBase):
             target = own.data_ptr
             remember = _UNSET  # host arrays are copied on every call
         want[index] = target
-        replaced, last[index] = last[index], remember
-        if isinstance(replaced, Tensor) and replaced is not value:
-            ordered.hold(stream, replaced._anchor())
+        last[index] = remember
+        self._bind_anchor(index, value._anchor() if isinstance(value, Tensor) else None, stream, output)
+
+    def _bind_anchor(self, index: int, anchor: object, stream: Stream, output: bool) -> None:
+        """Keep `anchor` for slot `index`; the one it replaces is held until `stream` passes the launches
+        queued so far (those that read its memory)."""
+        bound = self._bound_out if output else self._bound_in
+        unbound = bound[index]
+        if unbound is not anchor:  # by anchor, not Tensor: a view rebound since may have a new one
+            bound[index] = anchor
+            if unbound is not None:
+                ordered.hold(stream, unbound)
 
     def _run(self, in_slots: tuple[int, ...], in_values: tuple[object, ...], out_values: Sequence[object] | None,
              stream: StreamArg) -> list[Tensor | None]:
@@ -441,7 +455,7 @@ class Plan(Resource, PlanBase):
                 self._set(j, v, s, True)
             outs = [v if isinstance(v, Tensor) else self._own_out[j] for j, v in enumerate(out_values)]
         else:
-            if self._last_out[0] is not None:
+            if any(v is not None for v in self._last_out):  # a caller's output is bound: the plan's own again
                 for j in range(len(self._own_out)):
                     self._set(j, None, s, True)
             outs = self._own_out
@@ -456,12 +470,16 @@ class Plan(Resource, PlanBase):
         return outs
 
     def _release(self) -> None:
-        """Destroy the executor and free the plan's buffers once the stream of the last launch has
-        passed it (a launch may still be queued; launches on other streams are ordered before it by
-        the caller, as they share these buffers). The plan's Tensors are closed at once."""
+        """Destroy the executor and free the plan's buffers — and let go of the caller's Tensors last
+        bound — once the stream of the last launch has passed it (a launch may still be queued;
+        launches on other streams are ordered before it by the caller, as they share these buffers).
+        The plan's Tensors are closed at once."""
         self._c_state = None
         own = [t for t in self._own_in[1:] + self._own_out if t is not None]  # input 0: the caller's context
         anchors = [t._anchor() for t in own]
+        anchors += [a for a in self._bound_in + self._bound_out if a is not None]  # the caller's, bound
+        self._bound_in[:] = [None] * len(self._bound_in)  # the list the compiled call shares
+        self._bound_out[:] = [None] * len(self._bound_out)
         descriptors = [t.detach_descriptor() for t in own]
         for t in own:
             t.close()  # refused from now on; the executor keeps using the descriptors until the release

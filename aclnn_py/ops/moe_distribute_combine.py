@@ -16,7 +16,7 @@ from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import host_weights, ids_tensor, input_tensor, output_tensor, placeholder
+from ._args import host_weights, ids_tensor, input_tensor, output_tensor, placeholder, required_tensor
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
@@ -54,10 +54,10 @@ def empty_weights() -> Tensor:
 
 
 def _convert(context: Tensor, tensors: Sequence[TensorArg | None], s: Stream) -> list[Tensor | None]:
-    """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`; None stays None: NULL,
-    but expert_scales None is the empty tensor of an unweighted combine)."""
+    """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`; an optional one None
+    stays None, NULL, but expert_scales None is the empty tensor of an unweighted combine)."""
     ex_arg, ids_arg = tensors[0], tensors[1]
-    ex_t = ex_arg if ex_arg.__class__ is Tensor else input_tensor(ex_arg, "expand_x", s)
+    ex_t = ex_arg if ex_arg.__class__ is Tensor else required_tensor(ex_arg, "expand_x", s)
     ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1)
     ins: list[Tensor | None] = [context, ex_t, ids]
     assist, counts, weights = tensors[2], tensors[3], tensors[4]

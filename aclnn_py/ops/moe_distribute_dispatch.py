@@ -18,7 +18,15 @@ from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import ALLOCATED, host_weights, ids_tensor, input_tensor, output_tensor, placeholder
+from ._args import (
+    ALLOCATED,
+    host_weights,
+    ids_tensor,
+    input_tensor,
+    output_tensor,
+    placeholder,
+    required_tensor,
+)
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
@@ -92,7 +100,7 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
     given None is passed to C as NULL, a name not given is allocated). expand_x
     is (A, H) elements of its type (packed fp4: (A, H/2) bytes on the device); with elastic_info a rank
     may serve either role, so A, expert_token_nums and ep_recv_counts take the larger sizes."""
-    given = given or {}
+    given = _given_outputs(given)
     bs = xt.shape[0] if xt.ndim >= 1 else 0
     h = xt.shape[1] if xt.ndim >= 2 else 0
     k = ids.shape[1] if ids.ndim >= 2 else 0
@@ -120,7 +128,7 @@ def _outputs(cfg: MoeConfig, ins: list[Tensor | None], outputs: DispatchOutputs 
     if isinstance(outputs, DispatchOutputs):
         found = prechecks.verdict(cfg, "dispatch", ins, outputs)
     else:
-        given = {} if outputs is None else outputs
+        given = _given_outputs(outputs)
         for name, value in given.items():
             if value is not None:
                 output_tensor(value, name, (), DataType.INT8)  # a TypeError for anything but a Tensor
@@ -136,6 +144,20 @@ def _outputs(cfg: MoeConfig, ins: list[Tensor | None], outputs: DispatchOutputs 
     return allocate_outputs(cfg, xt, ids, ins[5], ins[3], ins[6] is not None, y_dtype, outputs)
 
 
+def _given_outputs(given: object) -> Mapping[str, Tensor | None]:
+    """The `outputs` mapping of a call (None: allocate all), its names checked: a misspelt name would
+    otherwise allocate that output silently."""
+    if given is None:
+        return {}
+    if not isinstance(given, Mapping):
+        raise TypeError(f"outputs: expected DispatchOutputs or a mapping of output names to Tensors, got "
+                        f"{type(given).__name__}")
+    unknown = sorted(str(k) for k in given if k not in OUTPUTS)
+    if unknown:
+        raise TypeError(f"outputs: unknown output name(s) {', '.join(unknown)} (the outputs are {', '.join(OUTPUTS)})")
+    return given
+
+
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
     return run_phase1(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, cfg.dispatch_ints, cfg.comm_alg_bytes,
                       ins, outs)
@@ -145,8 +167,8 @@ def _convert(context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: Tenso
              x_active_mask: TensorArg | None, expert_scales: TensorArg | None, elastic_info: TensorArg | None,
              performance_info: TensorArg | None, x_dtype: DTypeLike | None, scales_dtype: DTypeLike | None,
              s: Stream) -> list[Tensor | None]:
-    """The eight inputs as Tensors (host arrays uploaded on `s`; None stays None: NULL)."""
-    xt = x if x.__class__ is Tensor and x_dtype is None else input_tensor(x, "x", s, x_dtype)
+    """The eight inputs as Tensors (host arrays uploaded on `s`)."""
+    xt = x if x.__class__ is Tensor and x_dtype is None else required_tensor(x, "x", s, x_dtype)
     ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1)
     if scales is None and x_active_mask is None and expert_scales is None and elastic_info is None \
             and performance_info is None:

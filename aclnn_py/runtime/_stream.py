@@ -85,7 +85,7 @@ class Stream(Resource):
     def from_handle(cls, handle: int | StreamLike) -> Stream:
         """Borrow a stream created elsewhere (an ``aclrtStream`` as an int, or a stream-like object);
         ``close()`` does not destroy it."""
-        h = _protocol_handle(handle) if isinstance(handle, StreamLike) else int(handle)
+        h = _protocol_handle(handle) if isinstance(handle, StreamLike) else _handle_value(handle, "handle")
         if h == 0:
             return cls.default()
         return cls._wrap(initialized().ffi.cast("aclrtStream", h), h, False, None)
@@ -211,7 +211,16 @@ def _protocol_handle(obj: StreamLike) -> int:
     version, handle = obj.__acl_stream__()
     if version != STREAM_PROTOCOL_VERSION:
         raise TypeError(f"__acl_stream__ version {version} is not supported (expected {STREAM_PROTOCOL_VERSION})")
-    return int(handle)
+    return _handle_value(handle, "__acl_stream__() handle")
+
+
+def _handle_value(handle: object, param: str) -> int:
+    """An ``aclrtStream`` given as an int: an address, so in [0, 2**64) — a larger one would be cut to
+    its low bits by the cast to a pointer (2**64 is the NULL default stream)."""
+    h = int(handle)  # type: ignore[call-overload]
+    if not 0 <= h < 2**64:
+        raise ValueError(f"{param}: an aclrtStream handle is an address in [0, 2**64) (got {h})")
+    return h
 
 
 def resolve_stream(stream: StreamArg, param: str = "stream") -> Stream:
@@ -227,7 +236,7 @@ def resolve_stream(stream: StreamArg, param: str = "stream") -> Stream:
     if isinstance(stream, bool):
         raise TypeError(f"{param}: expected a Stream, an int handle or an object with __acl_stream__, got bool")
     if isinstance(stream, int):
-        return Stream.from_handle(stream)
+        return Stream.from_handle(_handle_value(stream, param))
     if isinstance(stream, StreamLike):
         return Stream.from_handle(_protocol_handle(stream))
     raise TypeError(f"{param}: expected a Stream, an int handle or an object with __acl_stream__, "

@@ -34,10 +34,18 @@ def group_string_dispatch(text: str) -> str:
     return out
 
 
+def unclosed_extern_c(text: str) -> str:
+    """The header with its ``#ifdef __cplusplus`` / ``extern "C" {`` block left without its ``#endif``:
+    the rest of the file reads as C++-only, so its C declarations are hidden."""
+    opening = '#ifdef __cplusplus\nextern "C" {\n#endif\n'
+    assert opening in text
+    return text.replace(opening, '#ifdef __cplusplus\nextern "C" {\n', 1)
+
+
 def child_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("ACLNN_PY_BACKEND", None)
-    env.pop("ACLNN_PY_SKIP_ABI_CHECK", None)
+    for name in ("ACLNN_PY_BACKEND", "ACLNN_PY_SKIP_ABI_CHECK", "ACLNN_PY_ABI_CHECK"):
+        env.pop(name, None)
     env.update(extra)
     env["PYTHONPATH"] = package_pythonpath(env)
     return env
