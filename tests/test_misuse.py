@@ -203,8 +203,18 @@ def prepare_with_x(acl, world, rank, xt):
     return prepare_dispatch(ctx, xt, ids, ep_world_size=2, ep_rank_id=rank, moe_expert_num=E, ccl_buffer_size=ccl)
 
 
+def unpooled_memory(acl, size):
+    """DeviceMemory straight from aclrtMalloc, freed by aclrtFree: what the mock's checks of block
+    bounds and of freed memory see (a pooled block is a whole size class, and cached once closed)."""
+    acl.set_allocator(None)
+    try:
+        return acl.DeviceMemory(size)
+    finally:
+        acl.set_allocator(acl.get_memory_pool())
+
+
 def test_view_running_past_its_allocation(acl, world):
-    mem = acl.DeviceMemory(BS * H * 2 - 512)            # 512 bytes short (the mock pads by 32)
+    mem = unpooled_memory(acl, BS * H * 2 - 512)        # 512 bytes short (the mock pads by 32)
     xt = acl.Tensor.from_address(mem.ptr, (BS, H), "bfloat16", owner=mem)
     p = prepare_with_x(acl, world, 0, xt)
     ws = acl.DeviceMemory(p.workspace_size)
@@ -231,7 +241,7 @@ def test_view_running_past_its_allocation(acl, world):
 
 def test_freed_workspace(acl, mock, world):
     p = prepare(acl, world, 0)
-    ws = acl.DeviceMemory(p.workspace_size)
+    ws = unpooled_memory(acl, p.workspace_size)
     ptr = ws.ptr
     ws.close()
     assert launch_raw(acl, p, workspace=ptr) == PARAM_INVALID
