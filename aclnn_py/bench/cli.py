@@ -17,10 +17,11 @@ from . import report as rpt
 from .host_overhead import host_overhead
 from .progress import Progress
 from .scaling import scaling, worlds_up_to
+from .pool import pool_alloc_free
 from .thread_worlds import DEFAULT_WORLDS, parse_world, thread_worlds
 from .throughput import QUICK, REFERENCE, throughput
 
-SECTIONS = ("host_overhead", "throughput", "scaling", "thread_worlds")
+SECTIONS = ("host_overhead", "pool", "throughput", "scaling", "thread_worlds")
 
 
 class Settings(argparse.Namespace):
@@ -195,6 +196,9 @@ def run(s: Settings, progress: Progress, command: str = "aclnn-py bench") -> dic
     report: dict[str, Any] = {"command": command, "machine": rpt.machine(), "quick": s.quick}
     if "host_overhead" in s.sections:
         report["host_overhead"] = host_overhead(calls=s.calls, repeats=s.repeats, progress=progress)
+    if "pool" in s.sections:
+        report["pool"] = {"alloc_free": pool_alloc_free(calls=max(s.calls // 10, 20), repeats=s.repeats,
+                                                        progress=progress)}
     if "throughput" in s.sections:
         report["throughput"] = throughput(QUICK if s.quick else REFERENCE, rounds=s.rounds, progress=progress)
     if "scaling" in s.sections:
