@@ -13,7 +13,6 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-
 from conftest import run_python
 
 E, BS, H, K = 4, 8, 1024, 2  # experts, tokens per rank, hidden, experts per token

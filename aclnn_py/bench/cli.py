@@ -15,9 +15,9 @@ from typing import Any
 from ..cli_conventions import UsageError, int_at_least, positive_seconds
 from . import report as rpt
 from .host_overhead import host_overhead
+from .pool import pool_alloc_free
 from .progress import Progress
 from .scaling import scaling, worlds_up_to
-from .pool import pool_alloc_free
 from .thread_worlds import DEFAULT_WORLDS, parse_world, thread_worlds
 from .throughput import QUICK, REFERENCE, throughput
 
