@@ -5,6 +5,7 @@ and concurrent use."""
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -257,7 +258,10 @@ def test_reused_block_is_refilled_with_poison_on_the_mock(acl: Any, device0: Any
         mock.set_poison(True)
 
 
-def test_two_threads_never_get_the_same_block(acl: Any) -> None:
+def test_two_threads_never_get_the_same_block(acl: Any, device0: Any) -> None:
+    pool = acl.get_memory_pool()
+    gc.collect()  # blocks of earlier tests that only a reference cycle kept
+    used0 = pool.used_bytes(0)
     live: dict[int, int] = {}
     lock = threading.Lock()
     errors: list[str] = []
@@ -286,9 +290,15 @@ def test_two_threads_never_get_the_same_block(acl: Any) -> None:
             mem.close()
 
     threads = [threading.Thread(target=churn, args=(i,)) for i in range(2)]
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # switch threads as often as possible: inside the pool's steps too
+    try:
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    finally:
+        sys.setswitchinterval(switch)
     assert errors == [] and live == {}
-    assert acl.get_memory_pool().used_bytes(0) >= 0
+    gc.collect()
+    assert pool.used_bytes(0) == used0  # every block handed out was counted back in

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from collections.abc import Callable
 
 from ..errors import acl_error, check_acl
 from ._init import initialized
@@ -195,16 +196,27 @@ def raw_free(ptr: int) -> None:
 def _refill_poison(ptr: int, nbytes: int) -> None:
     """A reused block looks like a new one: on the mock with its poison fill on, refilled with the poison
     byte, so reading what an operator never wrote still shows up. On real CANN nothing is filled."""
-    b = initialized()
-    if not b.is_mock:
-        return
-    from .. import _mock  # only ever imported with the mock loaded
-
-    if _mock.poison():
+    global _poison_on
+    if _poison_on is None:
+        _poison_on = _poison_query()
+    if _poison_on():
+        b = initialized()
         check_acl(b.lib.aclrtMemset(b.ffi.cast("void *", ptr), nbytes, _POISON_BYTE, nbytes), "aclrtMemset")
 
 
+def _poison_query() -> Callable[[], bool]:
+    """Whether the loaded backend fills new memory now: the mock's switch (tests turn it on and off),
+    never on CANN. A process keeps its backend, so this is resolved once."""
+    if not initialized().is_mock:
+        return lambda: False
+    from .. import _mock  # only ever imported with the mock loaded
+
+    poison: Callable[[], bool] = _mock.poison
+    return poison
+
+
 _POISON_BYTE = 0xA5  # the mock's fill of new allocations
+_poison_on: Callable[[], bool] | None = None
 
 _default_pool = MemoryPool()
 #: The pool DeviceMemory allocates from, or None: plain aclrtMalloc / aclrtFree per object.
