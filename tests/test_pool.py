@@ -201,6 +201,62 @@ def test_limit_frees_cached_blocks_then_raises_the_out_of_memory_error(acl: Any,
         pool.set_limit(-1)
 
 
+def test_blocks_are_cached_per_device(acl: Any, device0: Any) -> None:
+    pool = acl.get_memory_pool()
+    try:
+        on_1 = acl.DeviceMemory(6000, device=1)
+        addr_1 = on_1.ptr
+        on_1.close()
+        assert pool.held_bytes(1) >= 8192
+        acl.Device(0).set_current()
+        on_0 = acl.DeviceMemory(6000)
+        assert on_0.device == 0 and on_0.ptr != addr_1  # device 1's block is not device 0's memory
+        again_1 = acl.DeviceMemory(6000, device=1)
+        assert again_1.ptr == addr_1
+    finally:
+        acl.Device(0).set_current()
+
+
+def test_at_exit_cached_blocks_are_freed_and_later_ones_not_cached(acl: Any, device0: Any, mock: Any) -> None:
+    from aclnn_py.runtime._pool import MemoryPool
+
+    own = MemoryPool()
+    acl.set_allocator(own)
+    try:
+        acl.DeviceMemory(3000).close()
+        live = mock.stats()["allocations"]
+        assert own.held_bytes() == 4096
+        later = acl.DeviceMemory(3000)
+        own._close()  # what the interpreter's exit runs for the library's pool
+        assert own.held_bytes() == 0 and mock.stats()["allocations"] == live  # `later` is in use
+        later.close()
+        assert own.held_bytes() == 0 and mock.stats()["allocations"] == live - 1
+    finally:
+        acl.set_allocator(acl.get_memory_pool())
+
+
+def test_out_of_memory_from_acl_frees_cached_blocks_and_retries(acl: Any, device0: Any) -> None:
+    pool = acl.get_memory_pool()
+    acl.DeviceMemory(9000).close()
+    assert pool.held_bytes(0) > 0
+    lib = acl.backend().lib
+    real = lib.aclrtMalloc
+    refusals = []
+
+    def full_until_the_cache_is_freed(cell: Any, size: int, policy: int) -> int:
+        if pool.held_bytes(0):
+            refusals.append(size)
+            return 207001  # ACL_ERROR_RT_MEMORY_ALLOCATION
+        return int(real(cell, size, policy))
+
+    lib.aclrtMalloc = full_until_the_cache_is_freed
+    try:
+        mem = acl.DeviceMemory(40000)
+    finally:
+        lib.aclrtMalloc = real
+    assert mem.ptr and refusals == [65536] and pool.held_bytes(0) == 0
+
+
 def test_device_reset_frees_the_devices_cached_blocks(acl: Any, device0: Any) -> None:
     pool = acl.get_memory_pool()
     acl.DeviceMemory(4096).close()
