@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+import weakref
 from collections.abc import Callable
 
 from ..errors import acl_error, check_acl
@@ -63,6 +64,7 @@ class MemoryPool:
         self._devices: dict[int, _DeviceBlocks] = {}
         self._limit = 0  # 0: no limit
         self._closing = False  # set at interpreter exit: blocks are freed, no longer cached
+        _pools.add(self)
 
     # ---- the hot path (DeviceMemory) -----------------------------------------------------------------
     def malloc(self, nbytes: int, device: int) -> int:
@@ -218,6 +220,7 @@ def _poison_query() -> Callable[[], bool]:
 _POISON_BYTE = 0xA5  # the mock's fill of new allocations
 _poison_on: Callable[[], bool] | None = None
 
+_pools: weakref.WeakSet[MemoryPool] = weakref.WeakSet()  # every pool, for exit and device resets
 _default_pool = MemoryPool()
 #: The pool DeviceMemory allocates from, or None: plain aclrtMalloc / aclrtFree per object.
 current: MemoryPool | None = None if os.environ.get("ACLNN_PY_POOL", "1").strip() == "0" else _default_pool
@@ -238,11 +241,18 @@ def set_allocator(pool: MemoryPool | None) -> None:
     current = pool
 
 
+def free_device_blocks(device: int) -> None:
+    """Free every pool's cached blocks of `device` (before the device is reset)."""
+    for pool in list(_pools):
+        pool.free_all_blocks(device)
+
+
 def _close_at_exit() -> None:
-    try:
-        _default_pool._close()
-    except Exception:
-        pass  # the backend may already be unusable at exit; the process's memory goes with it
+    for pool in list(_pools):
+        try:
+            pool._close()
+        except Exception:
+            pass  # the backend may already be unusable at exit; the process's memory goes with it
 
 
 atexit.register(_close_at_exit)
