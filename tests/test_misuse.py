@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_python
+from helpers.pool import pool_off
 
 PARAM_NULLPTR, PARAM_INVALID, RUNTIME_ERROR, INNER_NULLPTR = 161001, 161002, 361001, 561103
 ACL_INVALID_PARAM, RT_INVALID_HANDLE, RT_MEMORY_FREE = 100000, 107017, 207002
@@ -204,13 +205,10 @@ def prepare_with_x(acl, world, rank, xt):
 
 
 def unpooled_memory(acl, size):
-    """DeviceMemory straight from aclrtMalloc, freed by aclrtFree: what the mock's checks of block
-    bounds and of freed memory see (a pooled block is a whole size class, and cached once closed)."""
-    acl.set_allocator(None)
-    try:
+    """DeviceMemory straight from aclrtMalloc, freed by aclrtFree (a pooled block is a whole size
+    class, and cached once closed)."""
+    with pool_off(acl):
         return acl.DeviceMemory(size)
-    finally:
-        acl.set_allocator(acl.get_memory_pool())
 
 
 def test_view_running_past_its_allocation(acl, world):

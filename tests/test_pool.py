@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from conftest import run_python
+from helpers.pool import pool_off
 
 E, BS, H, K = 4, 8, 1024, 2  # experts, tokens per rank, hidden, experts per token
 WARMUP, STEPS = 4, 20
@@ -48,15 +49,6 @@ def counted_runtime_calls(acl: Any) -> Iterator[dict[str, int]]:
     finally:
         for name, real in originals.items():
             setattr(lib, name, real)
-
-
-@contextmanager
-def pool_off(acl: Any) -> Iterator[None]:
-    acl.set_allocator(None)
-    try:
-        yield
-    finally:
-        acl.set_allocator(acl.get_memory_pool())
 
 
 def _inputs(acl: Any, rank: int, i: int) -> tuple[Any, Any, Any]:
