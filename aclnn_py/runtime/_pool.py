@@ -16,7 +16,7 @@ import threading
 import weakref
 from collections.abc import Callable
 
-from ..errors import acl_error, check_acl
+from ..errors import AclError, acl_error, check_acl
 from ._init import initialized
 
 ACL_ERROR_RT_MEMORY_ALLOCATION = 207001
@@ -105,8 +105,8 @@ class MemoryPool:
             self._make_room(nbytes, device, blocks)
         try:
             ptr = raw_malloc(nbytes)
-        except Exception as e:
-            if getattr(e, "code", None) != ACL_ERROR_RT_MEMORY_ALLOCATION or not self.free_all_blocks(device):
+        except AclError as e:
+            if e.code != ACL_ERROR_RT_MEMORY_ALLOCATION or not self.free_all_blocks(device):
                 raise
             ptr = raw_malloc(nbytes)  # the cached blocks were in the way: once more without them
         with self._lock:
@@ -115,7 +115,8 @@ class MemoryPool:
 
     def _make_room(self, nbytes: int, device: int, blocks: _DeviceBlocks) -> None:
         """Keep `device` within the limit: drop cached blocks first, then refuse like ``aclrtMalloc``
-        does when HBM runs out."""
+        does when HBM runs out. Read without the lock: threads allocating at the same moment may
+        overshoot by their requests, which keeps the lock off the aclrtMalloc path."""
         limit = self._limit
         if limit and blocks.used + blocks.held + nbytes > limit:
             self.free_all_blocks(device)
