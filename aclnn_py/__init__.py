@@ -49,10 +49,13 @@ from .runtime import (  # noqa: E402
     Device,
     DeviceMemory,
     Event,
+    MemoryPool,
     Stream,
     StreamLike,
     current_stream,
+    get_memory_pool,
     init,
+    set_allocator,
     soc_name,
 )
 from .tensor import Tensor  # noqa: E402
@@ -61,6 +64,7 @@ __all__ = [
     "AclError", "AclTimeoutError", "AclnnError", "AclnnInnerError", "AclnnParamInvalid", "AclnnParamNullptr",
     "AclnnPyError", "AclnnRuntimeError", "Backend", "BackendError", "ClosedError", "DataType", "Device",
     "DeviceMemory", "Event", "HcclError", "HcclTimeoutError", "LowLatencyDispatchResult", "MissingSymbolError",
-    "MoeConfig", "MoeDistributeBuffer", "Stream", "StreamLike", "Tensor", "__version__", "backend",
-    "current_stream", "dtypes", "errors", "golden", "hccl", "init", "launch", "mock_root", "ops", "soc_name",
+    "MemoryPool", "MoeConfig", "MoeDistributeBuffer", "Stream", "StreamLike", "Tensor", "__version__", "backend",
+    "current_stream", "dtypes", "errors", "get_memory_pool", "golden", "hccl", "init", "launch", "mock_root", "ops",
+    "set_allocator", "soc_name",
 ]

@@ -48,6 +48,12 @@ def test_bench_quick_json():
             # a median of per-repeat ratios lies within what the two paths' ranges allow
             assert row[a]["min_us"] / row[b]["max_us"] <= row[key] <= row[a]["max_us"] / row[b]["min_us"], (op, key)
     assert r["host_overhead"]["dispatch"]["plan_rebinds"] == ["x", "expert_ids"]
+    pool = r["pool"]["alloc_free"]
+    assert pool["sizes_bytes"] and all(n > 0 for n in pool["sizes_bytes"])
+    for path in ("pooled", "aclrtmalloc_aclrtfree"):
+        assert 0 < pool[path]["min_us"] <= pool[path]["median_us"] <= pool[path]["max_us"], path
+    assert pool["pooled_over_aclrtmalloc"] > 0
+    assert "pool.alloc_free (256 B, 64 KiB, 1 MiB, 14 MiB in turn): pool " in report.text(r)
     t = r["throughput"]
     assert t["bytes_moved"] > 0 and t["round_s"]["median"] > 0 and t["memcpy_floor_s"] > 0
     assert t["golden_round_s"] > 0 and t["round_over_memcpy_floor"] > 0
@@ -130,6 +136,8 @@ def small_report() -> dict:
         "command": "aclnn-py bench --json --max-world 8",
         "machine": {"cpus": 2, "cpu_model": "Test CPU 9000", "memory_gib": 23.4, "date": "2025-01-02"},
         "host_overhead": {"dispatch": op, "combine": op},
+        "pool": {"alloc_free": {"sizes_bytes": [256, 65536, 1 << 20], "pooled": _us(2.0),
+                                "aclrtmalloc_aclrtfree": _us(6.0), "pooled_over_aclrtmalloc": 0.33}},
         "throughput": {"model": dict(world_size=8, tokens=128, hidden=7168, topk=8, experts=64, quant_mode=2),
                        "round_s": {"median": 0.09, "min": 0.08, "max": 0.1}, "bytes_moved": 176_000_000,
                        "memcpy_floor_s": 0.043, "golden_round_s": 2.35, "round_over_memcpy_floor": 2.09,
@@ -163,6 +171,9 @@ def test_markdown_tables():
     assert ("Targets in this run — per call ≤ 2× the C per-call loop: dispatch 5.00× not met, combine 5.00× not "
             "met; plan ≤ 1.5× the C plan loop: dispatch 2.00× not met, combine 2.00× not met; per call ≤ 10 µs: "
             "dispatch 40.00 µs not met, combine 40.00 µs not met.") in lines
+    assert "| µs per allocation + free, median [min–max] (256 B, 64 KiB, 1 MiB in turn) | µs |" in lines
+    assert "| memory pool (`Tensor.empty` + `close`) | 2 [1.8–3] |" in lines
+    assert "| pool / aclrtMalloc + aclrtFree | 0.3× |" in lines
     assert any(ln.startswith("| reference round (W = 8 processes, 128 tokens/rank, H = 7168") for ln in lines)
     assert "| numpy golden of the same round | 2.35 s → the mock is 26.1× faster |" in lines
     assert "| W (processes, BS = 8, H = 2048, K = 4, E = 2W) | 2 | 4 |" in lines

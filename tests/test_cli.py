@@ -115,7 +115,7 @@ def test_bench_from_a_file_that_is_not_a_saved_report_is_a_user_error(tmp_path, 
     r = run_cli("bench", "--from", str(saved))
     assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
     assert r.stderr == (f"aclnn-py bench: error: argument --from: {saved} is not a report saved from `aclnn-py bench "
-                        "--json` (a JSON object with 'machine' and one of host_overhead, throughput, scaling, "
+                        "--json` (a JSON object with 'machine' and one of host_overhead, pool, throughput, scaling, "
                         "thread_worlds) (see aclnn-py bench --help)\n")
 
 

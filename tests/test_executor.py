@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.pool import pool_off
 
 PARAM_INVALID = 161002
 INNER_NULLPTR = 561103
@@ -104,7 +105,8 @@ def test_null_executor_and_tensor(acl, copy_op):
 def test_launch_checks_bound_addresses(acl, mock, copy_op):
     """A tensor whose memory was freed after phase 1 is caught at launch, not read."""
     src, dst, ws, make = copy_op
-    tmp = acl.Tensor.from_numpy(np.zeros(16, np.float32))
+    with pool_off(acl):  # freed by aclrtFree, not cached
+        tmp = acl.Tensor.from_numpy(np.zeros(16, np.float32))
     ex = mock.make_copy_executor(addr(acl, tmp.descriptor()), addr(acl, dst.descriptor()), 128)
     tmp._mem.close()
     assert mock.launch_executor(ex, ws.ptr, 128) == PARAM_INVALID

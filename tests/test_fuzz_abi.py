@@ -102,6 +102,7 @@ def world(acl, mock):
     saved = {k: os.environ.get(k) for k in ("HCCL_BUFFSIZE", "HCCL_EXEC_TIMEOUT")}
     os.environ["HCCL_BUFFSIZE"] = str(HCCL_BUFFSIZE_MIB)
     os.environ["HCCL_EXEC_TIMEOUT"] = "10"   # never reached: a timeout fails the test
+    acl.get_memory_pool().free_all_blocks()  # cached blocks of earlier tests are not this test's
     stats0 = mock.stats()
     res = launch.run_threads(_world_body, W)
     streams, slots = [], []
@@ -139,6 +140,7 @@ def world(acl, mock):
     import gc
 
     gc.collect()
+    acl.get_memory_pool().free_all_blocks()  # the closed slots' blocks went back to the pool
     after = mock.stats()
     print(f"\nfuzz: {w.counts} in {elapsed:.1f} s")
     for key in ("allocations", "tensors", "executors", "streams", "communicators", "pinned_blocks"):

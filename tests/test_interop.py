@@ -24,10 +24,12 @@ _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
 def _allocs(mock: Any) -> int:
-    from aclnn_py.runtime import ordered
+    """Allocations in use (the memory pool's cached free blocks are freed first)."""
+    from aclnn_py.runtime import get_memory_pool, ordered
 
     ordered.reap()  # objects earlier tests left to the stream-ordered holds
     gc.collect()
+    get_memory_pool().free_all_blocks()
     return int(mock.stats()["allocations"])
 
 

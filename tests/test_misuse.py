@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import run_python
+from helpers.pool import pool_off
 
 PARAM_NULLPTR, PARAM_INVALID, RUNTIME_ERROR, INNER_NULLPTR = 161001, 161002, 361001, 561103
 ACL_INVALID_PARAM, RT_INVALID_HANDLE, RT_MEMORY_FREE = 100000, 107017, 207002
@@ -203,8 +204,15 @@ def prepare_with_x(acl, world, rank, xt):
     return prepare_dispatch(ctx, xt, ids, ep_world_size=2, ep_rank_id=rank, moe_expert_num=E, ccl_buffer_size=ccl)
 
 
+def unpooled_memory(acl, size):
+    """DeviceMemory straight from aclrtMalloc, freed by aclrtFree (a pooled block is a whole size
+    class, and cached once closed)."""
+    with pool_off(acl):
+        return acl.DeviceMemory(size)
+
+
 def test_view_running_past_its_allocation(acl, world):
-    mem = acl.DeviceMemory(BS * H * 2 - 512)            # 512 bytes short (the mock pads by 32)
+    mem = unpooled_memory(acl, BS * H * 2 - 512)        # 512 bytes short (the mock pads by 32)
     xt = acl.Tensor.from_address(mem.ptr, (BS, H), "bfloat16", owner=mem)
     p = prepare_with_x(acl, world, 0, xt)
     ws = acl.DeviceMemory(p.workspace_size)
@@ -231,7 +239,7 @@ def test_view_running_past_its_allocation(acl, world):
 
 def test_freed_workspace(acl, mock, world):
     p = prepare(acl, world, 0)
-    ws = acl.DeviceMemory(p.workspace_size)
+    ws = unpooled_memory(acl, p.workspace_size)
     ptr = ws.ptr
     ws.close()
     assert launch_raw(acl, p, workspace=ptr) == PARAM_INVALID

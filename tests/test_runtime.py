@@ -32,11 +32,16 @@ def test_zero_size_allocation_error(acl):
 
 
 def test_device_memory_close_and_context_manager(acl, mock):
+    pool = acl.get_memory_pool()
+    pool.free_all_blocks()
     before = mock.stats()["allocations"]
     with acl.DeviceMemory(1000) as m:
         assert m.ptr % 64 == 0 and m.size == 1000
         assert mock.stats()["allocations"] == before + 1
-    assert m.closed and mock.stats()["allocations"] == before
+    # closed: the block went back to the pool, which frees it on demand
+    assert m.closed and mock.stats()["allocations"] == before + 1
+    pool.free_all_blocks()
+    assert mock.stats()["allocations"] == before
     with pytest.raises(acl.ClosedError, match=r"DeviceMemory\(0x[0-9a-f]+, 1000 bytes\) is closed"):
         _ = m.ptr
     m.close()  # idempotent

@@ -15,12 +15,13 @@ from typing import Any
 from ..cli_conventions import UsageError, int_at_least, positive_seconds
 from . import report as rpt
 from .host_overhead import host_overhead
+from .pool import pool_alloc_free
 from .progress import Progress
 from .scaling import scaling, worlds_up_to
 from .thread_worlds import DEFAULT_WORLDS, parse_world, thread_worlds
 from .throughput import QUICK, REFERENCE, throughput
 
-SECTIONS = ("host_overhead", "throughput", "scaling", "thread_worlds")
+SECTIONS = ("host_overhead", "pool", "throughput", "scaling", "thread_worlds")
 
 
 class Settings(argparse.Namespace):
@@ -195,6 +196,9 @@ def run(s: Settings, progress: Progress, command: str = "aclnn-py bench") -> dic
     report: dict[str, Any] = {"command": command, "machine": rpt.machine(), "quick": s.quick}
     if "host_overhead" in s.sections:
         report["host_overhead"] = host_overhead(calls=s.calls, repeats=s.repeats, progress=progress)
+    if "pool" in s.sections:
+        report["pool"] = {"alloc_free": pool_alloc_free(calls=max(s.calls // 10, 20), repeats=s.repeats,
+                                                        progress=progress)}
     if "throughput" in s.sections:
         report["throughput"] = throughput(QUICK if s.quick else REFERENCE, rounds=s.rounds, progress=progress)
     if "scaling" in s.sections:

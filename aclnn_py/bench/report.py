@@ -120,6 +120,18 @@ def host_table(h: dict[str, Any]) -> list[str]:
     return _table(["host µs per call, median [min–max], kernels skipped"] + ops, rows)
 
 
+def pool_sizes(p: dict[str, Any]) -> str:
+    return ", ".join(f"{n / 2**20:g} MiB" if n >= 2**20 else f"{n / 2**10:g} KiB" if n >= 2**10 else f"{n} B"
+                     for n in p["sizes_bytes"])
+
+
+def pool_table(p: dict[str, Any]) -> list[str]:
+    rows = [["memory pool (`Tensor.empty` + `close`)", _us(p["pooled"])],
+            ["`aclrtMalloc` + `aclrtFree` (`set_allocator(None)`)", _us(p["aclrtmalloc_aclrtfree"])],
+            ["pool / aclrtMalloc + aclrtFree", _x(p["pooled_over_aclrtmalloc"])]]
+    return _table([f"µs per allocation + free, median [min–max] ({pool_sizes(p)} in turn)", "µs"], rows)
+
+
 def throughput_table(t: dict[str, Any]) -> list[str]:
     title = f"reference round ({model_label(t['model'])})"
     med = t["round_s"]["median"]
@@ -192,6 +204,8 @@ def markdown(report: dict[str, Any]) -> str:
         target = targets_line(report["host_overhead"])
         if target:
             lines += ["", target]
+    if "pool" in report:
+        lines += [""] + pool_table(report["pool"]["alloc_free"])
     if "throughput" in report:
         lines += [""] + throughput_table(report["throughput"])
     if report.get("scaling"):
@@ -237,6 +251,11 @@ def text(report: dict[str, Any]) -> str:
                 out.append(f"    {label:<56} {_us(row[key])}")
             out.append("    " + "  ".join(f"{label} {_x(row[key])}" for label, key in RATIO_ROWS))
         out.append(targets_line(h))
+    p = report.get("pool")
+    if p:
+        a = p["alloc_free"]
+        out.append(f"pool.alloc_free ({pool_sizes(a)} in turn): pool {_us(a['pooled'])} µs, aclrtMalloc + "
+                   f"aclrtFree {_us(a['aclrtmalloc_aclrtfree'])} µs per pair ({_x(a['pooled_over_aclrtmalloc'])})")
     t = report.get("throughput")
     if t:
         out.append(f"round ({model_label(t['model'])}): {1e3 * t['round_s']['median']:.2f} ms, "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from ..errors import check_acl
 from ._init import initialized
+from ._pool import free_device_blocks
 from ._stream import Stream
 from ._thread import current_device_id, out_cell
 
@@ -23,7 +24,10 @@ class Device:
         return self
 
     def reset(self) -> None:
-        """``aclrtResetDevice``: drop one reference taken by :meth:`set_current`."""
+        """``aclrtResetDevice``: drop one reference taken by :meth:`set_current`. The memory pools'
+        cached free blocks of this device are freed first: the last reset releases the device's
+        memory, and a pool must not hand out blocks of a released device."""
+        free_device_blocks(self.id)
         check_acl(initialized().lib.aclrtResetDevice(self.id), "aclrtResetDevice")
 
     def create_stream(self) -> Stream:

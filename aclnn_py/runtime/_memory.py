@@ -3,7 +3,8 @@
 A :class:`DeviceMemory` is freed by ``close()`` or when collected — but never while an *export* of it
 is alive: a numpy view, a DLPack capsule or consumer, a Tensor borrowing it. Those hold a
 :class:`MemoryExport`, and the block is freed when the last of them goes (as CuPy and DLPack producers
-do), so closing an owner can never leave a view pointing at freed or reused memory.
+do), so closing an owner can never leave a view pointing at freed or reused memory. The block comes
+from the memory pool (:mod:`aclnn_py.runtime._pool`) and goes back to it instead of ``aclrtFree``.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..errors import check_acl
+from . import _pool
 from ._init import initialized
 from ._resource import Resource
 from ._thread import current_device_id
@@ -27,20 +29,27 @@ _exports_lock = threading.Lock()
 class DeviceMemory(Resource):
     """A device allocation of `size` bytes on `device` (default: the calling thread's device)."""
 
-    __slots__ = ("_ptr", "size", "device", "_open", "_exports", "__weakref__")
+    __slots__ = ("_ptr", "size", "device", "_open", "_exports", "_source", "_block", "__weakref__")
 
     def __init__(self, size: int, device: int | None = None):
         b = initialized()
         if device is not None:
             check_acl(b.lib.aclrtSetDevice(int(device)), "aclrtSetDevice")
-        cell = b.ffi.new("void **")
-        check_acl(b.lib.aclrtMalloc(cell, int(size), b.lib.ACL_MEM_MALLOC_HUGE_FIRST), "aclrtMalloc")
-        self._ptr = int(b.ffi.cast("uintptr_t", cell[0]))
-        #: Bytes allocated.
-        self.size = int(size)
+        size = int(size)
         # aclrtMalloc allocates on the calling thread's device: record which one that was
         #: The id of the device the memory was allocated on.
         self.device = int(device) if device is not None else current_device_id()
+        pool = _pool.current if size > 0 else None  # aclrtMalloc itself refuses a size <= 0
+        #: The pool the block came from (None: a plain aclrtMalloc), and the block's size class.
+        self._source: _pool.MemoryPool | None = pool
+        if pool is None:
+            self._block = size
+            self._ptr = _pool.raw_malloc(size)
+        else:
+            self._block = _pool.block_size(size)
+            self._ptr = pool.malloc(self._block, self.device)
+        #: Bytes asked for (on CANN the block may be larger: its size class).
+        self.size = size
         self._exports = 0
         self._open = True
 
@@ -70,10 +79,16 @@ class DeviceMemory(Resource):
         self._free()
 
     def _free(self) -> None:
-        # runs once: from close() without exports, or from the release of the last export after it
-        if self._ptr:
-            b = initialized()
-            check_acl(b.lib.aclrtFree(b.ffi.cast("void *", self._ptr)), "aclrtFree")
+        # runs once: from close() without exports, or from the release of the last export after it;
+        # stream-ordered holds kept this object alive until no queued work used the block
+        pool = self._source
+        if pool is None:
+            if self._ptr:
+                _pool.raw_free(self._ptr)
+        elif self._ptr:
+            pool.free(self._ptr, self._block, self.device)
+        else:  # freed behind the wrapper's back
+            pool.forget(self._block, self.device)
 
     def _label(self) -> str:
         return f"DeviceMemory(0x{self._ptr:x}, {self.size} bytes)"
