@@ -301,8 +301,23 @@ static uintptr_t address_of(PyObject *v) {
 }
 
 /* `config`'s attributes in the spec's cache: 1, 0 when they are not what the C path takes, -1 raised. */
-static int use_config(OpSpec *sp, PyObject *config) {
-    if (config == sp->config) return 1;
+/* What one call reads of its MoeConfig, taken once: a call launches with its own config's attributes
+ * even when another thread's call replaces the spec's cache meanwhile (any code that may run Python —
+ * a garbage collection's finalizer — lets another thread in). `comm` and `passed` are references. */
+typedef struct {
+    PyObject *comm, *passed;
+    uintptr_t ints;
+} ConfigView;
+
+/* This call's view of `config` (from the spec's cache when it is the config last used): 1, 0 for the
+ * Python path, -1 raised. */
+static int use_config(OpSpec *sp, PyObject *config, ConfigView *v) {
+    if (config == sp->config) {  /* no Python code runs between the test and the copies */
+        v->comm = Py_NewRef(sp->comm);
+        v->passed = Py_NewRef(sp->passed);
+        v->ints = sp->ints;
+        return 1;
+    }
     PyObject *ints = PyObject_GetAttr(config, sp->ints_attr);
     PyObject *comm = ints ? PyObject_GetAttr(config, sp->comm_attr) : NULL;
     PyObject *passed = comm ? PyObject_GetAttr(config, sp->passed_attr) : NULL;
@@ -313,26 +328,33 @@ static int use_config(OpSpec *sp, PyObject *config) {
         Py_XDECREF(passed);
         return PyErr_Occurred() ? -1 : 0;
     }
+    v->comm = comm;
+    v->passed = passed;
+    v->ints = address;  /* config.dispatch_ints / combine_ints, kept alive with the config (a parameter) */
     Py_XSETREF(sp->config, Py_NewRef(config));
-    Py_XSETREF(sp->comm, comm);
-    Py_XSETREF(sp->passed, passed);
-    sp->ints = address;  /* config.dispatch_ints / combine_ints, kept alive with the config */
+    Py_XSETREF(sp->comm, Py_NewRef(comm));
+    Py_XSETREF(sp->passed, Py_NewRef(passed));
+    sp->ints = address;
     return 1;
 }
 
-/* The config in use has passed the pre-checks for this call's shape (the Python path checks, and
- * records, the shapes it has not seen): 1, 0 when not (or not known), -1 raised. */
-static int prechecked(OpSpec *sp, PyObject **params) {
+/* `passed` (this call's config's set) holds this call's shape (the Python path checks, and records,
+ * the shapes it has not seen): 1, 0 when not (or not known), -1 raised. */
+static int prechecked(OpSpec *sp, PyObject *passed, PyObject **params) {
     Py_ssize_t d[3];
     for (int k = 0; k < 3; ++k)
         if ((d[k] = dim_of(sp->layout, params[sp->key_param[k]], sp->key_dim[k])) < 0) return 0;
-    if (!sp->key || d[0] != sp->key_dims[0] || d[1] != sp->key_dims[1] || d[2] != sp->key_dims[2]) {
-        PyObject *key = Py_BuildValue("(Onnn)", sp->key_op, d[0], d[1], d[2]);
-        if (!key) return -1;
-        Py_XSETREF(sp->key, key);
+    PyObject *key;
+    if (sp->key && d[0] == sp->key_dims[0] && d[1] == sp->key_dims[1] && d[2] == sp->key_dims[2]) {
+        key = Py_NewRef(sp->key);
+    } else {
+        if (!(key = Py_BuildValue("(Onnn)", sp->key_op, d[0], d[1], d[2]))) return -1;
+        Py_XSETREF(sp->key, Py_NewRef(key));
         memcpy(sp->key_dims, d, sizeof d);
     }
-    return PySet_Contains(sp->passed, sp->key);
+    int found = PySet_Contains(passed, key);
+    Py_DECREF(key);
+    return found;
 }
 
 typedef struct {
@@ -352,6 +374,7 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     int n_made = 0, precheck = 1, rc = 0;
     Py_ssize_t n_held = 0;
     PyObject *config = NULL, *stream = NULL, *outputs = NULL, *held = NULL, *state = NULL;
+    ConfigView view = {NULL, NULL, 0};
     if (sp->n_params != PyTuple_GET_SIZE(oc->head.names) || !parse_params(&oc->head, args, nargs, kwnames, params))
         return 0;
     const Layout *l = sp->layout;
@@ -418,7 +441,8 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
         PyObject *w = sp->role[i] >= 0 && params[i] && params[i] != Py_None ? slot(params[i], l->writer) : NULL;
         if (w && w != Py_None && w != stream) goto done;
     }
-    if ((rc = use_config(sp, config)) <= 0 || (precheck && (rc = prechecked(sp, params)) <= 0)) goto done;
+    if ((rc = use_config(sp, config, &view)) <= 0) goto done;
+    if (precheck && (rc = prechecked(sp, view.passed, params)) <= 0) goto done;
     rc = 0;
     /* the stream's state: its workspace block now, its holds after the launch (a stream's first launch
      * is Python's, which makes the state) */
@@ -429,8 +453,8 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     Py_INCREF(state);  /* kept across the launch: the stream may be destroyed meanwhile */
     uintptr_t ws, ws_cap;
     if (!ordered_workspace(&sp->ordered, state, &ws, &ws_cap)) goto done;
-    PyObject *comm = Py_NewRef(sp->comm);  /* another thread may replace the cache while the GIL is released */
-    const int64_t *ints = (const int64_t *)sp->ints;
+    PyObject *comm = view.comm;
+    const int64_t *ints = (const int64_t *)view.ints;
     void *handle = (void *)(uintptr_t)slot_size(stream, sp->s_handle);
     uint64_t ws_size = 0;
     void *executor = NULL;
@@ -439,7 +463,6 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     status = sp->run(table, ints, PyBytes_AS_STRING(comm), ws, ws_cap, handle, &ws_size, &executor, 1, &launched);
     if (!launched && status == 0) sp->destroy(executor);  /* needs a larger workspace: Python grows it */
     Py_END_ALLOW_THREADS
-    Py_DECREF(comm);
     if (!launched) goto done;  /* phase 1 refused, or more workspace: the Python path redoes it and reports */
     /* launched: what it uses is held until the stream passes it, whatever the launch's status */
     if (!(held = list_of(anchors, n_held))) {
@@ -469,6 +492,8 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
 done:
     Py_XDECREF(held);
     Py_XDECREF(state);
+    Py_XDECREF(view.comm);
+    Py_XDECREF(view.passed);
     while (n_made) Py_DECREF(made[--n_made]);
     return rc;
 }
