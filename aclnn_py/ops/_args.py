@@ -93,6 +93,11 @@ def output_tensor(given: object, param: str, shape: Sequence[int], dtype: DTypeL
     """A caller-provided output Tensor as given, or a new one of `shape` and `dtype`."""
     if given is None:
         return Tensor.empty(shape, dtype)
+    return given_output(given, param)
+
+
+def given_output(given: object, param: str) -> Tensor:
+    """A caller-provided output: a Tensor, else a TypeError naming `param`."""
     if not isinstance(given, Tensor):
         raise TypeError(f"{param}: outputs must be Tensors (device memory the operator writes into), got "
                         f"{type(given).__name__}")
@@ -103,8 +108,9 @@ def output_tensor(given: object, param: str, shape: Sequence[int], dtype: DTypeL
 ALLOCATED = object()
 
 
-def placeholder() -> Tensor:
-    """An empty output for a call phase 1 refuses before it reads its outputs."""
+def unread_output() -> Tensor:
+    """An empty output for a call that phase 1 refuses before it reads its outputs (sizing the real
+    one from refused attributes could ask for any amount of memory)."""
     return Tensor.empty((0,), DataType.INT8)
 
 

@@ -16,7 +16,7 @@ from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import prechecks
-from ._args import host_weights, ids_tensor, input_tensor, output_tensor, placeholder, required_tensor
+from ._args import given_output, host_weights, ids_tensor, input_tensor, required_tensor, unread_output
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
@@ -86,14 +86,14 @@ def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, prech
     (bf16 for an int32 expand_x) unless given; empty when phase 1 will refuse the call before it reads
     x_out."""
     if given is not None:
-        output_tensor(given, "x_out", (), DataType.INT8)  # a TypeError for anything but a Tensor
+        given_output(given, "x_out")
     found = prechecks.verdict(cfg, "combine", ins, None if given is None else (given,))
     if precheck and isinstance(found, AclnnParamInvalid):
         raise found
     if given is not None:
         return given
     if found is not None:
-        return placeholder()
+        return unread_output()
     ex_t, ids = ins[1], ins[2]
     assert ex_t is not None and ids is not None  # phase 1 refuses NULL ones: the verdict was C_DECIDES
     return Tensor.empty((ids.shape[0], ex_t.shape[1]), DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype)

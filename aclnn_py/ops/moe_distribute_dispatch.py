@@ -20,12 +20,13 @@ from ..tensor import Tensor, TensorArg
 from . import prechecks
 from ._args import (
     ALLOCATED,
+    given_output,
     host_weights,
     ids_tensor,
     input_tensor,
     output_tensor,
-    placeholder,
     required_tensor,
+    unread_output,
 )
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
@@ -52,10 +53,9 @@ _LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E
 class DispatchOutputs(NamedTuple):
     """The seven outputs of dispatch, as device Tensors (docs/operators.md, "Dispatch outputs").
 
-    The operator allocates all seven unless given. A caller passing its own may leave
-    `dynamic_scales`, `tp_recv_counts` and `expand_scales` None: the C function then gets NULL for
-    them, as CANN allows (they are only written in quantising modes, with TP, or with expert_scales;
-    the C function refuses a NULL it needs, naming it)."""
+    The operator allocates all seven unless given. An output a caller passes as None reaches the C
+    function as NULL: CANN allows it for `tp_recv_counts`, and for `expand_scales` without
+    expert_scales; phase 1 refuses any other NULL (`dynamic_scales` included) with 161001 naming it."""
 
     expand_x: Tensor
     dynamic_scales: Tensor | None
@@ -123,22 +123,22 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
 def _outputs(cfg: MoeConfig, ins: list[Tensor | None], outputs: DispatchOutputs | Mapping[str, Tensor | None] | None,
              y_dtype: DTypeLike | None, precheck: bool) -> DispatchOutputs:
     """The outputs of this call, after the pre-checks (which raise only with `precheck`). When phase 1
-    will refuse the call before it reads the outputs, the missing ones are empty placeholders: sizing
-    them from refused attributes could ask for any amount of memory."""
+    will refuse the call before it reads the outputs, the missing ones are empty
+    (:func:`~aclnn_py.ops._args.unread_output`)."""
     if isinstance(outputs, DispatchOutputs):
         found = prechecks.verdict(cfg, "dispatch", ins, outputs)
     else:
         given = _given_outputs(outputs)
         for name, value in given.items():
             if value is not None:
-                output_tensor(value, name, (), DataType.INT8)  # a TypeError for anything but a Tensor
+                given_output(value, name)
         found = prechecks.verdict(cfg, "dispatch", ins, [given.get(n, ALLOCATED) for n in OUTPUTS])
     if precheck and isinstance(found, AclnnParamInvalid):
         raise found
     if isinstance(outputs, DispatchOutputs):
         return outputs
     if found is not None:
-        return DispatchOutputs(*(given[n] if n in given else placeholder() for n in OUTPUTS))  # type: ignore[arg-type]
+        return DispatchOutputs(*(given[n] if n in given else unread_output() for n in OUTPUTS))  # type: ignore[arg-type]
     xt, ids = ins[1], ins[2]
     assert xt is not None and ids is not None  # phase 1 refuses NULL ones: the verdict was C_DECIDES
     return allocate_outputs(cfg, xt, ids, ins[5], ins[3], ins[6] is not None, y_dtype, outputs)
@@ -195,7 +195,8 @@ def prepare_dispatch(
     executor may be launched many times and rebound (``aclSetAclOpExecutorRepeatable``). With
     `precheck`, the attribute, mode, size and window rules are checked in Python first, with the C
     wording, where phase 1 would reach them (docs/operators.md, "Status codes"): the answer is the
-    same either way. A required tensor given None is passed as NULL (161001 from phase 1)."""
+    same either way. `x` or `expert_ids` given None is a TypeError; an output given None is passed as
+    NULL (see :class:`DispatchOutputs`)."""
     cfg = resolve_config(config, attrs)
     s = resolve_stream(stream)
     ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
