@@ -156,3 +156,22 @@ def test_set_raw_tensor_addr_between_the_phases_is_refused(acl, mock, copy_op):
     assert mock.launch_executor(make(), ws.ptr, 128) == 0
     acl.Stream.default().synchronize()
     assert lib.aclSetRawTensorAddr(src.descriptor(), ffi.cast("void *", src.ptr)) == 0
+
+
+def test_a_one_shot_prepared_closed_before_its_launch_destroys_its_executor(acl, mock):
+    from helpers.moe_calls import World2
+
+    from aclnn_py.dtypes import bfloat16
+    from aclnn_py.ops import prepare_dispatch
+
+    world = World2()
+    try:
+        ctx, ccl = world.ctx[0]
+        x, ids = acl.Tensor.zeros((2, 1024), bfloat16), acl.Tensor.zeros((2, 1), np.int32)
+        before = mock.stats()["executors"]
+        p = prepare_dispatch(ctx, x, ids, ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=ccl)
+        assert mock.stats()["executors"] == before + 1
+        p.close()  # never launched: nothing else would destroy it
+        assert mock.stats()["executors"] == before
+    finally:
+        world.close()

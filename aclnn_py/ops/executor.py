@@ -210,8 +210,9 @@ class Prepared(Resource):
         self._rebind("aclSetOutputTensorAddr", index, tensor, self.outputs)
 
     def _release(self) -> None:
-        if self.repeatable:
-            check_aclnn(initialized().lib.aclDestroyAclOpExecutor(self._executor), "aclDestroyAclOpExecutor")
+        # reached while open: a repeatable executor, or a one-shot one never launched (a launch consumes
+        # it and closes this object), which nothing else would destroy
+        check_aclnn(initialized().lib.aclDestroyAclOpExecutor(self._executor), "aclDestroyAclOpExecutor")
 
     def _label(self) -> str:
         return f"Prepared({self._launch_name}, {'repeatable' if self.repeatable else 'one-shot'})"
