@@ -21,7 +21,7 @@ BUILD=${SANITIZE_BUILD_DIR:-$REPO/build/sanitize}
 PY=$(python3 -c 'import sys; print(sys.executable)')   # the real interpreter, not a shell shim
 JOBS=${SANITIZE_JOBS:-2}
 FUZZ_EXAMPLES=${SANITIZE_FUZZ_EXAMPLES:-5000}
-SUITES=${SANITIZE_SUITES:-"tests/test_c_runtime.py tests/test_hccl_c.py tests/test_fuzz_abi.py tests/test_misuse.py tests/test_faults.py tests/test_concurrency.py tests/test_dispatch.py tests/test_combine.py tests/test_plans.py tests/test_fastpath.py"}
+SUITES=${SANITIZE_SUITES:-"tests/mock/test_c_runtime.py tests/mock/test_hccl_c.py tests/mock/test_fuzz_abi.py tests/mock/test_misuse.py tests/mock/test_faults.py tests/test_concurrency.py tests/ops/test_dispatch.py tests/ops/test_combine.py tests/ops/test_plans.py tests/ops/test_fastpath.py"}
 
 # the build needs pybind11 (a build requirement of the package, so not always in the environment)
 "$PY" -c "import pybind11" 2>/dev/null || "$PY" -m pip install -q "pybind11>=2.12"

@@ -8,7 +8,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python}
 ROUNDS=${ACLNN_STRESS_ROUNDS:-5}
-SUITES=(tests/test_faults.py tests/test_hccl.py tests/test_hccl_c.py tests/test_concurrency.py tests/test_interrupt.py)
+SUITES=(tests/mock/test_faults.py tests/test_hccl.py tests/mock/test_hccl_c.py tests/test_concurrency.py tests/runtime/test_interrupt.py)
 
 t0=$(date +%s)
 "$PY" tests/helpers/world_churn.py &

@@ -1,4 +1,8 @@
-"""Shared fixtures. Every test runs on the mock backend, never on a CANN found on the machine."""
+"""Shared fixtures. Every test runs on the mock backend, never on a CANN found on the machine.
+
+The folders mirror the package: runtime/ (aclnn_py/runtime), ops/ (aclnn_py/ops), golden/
+(aclnn_py/golden), cli/ (the `aclnn-py` commands), mock/ (the mock CANN root itself: its C ABI, casts,
+faults; c/ holds the C sources those tests build); tests of the top-level modules stay here."""
 
 from __future__ import annotations
 

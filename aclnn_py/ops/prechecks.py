@@ -6,7 +6,7 @@ mistake readable there too. A pre-check gives the C wording earlier, never a dif
 1 checks the pointers and descriptors first, then the attributes and modes, then the token tensors'
 types and ranks, then the sizes and the window, and a rule here is applied only when every check
 phase 1 makes before it passes (:func:`verdict` looks at those without wording them; C words them).
-tests/test_prechecks.py and tests/test_precheck_agreement.py hold the two to the same answers. Rules
+tests/ops/test_prechecks.py and tests/ops/test_precheck_agreement.py hold the two to the same answers. Rules
 that passed once are remembered on the MoeConfig, so a repeated call pays set lookups.
 """
 

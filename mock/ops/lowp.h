@@ -3,7 +3,7 @@
 // decoders, and the row kernels of dispatch quant modes 1, 2 (fp8), 3, 4, 5 and combine comm quant
 // 3 / 4. The rules are the ones aclnn_py/casts.py and the aclnn_py.golden package docstring states
 // (their module docstrings, "choices" 1-8); this file is written from those rules, not from the
-// Python code, and tests/test_casts_mock.py checks both against each other on dense inputs.
+// Python code, and tests/mock/test_casts_mock.py checks both against each other on dense inputs.
 //
 // Formats (sign | exponent | mantissa, subnormals everywhere):
 //   float8_e4m3fn  bias 7,  3 mantissa bits, no inf, NaN = S.1111.111, max 448      (OCP FP8)

@@ -1,4 +1,4 @@
-// C-level tests of the mock libhccl.so, built and run by tests/test_hccl_c.py:
+// C-level tests of the mock libhccl.so, built and run by tests/mock/test_hccl_c.py:
 //   hccl_selftest <scenario> [args]
 // Scenarios run worlds of threads (or forked processes) and exit 0 on success; a failed check prints
 // "FAIL <file>:<line>: <what>" and exits 1. Uses the public C ABI plus the kernel contract of

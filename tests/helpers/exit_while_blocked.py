@@ -1,4 +1,4 @@
-"""Child interpreter of tests/test_interrupt.py: block a thread in the mock, then end the main thread.
+"""Child interpreter of tests/runtime/test_interrupt.py: block a thread in the mock, then end the main thread.
 
     exit_while_blocked.py join|kernel "sys.exit"|"main ends"
 

@@ -1,4 +1,4 @@
-"""Rank functions of tests/test_faults.py and tests/test_concurrency.py (light to import: every rank
+"""Rank functions of tests/mock/test_faults.py and tests/test_concurrency.py (light to import: every rank
 process of a process world imports this module).
 
 A round is one small dispatch → combine on a 2-rank world (W = 2, E = 2, BS = 2, H = 1024, K = 1)
@@ -103,7 +103,7 @@ def new_thread_world(seed: int = 0) -> list[dict[str, Any]]:
     return launch.run_threads(world_round, 2, seed, timeout=60)
 
 
-# ---- process worlds (tests/test_faults.py starts these with aclnn_py.launch.spawn) -------------------
+# ---- process worlds (tests/mock/test_faults.py starts these with aclnn_py.launch.spawn) -------------------
 def killed_round(rank: int, world_size: int, root: bytes, plan: dict[str, Any], pid_dir: str) -> dict[str, Any]:
     """A rank of a process world whose victim dies inside an op. plan: {"victim": rank, "how":
     "crash" | "kill", "op": "dispatch" | "combine"}. crash: the victim SIGKILLs itself inside the

@@ -1,4 +1,4 @@
-"""Rank function and inputs of tests/test_large_world.py: one full dispatch → combine round per rank,
+"""Rank function and inputs of tests/ops/test_large_world.py: one full dispatch → combine round per rank,
 the expert output being the dispatch output itself (so the combine result is fixed by the inputs)."""
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ the Ascend950 profile, every rank a thread of this process, checked bit for bit 
 
 Deselected by default (marker ``large_world``; each takes tens of seconds and up to a few GiB):
 
-    pytest -m large_world tests/test_large_world.py
+    pytest -m large_world tests/ops/test_large_world.py
 
 Small shapes (BS 2, H 1024, K 2, E = W) and a small window (HCCL_BUFFSIZE 8: 16 MiB per rank, enough
 for W = 1024 at BS 2). The 0xA5 poison fill of new allocations is turned off: every rank's expand_x is

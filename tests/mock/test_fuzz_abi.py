@@ -17,7 +17,7 @@ start values after every example, allocations, streams and communicators after t
 Settings (environment): ACLNN_FUZZ_EXAMPLES (default 5000: CI), ACLNN_FUZZ_SEED (derandomised by
 default, so CI always runs the same cases). The long run of docs/reliability.md::
 
-    ACLNN_FUZZ_EXAMPLES=100000 python -m pytest tests/test_fuzz_abi.py -q
+    ACLNN_FUZZ_EXAMPLES=100000 python -m pytest tests/mock/test_fuzz_abi.py -q
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """SoC names by family on the mock: ACLNN_MOCK_SOC and _mock.set_soc take the names real parts report
 (Ascend910_9391, Ascend950..., any case), choose the profile by family prefix, and aclrtGetSocName reports
 the name exactly as given; a name of no known family is refused where it is configured. (The profile the
-ops then apply: tests/test_moe_checks.py.)"""
+ops then apply: tests/ops/test_moe_checks.py.)"""
 
 from __future__ import annotations
 

@@ -371,7 +371,7 @@ def test_parameter_mismatch_names_the_field(acl, profile, monkeypatch, field, kw
 # ---- the Ascend950 profile only ------------------------------------------------------------------------------
 @on_profile(A950)
 def test_moderate_world_size(acl, profile):
-    # W = 32 on the 950 (W up to 1024 is checked in tests/test_moe_checks.py)
+    # W = 32 on the 950 (W up to 1024 is checked in tests/ops/test_moe_checks.py)
     rng = np.random.default_rng(32)
     cases = [random_case(rng, 32, seed=97_000 + i, soc=A950) for i in range(4)]
     cases = [replace(c, bss=[min(b, 4) for b in c.bss],

@@ -22,7 +22,7 @@ from helpers import fault_ranks as fr
 
 SYNC_TIMEOUT, AICORE_TIMEOUT, AICORE_EXCEPTION = 507046, 507014, 507015
 PROMPT = 10.0   # far below the 120 s default timeout, with room for a loaded machine
-HELPER = Path(__file__).resolve().parent / "helpers" / "exit_while_blocked.py"
+HELPER = Path(__file__).resolve().parents[1] / "helpers" / "exit_while_blocked.py"
 
 
 @pytest.fixture

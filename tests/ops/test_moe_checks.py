@@ -891,7 +891,7 @@ def test_null_expand_x_still_nullptr_on_950(world, profile):
 
 
 # =================================================================================================================
-# SoC names by family: a suffixed name selects its family's profile (aclrtGetSocName: tests/test_soc_profiles.py)
+# SoC names by family: a suffixed name selects its family's profile (aclrtGetSocName: tests/mock/test_soc_profiles.py)
 # =================================================================================================================
 
 def _mx_call(world):
