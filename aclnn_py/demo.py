@@ -27,6 +27,7 @@ from . import casts, golden
 from .cli_conventions import UsageError, int_at_least, positive_seconds
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
 from .dtypes import DataType, bfloat16
+from .ops.profiles import FAMILIES, SocProfile
 
 if TYPE_CHECKING:
     from .buffer import MoeDistributeBuffer
@@ -56,27 +57,8 @@ Y_DTYPES = {"int8": DataType.INT8, "hifloat8": DataType.HIFLOAT8, "float8_e4m3fn
             "float4_e1m2": DataType.FLOAT4_E1M2}
 
 
-@dataclass(frozen=True)
-class SocProfile:
-    """What the operators accept on one SoC: per quant mode the y-dtypes (the first is the default;
-    none for mode 0, whose expand_x keeps x's dtype), and the combine comm quant modes."""
-
-    name: str
-    y_dtypes: Mapping[int, tuple[str, ...]]
-    comm_quant_modes: tuple[int, ...]
-
-    @property
-    def quant_modes(self) -> tuple[int, ...]:
-        return tuple(sorted(self.y_dtypes))
-
-
-PROFILES = {p.name: p for p in (
-    SocProfile("Ascend910_93", {0: (), 2: ("int8",)}, (0, 2)),
-    SocProfile("Ascend950", {0: (), 1: ("int8", "hifloat8"), 2: ("int8", "float8_e4m3fn", "float8_e5m2"),
-                             3: ("float8_e4m3fn", "float8_e5m2"),
-                             4: ("float8_e4m3fn", "float8_e5m2", "float4_e2m1", "float4_e1m2"),
-                             5: ("float8_e4m3fn", "float8_e5m2")}, (0, 2, 3, 4)),
-)}
+#: The SoC profiles the demo runs, by the family name the mock takes and the golden checks.
+PROFILES: Mapping[str, SocProfile] = {p.name: p for _, p in FAMILIES}
 
 
 # ---- the model ---------------------------------------------------------------------------------------
@@ -115,7 +97,7 @@ class Model:
         if self.y_dtype != "auto":
             return self.y_dtype
         profile = PROFILES.get(self.soc)
-        choices = profile.y_dtypes.get(self.quant_mode, ()) if profile else ()
+        choices = profile.y_dtypes(self.quant_mode) if profile else ()
         return choices[0] if choices else "int8"
 
     @property
@@ -381,19 +363,19 @@ def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence
 
 
 def _validate_modes(m: Model, profile: SocProfile) -> None:
-    others = [p.name for p in PROFILES.values() if m.quant_mode in p.y_dtypes and p is not profile]
+    others = [p.name for p in PROFILES.values() if m.quant_mode in p.quant_modes and p is not profile]
     hint = f" ({', '.join(others)} supports it: --soc on the mock)" if others else ""
-    if m.quant_mode not in profile.y_dtypes:
+    if m.quant_mode not in profile.quant_modes:
         raise UsageError(f"--quant-mode {m.quant_mode} is not supported on {profile.name} (it supports "
-                         f"{', '.join(map(str, profile.quant_modes))}){hint}")
-    choices = profile.y_dtypes[m.quant_mode]
+                         f"{', '.join(map(str, sorted(profile.quant_modes)))}){hint}")
+    choices = profile.y_dtypes(m.quant_mode)
     if m.y_dtype != "auto" and m.y_dtype not in choices:
         allowed = ", ".join(choices) if choices else "none: expand_x keeps the tokens' dtype"
         raise UsageError(f"--y-dtype {m.y_dtype} is not an output of quant mode {m.quant_mode} on {profile.name} "
                          f"(allowed: {allowed})")
     if m.comm_quant_mode not in profile.comm_quant_modes:
         raise UsageError(f"--comm-quant-mode {m.comm_quant_mode} is not supported on {profile.name} (it supports "
-                         f"{', '.join(map(str, profile.comm_quant_modes))})")
+                         f"{', '.join(map(str, sorted(profile.comm_quant_modes)))})")
     if m.expand_x_format in ("float4_e2m1", "float4_e1m2") and m.hidden % 2:
         raise UsageError(f"--hidden {m.hidden} must be even for a packed fp4 expand_x")
 
@@ -596,6 +578,6 @@ def _run_reporting_failures(m: Model, args: argparse.Namespace, devices: list[in
         return None
 
 
-__all__ = ["COMM_QUANT_MODES", "Model", "PROFILES", "QUANT_MODES", "SocProfile", "Y_DTYPES", "add_parser",
+__all__ = ["COMM_QUANT_MODES", "Model", "PROFILES", "QUANT_MODES", "Y_DTYPES", "add_parser",
            "check_round", "dequantize", "expert_ffn", "golden_round", "main", "rank_inputs", "run",
            "static_scales", "validate"]

@@ -9,6 +9,7 @@ name gets a warning and the A3 rules (docs/operators.md, "SoC profiles").
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -26,6 +27,25 @@ class SocProfile:
     low_precision: bool                # fp8 / hifloat8 / fp4 inputs and outputs, MX scales
     elastic: bool                      # elastic_info and performance_info (reserved otherwise)
 
+    def y_dtypes(self, quant_mode: int) -> tuple[str, ...]:
+        """The expand_x element types dispatch's `quant_mode` can produce on this line, the default
+        first: none for mode 0 (expand_x keeps x's type) or for a mode the line does not support;
+        int8 everywhere, the low-precision types only where the line has them."""
+        if quant_mode not in self.quant_modes:
+            return ()
+        return tuple(t for t in QUANT_MODE_Y_DTYPES.get(quant_mode, ()) if t == "int8" or self.low_precision)
+
+
+#: Per dispatch quant mode, the expand_x element types it can write (the first is its default), by
+#: their DataType names in lower case (aclnnMoeDistributeDispatchV5.md, y_dtype / quant_mode).
+QUANT_MODE_Y_DTYPES: Mapping[int, tuple[str, ...]] = {
+    0: (),
+    1: ("int8", "hifloat8"),
+    2: ("int8", "float8_e4m3fn", "float8_e5m2"),
+    3: ("float8_e4m3fn", "float8_e5m2"),
+    4: ("float8_e4m3fn", "float8_e5m2", "float4_e2m1", "float4_e1m2"),
+    5: ("float8_e4m3fn", "float8_e5m2"),
+}
 
 A3 = SocProfile("Ascend910_93", 768, 0, 256, 12, frozenset({0, 2}), frozenset({0, 2}), False, False)
 ASCEND950 = SocProfile("Ascend950", 1024, 1024, 512, None, frozenset({0, 1, 2, 3, 4, 5}),
