@@ -10,18 +10,16 @@ from the memory pool (:mod:`aclnn_py.runtime._pool`) and goes back to it instead
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import check_acl
 from . import _pool
 from ._init import initialized
+from ._queue import QueueingStream
 from ._resource import Resource
 from ._thread import current_device_id
-
-if TYPE_CHECKING:
-    from ._stream import Stream
 
 _exports_lock = threading.Lock()
 
@@ -121,11 +119,11 @@ class MemoryExport:
             pass
 
 
-def _stream_cdata(stream: Stream | None) -> Any:
+def _stream_cdata(stream: QueueingStream | None) -> Any:
     return initialized().ffi.NULL if stream is None else stream._cdata
 
 
-def copy_to_device(dst: int, dst_max: int, src: np.ndarray, stream: Stream | None = None) -> None:
+def copy_to_device(dst: int, dst_max: int, src: np.ndarray, stream: QueueingStream | None = None) -> None:
     """Copy a C-contiguous host array to device address `dst`: synchronous without `stream`;
     queued on `stream` otherwise (the caller keeps `src` alive until the stream passes the copy)."""
     b = initialized()
@@ -145,7 +143,7 @@ def copy_to_host(dst: np.ndarray, src: int, count: int) -> None:
                                 count, b.lib.ACL_MEMCPY_DEVICE_TO_HOST), "aclrtMemcpy")
 
 
-def fill(dst: int, dst_max: int, value: int, count: int, stream: Stream | None = None) -> None:
+def fill(dst: int, dst_max: int, value: int, count: int, stream: QueueingStream | None = None) -> None:
     """``aclrtMemset`` (synchronous) or ``aclrtMemsetAsync`` on `stream`."""
     b = initialized()
     if stream is None:

@@ -15,12 +15,9 @@ import collections
 import sys
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 from ._memory import DeviceMemory
-
-if TYPE_CHECKING:  # the stream module imports this one: streams and their events are only used here
-    from ._stream import Event, Stream
+from ._queue import QueuedEvent, QueueingStream
 
 #: A checkpoint event is recorded once this many holds are pending in a stream's current segment, so a
 #: stream that is never synchronised still frees. Recording and querying one costs about 10 µs on the
@@ -42,7 +39,7 @@ class _StreamState:
         self.current: list[object] = []
         self.segments: collections.deque[list[object]] = collections.deque([self.current])
         self.first = 0  # the number of segments[0]; they are numbered in order
-        self.checkpoints: collections.deque[tuple[Event, int]] = collections.deque()
+        self.checkpoints: collections.deque[tuple[QueuedEvent, int]] = collections.deque()
         self.workspace: DeviceMemory | None = None
         self.retired: list[DeviceMemory] = []  # workspace blocks replaced by a larger one
 
@@ -73,7 +70,7 @@ class _StreamState:
 # plan's release, an unclosed object's __del__) that holds again or forgets a stream.
 _lock = threading.Lock()
 _states: dict[int, _StreamState] = {}
-_spare_events: list[Event] = []
+_spare_events: list[QueuedEvent] = []
 
 
 def _state(key: int) -> _StreamState:
@@ -81,7 +78,7 @@ def _state(key: int) -> _StreamState:
     return st if st is not None else _states.setdefault(key, _StreamState())
 
 
-def hold(stream: Stream, obj: object) -> None:
+def hold(stream: QueueingStream, obj: object) -> None:
     """Keep `obj` alive until `stream` passes the work queued so far. (The compiled calls do the same on
     a stream's state directly: :func:`compiled_view`.)"""
     with _lock:
@@ -114,7 +111,7 @@ class _AfterStream:
             pass
 
 
-def release_after(stream: Stream | None, release: Callable[[], None]) -> None:
+def release_after(stream: QueueingStream | None, release: Callable[[], None]) -> None:
     """Call `release` once `stream` has passed the work queued on it so far: at once when there is no
     stream or it is closed (its queued work finished when it was destroyed), else when the stream is
     next found past this point (a synchronisation, a checkpoint, its destruction). For what queued
@@ -127,7 +124,7 @@ def release_after(stream: Stream | None, release: Callable[[], None]) -> None:
 
 
 def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
-                             Callable[[Stream, object], None], Callable[[Stream], None], int]:
+                             Callable[[QueueingStream, object], None], Callable[[QueueingStream], None], int]:
     """What a compiled call (fastpath/ordered.c) reads and writes instead of calling
     :func:`workspace_block` and :func:`hold` for each launch: the states by stream key, their type (its
     slots ``current`` and ``workspace``), the block type, :func:`hold` (for a stream without a state
@@ -135,7 +132,7 @@ def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[D
     return _states, _StreamState, DeviceMemory, hold, _checkpoint, CHECKPOINT_EVERY
 
 
-def workspace_block(stream: Stream) -> tuple[int, int]:
+def workspace_block(stream: QueueingStream) -> tuple[int, int]:
     """(address, size) of `stream`'s workspace block as it is ((0, 0) before the first) — the
     operators' every-call read; a launch needing more calls :func:`workspace`. Launches hold what they
     use with :func:`hold` *after* queueing, so that a synchronisation that began before the launch
@@ -145,7 +142,7 @@ def workspace_block(stream: Stream) -> tuple[int, int]:
     return (mem._ptr, mem.size) if mem is not None else (0, 0)
 
 
-def _checkpoint(stream: Stream) -> None:
+def _checkpoint(stream: QueueingStream) -> None:
     with _lock:
         spare = _spare_events.pop() if _spare_events else None
         closed = _state(stream._key).boundary()  # before the event: what it closed was queued before
@@ -165,7 +162,7 @@ def _reap(st: _StreamState, released: list[list[object]]) -> None:
         st.drop_through(closed, released)
 
 
-def mark(stream: Stream) -> int:
+def mark(stream: QueueingStream) -> int:
     """A mark in `stream`'s holds, taken before waiting for it: :func:`passed` with it releases
     everything held before."""
     with _lock:
@@ -173,7 +170,7 @@ def mark(stream: Stream) -> int:
         return st.boundary() if st is not None else -1
 
 
-def passed(stream: Stream, position: int) -> None:
+def passed(stream: QueueingStream, position: int) -> None:
     """`stream` completed the work queued before the mark `position` (it was synchronised)."""
     released: list[list[object]] = []
     with _lock:
@@ -199,7 +196,7 @@ def forget(key: int) -> None:
         mem.close()
 
 
-def workspace(stream: Stream, size: int) -> int:
+def workspace(stream: QueueingStream, size: int) -> int:
     """The address of a workspace of at least `size` bytes for launches on `stream` (0 for 0 bytes).
 
     A larger block replaces the stream's block without waiting for the stream: a launch of another
@@ -237,7 +234,7 @@ def reap() -> int:
         return sum(st.pending() for st in _states.values())
 
 
-def held(stream: Stream) -> int:
+def held(stream: QueueingStream) -> int:
     """How many holds `stream` still has."""
     with _lock:
         st = _states.get(stream._key)
