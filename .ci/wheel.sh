@@ -2,7 +2,8 @@
 # Packaging check: `pip wheel . -w dist` builds the wheel; it is installed into a fresh venv and
 # smoke-tested from outside the source tree (import, version, `aclnn-py doctor --strict`, a 2-rank
 # thread round checked against the golden, the C client built against the installed mock root);
-# the sdist is built and checked to hold everything the build needs.
+# the sdist is built and checked to hold everything the build needs; the wheel is checked to hold no
+# benchmark (they run from a checkout: python -m benchmarks).
 # Needs python3 (>= 3.10) with venv, a C/C++ compiler, CMake; network access for pip.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +26,16 @@ rm -rf dist/aclnn_py-*.whl
 "$WORK/tools/bin/python" -m pip wheel . -w dist --no-deps -q
 WHEEL=$(ls dist/aclnn_py-"$VERSION"-*.whl)
 echo "built $WHEEL"
+"$WORK/tools/bin/python" - "$WHEEL" <<'EOF'
+import sys
+import zipfile
+
+names = zipfile.ZipFile(sys.argv[1]).namelist()
+shipped = [n for n in names if n.split("/")[0] == "benchmarks" or n.startswith("aclnn_py/bench/")
+           or "aclnnpy_floor" in n or "c_floor" in n]
+assert not shipped, f"the wheel contains benchmark files (they run from a checkout): {shipped}"
+print(f"wheel ok ({len(names)} files, no benchmark package, no C floor library)")
+EOF
 
 echo "== sdist"
 rm -f dist/aclnn_py-*.tar.gz
@@ -35,7 +46,8 @@ for need in pyproject.toml CMakeLists.txt build_ffi.py build_ffi_dlpack.c build_
             include/acl/acl_rt.h include/aclnn/acl_meta.h include/hccl/hccl_kfc.h \
             include/aclnnop/aclnn_moe_distribute_dispatch_v5.h mock/CMakeLists.txt mock/ops/dispatch_v5.cpp \
             mock/python/mock_module.cpp aclnn_py/__init__.py aclnn_py/py.typed aclnn_py/_aclnn.pyi aclnn_py/_fastpath.pyi aclnn_py/ops/executor.py \
-            examples/c_client/moe_round.c examples/cpp_embed/server.cpp docs/quickstart.md tests/conftest.py; do
+            examples/c_client/moe_round.c examples/cpp_embed/server.cpp docs/quickstart.md tests/conftest.py \
+            benchmarks/__main__.py benchmarks/c_floor.c benchmarks/c_floor.py; do
   grep -qx "aclnn_py-$VERSION/$need" "$WORK/sdist.txt" || { echo "sdist is missing $need"; exit 1; }
 done
 if grep -E "^aclnn_py-${VERSION//./\\.}/(build|dist)/|\\.so\$" "$WORK/sdist.txt"; then

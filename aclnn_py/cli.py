@@ -1,5 +1,7 @@
-"""`aclnn-py` command line: ``doctor`` (what is loaded from where, and can it be trusted), ``demo``
-(a seeded MoE round checked against the golden, on the mock or on an install) and ``bench``.
+"""`aclnn-py` command line: ``doctor`` (what is loaded from where, and can it be trusted) and ``demo``
+(a seeded MoE round checked against the golden, on the mock or on an install). ``bench`` only says
+how to run the benchmarks, which are not installed: ``python -m benchmarks`` from a source checkout
+(docs/benchmarks.md).
 
 Conventions: ``--help`` of every command shows the defaults; a mistake in the command line or the
 environment prints one line ``aclnn-py <command>: error: ...`` and exits 2; an internal error prints
@@ -8,11 +10,13 @@ its traceback and exits 3. Commands describe their other exit codes in their ``-
 
 from __future__ import annotations
 
+import argparse
+import shlex
 import sys
-import traceback
 from collections.abc import Sequence
+from typing import Any
 
-from .cli_conventions import EXIT_INTERNAL, EXIT_USAGE, Parser, UsageError
+from .cli_conventions import Parser, UsageError, run_main
 
 DESCRIPTION = """\
 aclnn-py: CANN's MoE dispatch / combine operators from Python, with a CPU mock of the same C ABI.
@@ -21,8 +25,27 @@ A mistake in the command line or the environment prints one line and exits 2; an
 prints its traceback and exits 3; each command's --help gives its defaults and other exit codes."""
 
 
+BENCH_COMMAND = "python -m benchmarks"
+BENCH_DESCRIPTION = f"""\
+The benchmarks are not part of the installed package: they run from a source checkout of aclnn-py,
+after `pip install .` there. From the checkout's root: `{BENCH_COMMAND} --help` (docs/benchmarks.md).
+This command only says so; it exits 2 with the command line to use."""
+
+
+def _add_bench_pointer(sub: Any) -> None:
+    p = sub.add_parser("bench", help=f"not installed: run `{BENCH_COMMAND}` from a source checkout",
+                       description=BENCH_DESCRIPTION)
+    p.set_defaults(func=_bench_pointer, bench_args=[])
+
+
+def _bench_pointer(args: argparse.Namespace) -> int:
+    line = shlex.join([*BENCH_COMMAND.split(), *args.bench_args])
+    raise UsageError("the benchmarks are not part of the installed package; from the root of a source checkout "
+                     f"of aclnn-py, run: {line}")
+
+
 def build_parser() -> Parser:
-    from . import __version__, bench, demo, doctor
+    from . import __version__, demo, doctor
 
     ap = Parser(prog="aclnn-py", description=DESCRIPTION,
                 epilog="Run `aclnn-py <command> --help` for a command's options and exit status.")
@@ -30,32 +53,29 @@ def build_parser() -> Parser:
     sub = ap.add_subparsers(dest="cmd", metavar="<command>", parser_class=Parser)
     doctor.add_parser(sub)
     demo.add_parser(sub)
-    bench.add_parser(sub)
+    _add_bench_pointer(sub)
     return ap
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aclnn-py`` script and ``python -m aclnn_py``; returns the exit status."""
     cmd: str | None = None
-    try:
+
+    def body() -> int:
+        nonlocal cmd
         ap = build_parser()
-        args = ap.parse_args(argv)
+        args, extra = ap.parse_known_args(argv)
         cmd = args.cmd
+        if cmd == "bench":  # whatever follows is the benchmark's own command line
+            args.bench_args = extra
+        elif extra:
+            ap.error(f"unrecognized arguments: {' '.join(extra)}")
         if cmd is None:  # bare `aclnn-py`: a usage error, as for any other missing argument
             ap.print_usage(sys.stderr)
             raise UsageError("a command is required (see aclnn-py --help)")
         return int(args.func(args))
-    except UsageError as e:
-        prog = e.prog or (f"aclnn-py {cmd}" if cmd else "aclnn-py")
-        print(f"{prog}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except KeyboardInterrupt:
-        print("aclnn-py: interrupted", file=sys.stderr)
-        return 130
-    except Exception:  # noqa: BLE001 - an internal error: the traceback is what a bug report needs
-        traceback.print_exc()
-        print("aclnn-py: internal error (traceback above)", file=sys.stderr)
-        return EXIT_INTERNAL
+
+    return run_main("aclnn-py", body, lambda: f"aclnn-py {cmd}" if cmd else "aclnn-py")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """The conventions every `aclnn-py` command shares: defaults in ``--help``, a user's mistake as one
 line and exit 2 (:class:`UsageError`), an internal error as a traceback and exit 3. The commands
-(doctor, demo, bench) import this module; :mod:`aclnn_py.cli` imports the commands."""
+(doctor, demo) import this module; :mod:`aclnn_py.cli` imports the commands. The checkout's
+``python -m benchmarks`` follows the same conventions through :func:`run_main`."""
 
 from __future__ import annotations
 
 import argparse
 import math
+import sys
+import traceback
 from collections.abc import Callable
 from typing import Any, NoReturn
 
@@ -43,6 +46,25 @@ class Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         raise UsageError(f"{message} (see {self.prog} --help)", self.prog)
+
+
+def run_main(name: str, body: Callable[[], int], prog: Callable[[], str] | None = None) -> int:
+    """Run a command line's `body` and return its exit status, with the conventions: a
+    :class:`UsageError` prints ``<prog>: error: <message>`` and gives 2, Ctrl-C gives 130, any other
+    exception prints its traceback and gives 3. `name` is the program (``aclnn-py``); `prog`, asked
+    only after an error, names the command that was running when the error did not say."""
+    try:
+        return int(body())
+    except UsageError as e:
+        print(f"{e.prog or (prog() if prog else name)}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"{name}: interrupted", file=sys.stderr)
+        return 130
+    except Exception:  # noqa: BLE001 - an internal error: the traceback is what a bug report needs
+        traceback.print_exc()
+        print(f"{name}: internal error (traceback above)", file=sys.stderr)
+        return EXIT_INTERNAL
 
 
 # ---- option types: a value out of range is refused while parsing, as argparse refuses "abc" for an int ----

@@ -1,9 +1,10 @@
 /*
- * aclnn-py bench: the host-overhead floor a C programmer gets from the same backend libraries.
+ * The benchmarks' host-overhead floor: what a C programmer gets from the same backend libraries.
  *
- * `aclnn-py bench` loads this library with ctypes and times two loops against the functions of the
- * backend the Python binding already loaded (resolved with dlopen(RTLD_NOLOAD) + dlsym, so the loop
- * calls exactly the code the binding calls, never a second copy of a library):
+ * `python -m benchmarks` compiles this file into a shared library on first use (benchmarks/c_floor.py),
+ * loads it with ctypes and times two loops against the functions of the backend the Python binding
+ * already loaded (resolved with dlopen(RTLD_NOLOAD) + dlsym, so the loop calls exactly the code the
+ * binding calls, never a second copy of a library):
  *
  *   per call: phase 1 (aclnnMoeDistribute*V5GetWorkspaceSize) with descriptors made once by the
  *             Python side, then phase 2 (aclnnMoeDistribute*V5) on the caller's workspace/stream;

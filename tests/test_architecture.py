@@ -11,7 +11,7 @@ import aclnn_py
 
 PACKAGE = Path(aclnn_py.__file__).resolve().parent
 #: Modules whose job is to compare with the golden.
-COMPARING = ("aclnn_py.demo", "aclnn_py.bench", "aclnn_py.golden")
+COMPARING = ("aclnn_py.demo", "aclnn_py.golden")
 
 
 def _modules() -> dict[str, Path]:

@@ -1,6 +1,8 @@
-"""`aclnn-py bench`: host overhead per call and the mock's throughput, each measured side by side
-with a baseline in the same run and reported as ratios (the README's performance tables are made
-from its report by ``aclnn-py bench --markdown --update README.md``).
+"""The benchmarks: host overhead per call and the mock's throughput, each measured side by side with a
+baseline in the same run and reported as ratios (the README's performance tables are made from its
+report by ``python -m benchmarks --markdown --update README.md``). They run from the root of a source
+checkout after ``pip install .``, against the installed build, and are not part of the package
+(docs/benchmarks.md).
 
 Sections, one module each:
 
@@ -19,6 +21,6 @@ Medians over repeats with their spread; ``--json`` prints one JSON document.
 
 from __future__ import annotations
 
-from .cli import add_parser, main, run
+from .cli import build_parser, main, run
 
-__all__ = ["add_parser", "main", "run"]
+__all__ = ["build_parser", "main", "run"]

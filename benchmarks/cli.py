@@ -1,4 +1,4 @@
-"""`aclnn-py bench`: options, the run of the selected sections, and the output (text, one JSON
+"""``python -m benchmarks``: options, the run of the selected sections, and the output (text, one JSON
 document, or the README's markdown tables, optionally written into a file between its markers)."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..cli_conventions import UsageError, int_at_least, positive_seconds
+from aclnn_py.cli_conventions import Parser, UsageError, int_at_least, positive_seconds, run_main
+
 from . import report as rpt
 from .host_overhead import host_overhead
 from .pool import pool_alloc_free
@@ -21,6 +22,8 @@ from .scaling import scaling, worlds_up_to
 from .thread_worlds import DEFAULT_WORLDS, parse_world, thread_worlds
 from .throughput import QUICK, REFERENCE, throughput
 
+#: How the benchmarks are run: from the root of a source checkout (they are not installed).
+PROG = "python -m benchmarks"
 SECTIONS = ("host_overhead", "pool", "throughput", "scaling", "thread_worlds")
 
 
@@ -81,7 +84,7 @@ def _saved_report(path: str) -> dict[str, Any]:
         report = None
     if not isinstance(report, dict) or not isinstance(report.get("machine"), dict) \
             or not any(isinstance(report.get(name), (dict, list)) for name in SECTIONS):
-        raise argparse.ArgumentTypeError(f"{path} is not a report saved from `aclnn-py bench --json` (a JSON "
+        raise argparse.ArgumentTypeError(f"{path} is not a report saved from `{PROG} --json` (a JSON "
                                          f"object with 'machine' and one of {', '.join(SECTIONS)})")
     return report
 
@@ -111,10 +114,8 @@ EXIT_CODES = """exit status:
   130  interrupted (Ctrl-C)"""
 
 
-def add_parser(sub: Any) -> None:
-    p = sub.add_parser(
-        "bench", help="host overhead vs ctypes and C floors, mock throughput, scaling; README tables",
-        description=DESCRIPTION, epilog=EXIT_CODES)
+def build_parser() -> Parser:
+    p = Parser(prog=PROG, description=DESCRIPTION, epilog=EXIT_CODES)
     q = "; --quick: "
 
     def dflt(name: str) -> str:
@@ -162,7 +163,7 @@ def add_parser(sub: Any) -> None:
     run.add_argument("--no-thread-fallback", dest="thread_fallback", action="store_false",
                      help="thread worlds: do not retry a failed size at half the ranks (default: retry, "
                           "down to 16)")
-    p.set_defaults(func=main)
+    return p
 
 
 def resolve(args: argparse.Namespace) -> Settings:
@@ -175,19 +176,19 @@ def resolve(args: argparse.Namespace) -> Settings:
     if s.sections is None:
         s.sections = list(SECTIONS)
     if s.update is not None and not s.markdown:
-        raise UsageError("--update needs --markdown", "aclnn-py bench")
+        raise UsageError("--update needs --markdown", PROG)
     if s.json and s.markdown:
-        raise UsageError("choose one of --json and --markdown", "aclnn-py bench")
+        raise UsageError("choose one of --json and --markdown", PROG)
     return s
 
 
 def command_line(argv: Sequence[str] | None = None) -> str:
-    """The command as the user typed it: `aclnn-py bench ...`."""
+    """The command as the user typed it: `python -m benchmarks ...`."""
     args = list(sys.argv[1:] if argv is None else argv)
-    return shlex.join(["aclnn-py"] + args)
+    return shlex.join([*PROG.split(), *args])
 
 
-def run(s: Settings, progress: Progress, command: str = "aclnn-py bench") -> dict[str, Any]:
+def run(s: Settings, progress: Progress, command: str = PROG) -> dict[str, Any]:
     """Run the selected sections on the mock and return the report."""
     import aclnn_py
 
@@ -214,19 +215,24 @@ def run(s: Settings, progress: Progress, command: str = "aclnn-py bench") -> dic
     return report
 
 
-def main(args: argparse.Namespace) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    """The command line's entry point (``python -m benchmarks``); returns the exit status."""
+    return run_main(PROG, lambda: _main(build_parser().parse_args(argv), argv))
+
+
+def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
     s = resolve(args)
     progress = Progress(quiet=s.quiet or s.json)
     if s.update is not None:
         try:  # before a run of minutes, not after it
             rpt.check_markers(s.update)
         except (rpt.MarkerError, OSError) as e:
-            print(f"aclnn-py bench: {e}", file=sys.stderr)
+            print(f"{PROG}: {e}", file=sys.stderr)
             return 2
     if s.saved_report is not None:
         report = s.saved_report
     else:
-        report = run(s, progress, command_line())
+        report = run(s, progress, command_line(argv))
     if s.json:
         print(json.dumps(report, indent=2))
     elif s.markdown:
@@ -235,7 +241,7 @@ def main(args: argparse.Namespace) -> int:
             try:
                 rpt.update_file(s.update, md)
             except (rpt.MarkerError, OSError) as e:
-                print(f"aclnn-py bench: {e}", file=sys.stderr)
+                print(f"{PROG}: {e}", file=sys.stderr)
                 return 2
             progress(f"updated {s.update}")
         else:

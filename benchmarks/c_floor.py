@@ -1,6 +1,7 @@
-"""The C floor of the host-overhead section: loops written in C (``benchmarks/c_floor.c``, built
-into the package as ``libaclnnpy_floor.so``) that call the functions of the backend this process
-already loaded, with descriptors, executors and streams made here on the Python side.
+"""The C floor of the host-overhead section: loops written in C (``benchmarks/c_floor.c``) that call
+the functions of the backend this process already loaded, with descriptors, executors and streams
+made here on the Python side. The library is not installed with the package: it is compiled from
+the checkout on first use (:func:`library_path`), with the C compiler ``$CC`` (default ``cc``).
 
 Two loops per op, each timed in C and returned as µs per call:
 
@@ -13,11 +14,21 @@ Two loops per op, each timed in C and returned as µs per call:
 from __future__ import annotations
 
 import ctypes
+import hashlib
+import os
+import shlex
+import subprocess
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-LIBRARY = "libaclnnpy_floor.so"
+SOURCE = Path(__file__).resolve().with_name("c_floor.c")
+#: The checkout's C headers the loops are compiled against (the declarations the binding uses).
+INCLUDE = SOURCE.parents[1] / "include"
+#: Where compiled floors are kept, one file per source and compiler; ACLNN_PY_BENCH_BUILD overrides it.
+ENV_BUILD = "ACLNN_PY_BENCH_BUILD"
+DEFAULT_BUILD = SOURCE.parents[1] / "build" / "benchmarks"
 
 #: The backend functions the loops call (resolved in the libraries the binding loaded).
 SYMBOLS = ("aclnnMoeDistributeDispatchV5GetWorkspaceSize", "aclnnMoeDistributeDispatchV5",
@@ -29,19 +40,50 @@ DISPATCH_ATTRS, COMBINE_ATTRS = 15, 16       # integer attributes before and aft
 
 
 class FloorError(RuntimeError):
-    """The C floor could not be found, bound, or one of its calls returned an error status."""
+    """The C floor could not be built, found or bound, or one of its calls returned an error status."""
+
+
+def compile_command(output: Path) -> list[str]:
+    """The compiler command that builds the floor library into `output`."""
+    cc = shlex.split(os.environ.get("CC") or "cc")
+    return [*cc, "-O2", "-Wall", "-Wextra", "-shared", "-fPIC", "-fvisibility=hidden", f"-I{INCLUDE}",
+            str(SOURCE), "-o", str(output), "-ldl"]
+
+
+def _inputs_digest() -> str:
+    """Names the build: the source, the headers it includes and the compiler command change it."""
+    h = hashlib.sha256(SOURCE.read_bytes())
+    for header in sorted(INCLUDE.rglob("*.h")):
+        h.update(header.read_bytes())
+    h.update(" ".join(compile_command(Path("out"))).encode())
+    return h.hexdigest()[:16]
 
 
 def library_path() -> Path:
-    """``libaclnnpy_floor.so`` in the package (installed) or the dev build dir on its path."""
-    import aclnn_py
-
-    for entry in reversed(list(aclnn_py.__path__)):  # a dev build dir is appended last: prefer it
-        cand = Path(entry) / LIBRARY
-        if cand.is_file():
-            return cand
-    raise FloorError(f"{LIBRARY} was not found in the aclnn_py package (searched {list(aclnn_py.__path__)}); "
-                     "reinstall with `pip install .` or build with cmake and set ACLNN_PY_BUILD_DIR")
+    """The floor library for this checkout's source, compiled now unless an identical build is there."""
+    build = Path(os.environ.get(ENV_BUILD) or DEFAULT_BUILD)
+    target = build / f"libaclnnpy_floor-{_inputs_digest()}.so"
+    if target.is_file():
+        return target
+    try:
+        build.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".floor-", suffix=".so", dir=build)
+        os.close(fd)
+    except OSError as e:
+        raise FloorError(f"cannot write the C floor's build directory {build}: {e.strerror or e} "
+                         f"(set {ENV_BUILD} to a writable directory)") from e
+    cmd = compile_command(Path(tmp))
+    try:
+        done = subprocess.run(cmd, capture_output=True, text=True)
+    except OSError as e:
+        os.unlink(tmp)
+        raise FloorError(f"cannot run the C compiler {cmd[0]!r} for the C floor: {e.strerror or e} "
+                         "(install one, or name it in CC)") from e
+    if done.returncode != 0:
+        os.unlink(tmp)
+        raise FloorError(f"compiling the C floor failed ({shlex.join(cmd)}):\n{done.stderr.strip()}")
+    os.replace(tmp, target)  # whole or absent, when two runs build at once
+    return target
 
 
 def address(cdata: Any) -> int:

@@ -1,7 +1,8 @@
-"""`aclnn-py bench`: the quick run end to end (every figure of the README is in its one JSON
+"""``python -m benchmarks`` (run from the checkout's root): the quick run end to end (every figure of the README is in its one JSON
 document, including the C floors and the thread worlds), progress and quiet, the C floor calling
 the backend's own functions, the markdown tables and the README update, and the failure rows of the
-scaling sweep and of thread worlds. No timing assertions: performance is measured, not asserted."""
+scaling sweep and of thread worlds, the command line's user errors. No timing assertions: performance
+is measured, not asserted."""
 
 from __future__ import annotations
 
@@ -15,8 +16,14 @@ import numpy as np
 import pytest
 from conftest import package_pythonpath
 
-from aclnn_py.bench import report, scaling, thread_worlds
-from aclnn_py.bench.progress import Progress
+REPO = Path(__file__).resolve().parents[2]
+# The benchmarks are a package of the checkout, not of the wheel. Appended, so that aclnn_py itself
+# still comes from the installation under test.
+if str(REPO) not in sys.path:
+    sys.path.append(str(REPO))
+
+from benchmarks import report, scaling, thread_worlds  # noqa: E402
+from benchmarks.progress import Progress  # noqa: E402
 
 PATHS = ("ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 RATIOS = ("ctypes_over_plan", "per_call_over_plan", "plan_over_c_plan", "per_call_over_c_per_call",
@@ -24,9 +31,10 @@ RATIOS = ("ctypes_over_plan", "per_call_over_plan", "plan_over_c_plan", "per_cal
 
 
 def run_bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """``python -m benchmarks <args>`` in the checkout's root, as its docs say to run it."""
     env = dict(os.environ, ACLNN_PY_BACKEND="mock")
     env["PYTHONPATH"] = package_pythonpath(env)
-    return subprocess.run([sys.executable, "-m", "aclnn_py", "bench", *args], env=env, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "benchmarks", *args], env=env, cwd=REPO, capture_output=True,
                           text=True, timeout=timeout)
 
 
@@ -35,7 +43,7 @@ def test_bench_quick_json():
     assert proc.returncode == 0, proc.stderr[-3000:]
     r = json.loads(proc.stdout)  # exactly one document: trailing text would fail here
     assert "host overhead" not in proc.stderr and "scaling: W=" not in proc.stderr  # --json is quiet
-    assert r["command"] == "aclnn-py bench --quick --json"
+    assert r["command"] == "python -m benchmarks --quick --json"
     assert r["machine"]["cpus"] == os.cpu_count() and r["machine"]["cpu_model"] and r["machine"]["date"]
     for op in ("dispatch", "combine"):
         row = r["host_overhead"][op]
@@ -84,18 +92,117 @@ def test_help_shows_defaults():
         assert expected in text, expected
 
 
+def test_every_option_says_its_default():
+    from benchmarks.cli import build_parser
+
+    parser = build_parser()
+    formatter = parser._get_formatter()
+    for action in parser._actions:
+        if action.nargs == 0:
+            continue  # flags and --help
+        text = formatter._expand_help(action)
+        assert "(default: " in text, (action.option_strings, text)
+
+
+def test_help_states_exit_codes_and_what_the_default_run_takes():
+    proc = run_bench("--help")
+    assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m benchmarks")
+    text = " ".join(proc.stdout.split())
+    for expected in ("exit status: 0 the bench ran", "2 a usage error", "3 an internal error",
+                     "2-core machine with 23.5 GiB", "about 6 minutes", "about 16 GiB in use at once",
+                     "--quick takes a few seconds"):
+        assert expected in text, expected
+
+
+def test_quick_prints_readable_lines_not_python_dicts():
+    r = run_bench("--quick")
+    assert r.returncode == 0, r.stderr[-3000:]
+    model = "W = 4 processes, 16 tokens/rank, H = 2048, K = 4, 16 experts, quant 2, bf16"
+    assert f"round ({model}): " in r.stdout and f"throughput: 2 timed rounds ({model})" in r.stderr
+    for text in (r.stdout, r.stderr):
+        assert "{'" not in text and "': " not in text, text
+
+
+USER_ERRORS = [
+    (["--calls", "0"], "python -m benchmarks: error: argument --calls: must be >= 1 (got 0)"),
+    (["--repeats", "0"], "python -m benchmarks: error: argument --repeats: must be >= 1 (got 0)"),
+    (["--rounds", "x"], "python -m benchmarks: error: argument --rounds: invalid int value: 'x'"),
+    (["--from", "/nonexistent/report.json"],
+     "python -m benchmarks: error: argument --from: cannot read /nonexistent/report.json: No such file or directory"),
+    (["--json", "--markdown"], "python -m benchmarks: error: choose one of --json and --markdown"),
+]
+
+
+@pytest.mark.parametrize("argv,expected", USER_ERRORS, ids=[" ".join(a) for a, _ in USER_ERRORS])
+def test_user_errors_are_one_line_and_exit_2(argv, expected, capsys):
+    assert cli_main(*argv) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.startswith(expected) and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.parametrize("content", ["not json at all", "[1, 2]", '{"machine": {}}', '{"host_overhead": {}}',
+                                     "\x00\xff binary"])
+def test_from_a_file_that_is_not_a_saved_report_is_a_user_error(tmp_path, content):
+    saved = tmp_path / "report.json"
+    saved.write_bytes(content.encode("latin-1"))
+    r = run_bench("--from", str(saved))
+    assert r.returncode == 2 and r.stdout == "", r.stdout + r.stderr
+    assert r.stderr == (f"python -m benchmarks: error: argument --from: {saved} is not a report saved from `python "
+                        "-m benchmarks --json` (a JSON object with 'machine' and one of host_overhead, pool, "
+                        "throughput, scaling, thread_worlds) (see python -m benchmarks --help)\n")
+
+
+def test_internal_error_prints_its_traceback_and_exits_3(monkeypatch, capsys):
+    from benchmarks import cli
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("a bug in the bench")
+
+    monkeypatch.setattr(cli, "run", broken)
+    assert cli_main("--quick", "--quiet") == 3
+    err = capsys.readouterr().err
+    assert "RuntimeError: a bug in the bench" in err
+    assert err.strip().endswith("python -m benchmarks: internal error (traceback above)")
+
+
 # ---- the C floor -----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def floor(acl):
-    from aclnn_py.bench.c_floor import CFloor
+    from benchmarks.c_floor import CFloor
 
     return CFloor()
 
 
+def test_c_floor_is_compiled_from_the_checkout_once(tmp_path, monkeypatch):
+    from benchmarks import c_floor
+
+    monkeypatch.setenv(c_floor.ENV_BUILD, str(tmp_path / "floor"))
+    lib = c_floor.library_path()
+    assert lib.parent == tmp_path / "floor" and lib.name.startswith("libaclnnpy_floor-") and lib.is_file()
+    built = lib.stat().st_mtime_ns
+    assert c_floor.library_path() == lib and lib.stat().st_mtime_ns == built  # reused, not rebuilt
+    assert [f.name for f in lib.parent.iterdir()] == [lib.name]  # no temporary file left behind
+    monkeypatch.setenv("CC", "cc -DAN_OPTION_THAT_CHANGES_THE_BUILD")
+    assert c_floor.library_path() != lib  # another compiler command is another build
+
+
+def test_c_floor_build_failure_names_the_command(tmp_path, monkeypatch):
+    from benchmarks import c_floor
+
+    monkeypatch.setenv(c_floor.ENV_BUILD, str(tmp_path))
+    monkeypatch.setenv("CC", "cc -DFLOOR_BROKEN=1 -include /nonexistent/header.h")
+    with pytest.raises(c_floor.FloorError, match=r"compiling the C floor failed \(cc -DFLOOR_BROKEN=1 .*nonexistent"):
+        c_floor.library_path()
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    with pytest.raises(c_floor.FloorError, match="cannot run the C compiler '/nonexistent/cc'"):
+        c_floor.library_path()
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_c_floor_calls_the_bindings_own_functions(acl, floor):
-    from aclnn_py.bench.c_floor import SYMBOLS
+    from benchmarks.c_floor import SYMBOLS
 
     b = acl.backend()
     lib = b.lib._raw
@@ -105,7 +212,7 @@ def test_c_floor_calls_the_bindings_own_functions(acl, floor):
 
 
 def test_c_floor_loops_reach_each_function_and_report_its_status(floor):
-    from aclnn_py.bench.c_floor import COMBINE, DISPATCH, FloorError
+    from benchmarks.c_floor import COMBINE, DISPATCH, FloorError
 
     # NULL descriptors: phase 1 refuses them, so the loop stops at its first call and says which
     with pytest.raises(FloorError, match=r"aclnnMoeDistributeDispatchV5GetWorkspaceSize returned 161001"):
@@ -133,7 +240,7 @@ def small_report() -> dict:
     op.update(ctypes_over_plan=7.5, per_call_over_plan=3.33, plan_over_c_plan=2.0, per_call_over_c_per_call=5.0,
               plan_reuse_over_c_plan_reuse=2.5, plan_rebinds=["x", "expert_ids"])
     return {
-        "command": "aclnn-py bench --json --max-world 8",
+        "command": "python -m benchmarks --json --max-world 8",
         "machine": {"cpus": 2, "cpu_model": "Test CPU 9000", "memory_gib": 23.4, "date": "2025-01-02"},
         "host_overhead": {"dispatch": op, "combine": op},
         "pool": {"alloc_free": {"sizes_bytes": [256, 65536, 1 << 20], "pooled": _us(2.0),
@@ -161,7 +268,7 @@ def small_report() -> dict:
 def test_markdown_tables():
     md = report.markdown(small_report())
     lines = md.splitlines()
-    assert lines[0].startswith("Measured with `aclnn-py bench --json --max-world 8` on 2 cores (Test CPU 9000), "
+    assert lines[0].startswith("Measured with `python -m benchmarks --json --max-world 8` on 2 cores (Test CPU 9000), "
                                "23.4 GiB, 2025-01-02")
     assert "| host µs per call, median [min–max], kernels skipped | dispatch | combine |" in lines
     assert "| C floor per call (phase 1 + 2, descriptors made once) | 8 [7.2–12] | 8 [7.2–12] |" in lines
@@ -189,7 +296,7 @@ def test_markdown_tables():
 
 
 def test_paired_ratio_takes_the_median_of_per_repeat_ratios():
-    from aclnn_py.bench.host_overhead import paired_ratio
+    from benchmarks.host_overhead import paired_ratio
 
     # a burst slowed repeat 1 for both paths: its pair keeps the ratio 2, a ratio of medians would not
     assert paired_ratio([2.0, 20.0, 2.2, 2.0], [1.0, 10.0, 1.1, 1.0]) == 2.0
@@ -199,7 +306,7 @@ def test_paired_ratio_takes_the_median_of_per_repeat_ratios():
 def test_python_paths_are_timed_with_the_calls_written_out_and_the_collector_on():
     import gc
 
-    from aclnn_py.bench.host_overhead import _written_out
+    from benchmarks.host_overhead import _written_out
 
     seen: list[tuple[int, bool]] = []
     run = _written_out("f(a)\nf(b)", f=lambda v: seen.append((v, gc.isenabled())), a=1, b=2)
@@ -261,13 +368,13 @@ def test_cli_markdown_update_from_a_saved_report(tmp_path: Path, capsys):
     assert cli_main("--from", str(saved), "--markdown", "--update", str(broken)) == 2
     assert "bench:begin" in capsys.readouterr().err and broken.read_text() == "no markers\n"
     assert cli_main("--from", str(saved), "--update", str(readme)) == 2  # a usage error: one line, exit 2
-    assert capsys.readouterr().err == "aclnn-py bench: error: --update needs --markdown\n"
+    assert capsys.readouterr().err == "python -m benchmarks: error: --update needs --markdown\n"
 
 
 def cli_main(*argv: str) -> int:
-    from aclnn_py.cli import main
+    from benchmarks.cli import main
 
-    return main(["bench", *argv])
+    return main(list(argv))
 
 
 def test_cpu_model_from_cpuinfo(tmp_path: Path):
