@@ -2,7 +2,8 @@
 
 The folders mirror the package: runtime/ (aclnn_py/runtime), ops/ (aclnn_py/ops), golden/
 (aclnn_py/golden), cli/ (the `aclnn-py` commands), mock/ (the mock CANN root itself: its C ABI, casts,
-faults; c/ holds the C sources those tests build); tests of the top-level modules stay here."""
+faults; c/ holds the C sources those tests build), bench/ (the checkout's benchmarks/, which the wheel
+does not ship); tests of the top-level modules stay here."""
 
 from __future__ import annotations
 

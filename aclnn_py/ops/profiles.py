@@ -37,7 +37,7 @@ class SocProfile:
 
 
 #: Per dispatch quant mode, the expand_x element types it can write (the first is its default), by
-#: their DataType names in lower case (aclnnMoeDistributeDispatchV5.md, y_dtype / quant_mode).
+#: their DataType names in lower case (docs/operators.md, "Quantisation in dispatch").
 QUANT_MODE_Y_DTYPES: Mapping[int, tuple[str, ...]] = {
     0: (),
     1: ("int8", "hifloat8"),
