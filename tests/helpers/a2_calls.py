@@ -16,13 +16,13 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 INVALID = 161002
 
 
-def _attrs(world: World2, **changes: Any) -> dict[str, Any]:
+def base_attrs(world: World2, **changes: Any) -> dict[str, Any]:
     attrs: dict[str, Any] = dict(ep_world_size=W, ep_rank_id=0, moe_expert_num=E, ccl_buffer_size=world.ctx[0][1])
     attrs.update(changes)
     return attrs
 
 
-def _tokens(bs: int = BS, h: int = H, k: int = K, e: int = E, dtype: Any = BF16) -> tuple[np.ndarray, np.ndarray]:
+def tokens(bs: int = BS, h: int = H, k: int = K, e: int = E, dtype: Any = BF16) -> tuple[np.ndarray, np.ndarray]:
     x = np.ones((bs, h), dtype)
     ids = (np.arange(bs * k, dtype=np.int32).reshape(bs, k) * 7) % e
     return x, ids
@@ -49,9 +49,9 @@ def dispatch(world: World2, *, bs: int = BS, h: int = H, k: int = K, dtype: Any 
 
     attrs = {n: kw.pop(n) for n in list(kw) if n not in ("scales", "x_active_mask", "expert_scales", "outputs",
                                                          "elastic_info", "performance_info", "y_dtype")}
-    x, ids = _tokens(bs, h, k, max(attrs.get("moe_expert_num", E), 1), dtype)
+    x, ids = tokens(bs, h, k, max(attrs.get("moe_expert_num", E), 1), dtype)
     return outcome(lambda pre: prepare_dispatch(world.ctx[0][0], x, ids, precheck=pre, **kw,
-                                                 **_attrs(world, **attrs)))
+                                                 **base_attrs(world, **attrs)))
 
 
 def combine(world: World2, **kw: Any) -> tuple[Any, ...]:
@@ -60,12 +60,12 @@ def combine(world: World2, **kw: Any) -> tuple[Any, ...]:
     attrs = {n: kw.pop(n) for n in list(kw) if n not in ("shared_expert_x", "x_active_mask", "elastic_info",
                                                          "performance_info")}
     a = BS * W * min(E // W, K)
-    x, ids = _tokens()
+    x, ids = tokens()
     ex = np.zeros((a, H), BF16)
     assist = np.zeros(a * 128, np.int32)
     counts = np.zeros(W * (E // W), np.int32)
     return outcome(lambda pre: prepare_combine(world.ctx[0][0], ex, ids, assist, counts, precheck=pre, **kw,
-                                                **_attrs(world, **attrs)))
+                                                **base_attrs(world, **attrs)))
 
 
 def refused(outcome: tuple[Any, ...], message: str) -> None:
