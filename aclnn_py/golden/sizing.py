@@ -4,7 +4,15 @@ requirement, with the code's +44 bytes per token."""
 
 from __future__ import annotations
 
-from .config import COMM_ALGS, COMM_ALGS_A2, SOC_950, SOC_A2, SOCS, moe_local_num, normalized_shared_expert_num
+from .config import (
+    COMM_ALGS,
+    COMM_ALGS_A2,
+    SOC_950,
+    SOC_A2,
+    SOCS,
+    moe_local_num,
+    normalized_shared_expert_num,
+)
 
 MIB = 1 << 20
 

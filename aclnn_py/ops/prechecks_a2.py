@@ -86,7 +86,8 @@ def check_window(c: MoeConfig, func: str, bad: Bad, max_bs: int, h: int, k: int)
     need, how = window_need(c, max_bs, h, k)
     if need <= c.ccl_buffer_size:
         return
-    buffsize = -(-(-(-need // (1 << 20))) // 2)   # the window is 2 x HCCL_BUFFSIZE MiB
+    need_mib = -(-need // (1 << 20))
+    buffsize = -(-need_mib // 2)   # the window is 2 x HCCL_BUFFSIZE MiB
     raise bad(func, "ccl_buffer_size", f'window too small for comm_alg "{c.comm_alg}" on Ascend910B: {how} = {need} '
               f"bytes must be <= ccl_buffer_size; set HCCL_BUFFSIZE >= {buffsize} (MiB) (got {c.ccl_buffer_size} bytes)")
 
