@@ -105,8 +105,10 @@ def test_hidden_range(world, profile, alg, h, ok):
 def test_window_formula_boundary(world, profile, alg):
     """The A2 formula of the comm_alg, exactly at its boundary (the golden computes it independently)."""
     from aclnn_py import golden
+    from aclnn_py.ops.sizing import window_requirement
 
     need = golden.a2_window_bytes_required(W, BS, H, E, K, comm_alg=alg)
+    assert window_requirement(W, BS, H, E, K, comm_alg=alg, soc="Ascend910B3")[0] == need
     assert dispatch(world, comm_alg=alg, ccl_buffer_size=need) == ACCEPTED
     out = dispatch(world, comm_alg=alg, ccl_buffer_size=need - 1)
     refused(out, f'ccl_buffer_size: window too small for comm_alg "{alg}" on Ascend910B: ')
@@ -159,3 +161,15 @@ def test_every_a2_name_gives_the_a2_rules(world, mock, profile, name):
     mock.set_soc(name)
     assert acl.soc_name() == name and mock.soc() == "Ascend910B"
     refused(dispatch(world, ep_world_size=8), "on Ascend910B (got 8)")
+
+
+def test_window_requirement_names_the_larger_need(world, profile):
+    """With L > K the mock's own layout (a receive block per local expert and source) needs more than
+    A2's formula: window_requirement gives that one, and phase 1 refuses one byte less with its rule."""
+    from aclnn_py.ops.sizing import window_requirement
+
+    e, k, h = 24 * W, 1, 4096
+    need, how = window_requirement(W, BS, h, e, k, soc="Ascend910B")
+    assert how.startswith("2*(maxBs*Td*W*L + maxBs*Tc*(K+S)) + 1 MiB")
+    assert dispatch(world, moe_expert_num=e, k=k, h=h, ccl_buffer_size=need) == ACCEPTED
+    refused(dispatch(world, moe_expert_num=e, k=k, h=h, ccl_buffer_size=need - 1), "ccl_buffer_size: window too small: ")

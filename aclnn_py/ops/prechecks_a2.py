@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..errors import AclnnParamInvalid
+from . import sizing
 from .config import MoeConfig
 from .profiles import A2_LIMITS as LIM
 
@@ -67,23 +68,9 @@ def check_token_sizes(c: MoeConfig, func: str, bad: Bad, bs: int, h: int, bs_par
                   f'Ascend910B with comm_alg "{c.comm_alg}" (got {h})')
 
 
-def window_need(c: MoeConfig, max_bs: int, h: int, k: int) -> tuple[int, str]:
-    """Bytes the window must hold by the formula CANN documents for A2's comm_alg, and the
-    arithmetic spelled out."""
-    w, e = c.ep_world_size, c.moe_expert_num
-    if c.comm_alg == "hierarchy":
-        k8 = -(-k // 8) * 8
-        need = e * max_bs * (h * 2 + 4 * k8 * 4) + LIM.hierarchy_reserve
-        return need, (f"moe_expert_num*maxBs*(H*2 + 4*align8(K)*4) + 104 MiB = {e}*{max_bs}*({h}*2 + 4*{k8}*4) + "
-                      f"{LIM.hierarchy_reserve}")
-    rows = min(e // w, k)
-    need = 2 * (max_bs * w * rows * h * 2 + LIM.fullmesh_reserve)
-    return need, f"2*(maxBs*W*min(L,K)*H*2 + 2 MiB) = 2*({max_bs}*{w}*{rows}*{h}*2 + {LIM.fullmesh_reserve})"
-
-
 def check_window(c: MoeConfig, func: str, bad: Bad, max_bs: int, h: int, k: int) -> None:
     """A2's documented window formula, before the mock's own layout rule."""
-    need, how = window_need(c, max_bs, h, k)
+    need, how = sizing.a2_window_need(c.ep_world_size, max_bs, h, c.moe_expert_num, k, c.comm_alg)
     if need <= c.ccl_buffer_size:
         return
     need_mib = -(-need // (1 << 20))
