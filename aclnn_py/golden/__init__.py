@@ -96,6 +96,10 @@ fp8, uint8 codes for hifloat8, and uint8 bytes of shape (N, H/2) for fp4 (two co
 11. **A3 refusals.** On ``soc="Ascend910_93"`` quant modes 1, 3, 4, 5, a y_dtype other than the
    default, a non-fp16/bf16 x, comm quant 3 / 4 and a non-None elastic_info raise ValueError naming
    the parameter.  performance_info (timing) is not modelled by the golden.
+12. **Atlas A2.** ``soc="Ascend910B"`` applies the A2 limits (world sizes 16 … 256, no shared or
+   special experts, 1-D masks, comm quant 2 only with "hierarchy") and gives the A3 outputs for
+   comm_alg "", "fullmesh" and "hierarchy" alike: the layouts of assist_info_for_combine and
+   ep_recv_counts are opaque on hardware, so the mock keeps one row order.
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ from __future__ import annotations
 from .combine import combine
 from .config import (
     SOC_950,
+    SOC_A2,
     SOC_A3,
     local_expert_num,
     normalized_shared_expert_num,
@@ -123,7 +128,7 @@ from .quant import (
 )
 from .results import CombineResult, DispatchResult
 from .roundtrip import round_trip
-from .sizing import ccl_buffer_size_mb, window_bytes_required
+from .sizing import a2_window_bytes_required, ccl_buffer_size_mb, ep_recv_counts_size, window_bytes_required
 
 __all__ = [
     "DispatchResult",
@@ -138,6 +143,9 @@ __all__ = [
     "comm_quant_int8_round_trip",
     "SOC_A3",
     "SOC_950",
+    "SOC_A2",
+    "a2_window_bytes_required",
+    "ep_recv_counts_size",
     "format_name",
     "quantize_static",
     "quantize_per_token",

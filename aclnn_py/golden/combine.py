@@ -13,6 +13,7 @@ import numpy as np
 from .config import (
     F32,
     SOC_950,
+    SOC_A2,
     Cfg,
     check_ids,
     check_soc,
@@ -51,7 +52,8 @@ def combine(
     elastic_info: np.ndarray | list[np.ndarray] | None = None,
     soc: str = "Ascend910_93",
 ) -> list[CombineResult]:
-    """Reference MoeDistributeCombineV5 over all ranks (A3 by default, ``soc="Ascend950"``).
+    """Reference MoeDistributeCombineV5 over all ranks (A3 by default, ``soc="Ascend950"``,
+    ``soc="Ascend910B"`` for Atlas A2, whose outputs are the A3 ones).
 
     Send: rank e sends ``expand_x[e][i]`` for ``i < N`` (``N`` = last prefix count of
     ``ep_send_counts[e]``) to rank ``src`` slot ``t*(K+S) + k`` from the triple in assist_info;
@@ -83,16 +85,20 @@ def combine(
                    moe_expert_num=moe_expert_num, shared_expert_num=shared_expert_num,
                    shared_expert_rank_num=shared_expert_rank_num, global_bs=global_bs, comm_alg=comm_alg,
                    zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
-                   const_expert_num=const_expert_num, x_name="expert_ids")
+                   const_expert_num=const_expert_num, x_name="expert_ids", soc=soc)
     if comm_quant_mode not in ((0, 2, 3, 4) if soc == SOC_950 else (0, 2)):
         allowed = "0, 2, 3 or 4" if soc == SOC_950 else "0 or 2"
         raise ValueError(f"comm_quant_mode: must be {allowed} on {soc} (got {comm_quant_mode})")
+    if soc == SOC_A2 and comm_quant_mode == 2 and comm_alg != "hierarchy":
+        raise ValueError(f"comm_quant_mode: 2 needs comm_alg 'hierarchy' on {SOC_A2} (got {comm_alg!r})")
+    if soc == SOC_A2 and shared_expert_x is not None:
+        raise ValueError(f"shared_expert_x: reserved on {SOC_A2}, must be None")
     _, table = elastic_table(elastic_info, cfg.w, cfg.r, cfg.e, soc)
     logical_of = np.argsort(table)  # physical rank → the logical rank it serves
     opts = _options(cfg, ex[0].dtype, expert_scales, shared_expert_x, ori_x,
                     (const_expert_alpha_1, const_expert_alpha_2, const_expert_v))
     received = _send(cfg, ex, assist_info_for_combine, ep_send_counts, logical_of, comm_quant_mode)
-    valid = masks(cfg, x_active_mask)
+    valid = masks(cfg, x_active_mask, soc)
     return [_reduce(rank, cfg, expert_ids[rank], valid[rank], received, opts, ex[0].dtype) for rank in range(w)]
 
 

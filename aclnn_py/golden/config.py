@@ -16,15 +16,38 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 FP16 = np.dtype(np.float16)
 ROW_DTYPES = (FP16, BF16)
 COMM_ALGS = ("", "fullmesh_v1", "fullmesh_v2")
+COMM_ALGS_A2 = ("", "fullmesh", "hierarchy")
 
 SOC_A3 = "Ascend910_93"
 SOC_950 = "Ascend950"
-SOCS = (SOC_A3, SOC_950)
+SOC_A2 = "Ascend910B"
+SOCS = (SOC_A3, SOC_950, SOC_A2)
+#: Atlas A2 (aclnnMoeDistributeDispatchV2.md / V3.md): the EP world sizes per comm_alg
+A2_WORLD_SIZES = {"": (16, 32, 64, 128, 256), "fullmesh": (16, 32, 64, 128, 256), "hierarchy": (16, 32, 64)}
 
 
 def check_soc(soc: str) -> None:
     if soc not in SOCS:
-        raise ValueError(f"soc: must be {SOC_A3!r} or {SOC_950!r} (got {soc!r})")
+        raise ValueError(f"soc: must be {SOC_A3!r}, {SOC_950!r} or {SOC_A2!r} (got {soc!r})")
+
+
+def check_a2(cfg: Cfg, comm_alg: str) -> None:
+    """The Atlas A2 limits the golden can see in its inputs: world size per comm_alg, no shared or
+    special experts, E <= 512, L <= 24 unless "hierarchy", BS <= 256, H a multiple of 32 up to 7168
+    (10240 with "hierarchy")."""
+    if cfg.w not in A2_WORLD_SIZES[comm_alg]:
+        raise ValueError(f"ep_world_size: must be one of {A2_WORLD_SIZES[comm_alg]} on {SOC_A2} with comm_alg "
+                         f"{comm_alg!r} (got {cfg.w})")
+    if cfg.r or cfg.s or cfg.z or cfg.c or cfg.q:
+        raise ValueError(f"shared and zero/copy/const experts are not supported on {SOC_A2} (got R={cfg.r}, "
+                         f"S={cfg.s}, Z={cfg.z}, C={cfg.c}, Q={cfg.q})")
+    if not 0 < cfg.e <= 512 or (comm_alg != "hierarchy" and cfg.l > 24):
+        raise ValueError(f"moe_expert_num: must be in [1, 512] with E / W <= 24 (unless 'hierarchy') on {SOC_A2} "
+                         f"(got E={cfg.e}, W={cfg.w})")
+    h_max = 10240 if comm_alg == "hierarchy" else 7168
+    if max(cfg.bss) > 256 or cfg.h % 32 or not 32 <= cfg.h <= h_max:
+        raise ValueError(f"x: BS <= 256 and H a multiple of 32 in [32, {h_max}] on {SOC_A2} "
+                         f"(got BS={max(cfg.bss)}, H={cfg.h})")
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -193,14 +216,16 @@ def make_cfg(
     copy_expert_num: int,
     const_expert_num: int,
     x_name: str,
+    soc: str = SOC_A3,
 ) -> Cfg:
     w = len(x_shapes)
     if w < 1:
         raise ValueError(f"{x_name}: need at least one rank")
     if len(expert_ids) != w:
         raise ValueError(f"expert_ids: expected {w} arrays (one per rank), got {len(expert_ids)}")
-    if comm_alg not in COMM_ALGS:
-        raise ValueError(f"comm_alg: must be one of {COMM_ALGS} on A3 with a context (got {comm_alg!r})")
+    algs = COMM_ALGS_A2 if soc == SOC_A2 else COMM_ALGS
+    if comm_alg not in algs:
+        raise ValueError(f"comm_alg: must be one of {algs} on {soc} with a context (got {comm_alg!r})")
     s = normalized_shared_expert_num(shared_expert_num, shared_expert_rank_num)
     r = int(shared_expert_rank_num)
     l = moe_local_num(w, moe_expert_num, r)
@@ -234,11 +259,15 @@ def make_cfg(
     if k < 1 or k > moe_expert_num + z + c + q:
         raise ValueError(f"expert_ids: K must be in [1, E+Z+C+Q] (got K={k})")
     g = resolve_global_bs(global_bs, w, bss)
-    return Cfg(w=w, e=int(moe_expert_num), r=r, s=s, l=l, p=(r // s if s else 0), z=z, c=c, q=q,
-                k=k, h=h, bss=bss, g=g)
+    cfg = Cfg(w=w, e=int(moe_expert_num), r=r, s=s, l=l, p=(r // s if s else 0), z=z, c=c, q=q,
+              k=k, h=h, bss=bss, g=g)
+    if soc == SOC_A2:
+        check_a2(cfg, comm_alg)
+    return cfg
 
 
-def masks(cfg: Cfg, x_active_mask: list[np.ndarray] | None) -> list[tuple[np.ndarray, np.ndarray]]:
+def masks(cfg: Cfg, x_active_mask: list[np.ndarray] | None,
+          soc: str = SOC_A3) -> list[tuple[np.ndarray, np.ndarray]]:
     """Per rank: (token_valid (BS,), pair_valid (BS,K)) (docs/operators.md)."""
     out: list[tuple[Any, Any]] = []
     if isinstance(x_active_mask, np.ndarray):
@@ -250,6 +279,8 @@ def masks(cfg: Cfg, x_active_mask: list[np.ndarray] | None) -> list[tuple[np.nda
             out.append((np.ones(bs, bool), np.ones((bs, k), bool)))
             continue
         m = np.asarray(m)
+        if soc == SOC_A2 and m.ndim == 2:
+            raise ValueError(f"x_active_mask[{rank}]: must be 1-D (BS,) on {SOC_A2} (got {m.shape})")
         if m.dtype != np.bool_:
             raise ValueError(f"x_active_mask[{rank}]: must be bool (got {m.dtype})")
         if cfg.g > bs * cfg.w:
@@ -291,7 +322,7 @@ def elastic_table(elastic_info: Any, w: int, r: int, e: int, soc: str) -> tuple[
     if elastic_info is None:
         return False, ident
     if soc != SOC_950:
-        raise ValueError("elastic_info: reserved on Ascend910_93, must be None")
+        raise ValueError(f"elastic_info: reserved on {soc}, must be None")
     per = [np.asarray(a) for a in per_rank("elastic_info", elastic_info, w)]
     info = per[0]
     for rank, a in enumerate(per):
@@ -313,6 +344,7 @@ def elastic_table(elastic_info: Any, w: int, r: int, e: int, soc: str) -> tuple[
     return True, table
 
 
-__all__ = ["F32", "BF16", "FP16", "ROW_DTYPES", "COMM_ALGS", "SOC_A3", "SOC_950", "SOCS", "check_soc",
+__all__ = ["F32", "BF16", "FP16", "ROW_DTYPES", "COMM_ALGS", "COMM_ALGS_A2", "SOC_A3", "SOC_950", "SOC_A2", "SOCS",
+           "A2_WORLD_SIZES", "check_soc", "check_a2",
            "normalized_shared_expert_num", "moe_local_num", "local_expert_num", "rows_capacity",
            "resolve_global_bs", "Cfg", "per_rank", "make_cfg", "masks", "check_ids", "row_dtype", "elastic_table"]

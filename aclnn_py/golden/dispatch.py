@@ -12,6 +12,7 @@ import numpy as np
 from .config import (
     F32,
     SOC_950,
+    SOC_A2,
     Cfg,
     check_ids,
     check_soc,
@@ -67,7 +68,10 @@ def dispatch(
     elastic_info: np.ndarray | list[np.ndarray] | None = None,
     soc: str = "Ascend910_93",
 ) -> list[DispatchResult]:
-    """Reference MoeDistributeDispatchV5 over all ranks (A3 by default, ``soc="Ascend950"``).
+    """Reference MoeDistributeDispatchV5 over all ranks (A3 by default, ``soc="Ascend950"``,
+    ``soc="Ascend910B"`` for Atlas A2: its limits, comm_alg "", "fullmesh" or "hierarchy", all giving
+    the A3 outputs; ep_recv_counts holds the W*L running totals, the entries A2 adds with
+    expert_scales being opaque — :func:`aclnn_py.golden.sizing.ep_recv_counts_size`).
 
     ``x[r]`` is rank r's (BS_r, H) fp16/bf16 tokens and ``expert_ids[r]`` its (BS_r, K) int ids.
 
@@ -99,12 +103,14 @@ def dispatch(
     cfg = make_cfg(shapes, expert_ids, moe_expert_num=moe_expert_num, shared_expert_num=shared_expert_num,
                    shared_expert_rank_num=shared_expert_rank_num, global_bs=global_bs, comm_alg=comm_alg,
                    zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
-                   const_expert_num=const_expert_num, x_name="x")
+                   const_expert_num=const_expert_num, x_name="x", soc=soc)
+    if soc == SOC_A2 and comm_alg == "hierarchy" and scales is not None:
+        raise ValueError(f"scales: must be None with comm_alg 'hierarchy' on {SOC_A2}")
     y_fmt = _check_modes(cfg, quant_mode, expert_token_nums_type, x_fmt, y_dtype, soc)
     elastic, table = elastic_table(elastic_info, cfg.w, cfg.r, cfg.e, soc)
     sc = _scales(scales, cfg, quant_mode, x_fmt, y_fmt)
     weights = _weights(expert_scales, cfg)
-    sends = _sends(cfg, expert_ids, masks(cfg, x_active_mask))
+    sends = _sends(cfg, expert_ids, masks(cfg, x_active_mask, soc))
     results: list[DispatchResult | None] = [None] * cfg.w
     for dest in range(cfg.w):  # logical rank; served by physical rank table[dest]
         results[int(table[dest])] = _receive(dest, cfg, sends, xs, sc, weights, quant_mode, y_fmt,
@@ -166,7 +172,7 @@ def _check_modes(cfg: Cfg, quant_mode: int, expert_token_nums_type: int, x_fmt: 
                  soc: str) -> str:
     """quant_mode and expert_token_nums_type under the profile; returns expand_x's format."""
     if soc != SOC_950 and quant_mode not in (0, 2):
-        raise ValueError(f"quant_mode: must be 0 or 2 on Ascend910_93 (got {quant_mode})")
+        raise ValueError(f"quant_mode: must be 0 or 2 on {soc} (got {quant_mode})")
     if quant_mode not in range(6):
         raise ValueError(f"quant_mode: must be in [0, 5] on Ascend950 (got {quant_mode})")
     if expert_token_nums_type not in (0, 1):

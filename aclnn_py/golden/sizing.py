@@ -4,7 +4,15 @@ requirement, with the code's +44 bytes per token."""
 
 from __future__ import annotations
 
-from .config import COMM_ALGS, SOC_950, SOCS, moe_local_num, normalized_shared_expert_num
+from .config import (
+    COMM_ALGS,
+    COMM_ALGS_A2,
+    SOC_950,
+    SOC_A2,
+    SOCS,
+    moe_local_num,
+    normalized_shared_expert_num,
+)
 
 MIB = 1 << 20
 
@@ -96,8 +104,8 @@ def window_bytes_required(
     n_local = moe_local_num(w, moe_expert_num, shared_expert_rank_num)
     if comm_alg not in COMM_ALGS:
         raise ValueError(f"comm_alg: must be one of {COMM_ALGS} (got {comm_alg!r})")
-    if soc not in SOCS:
-        raise ValueError(f"soc: must be 'Ascend910_93' or 'Ascend950' (got {soc!r})")
+    if soc not in SOCS or soc == SOC_A2:
+        raise ValueError(f"soc: must be 'Ascend910_93' or 'Ascend950' (got {soc!r}; Ascend910B: a2_window_bytes_required)")
     td, tc = token_sizes(int(hidden), comm_alg)
     need = 2 * (max_bs * td * w * n_local + max_bs * tc * (topk + s))
     if soc == SOC_950:
@@ -105,4 +113,32 @@ def window_bytes_required(
     return need
 
 
-__all__ = ["MIB", "align", "token_sizes", "ccl_buffer_size_mb", "window_bytes_required"]
+def a2_window_bytes_required(ep_world_size: int, max_bs: int, hidden: int, moe_expert_num: int, topk: int,
+                             comm_alg: str = "") -> int:
+    """Bytes the window must hold on Atlas A2, by the formula aclnnMoeDistributeDispatchV2.md gives for
+    the comm_alg (x of 2-byte elements); the operator requires it to be ``<= cclBufferSize``::
+
+        "" / "fullmesh":  2*(maxBs*W*min(L,K)*H*2 + 2 MiB)
+        "hierarchy":      E*maxBs*(H*2 + 4*align8(K)*4) + 4 MiB + 100 MiB
+    """
+    if comm_alg not in COMM_ALGS_A2:
+        raise ValueError(f"comm_alg: must be one of {COMM_ALGS_A2} on {SOC_A2} (got {comm_alg!r})")
+    w, e, k = int(ep_world_size), int(moe_expert_num), int(topk)
+    if comm_alg == "hierarchy":
+        return e * max_bs * (hidden * 2 + 4 * align(k, 8) * 4) + 104 * MIB
+    n_local = moe_local_num(w, e, 0)
+    return 2 * (max_bs * w * min(n_local, k) * hidden * 2 + 2 * MIB)
+
+
+def ep_recv_counts_size(ep_world_size: int, local_expert_num: int, global_bs: int, topk: int,
+                        expert_scales: bool = False, soc: str = "Ascend910_93") -> int:
+    """Entries of dispatch's ep_recv_counts: ``W * localExpertNum``, and on Atlas A2 with expert_scales
+    ``+ 2 * G * K * serverNum`` with ``serverNum = W / 8`` (servers of 8 ranks; G = global_bs resolved),
+    as CANN's infershape for the 910B sizes it."""
+    w = int(ep_world_size)
+    extra = 2 * int(global_bs) * int(topk) * (w // 8) if soc == SOC_A2 and expert_scales else 0
+    return w * int(local_expert_num) + extra
+
+
+__all__ = ["MIB", "align", "token_sizes", "ccl_buffer_size_mb", "window_bytes_required", "a2_window_bytes_required",
+           "ep_recv_counts_size"]

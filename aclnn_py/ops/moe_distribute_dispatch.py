@@ -32,6 +32,7 @@ from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
+from .prechecks_a2 import recv_counts_extra
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeDispatchV5"
@@ -112,7 +113,7 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
             ("dynamic_scales", ds_shape, ds_dtype),
             ("assist_info_for_combine", (max(bs * k, a * 128),), DataType.INT32),
             ("expert_token_nums", (local,), DataType.INT64),
-            ("ep_recv_counts", (cfg.ep_world_size * local,), DataType.INT32),
+            ("ep_recv_counts", (cfg.ep_world_size * local + recv_counts_extra(cfg, bs, k, has_es),), DataType.INT32),
             ("tp_recv_counts", (cfg.tp_world_size,), DataType.INT32),
             ("expand_scales", (a if has_es else 0,), DataType.FLOAT))
     # a required output given None goes to C as NULL too: C refuses it, naming it (161001)

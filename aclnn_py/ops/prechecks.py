@@ -19,7 +19,7 @@ from typing import Final
 from ..dtypes import DataType
 from ..errors import AclnnParamInvalid, param_invalid
 from ..tensor import Tensor
-from . import sizing
+from . import prechecks_a2, sizing
 from .config import MoeConfig
 
 INT32_MAX = 2**31 - 1
@@ -125,7 +125,8 @@ def _tokens_ok(c: MoeConfig, op: str, inputs: Sequence[Tensor | None]) -> bool:
 
 def _check_modes(c: MoeConfig, op: str, func: str) -> None:
     """Each op's own modes, which phase 1 checks right after the shared attributes."""
-    p, soc = c.profile, c.soc
+    p = c.profile
+    soc = p.name
     if op == "dispatch":
         if c.quant_mode not in p.quant_modes:
             if p.low_precision:
@@ -139,6 +140,8 @@ def _check_modes(c: MoeConfig, op: str, func: str) -> None:
         allowed = sorted(p.comm_quant_modes)
         listed = ", ".join(map(str, allowed[:-1])) + f" or {allowed[-1]}"
         raise _bad(func, "comm_quant_mode", f"must be {listed} on {soc} (got {c.comm_quant_mode})")
+    if p.atlas_a2 and c.comm_quant_mode == 2 and c.comm_alg != "hierarchy":
+        raise _bad(func, "comm_quant_mode", f'2 needs comm_alg "hierarchy" on Ascend910B (got comm_alg "{c.comm_alg}")')
     if c.out_dtype != 0:
         raise _bad(func, "out_dtype", f"is reserved and must be 0 (got {c.out_dtype})")
     if c.group_list_type != 0:
@@ -150,7 +153,10 @@ def _bad(func: str, param: str, rule: str) -> AclnnParamInvalid:
 
 
 def _check_attrs(c: MoeConfig, func: str) -> None:
-    w, r, soc = c.ep_world_size, c.ep_rank_id, c.soc
+    if c.profile.atlas_a2:
+        prechecks_a2.check_attrs(c, func, _bad)
+        return
+    w, r, soc = c.ep_world_size, c.ep_rank_id, c.profile.name
     wmax = c.profile.max_world_size
     if w < 2 or w > wmax:
         raise _bad(func, "ep_world_size", f"must be in [2, {wmax}] on {soc} (got {w})")
@@ -202,9 +208,11 @@ def _check_attrs(c: MoeConfig, func: str) -> None:
 def _check_sizes(c: MoeConfig, func: str, bs: int, h: int, k: int, bs_param: str, h_param: str) -> None:
     w, e = c.ep_world_size, c.moe_expert_num
     experts = e + c.zero_expert_num + c.copy_expert_num + c.const_expert_num
-    if bs < 1 or bs > 512:
+    if c.profile.atlas_a2:
+        prechecks_a2.check_token_sizes(c, func, _bad, bs, h, bs_param, h_param)
+    elif bs < 1 or bs > 512:
         raise _bad(func, bs_param, f"dim 0 (BS) must be in [1, 512] (got {bs})")
-    if h < 1024 or h > 8192:
+    elif h < 1024 or h > 8192:
         raise _bad(func, h_param, f"dim 1 (H) must be in [1024, 8192] (got {h})")
     if k < 1 or k > 16:
         raise _bad(func, "expert_ids", f"dim 1 (K) must be in [1, 16] (got {k})")
@@ -219,10 +227,10 @@ def _check_sizes(c: MoeConfig, func: str, bs: int, h: int, k: int, bs_param: str
         p = c.profile
         if bs > p.fullmesh_v2_max_bs:
             raise _bad(func, bs_param, f'dim 0 (BS) must be <= {p.fullmesh_v2_max_bs} with comm_alg "fullmesh_v2" '
-                       f"on {c.soc} (got {bs})")
+                       f"on {p.name} (got {bs})")
         if p.fullmesh_v2_max_topk is not None and k > p.fullmesh_v2_max_topk:
             raise _bad(func, "expert_ids", f'dim 1 (K) must be <= {p.fullmesh_v2_max_topk} with comm_alg '
-                       f'"fullmesh_v2" on {c.soc} (got {k})')
+                       f'"fullmesh_v2" on {p.name} (got {k})')
 
 
 def _check_window(c: MoeConfig, func: str, bs: int, h: int, k: int) -> None:
@@ -233,6 +241,8 @@ def _check_window(c: MoeConfig, func: str, bs: int, h: int, k: int) -> None:
                    f"more (got {c.global_bs} with ep_world_size {w})")
     if ccl < 0:
         raise _bad(func, "ccl_buffer_size", f"must be >= 0 (got {ccl})")
+    if c.profile.atlas_a2:
+        prechecks_a2.check_window(c, func, _bad, max_bs, h, k)
     need = c.window_need(bs, h, k)
     avail = ccl - sizing.MIB if ccl > sizing.MIB else 0
     if need > avail or ccl < sizing.MIB:

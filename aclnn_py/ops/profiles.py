@@ -2,8 +2,9 @@
 that maps the name ``aclrtGetSocName`` reports to its profile (used by the pre-checks and sizing).
 
 Real SoC names carry product suffixes (the Atlas A3 line reports ``Ascend910_93…``, e.g.
-``Ascend910_9391``; the 950 line ``Ascend950…``), so profiles are chosen by family prefix. An unknown
-name gets a warning and the A3 rules (docs/operators.md, "SoC profiles").
+``Ascend910_9391``; the Atlas A2 line ``Ascend910B…``, e.g. ``Ascend910B3``; the 950 line
+``Ascend950…``), so profiles are chosen by family prefix. An unknown name gets a warning and the A3
+rules (docs/operators.md, "SoC profiles"; the A2 limits: "Atlas A2").
 """
 
 from __future__ import annotations
@@ -26,6 +27,29 @@ class SocProfile:
     comm_quant_modes: frozenset[int]   # combine comm_quant_mode values
     low_precision: bool                # fp8 / hifloat8 / fp4 inputs and outputs, MX scales
     elastic: bool                      # elastic_info and performance_info (reserved otherwise)
+    atlas_a2: bool = False             # the Atlas A2 rules (A2_LIMITS, ops/prechecks_a2.py)
+
+
+@dataclass(frozen=True)
+class A2Limits:
+    """What CANN documents for Atlas A2 (aclnnMoeDistributeDispatchV2.md / V3.md, the Combine
+    counterparts), in the units of docs/operators.md."""
+
+    world_sizes: frozenset[int] = frozenset({16, 32, 64, 128, 256})
+    hierarchy_world_sizes: frozenset[int] = frozenset({16, 32, 64})
+    comm_algs: tuple[str, ...] = ("", "fullmesh", "hierarchy")
+    max_experts: int = 512
+    max_local_fullmesh: int = 24           # L limit that "hierarchy" lifts
+    max_bs: int = 256
+    h_align: int = 32
+    max_h_fullmesh: int = 7168
+    max_h_hierarchy: int = 10 * 1024
+    server_ranks: int = 8                  # serverNum = W / 8
+    fullmesh_reserve: int = 2 << 20        # the "+ 2MB" of the fullmesh window formula
+    hierarchy_reserve: int = 104 << 20     # the "+ 4MB + 100MB" of the hierarchy one
+
+
+A2_LIMITS = A2Limits()
 
     def y_dtypes(self, quant_mode: int) -> tuple[str, ...]:
         """The expand_x element types dispatch's `quant_mode` can produce on this line, the default
@@ -48,6 +72,7 @@ QUANT_MODE_Y_DTYPES: Mapping[int, tuple[str, ...]] = {
 }
 
 A3 = SocProfile("Ascend910_93", 768, 0, 256, 12, frozenset({0, 2}), frozenset({0, 2}), False, False)
+A2 = SocProfile("Ascend910B", 256, 0, 256, None, frozenset({0, 2}), frozenset({0, 2}), False, False, atlas_a2=True)
 ASCEND950 = SocProfile("Ascend950", 1024, 1024, 512, None, frozenset({0, 1, 2, 3, 4, 5}),
                        frozenset({0, 2, 3, 4}), True, True)
 
@@ -55,6 +80,7 @@ ASCEND950 = SocProfile("Ascend950", 1024, 1024, 512, None, frozenset({0, 1, 2, 3
 FAMILIES: tuple[tuple[str, SocProfile], ...] = (
     ("Ascend910_93", A3),
     ("Ascend950", ASCEND950),
+    ("Ascend910B", A2),
 )
 
 _warned: set[str] = set()

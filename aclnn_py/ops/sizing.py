@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 
-from .profiles import profile_of
+from .profiles import A2_LIMITS, profile_of
 
 MIB = 1 << 20
 #: per token: a 32-byte scale slot and three int32 index entries beside the row
@@ -60,12 +60,34 @@ def window_need(world_size: int, local_experts: int, max_bs: int, hidden: int, t
         world_size * bytes_per_rank
 
 
+def a2_window_need(world_size: int, max_bs: int, hidden: int, moe_expert_num: int, topk: int,
+                   comm_alg: str) -> tuple[int, str]:
+    """Bytes the window must hold on the Atlas A2 by the formula CANN documents for `comm_alg`
+    (docs/operators.md, "Atlas A2"), and the arithmetic spelled out."""
+    w, e, k = world_size, moe_expert_num, topk
+    if comm_alg == "hierarchy":
+        k8 = align(k, 8)
+        need = e * max_bs * (hidden * 2 + 4 * k8 * 4) + A2_LIMITS.hierarchy_reserve
+        return need, (f"moe_expert_num*maxBs*(H*2 + 4*align8(K)*4) + 104 MiB = {e}*{max_bs}*({hidden}*2 + 4*{k8}*4) + "
+                      f"{A2_LIMITS.hierarchy_reserve}")
+    rows = min(e // w, k)
+    need = 2 * (max_bs * w * rows * hidden * 2 + A2_LIMITS.fullmesh_reserve)
+    return need, (f"2*(maxBs*W*min(L,K)*H*2 + 2 MiB) = 2*({max_bs}*{w}*{rows}*{hidden}*2 + "
+                  f"{A2_LIMITS.fullmesh_reserve})")
+
+
 def window_requirement(world_size: int, max_bs: int, hidden: int, moe_expert_num: int, topk: int,
                        shared_expert_num: int = 0, shared_expert_rank_num: int = 0, comm_alg: str = "",
                        soc: str = "Ascend910_93") -> tuple[int, str]:
     """Bytes a dispatch/combine pair needs in each rank's window on SoC `soc` (the kernel's window
     check, docs/operators.md "The window check"), and the arithmetic spelled out:
-    ``2*(maxBs*Td*W*L + maxBs*Tc*(K+S)) (+ W*1024 on the 950) + 1 MiB``."""
+    ``2*(maxBs*Td*W*L + maxBs*Tc*(K+S)) (+ W*1024 on the 950) + 1 MiB``. On the Atlas A2 also the
+    formula of its comm_alg ("Atlas A2"): the larger of the two."""
+    if profile_of(soc).atlas_a2:
+        a2_need, a2_how = a2_window_need(world_size, max_bs, hidden, moe_expert_num, topk, comm_alg)
+        mock_need, mock_how = window_requirement(world_size, max_bs, hidden, moe_expert_num, topk, shared_expert_num,
+                                                 shared_expert_rank_num, "")
+        return (a2_need, a2_how) if a2_need >= mock_need else (mock_need, mock_how)
     local = moe_local_experts(world_size, moe_expert_num, shared_expert_rank_num)
     shared = normalized_shared(shared_expert_num, shared_expert_rank_num)
     per_rank = profile_of(soc).window_bytes_per_rank

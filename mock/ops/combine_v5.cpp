@@ -88,7 +88,10 @@ int check_modes(CombineParams &p) {
         if (p.comm_quant != 0 && p.comm_quant != 2 && p.comm_quant != 3 && p.comm_quant != 4)
             return bad("comm_quant_mode", "must be 0, 2, 3 or 4 on Ascend950 (got %" PRId64 ")", p.comm_quant);
     } else if (p.comm_quant != 0 && p.comm_quant != 2) {
-        return bad("comm_quant_mode", "must be 0 or 2 on Ascend910_93 (got %" PRId64 ")", p.comm_quant);
+        return bad("comm_quant_mode", "must be 0 or 2 on %s (got %" PRId64 ")", p.soc, p.comm_quant);
+    } else if (p.a2 && p.comm_quant == 2 && !p.hierarchy) {
+        return bad("comm_quant_mode", "2 needs comm_alg \"hierarchy\" on Ascend910B (got comm_alg \"%s\")",
+                   p.comm_alg.c_str());
     }
     if (p.out_dtype != 0) return bad("out_dtype", "is reserved and must be 0 (got %" PRId64 ")", p.out_dtype);
     if (p.group_list_type != 0)
@@ -158,6 +161,9 @@ int check_options(const CombineArgs &a, CombineParams &p) {
         if (int rc = check_rank(xs, "expand_scales", 1)) return rc;
     }
     if (const aclTensor *sx = a[kSharedX]) {
+        if (p.a2)
+            return bad("shared_expert_x", "is reserved on Ascend910B and must be NULL (got a %s tensor)",
+                       dims_str(sx).c_str());
         if (p.R != 0)
             return bad("shared_expert_x", "is only allowed when shared_expert_rank_num is 0 (got "
                        "shared_expert_rank_num %" PRId64 ")", p.R);

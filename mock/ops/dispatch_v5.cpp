@@ -118,7 +118,7 @@ int check_modes(DispatchParams &p) {
         if (p.quant < 0 || p.quant > 5)
             return bad("quant_mode", "must be in [0, 5] on Ascend950 (got %" PRId64 ")", p.quant);
     } else if (p.quant != 0 && p.quant != 2) {
-        return bad("quant_mode", "must be 0 or 2 on Ascend910_93%s (got %" PRId64 ")",
+        return bad("quant_mode", "must be 0 or 2 on %s%s (got %" PRId64 ")", p.soc,
                    p.quant == 1 ? ", static quant is not supported" : "", p.quant);
     }
     if (p.ent_type != 0 && p.ent_type != 1)
@@ -135,7 +135,8 @@ int check_tokens(const DispatchArgs &a, DispatchParams &p) {
     if (p.soc950) {
         if (int rc = check_dtype(x, "x", x950, 7, "on Ascend950")) return rc;
     } else {
-        if (int rc = check_dtype(x, "x", f16s, 2, "on Ascend910_93")) return rc;
+        const std::string where = format("on %s", p.soc);
+        if (int rc = check_dtype(x, "x", f16s, 2, where.c_str())) return rc;
     }
     if (int rc = check_rank(x, "x", 2)) return rc;
     if (int rc = check_dtype(ids, "expert_ids", kI32, 1)) return rc;
@@ -198,6 +199,9 @@ int check_quant_scales(const DispatchArgs &a, DispatchParams &p) {
     }
     if (p.quant == 0)
         return bad("scales", "must be NULL when quant_mode is 0 (got a %s tensor)", dims_str(sc).c_str());
+    if (p.hierarchy)
+        return bad("scales", "must be NULL with comm_alg \"hierarchy\" on Ascend910B (got a %s tensor)",
+                   dims_str(sc).c_str());
     if (p.quant == 4 || p.quant == 5)
         return bad("scales", "must be NULL with MX quant_mode %" PRId64 " (got a %s tensor)", p.quant,
                    dims_str(sc).c_str());
@@ -354,6 +358,11 @@ int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
         return bad("ep_recv_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
                    p.has_elastic || !p.shared_rank ? "ep_world_size * L" : "ep_world_size on a shared-expert rank",
                    p.recv_slots, rc_->view[0]);
+    if (const int64_t extra = a2_recv_counts_extra(p, p.has_escales))
+        if (rc_->view[0] < p.recv_slots + extra)
+            return bad("ep_recv_counts", "dim 0 must be >= ep_world_size * L + 2 * G * K * (ep_world_size / 8) = "
+                       "%" PRId64 " on Ascend910B with expert_scales (got %" PRId64 ")", p.recv_slots + extra,
+                       rc_->view[0]);
     if (a.tp_recv_counts)
         if (int rc = check_dtype(a.tp_recv_counts, "tp_recv_counts", kI32, 1)) return rc;
     if (p.has_escales) {

@@ -83,6 +83,7 @@ SocProfile soc_profile() {
     SocProfile prof;
     const Soc soc = config().soc;
     prof.soc950 = soc == Soc::Ascend950;
+    prof.a2 = soc == Soc::Ascend910B;
     prof.name = soc_name(soc);
     return prof;
 }
@@ -90,7 +91,9 @@ SocProfile soc_profile() {
 int check_attrs(MoeParams &p) {
     const SocProfile prof = soc_profile();
     p.soc950 = prof.soc950;
+    p.a2 = prof.a2;
     p.soc = prof.name;
+    if (p.a2) return check_attrs_a2(p);
     const char *soc = p.soc;
     const int64_t wmax = p.soc950 ? 1024 : 768;
     if (p.W < 2 || p.W > wmax)
@@ -158,10 +161,14 @@ int check_window_need(const MoeParams &p);
 
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
     const char *soc = p.soc;
-    if (p.BS < 1 || p.BS > 512)
-        return bad(bs_param, "dim 0 (BS) must be in [1, 512] (got %" PRId64 ")", p.BS);
-    if (p.H < 1024 || p.H > 8192)
-        return bad(h_param, "dim 1 (H) must be in [1024, 8192] (got %" PRId64 ")", p.H);
+    if (p.a2) {
+        if (int rc = check_token_sizes_a2(p, bs_param, h_param)) return rc;
+    } else {
+        if (p.BS < 1 || p.BS > 512)
+            return bad(bs_param, "dim 0 (BS) must be in [1, 512] (got %" PRId64 ")", p.BS);
+        if (p.H < 1024 || p.H > 8192)
+            return bad(h_param, "dim 1 (H) must be in [1024, 8192] (got %" PRId64 ")", p.H);
+    }
     if (p.K < 1 || p.K > 16)
         return bad("expert_ids", "dim 1 (K) must be in [1, 16] (got %" PRId64 ")", p.K);
     if (p.K > p.E + p.Z + p.C + p.Q)
@@ -200,6 +207,7 @@ int check_mask(const aclTensor *mask, const MoeParams &p) {
     if (!mask) return 0;
     static const aclDataType b[] = {ACL_BOOL};
     if (int rc = check_dtype(mask, "x_active_mask", b, 1)) return rc;
+    if (int rc = check_mask_a2(mask, p)) return rc;
     const auto &d = mask->view;
     if (d.size() == 1) {
         if (d[0] != p.BS)
@@ -220,7 +228,7 @@ int check_mask(const aclTensor *mask, const MoeParams &p) {
 
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p) {
     if (!t || p.soc950) return 0;
-    return bad(param, "is reserved on Ascend910_93 and must be NULL (got a %s tensor)", dims_str(t).c_str());
+    return bad(param, "is reserved on %s and must be NULL (got a %s tensor)", p.soc, dims_str(t).c_str());
 }
 
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p) {
@@ -330,6 +338,8 @@ namespace {
 // The window these sizes need (docs/operators.md, "Buffer sizing") must fit in ccl_buffer_size.
 int check_window_need(const MoeParams &p) {
     if (p.ccl < 0) return bad("ccl_buffer_size", "must be >= 0 (got %" PRId64 ")", p.ccl);
+    if (p.a2)
+        if (int rc = check_window_a2(p)) return rc;
     Layout l = make_layout(p.W, p.L, p.maxBs, p.H, p.K, p.S, p.fullmesh_v2);
     const uint64_t need_b = window_need_bytes(l, p.W, p.soc950);
     const uint64_t avail = uint64_t(p.ccl) > kMiB ? uint64_t(p.ccl) - kMiB : 0;

@@ -38,7 +38,9 @@ struct MoeParams {
     bool shared_rank = false;
     bool fullmesh_v2 = false;
     int alg_code = 0;        // 0 "" / fullmesh_v1 (same kernel), 2 fullmesh_v2
-    bool soc950 = false;     // the Ascend950 profile (else Ascend910_93)
+    bool soc950 = false;     // the Ascend950 profile (else Ascend910_93 or Ascend910B)
+    bool a2 = false;         // the Ascend910B (Atlas A2) profile: profile_a2.cpp
+    bool hierarchy = false;  // A2 with comm_alg "hierarchy"
     const char *soc = "";    // the profile's name, for messages
     aclDataType dtype = ACL_DT_UNDEFINED;   // x (dispatch) / expand_x (combine)
 };
@@ -48,6 +50,7 @@ struct MoeParams {
 // the family.
 struct SocProfile {
     bool soc950 = false;
+    bool a2 = false;
     const char *name = "Ascend910_93";
 };
 SocProfile soc_profile();
@@ -99,6 +102,21 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
                     const char *op);
 // ccl_buffer_size <= the window of the context's communicator.
 int check_window(const MoeParams &p, const hccl::Comm *comm);
+
+// ---- Atlas A2 (Ascend910B) rules, profile_a2.cpp ------------------------------------------------
+// Each replaces or adds to a block above when p.a2, at the same place in the order of checks, so that
+// the Python pre-checks (aclnn_py/ops/prechecks_a2.py) give the same first error.
+// The whole attribute block on A2 (in place of check_attrs' rules).
+int check_attrs_a2(MoeParams &p);
+// BS and H on A2 (in place of the A3 / 950 ranges).
+int check_token_sizes_a2(const MoeParams &p, const char *bs_param, const char *h_param);
+// The window formula CANN documents for A2's comm_alg, before the mock's own layout check.
+int check_window_a2(const MoeParams &p);
+// x_active_mask: 1-D only on A2.
+int check_mask_a2(const aclTensor *mask, const MoeParams &p);
+// ep_recv_counts entries beyond W * L that A2 reserves when expert_scales are given:
+// 2 * G * K * (W / 8), 0 otherwise (and on other profiles).
+int64_t a2_recv_counts_extra(const MoeParams &p, bool with_expert_scales);
 
 // Workspace sizes (bytes), always > 0; the kernels use every part.
 struct DispatchWs {

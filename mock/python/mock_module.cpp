@@ -97,7 +97,7 @@ PYBIND11_MODULE(_mock, m) {
                            "tensors, executors, communicators, mapped windows.");
     m.def("soc", [] { return std::string(soc_name(config().soc)); }, "The active SoC profile.");
     m.def("set_soc", &set_soc_by_name, py::arg("name"),
-          "Switch the SoC profile by the family of `name` (Ascend910_93..., Ascend950...); aclrtGetSocName "
+          "Switch the SoC profile by the family of `name` (Ascend910_93..., Ascend950..., Ascend910B...); aclrtGetSocName "
           "then reports `name` exactly. ValueError for a name of no known family.");
     m.def("poison", [] { return config().poison; }, "Whether new allocations are filled with 0xA5.");
     m.def("set_poison", &set_poison, py::arg("on"), "Turn the poison fill of new allocations on or off.");

@@ -1,7 +1,8 @@
 // Configuration of the mock, read from the environment at first use:
 //   ACLNN_MOCK_DEVICE_COUNT  number of devices, 1..1024 (default 16)
 //   ACLNN_MOCK_SOC           a SoC name of the Ascend910_93 family (default; the A3 line's names such
-//                            as Ascend910_9391) or of the Ascend950 family; the profile is chosen by
+//                            as Ascend910_9391), of the Ascend950 family or of the Ascend910B family
+//                            (Atlas A2: Ascend910B1 ... Ascend910B4); the profile is chosen by
 //                            family prefix (case-insensitive) and aclrtGetSocName reports the name
 //                            exactly as given. A name of no known family is refused: aclInit fails
 //                            with config_error() until a valid profile is set.
@@ -40,7 +41,8 @@ struct Family {
     const char *prefix;
     Soc soc;
 };
-constexpr Family kFamilies[] = {{"Ascend910_93", Soc::Ascend910_93}, {"Ascend950", Soc::Ascend950}};
+constexpr Family kFamilies[] = {{"Ascend910_93", Soc::Ascend910_93}, {"Ascend950", Soc::Ascend950},
+                                 {"Ascend910B", Soc::Ascend910B}};
 
 void load_locked() {
     Config c;
@@ -115,8 +117,8 @@ bool soc_profile_of(const std::string &name, Soc *soc, std::string *why) {
             return true;
         }
     *why = format("'%s' names no SoC the mock simulates; the profile is chosen by family: a name beginning "
-                  "Ascend910_93 (Atlas A3, e.g. Ascend910_9391, Ascend910_9392) or Ascend950 (950DT, e.g. "
-                  "Ascend950)", name.c_str());
+                  "Ascend910_93 (Atlas A3, e.g. Ascend910_9391, Ascend910_9392), Ascend910B (Atlas A2, e.g. "
+                  "Ascend910B1 ... Ascend910B4) or Ascend950 (950DT, e.g. Ascend950)", name.c_str());
     return false;
 }
 
@@ -169,6 +171,7 @@ std::string config_notes() {
 const char *soc_name(Soc soc) {
     switch (soc) {
     case Soc::Ascend950: return "Ascend950";
+    case Soc::Ascend910B: return "Ascend910B";
     case Soc::Ascend910_93: break;
     }
     return "Ascend910_93";

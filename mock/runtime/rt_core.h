@@ -29,7 +29,7 @@ ACLMOCK_API std::string vformat(const char *fmt, va_list ap);
 ACLMOCK_API std::string format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 // ---- configuration, read from the environment at first use and resettable for tests ----------
-enum class Soc { Ascend910_93, Ascend950 };
+enum class Soc { Ascend910_93, Ascend950, Ascend910B };
 struct Config {
     int device_count = 16;       // ACLNN_MOCK_DEVICE_COUNT
     Soc soc = Soc::Ascend910_93; // ACLNN_MOCK_SOC
@@ -47,7 +47,8 @@ ACLMOCK_API bool skip_kernels();
 ACLMOCK_API const char *soc_name(Soc soc);   // the profile's own (family) name
 // SoC names by family (case-insensitive prefix): a name beginning "Ascend910_93" (the A3 line,
 // e.g. Ascend910_9391, Ascend910_9392) selects Ascend910_93, one beginning "Ascend950" selects
-// Ascend950. Any other name: false, with *why saying what is accepted.
+// Ascend950, one beginning "Ascend910B" (the Atlas A2 line: Ascend910B1 ... Ascend910B4) selects
+// Ascend910B. Any other name: false, with *why saying what is accepted.
 ACLMOCK_API bool soc_profile_of(const std::string &name, Soc *soc, std::string *why);
 // Selects the profile of `name` and makes aclrtGetSocName report `name` exactly; an unknown name is
 // refused (false, *why set) and changes nothing.

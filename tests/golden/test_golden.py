@@ -1303,7 +1303,7 @@ def test_a3_refuses_low_precision_x_and_mx_comm_quant():
     with pytest.raises(ValueError, match="elastic_info"):
         golden.combine(*args, moe_expert_num=2, elastic_info=np.zeros(8, np.int32))
     with pytest.raises(ValueError, match="soc"):
-        golden.dispatch([np.ones((1, 32), BF16)] * 2, ids, moe_expert_num=2, soc="Ascend910B")
+        golden.dispatch([np.ones((1, 32), BF16)] * 2, ids, moe_expert_num=2, soc="Ascend310P3")
 
 
 def test_950_without_new_features_equals_a3():

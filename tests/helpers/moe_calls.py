@@ -35,24 +35,25 @@ class RawDesc:
 
 
 class World2:
-    """Two communicators of one thread world, usable from the test thread afterwards."""
+    """Two communicators of one thread world (or `ranks` of them), usable from the test thread
+    afterwards."""
 
-    def __init__(self, before_context: Any = None) -> None:
+    def __init__(self, before_context: Any = None, ranks: int = 2) -> None:
         from aclnn_py import Device
         from aclnn_py.hccl import Communicator, RootInfo, build_context
 
         root = RootInfo.create()
-        self.comms: list[Any] = [None, None]
+        self.comms: list[Any] = [None] * ranks
         errs: list[BaseException] = []
 
         def join(r: int) -> None:
             try:
                 Device(r).set_current()
-                self.comms[r] = Communicator(2, r, root)
+                self.comms[r] = Communicator(ranks, r, root)
             except BaseException as e:  # noqa: BLE001
                 errs.append(e)
 
-        ts = [threading.Thread(target=join, args=(r,)) for r in range(2)]
+        ts = [threading.Thread(target=join, args=(r,)) for r in range(ranks)]
         for t in ts:
             t.start()
         for t in ts:

@@ -19,6 +19,7 @@ import pytest
 
 A3, A950 = "Ascend910_93", "Ascend950"
 PROFILES = (A3, A950)
+A2 = "Ascend910B"      # Atlas A2: its own matrix (tests/test_a2_rounds.py), not in PROFILES
 
 DTYPES = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
 SR_PAIRS = [(1, 0), (0, 0), (1, 1), (2, 2), (1, 2), (2, 4)]
@@ -317,5 +318,5 @@ def roles(c: Case, inp: Inputs) -> list[tuple[int, int, int]]:
     return out
 
 
-__all__ = ["A3", "A950", "PROFILES", "Case", "Inputs", "random_case", "cases_for", "make_inputs", "roles", "replace",
+__all__ = ["A2", "A3", "A950", "PROFILES", "Case", "Inputs", "random_case", "cases_for", "make_inputs", "roles", "replace",
            "DTYPES", "SR_PAIRS", "COMM_ALGS", "FP8", "FP4", "LOWP_X", "Y_FORMATS", "datatype", "on_profile"]

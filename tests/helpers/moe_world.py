@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from .moe_cases import A3, A950, DTYPES, F32, NP_FP8, Case, Inputs, datatype, make_inputs, roles
+from .moe_cases import A2, A3, A950, DTYPES, F32, NP_FP8, Case, Inputs, datatype, make_inputs, roles
 
 POISON = 0xA5
 _VIEWABLE = {"FLOAT16", "BF16", "INT8", "FLOAT", "INT32"}   # DataType names numpy_view keeps
@@ -25,6 +25,8 @@ def golden_dispatch(c: Case, inp: Inputs) -> Any:
     if c.soc == A950:
         x_dtype = c.xfmt if c.xfmt is not None and c.xfmt not in NP_FP8 else None
         kw = dict(y_dtype=c.yfmt, x_dtype=x_dtype, elastic_info=inp.elastic, soc=A950)
+    elif c.soc == A2:
+        kw = dict(soc=A2)
     return golden.dispatch(inp.x, inp.ids, scales=inp.scales, x_active_mask=inp.mask, expert_scales=inp.escales,
                            quant_mode=c.quant, expert_token_nums_type=c.ent_type, **kw, **c.kwargs())
 
@@ -33,6 +35,8 @@ def golden_combine(c: Case, inp: Inputs, disp: Any, ys: list[np.ndarray]) -> Any
     from aclnn_py import golden
 
     kw: dict[str, Any] = dict(elastic_info=inp.elastic, soc=A950) if c.soc == A950 else {}
+    if c.soc == A2:
+        kw = dict(soc=A2)
     return golden.combine(ys, inp.ids, [d.assist_info_for_combine for d in disp], [d.ep_recv_counts for d in disp],
                           expert_scales=inp.weights, x_active_mask=inp.mask, shared_expert_x=inp.shared_x,
                           ori_x=inp.ori_x if (c.C or c.Q) else None, const_expert_alpha_1=inp.alpha1,
@@ -42,12 +46,12 @@ def golden_combine(c: Case, inp: Inputs, disp: Any, ys: list[np.ndarray]) -> Any
 
 def expert_fn(c: Case, expand_x: np.ndarray, dynamic_scales: np.ndarray | None) -> np.ndarray:
     """A deterministic "expert", scaling each row by a row-dependent factor and casting it to the
-    row dtype. A3: int8 rows dequantised with their scales (quant 2). 950: 16-bit rows as values,
+    row dtype. A3 and A2: int8 rows dequantised with their scales (quant 2). 950: 16-bit rows as values,
     every other format as its raw codes (one per element)."""
     dt = DTYPES[c.dtype]
     n = expand_x.shape[0]
     raw = np.ascontiguousarray(expand_x)
-    if c.soc == A3:
+    if c.soc in (A3, A2):
         xf = raw.astype(F32) * dynamic_scales.astype(F32)[:, None] if c.quant == 2 else raw.astype(F32)
     elif raw.dtype in (np.dtype(np.float16), DTYPES["bf16"]):
         xf = raw.astype(F32)
@@ -115,7 +119,7 @@ def mock_dispatch(c: Case, inp: Inputs, rank: int, ctx: Any, ccl: int, stream: A
     recv = o.ep_recv_counts.numpy()[:slots]
     n = int(recv[-1])
     ex, ds, ai, es = _host(o.expand_x), _host(o.dynamic_scales), _host(o.assist_info_for_combine), _host(o.expand_scales)
-    return {"n": n, "recv": recv, "tok_nums": o.expert_token_nums.numpy()[:nloc], "expand_x": ex[:n].copy(),
+    return {"n": n, "recv": recv, "recv_len": o.ep_recv_counts.shape[0], "tok_nums": o.expert_token_nums.numpy()[:nloc], "expand_x": ex[:n].copy(),
             "dynamic_scales": ds[:n].copy(), "assist": ai[:3 * n].copy(), "expand_scales": es[:n].copy(),
             "poison": {"expand_x": _poisoned(ex[n:]), "dynamic_scales": _poisoned(ds[n:]),
                        "dynamic_scales_all": _poisoned(ds), "assist": _poisoned(ai[3 * n:]),

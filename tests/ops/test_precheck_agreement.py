@@ -5,6 +5,7 @@ non-contiguous and closed tensors — ``precheck=True`` and ``precheck=False`` a
 and refuse the others with the same exception class, status code and message (so the same named
 parameter). A pre-check only gives the C wording before the C call.
 
+The Atlas A2 profile runs in a 16-rank world (its smallest), with its own valid attribute values.
 ``ACLNN_PY_DIFF_EXAMPLES`` sets the examples per operator and profile (default 400),
 ``ACLNN_PY_DIFF_SEED`` the seed (default 0): both in docs/testing_with_the_mock.md."""
 
@@ -24,6 +25,8 @@ from hypothesis import strategies as st
 EXAMPLES = int(os.environ.get("ACLNN_PY_DIFF_EXAMPLES", "400"))
 SEED = int(os.environ.get("ACLNN_PY_DIFF_SEED", "0"))
 W = 2
+A2, W_A2 = "Ascend910B", 16
+SOCS = ["Ascend910_93", "Ascend950", A2]
 SETTINGS = settings(max_examples=EXAMPLES, deadline=None, database=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                            HealthCheck.function_scoped_fixture])
@@ -34,10 +37,19 @@ TOKEN_DTYPES = [BF16, BF16, BF16, F16, F32, np.dtype(np.int8), np.dtype(ml_dtype
 
 
 @pytest.fixture(scope="module")
-def world(acl):
-    w = World2()
-    yield w
-    w.close()
+def worlds(acl):
+    made: dict[int, World2] = {}
+    yield made
+    for w in made.values():
+        w.close()
+
+
+def _world(worlds: dict[int, World2], soc: str) -> tuple[World2, int]:
+    """The world of the profile's test and its size (built on first use)."""
+    n = W_A2 if soc == A2 else W
+    if n not in worlds:
+        worlds[n] = World2(ranks=n)
+    return worlds[n], n
 
 
 def _pick(values: list[Any]) -> st.SearchStrategy[Any]:
@@ -56,9 +68,10 @@ def _fields(table: dict[str, tuple[list[Any], list[Any]]]) -> st.SearchStrategy[
     return draw()
 
 
-def attributes(ccl: int, op: str) -> st.SearchStrategy[dict[str, Any]]:
+def attributes(ccl: int, op: str, soc: str = "Ascend910_93") -> st.SearchStrategy[dict[str, Any]]:
     """Every attribute: valid values, and the boundaries and invalid ones CANN's own tests use (ranks
-    out of range, TP 2, non-zero tp_rank_id, special experts, odd comm_alg, huge global_bs ...)."""
+    out of range, TP 2, non-zero tp_rank_id, special experts, odd comm_alg, huge global_bs ...); on the
+    Atlas A2 its own world sizes, expert counts (L <= 24 but with "hierarchy") and comm_alg values."""
     table: dict[str, tuple[list[Any], list[Any]]] = dict(
         ep_world_size=([2], [1, 0, 3, 769, 1025]),
         ep_rank_id=([0], [1, -1, 2]),     # 1: valid attribute, but not this communicator's rank
@@ -75,6 +88,10 @@ def attributes(ccl: int, op: str) -> st.SearchStrategy[dict[str, Any]]:
         global_bs=([0], [4, 8, 3, -2, 2**40]),
         comm_alg=(["", "fullmesh_v1"], ["fullmesh_v2", "hierarchy", "ring"]),
     )
+    if soc == A2:
+        table.update(ep_world_size=([W_A2], [2, 8, 24, 128, 512]), moe_expert_num=([16, 32, 48], [0, 8, 400, 528, -2]),
+                     shared_expert_num=([1, 0], [2, -1]), global_bs=([0], [64, 8, 3, -2, 2**40]),
+                     comm_alg=(["", "fullmesh", "hierarchy"], ["fullmesh_v1", "fullmesh_v2", "ring"]))
     if op == "dispatch":
         table.update(quant_mode=([0, 2], [1, 3, 4, 5, 6, -1]), expert_token_nums_type=([1, 0], [2, -1]))
     else:
@@ -180,17 +197,18 @@ def _common_tensors(m: Maker, world: World2, s: dict[str, Any], x_shape: tuple[i
     return t
 
 
-@pytest.mark.parametrize("soc", ["Ascend910_93", "Ascend950"])
-def test_dispatch_precheck_agrees_with_c(world, mock, soc):
+@pytest.mark.parametrize("soc", SOCS)
+def test_dispatch_precheck_agrees_with_c(worlds, mock, soc):
     from aclnn_py.ops import prepare_dispatch
 
+    world, w = _world(worlds, soc)
     mock.set_soc(soc)
     ccl = world.ctx[0][1]
     seen: dict[str, int] = {}
 
     @seed(SEED)
     @SETTINGS
-    @given(attrs=attributes(ccl, "dispatch"), s=shapes(), opt=_fields(dict(
+    @given(attrs=attributes(ccl, "dispatch", soc), s=shapes(), opt=_fields(dict(
         scales=([None, "smooth"], ["scalar", "per_token"]),
         x_active_mask=([None, (1,), (1, 1)], [(1, 1, 1)]),
         expert_scales=([None, "weights", "empty"], ["wrong"]),
@@ -219,9 +237,9 @@ def test_dispatch_precheck_agrees_with_c(world, mock, soc):
             elif opt["expert_scales"] == "wrong":
                 kw["expert_scales"] = m.tensor((bs, k + 1), np.float32)
             if opt["elastic_info"]:
-                kw["elastic_info"] = m.tensor((4 + 2 * W,), np.int32)
+                kw["elastic_info"] = m.tensor((4 + 2 * w,), np.int32)
             if opt["performance_info"]:
-                kw["performance_info"] = m.tensor((W,), np.int64)
+                kw["performance_info"] = m.tensor((w,), np.int64)
             if opt["outputs"] != "allocated":
                 name = opt["outputs"][3:]
                 kw["outputs"] = {{"tp": "tp_recv_counts"}.get(name, name): None}
@@ -233,17 +251,18 @@ def test_dispatch_precheck_agrees_with_c(world, mock, soc):
     _search(mock, check, seen)
 
 
-@pytest.mark.parametrize("soc", ["Ascend910_93", "Ascend950"])
-def test_combine_precheck_agrees_with_c(world, mock, soc):
+@pytest.mark.parametrize("soc", SOCS)
+def test_combine_precheck_agrees_with_c(worlds, mock, soc):
     from aclnn_py.ops import prepare_combine
 
+    world, w = _world(worlds, soc)
     mock.set_soc(soc)
     ccl = world.ctx[0][1]
     seen: dict[str, int] = {}
 
     @seed(SEED + 1)
     @SETTINGS
-    @given(attrs=attributes(ccl, "combine"), s=shapes(), opt=_fields(dict(
+    @given(attrs=attributes(ccl, "combine", soc), s=shapes(), opt=_fields(dict(
         rows=(["capacity"], ["short"]),
         expert_scales=([None, "weights"], ["wrong"]),
         x_active_mask=([None, (1,), (1, 1)], [(1, 1, 1)]),
@@ -260,11 +279,11 @@ def test_combine_precheck_agrees_with_c(world, mock, soc):
         m = Maker()
         try:
             bs, h, k = s["bs"], s["h"], s["k"]
-            a = max(bs, 1) * W * max(k, 1) * (1 if opt["rows"] == "capacity" else 0) + 1
+            a = max(bs, 1) * w * max(k, 1) * (1 if opt["rows"] == "capacity" else 0) + 1
             t = _common_tensors(m, world, s, {1: (a * h,), 2: (a, h), 3: (a, h, 1)}[s["token_rank"]])
             dt = t["x"].dtype if t["x"] is not None else BF16
             assist = m.tensor((a * 128,), np.int32)
-            counts = m.tensor((W * max(attrs["moe_expert_num"], 1),), np.int32)
+            counts = m.tensor((w * max(attrs["moe_expert_num"], 1),), np.int32)
             kw: dict[str, Any] = {}
             if opt["expert_scales"] == "weights":
                 kw["expert_scales"] = m.tensor((bs, k), np.float32)
@@ -284,9 +303,9 @@ def test_combine_precheck_agrees_with_c(world, mock, soc):
             if opt["tp_send_counts"]:
                 kw["tp_send_counts"] = m.tensor((2,), np.int32)
             if opt["elastic_info"]:
-                kw["elastic_info"] = m.tensor((4 + 2 * W,), np.int32)
+                kw["elastic_info"] = m.tensor((4 + 2 * w,), np.int32)
             if opt["performance_info"]:
-                kw["performance_info"] = m.tensor((W,), np.int64)
+                kw["performance_info"] = m.tensor((w,), np.int64)
             if opt["x_out"] == "given":
                 kw["x_out"] = m.tensor((bs, h), dt)
             elif opt["x_out"] == "short":
