@@ -27,7 +27,7 @@ from . import casts, golden
 from .cli_conventions import UsageError, int_at_least, positive_seconds
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
 from .dtypes import DataType, bfloat16
-from .ops.profiles import FAMILIES, SocProfile
+from .ops.profiles import A2_LIMITS, FAMILIES, SocProfile
 
 if TYPE_CHECKING:
     from .buffer import MoeDistributeBuffer
@@ -105,6 +105,13 @@ class Model:
         return dict(moe_expert_num=self.experts, shared_expert_num=self.shared,
                     shared_expert_rank_num=self.shared_expert_ranks, quant_mode=self.quant_mode,
                     zero_expert_num=self.zero_experts, copy_expert_num=self.copy_experts)
+
+    def counted_entries(self, rank: int) -> int:
+        """The entries of `rank`'s ep_recv_counts that count rows (one per (expert, source) pair); Atlas A2
+        sizes the tensor larger for its layered path, and those extra entries are not counts."""
+        if rank < self.shared_expert_ranks:
+            return self.world_size
+        return self.world_size * (self.experts // (self.world_size - self.shared_expert_ranks))
 
     def describe(self) -> list[str]:
         """The model in words, for the report."""
@@ -253,7 +260,7 @@ def _one_round(buf: MoeDistributeBuffer, stream: Stream, m: Model, rank: int, rn
                                    copy_expert_num=m.copy_experts, stream=stream)
     buf.synchronize(stream)
     t1 = time.perf_counter()
-    counts = out.ep_recv_counts.numpy()
+    counts = out.ep_recv_counts.numpy()[:m.counted_entries(rank)]
     n = int(counts[-1])
     expand_x = out.expand_x.numpy()[:n]
     scales = out.dynamic_scales.numpy()[:n] if m.quant_mode in (2, 3, 4, 5) else None
@@ -447,10 +454,11 @@ def add_parser(sub: Any) -> None:
     g = p.add_argument_group("where")
     g.add_argument("--backend", default="mock",
                    help='"mock", "cann" (the installed CANN) or the path of a CANN root')
-    g.add_argument("--soc", default="auto", help="SoC profile: Ascend910_93 or Ascend950 selects the mock's "
+    g.add_argument("--soc", default="auto", help="SoC profile: Ascend910_93, Ascend910B or Ascend950 selects the mock's "
                    "profile; on real CANN the SoC is the device's and --soc may only repeat it (auto: the backend's)")
     g.add_argument("--world-size", type=int, default=None,
-                   help=f"ranks, one per device (default: {d.world_size}, or the number of --devices)")
+                   help=f"ranks, one per device (default: {d.world_size}, on Atlas A2 {min(A2_LIMITS.world_sizes)}, "
+                   "or the number of --devices)")
     g.add_argument("--devices", default=None, help="comma-separated device ids, one per rank "
                    "(default: 0 .. world-size-1)")
     g.add_argument("--threads", action="store_true", help="ranks as threads of this process (mock only)")
@@ -459,7 +467,9 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--tokens", type=int, default=d.tokens, help="tokens per rank (BS)")
     g.add_argument("--hidden", type=int, default=d.hidden, help="hidden size H (the operators take 1024..8192)")
     g.add_argument("--topk", type=int, default=d.topk, help="experts per token K")
-    g.add_argument("--experts", type=int, default=d.experts, help="MoE experts (divisible by the MoE ranks)")
+    g.add_argument("--experts", type=int, default=None,
+                   help=f"MoE experts (divisible by the MoE ranks; default: {d.experts}, or one per MoE rank when "
+                   "there are more ranks)")
     g.add_argument("--shared-experts", type=int, default=d.shared_experts, help="shared experts S")
     g.add_argument("--shared-expert-ranks", type=int, default=d.shared_expert_ranks,
                    help="ranks hosting shared experts R (a multiple of S)")
@@ -482,6 +492,11 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--quiet", action="store_true", help="no progress on stderr")
     g.add_argument("--json", action="store_true", help="print one JSON document on stdout, nothing on stderr")
     p.set_defaults(func=main)
+
+
+def _default_world_size(profile: SocProfile) -> int:
+    # Atlas A2 runs on 16 ranks or more (docs/operators.md, "Atlas A2"); the others from 2
+    return min(A2_LIMITS.world_sizes) if profile.atlas_a2 else Model().world_size
 
 
 def _devices(text: str | None) -> list[int] | None:
@@ -522,9 +537,6 @@ def main(args: argparse.Namespace) -> int:
     if args.soc != "auto" and args.soc not in PROFILES:
         raise UsageError(f"--soc {args.soc!r} is not a known SoC ({', '.join(PROFILES)})")
     devices = _devices(args.devices)
-    world = args.world_size if args.world_size is not None else (len(devices) if devices else Model().world_size)
-    if devices is None:
-        devices = list(range(world))
     quiet = args.quiet or args.json
     say = None if quiet else _say
     if args.json:
@@ -534,7 +546,12 @@ def main(args: argparse.Namespace) -> int:
     if args.soc != "auto":
         os.environ[ENV_MOCK_SOC] = args.soc
     where, soc, count, version = _open_backend(args.backend, args.soc)
-    m = Model(world_size=world, tokens=args.tokens, hidden=args.hidden, topk=args.topk, experts=args.experts,
+    world = args.world_size if args.world_size is not None else (
+        len(devices) if devices else _default_world_size(PROFILES[soc]))
+    if devices is None:
+        devices = list(range(world))
+    experts = args.experts if args.experts is not None else max(Model().experts, world - args.shared_expert_ranks)
+    m = Model(world_size=world, tokens=args.tokens, hidden=args.hidden, topk=args.topk, experts=experts,
               shared_experts=args.shared_experts, shared_expert_ranks=args.shared_expert_ranks,
               zero_experts=args.zero_experts, copy_experts=args.copy_experts, quant_mode=args.quant_mode,
               y_dtype=args.y_dtype, comm_quant_mode=args.comm_quant_mode, dtype=args.dtype, mask=args.mask,

@@ -1,6 +1,6 @@
 """The README's features tables, Atlas A2 column: every cell is the one this file expects, and every
 expected cell's claim holds on the mock (phase 1 of rank 0 in a 16-rank world, with and without the
-Python pre-checks; the outputs themselves are compared with the golden in tests/test_a2_rounds.py). A
+Python pre-checks; the outputs themselves are compared with the golden in tests/ops/test_a2_rounds.py). A
 cell edited in the README without its check here, or a row added, fails the table test."""
 
 from __future__ import annotations

@@ -29,6 +29,14 @@ class SocProfile:
     elastic: bool                      # elastic_info and performance_info (reserved otherwise)
     atlas_a2: bool = False             # the Atlas A2 rules (A2_LIMITS, ops/prechecks_a2.py)
 
+    def y_dtypes(self, quant_mode: int) -> tuple[str, ...]:
+        """The expand_x element types dispatch's `quant_mode` can produce on this line, the default
+        first: none for mode 0 (expand_x keeps x's type) or for a mode the line does not support;
+        int8 everywhere, the low-precision types only where the line has them."""
+        if quant_mode not in self.quant_modes:
+            return ()
+        return tuple(t for t in QUANT_MODE_Y_DTYPES.get(quant_mode, ()) if t == "int8" or self.low_precision)
+
 
 @dataclass(frozen=True)
 class A2Limits:
@@ -50,14 +58,6 @@ class A2Limits:
 
 
 A2_LIMITS = A2Limits()
-
-    def y_dtypes(self, quant_mode: int) -> tuple[str, ...]:
-        """The expand_x element types dispatch's `quant_mode` can produce on this line, the default
-        first: none for mode 0 (expand_x keeps x's type) or for a mode the line does not support;
-        int8 everywhere, the low-precision types only where the line has them."""
-        if quant_mode not in self.quant_modes:
-            return ()
-        return tuple(t for t in QUANT_MODE_Y_DTYPES.get(quant_mode, ()) if t == "int8" or self.low_precision)
 
 
 #: Per dispatch quant mode, the expand_x element types it can write (the first is its default), by

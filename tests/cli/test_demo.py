@@ -48,6 +48,16 @@ def test_950_quant4_fp4_with_mxfp8_comm_quant3():
     assert all(c["equal"] and c["max_abs_diff"] == 0 for c in doc["checks"])
 
 
+def test_atlas_a2_defaults_to_its_smallest_world_and_matches_with_the_extra_ep_recv_counts():
+    # A2 runs on 16 ranks or more, and its ep_recv_counts (with weights) is longer than its counts
+    r = run_cli("demo", "--soc", "Ascend910B", "--threads", "--quant-mode", "2", "--json")
+    assert r.returncode == 0 and r.stderr == "", r.stdout + r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["result"] == "MATCH" and doc["soc"] == "Ascend910B"
+    assert doc["model"]["world_size"] == 16 and doc["model"]["experts"] == 16
+    assert all(c["equal"] for c in doc["checks"])
+
+
 MODES_950 = [
     "--quant-mode 1 --y-dtype hifloat8 --comm-quant-mode 4",
     "--quant-mode 1 --y-dtype int8 --comm-quant-mode 2 --dtype fp16",

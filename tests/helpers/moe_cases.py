@@ -19,7 +19,7 @@ import pytest
 
 A3, A950 = "Ascend910_93", "Ascend950"
 PROFILES = (A3, A950)
-A2 = "Ascend910B"      # Atlas A2: its own matrix (tests/test_a2_rounds.py), not in PROFILES
+A2 = "Ascend910B"      # Atlas A2: its own matrix (tests/ops/test_a2_rounds.py), not in PROFILES
 
 DTYPES = {"fp16": np.dtype(np.float16), "bf16": np.dtype(ml_dtypes.bfloat16)}
 SR_PAIRS = [(1, 0), (0, 0), (1, 1), (2, 2), (1, 2), (2, 4)]

@@ -8,7 +8,7 @@ import pytest
 
 from aclnn_py import demo
 from aclnn_py.cli_conventions import UsageError
-from aclnn_py.ops.profiles import A3, ASCEND950, FAMILIES
+from aclnn_py.ops.profiles import A2, A3, ASCEND950, FAMILIES
 
 
 def test_y_dtypes_per_line_and_mode():
@@ -27,7 +27,7 @@ def test_every_y_dtype_is_one_the_demo_can_name():
 
 
 def test_the_demo_uses_the_ops_profiles():
-    assert demo.PROFILES == {"Ascend910_93": A3, "Ascend950": ASCEND950}
+    assert demo.PROFILES == {"Ascend910_93": A3, "Ascend910B": A2, "Ascend950": ASCEND950}
     assert all(demo.PROFILES[p.name] is p for _, p in FAMILIES)
 
 
