@@ -5,7 +5,9 @@ process group (docs/comparison.md maps every argument).
 
 This layer only translates: CANN's Python names become the operators' attributes (one
 :class:`~aclnn_py.MoeConfig` per distinct set, made once and cached), and every call is delegated to
-:mod:`aclnn_py.ops`, where arguments are converted and checked.
+:mod:`aclnn_py.ops`, where arguments are converted and checked. With device Tensors and a ``Stream``,
+a call of a shape the operator already checked gets its outputs from the memory pool here, so that
+the operator's compiled call takes it (docs/concepts.md, "The compiled steady state").
 
 Errors speak this layer's names. An error of a parameter rule names the parameter as the caller
 passed it — ``topk_idx``, ``topk_weights``, ``x_smooth_scale``, combine's ``x``, ``num_experts``,
