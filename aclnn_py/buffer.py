@@ -95,15 +95,18 @@ def _in_callers_words(names: Mapping[str, str]) -> Callable[[F], F]:
 
 
 def _device_tensors(required: tuple[object, ...], optional: tuple[object, ...]) -> bool:
-    """Every `required` argument is a Tensor and every `optional` one a Tensor or None; each open one
-    has its descriptor made (the compiled call takes Tensors that have theirs: a Tensor new this step,
-    such as the experts' output, would otherwise send the call to the Python function)."""
-    if not (all(t.__class__ is Tensor for t in required) and all(t is None or t.__class__ is Tensor for t in optional)):
-        return False
-    for t in required + optional:
+    """Every `required` argument is a Tensor and every `optional` one a Tensor or None."""
+    return all(t.__class__ is Tensor for t in required) and all(t is None or t.__class__ is Tensor for t in optional)
+
+
+def _with_descriptors(tensors: tuple[object, ...]) -> None:
+    """Make the descriptor of each open Tensor of `tensors`, in the operator's input order: the
+    compiled call takes Tensors that have theirs, and a Tensor new this step (the experts' output)
+    would otherwise send the call to the Python function. One that cannot have one fails here as it
+    would there, the shape's rules having passed."""
+    for t in tensors:
         if t is not None and not cast(Tensor, t).closed:
             cast(Tensor, t).descriptor()
-    return True
 
 
 def _pooled_dispatch_outputs(cfg: MoeConfig, x: object, ids: object, scales: object, mask: object, weights: object,
@@ -118,6 +121,7 @@ def _pooled_dispatch_outputs(cfg: MoeConfig, x: object, ids: object, scales: obj
     if xt.ndim != 2 or it.ndim != 2 or not prechecks.shape_passed(cfg, "dispatch", xt.shape[0], xt.shape[1],
                                                                    it.shape[1]):
         return None
+    _with_descriptors((x, ids, scales, mask, weights, elastic))
     outs = allocate_outputs(cfg, xt, it, cast("Tensor | None", weights), cast("Tensor | None", scales),
                             elastic is not None, None)
     for t in outs:
@@ -135,6 +139,7 @@ def _pooled_x_out(cfg: MoeConfig, x: object, ids: object, assist: object, counts
     if xt.ndim != 2 or it.ndim != 2 or not prechecks.shape_passed(cfg, "combine", it.shape[0], xt.shape[1],
                                                                    it.shape[1]):
         return None
+    _with_descriptors((x, ids, assist, counts) + optional)
     out = Tensor.empty(*x_out_layout(xt, it))
     out.descriptor()
     return out
@@ -261,7 +266,7 @@ class MoeDistributeBuffer:
                                       x_dtype=x_dtype, scales_dtype=x_smooth_scales_dtype, y_dtype=y_dtype,
                                       outputs=outputs, stream=s)
         ds, es = out.dynamic_scales, out.expand_scales
-        assert ds is not None and es is not None  # given no outputs, the operator allocates all seven
+        assert ds is not None and es is not None  # the operator, or the pool here, allocates all seven
         return LowLatencyDispatchResult(out[0], ds, out[2], out[3], out[4], es)
 
     @_in_callers_words(COMBINE_NAMES)
