@@ -5,7 +5,9 @@ process group (docs/comparison.md maps every argument).
 
 This layer only translates: CANN's Python names become the operators' attributes (one
 :class:`~aclnn_py.MoeConfig` per distinct set, made once and cached), and every call is delegated to
-:mod:`aclnn_py.ops`, where arguments are converted and checked.
+:mod:`aclnn_py.ops`, where arguments are converted and checked. With device Tensors and a ``Stream``,
+a call of a shape the operator already checked gets its outputs from the memory pool here, so that
+the operator's compiled call takes it (docs/concepts.md, "The compiled steady state").
 
 Errors speak this layer's names. An error of a parameter rule names the parameter as the caller
 passed it — ``topk_idx``, ``topk_weights``, ``x_smooth_scale``, combine's ``x``, ``num_experts``,
@@ -39,12 +41,17 @@ from typing import Any, NamedTuple, TypeVar, cast
 from .dtypes import DTypeLike
 from .errors import AclnnPyError
 from .hccl import Communicator, build_context, rebuild_context
-from .ops import sizing
+from .ops import prechecks, sizing
 from .ops._caller import Vocabulary, renamed, reraise
 from .ops.config import MoeConfig
 from .ops.executor import Plan
-from .ops.moe_distribute_combine import CombinePlan, moe_distribute_combine
-from .ops.moe_distribute_dispatch import DispatchPlan, moe_distribute_dispatch
+from .ops.moe_distribute_combine import CombinePlan, moe_distribute_combine, x_out_layout
+from .ops.moe_distribute_dispatch import (
+    DispatchOutputs,
+    DispatchPlan,
+    allocate_outputs,
+    moe_distribute_dispatch,
+)
 from .runtime import Stream, StreamArg, resolve_stream, soc_name
 from .tensor import Tensor, TensorArg
 
@@ -85,6 +92,57 @@ def _in_callers_words(names: Mapping[str, str]) -> Callable[[F], F]:
         return cast(F, call)
 
     return decorate
+
+
+def _device_tensors(required: tuple[object, ...], optional: tuple[object, ...]) -> bool:
+    """Every `required` argument is a Tensor and every `optional` one a Tensor or None."""
+    return all(t.__class__ is Tensor for t in required) and all(t is None or t.__class__ is Tensor for t in optional)
+
+
+def _with_descriptors(tensors: tuple[object, ...]) -> None:
+    """Make the descriptor of each open Tensor of `tensors`, in the operator's input order: the
+    compiled call takes Tensors that have theirs, and a Tensor new this step (the experts' output)
+    would otherwise send the call to the Python function. One that cannot have one fails here as it
+    would there, the shape's rules having passed."""
+    for t in tensors:
+        if t is not None and not cast(Tensor, t).closed:
+            cast(Tensor, t).descriptor()
+
+
+def _pooled_dispatch_outputs(cfg: MoeConfig, x: object, ids: object, scales: object, mask: object, weights: object,
+                             elastic: object) -> DispatchOutputs | None:
+    """Dispatch's outputs, taken from the memory pool here so that the operator's compiled call
+    takes the call (it takes only calls with outputs), when every input is a device Tensor and the
+    config's pre-checks passed this BS, H and K before; None otherwise (host inputs, a first call of
+    a shape), and the operator allocates them after its own checks, so its errors stay its own."""
+    if not _device_tensors((x, ids), (scales, mask, weights, elastic)):
+        return None
+    xt, it = cast(Tensor, x), cast(Tensor, ids)
+    if xt.ndim != 2 or it.ndim != 2 or not prechecks.shape_passed(cfg, "dispatch", xt.shape[0], xt.shape[1],
+                                                                   it.shape[1]):
+        return None
+    _with_descriptors((x, ids, scales, mask, weights, elastic))
+    outs = allocate_outputs(cfg, xt, it, cast("Tensor | None", weights), cast("Tensor | None", scales),
+                            elastic is not None, None)
+    for t in outs:
+        if t is not None:
+            t.descriptor()  # the compiled call takes Tensors that have theirs
+    return outs
+
+
+def _pooled_x_out(cfg: MoeConfig, x: object, ids: object, assist: object, counts: object,
+                  optional: tuple[object, ...]) -> Tensor | None:
+    """Combine's x_out from the memory pool, on the terms of :func:`_pooled_dispatch_outputs`."""
+    if not _device_tensors((x, ids, assist, counts), optional):
+        return None
+    xt, it = cast(Tensor, x), cast(Tensor, ids)
+    if xt.ndim != 2 or it.ndim != 2 or not prechecks.shape_passed(cfg, "combine", it.shape[0], xt.shape[1],
+                                                                   it.shape[1]):
+        return None
+    _with_descriptors((x, ids, assist, counts) + optional)
+    out = Tensor.empty(*x_out_layout(xt, it))
+    out.descriptor()
+    return out
 
 
 class MoeDistributeBuffer:
@@ -198,12 +256,17 @@ class MoeDistributeBuffer:
         cfg = self._config("low_latency_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0,
                            zero_expert_num, copy_expert_num, const_expert_num, expert_shard_type, shared_expert_num,
                            shared_expert_rank_num, expert_token_nums_type, num_max_dispatch_tokens_per_rank)
+        s = self.comm.stream_for(stream)
+        outputs = None
+        if x_dtype is None and x_smooth_scales_dtype is None and y_dtype is None:
+            outputs = _pooled_dispatch_outputs(cfg, x, topk_idx, x_smooth_scale, x_active_mask, topk_weights,
+                                               elastic_info)
         out = moe_distribute_dispatch(self.context, x, topk_idx, config=cfg, scales=x_smooth_scale,
                                       x_active_mask=x_active_mask, expert_scales=topk_weights, elastic_info=elastic_info,
                                       x_dtype=x_dtype, scales_dtype=x_smooth_scales_dtype, y_dtype=y_dtype,
-                                      stream=self.comm.stream_for(stream))
+                                      outputs=outputs, stream=s)
         ds, es = out.dynamic_scales, out.expand_scales
-        assert ds is not None and es is not None  # given no outputs, the operator allocates all seven
+        assert ds is not None and es is not None  # the operator, or the pool here, allocates all seven
         return LowLatencyDispatchResult(out[0], ds, out[2], out[3], out[4], es)
 
     @_in_callers_words(COMBINE_NAMES)
@@ -227,12 +290,15 @@ class MoeDistributeBuffer:
         cfg = self._config("low_latency_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode,
                            zero_expert_num, copy_expert_num, const_expert_num, expert_shared_type, shared_expert_num,
                            shared_expert_rank_num, 1, num_max_dispatch_tokens_per_rank)
+        s = self.comm.stream_for(stream)
+        optional = (topk_weights, x_active_mask, expand_scales, shared_expert_x, elastic_info, ori_x,
+                    const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
         return moe_distribute_combine(
             self.context, x, topk_idx, assist_info_for_combine, ep_send_counts, topk_weights, config=cfg,
             x_active_mask=x_active_mask, expand_scales=expand_scales, shared_expert_x=shared_expert_x,
             elastic_info=elastic_info, ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1,
             const_expert_alpha_2=const_expert_alpha_2, const_expert_v=const_expert_v,
-            stream=self.comm.stream_for(stream))
+            x_out=_pooled_x_out(cfg, x, topk_idx, assist_info_for_combine, ep_send_counts, optional), stream=s)
 
     # ---- plans (repeated calls with fixed shapes) ------------------------------------------------------------
     @_in_callers_words(DISPATCH_NAMES)

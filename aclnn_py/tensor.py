@@ -19,6 +19,7 @@ On the mock backend device memory is host memory, so a Tensor is also visible ze
 from __future__ import annotations
 
 import ctypes
+import functools
 import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -50,6 +51,12 @@ _MIN_ALLOC = 32  # aclrtMalloc refuses size 0; empty tensors still get a valid a
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    return _row_major(tuple(shape))
+
+
+@functools.lru_cache(maxsize=1024)
+def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    # cached: operator outputs of a serving loop repeat a handful of shapes every step
     strides = []
     acc = 1
     for d in reversed(shape):
@@ -76,24 +83,30 @@ class Tensor:
     def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
                  offset: int = 0, owner: object = None, device: int | None = None):
         """A view of `ptr` (the storage base) — prefer :meth:`from_address`, which documents `owner`."""
-        self._ptr = int(ptr)
+        shape = tuple(int(d) for d in shape)
+        strides = tuple(int(s) for s in strides) if strides is not None else _row_major(shape)
+        if len(strides) != len(shape):
+            raise ValueError(f"strides {strides} do not match shape {shape}")
         #: Elements per dimension.
-        self.shape = tuple(int(d) for d in shape)
+        self.shape = shape
         #: The element type, an aclDataType.
         self.dtype = as_datatype(dtype)
         #: Elements between neighbours of each dimension (contiguous unless given).
-        self.strides = tuple(int(s) for s in strides) if strides is not None else contiguous_strides(self.shape)
-        if len(self.strides) != len(self.shape):
-            raise ValueError(f"strides {self.strides} do not match shape {self.shape}")
+        self.strides = strides
         #: Elements from the storage base to element 0.
         self.offset = int(offset)
         #: The device the memory lives on (see the class description); None when unknown.
         self.device = device
-        # a Tensor's layout never changes, and the operator paths ask for these on every call
-        self._contiguous = self.strides == contiguous_strides(self.shape)
-        self._offset_nbytes = (self.offset * self.dtype.bits) // 8
-        self._mem: DeviceMemory | None = None
+        self._set_state(int(ptr), None)
         self._owner: object = _claim(owner)
+
+    def _set_state(self, ptr: int, mem: DeviceMemory | None) -> None:
+        """The private slots of a new Tensor whose layout is set (`_owner` aside, the caller's)."""
+        self._ptr = ptr
+        # a Tensor's layout never changes, and the operator paths ask for these on every call
+        self._contiguous = self.strides == _row_major(self.shape)
+        self._offset_nbytes = (self.offset * self.dtype.bits) // 8
+        self._mem: DeviceMemory | None = mem
         self._desc: Any = None
         self._desc_addr: int | None = None  # the descriptor's address, for the C fast path
         self._writer: Stream | None = None
@@ -103,11 +116,14 @@ class Tensor:
     @classmethod
     def empty(cls, shape: ShapeLike, dtype: DTypeLike, device: int | None = None) -> Tensor:
         """Uninitialised device memory (the mock fills new memory with 0xA5 poison)."""
-        dt = as_datatype(dtype)
+        dt = dtype if dtype.__class__ is DataType else as_datatype(dtype)
         shape = tuple(int(d) for d in shape)
         mem = DeviceMemory(max(_nbytes(dt, shape), _MIN_ALLOC), device)
-        t = cls(mem._ptr, shape, dt, device=mem.device)
-        t._mem = mem
+        # operators allocate their outputs here on every call: what __init__ converts and checks holds
+        t = cls.__new__(cls)
+        t.shape, t.dtype, t.strides, t.offset, t.device = shape, dt, _row_major(shape), 0, mem.device
+        t._set_state(mem._ptr, mem)
+        t._owner = None
         return t
 
     @classmethod
@@ -252,11 +268,7 @@ class Tensor:
             b = initialized()
             ffi = b.ffi
             n = len(self.shape)
-            dims = ffi.new("int64_t[]", self.shape) if n else ffi.NULL
-            strides = ffi.new("int64_t[]", self.strides) if n else ffi.NULL
-            storage_elems = max(self.offset + (sum((d - 1) * s for d, s in zip(self.shape, self.strides)) + 1
-                                               if self.size else 0), 0)
-            storage = ffi.new("int64_t[1]", [storage_elems])
+            dims, strides, storage = _layout_cells(self.shape, self.strides, self.offset)
             d = b.lib.aclCreateTensor(dims, n, int(self.dtype), strides, self.offset, b.lib.ACL_FORMAT_ND,
                                       storage, 1, ffi.cast("void *", self._ptr))
             if d == ffi.NULL:
@@ -465,6 +477,18 @@ def _claim(owner: object) -> object:
         owner._check_open("borrow its memory")
         return owner._export()
     return owner
+
+
+@functools.lru_cache(maxsize=1024)
+def _layout_cells(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> tuple[Any, Any, Any]:
+    """The dims, strides and 1-D storage-shape arrays ``aclCreateTensor`` reads for a layout (it
+    copies them, so one read-only set serves every descriptor of the layout, on any thread)."""
+    ffi = initialized().ffi
+    n = len(shape)
+    size = math.prod(shape)
+    storage_elems = max(offset + (sum((d - 1) * s for d, s in zip(shape, strides)) + 1 if size else 0), 0)
+    return (ffi.new("int64_t[]", shape) if n else ffi.NULL, ffi.new("int64_t[]", strides) if n else ffi.NULL,
+            ffi.new("int64_t[1]", [storage_elems]))
 
 
 def destroy_descriptor(descriptor: Any) -> None:

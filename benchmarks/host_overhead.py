@@ -1,8 +1,11 @@
 """Host overhead: µs per dispatch / combine call spent in Python and the C API, with the mock's
 kernels switched off (``_mock.set_skip_kernels``: phase 2 still checks everything and queues a task,
-the task does nothing). Seven paths per op, measured in the same process on the same tensors,
+the task does nothing). Eight paths per op, measured in the same process on the same tensors,
 attributes and stream, their batches interleaved so that drift of a shared machine hits all alike:
 
+* ``buffer`` — :class:`~aclnn_py.MoeDistributeBuffer`'s ``low_latency_dispatch`` /
+  ``low_latency_combine`` with device Tensors and a Stream, as a serving loop calls them: each call
+  takes its outputs from the memory pool (and drops the previous call's), then the operator's call;
 * ``ctypes`` — a plain ctypes binding (descriptors created per call, as ctypes users do);
 * ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with one
   MoeConfig made once (as MoeDistributeBuffer passes it) and caller-provided outputs (cached
@@ -38,7 +41,7 @@ from .ctypes_baseline import CtypesBinding
 from .progress import SILENT, Progress
 from .stats import ratio, summary_us
 
-PATHS = ("ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
+PATHS = ("buffer", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 WORKSPACE_BYTES = 1 << 24  # the C per-call loop's workspace; phase 1 asks for far less
 
 # Inputs a plan call rebinds in this bench (C parameter indices, names as in aclnn_py.ops).
@@ -85,6 +88,8 @@ def _ratios(row: dict[str, Any], samples: dict[str, list[float]]) -> None:
     row["plan_over_c_plan"] = paired_ratio(samples["plan"], samples["c_plan"])
     row["per_call_over_c_per_call"] = paired_ratio(samples["per_call"], samples["c_per_call"])
     row["plan_reuse_over_c_plan_reuse"] = paired_ratio(samples["plan_reuse"], samples["c_plan_reuse"])
+    row["buffer_over_per_call"] = paired_ratio(samples["buffer"], samples["per_call"])
+    row["buffer_over_c_per_call"] = paired_ratio(samples["buffer"], samples["c_per_call"])
 
 
 @dataclass
@@ -94,6 +99,7 @@ class _Setup:
     dispatch outputs, and the baselines' own objects."""
 
     ctx: Any
+    buf: Any               # a MoeDistributeBuffer on the same communicator
     stream: Any
     attrs: dict[str, Any]
     x: tuple[Any, Any]
@@ -174,6 +180,8 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     sh, ws = s.stream.handle, s.workspace.ptr
     (x0, x1), (ids0, ids1) = s.x, s.ids
     return {
+        "buffer": _written_out("buf.low_latency_dispatch(x, ids, e, stream=stream)", buf=s.buf, x=x, ids=ids,
+                               e=s.attrs["moe_expert_num"], stream=s.stream),
         "ctypes": _written_out("binding.dispatch([ctx, x, ids] + [None] * 5, list(d), attrs, b'', tail, sh, ws)",
                                binding=s.ctypes, ctx=s.ctx, x=x, ids=ids, d=s.d, attrs=attrs, tail=tail, sh=sh, ws=ws),
         "per_call": _written_out("moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, config=cfg)",
@@ -207,6 +215,9 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
     sh, ws = s.stream.handle, s.workspace.ptr
     (y0, y1), (ids0, ids1), (assist0, assist1), (counts0, counts1) = s.y, s.ids, s.assist, s.counts
     return {
+        "buffer": _written_out("buf.low_latency_combine(y, ids, None, assist, counts, num_experts=e, stream=stream)",
+                               buf=s.buf, y=y, ids=ids, assist=assist, counts=counts, e=s.attrs["moe_expert_num"],
+                               stream=s.stream),
         "ctypes": _written_out("binding.combine(ins, [out], attrs, b'', tail, sh, ws)",
                                binding=s.ctypes, ins=ins, out=s.c_out, attrs=attrs, tail=tail, sh=sh, ws=ws),
         "per_call": _written_out("moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=out, "
@@ -224,7 +235,7 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
     }
 
 
-def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any, x: Any, ids: Any,
+def _measure_rank0(ctx: Any, buf: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any, x: Any, ids: Any,
                    calls: int, repeats: int, progress: Progress) -> dict[str, Any]:
     import aclnn_py as acl
 
@@ -232,7 +243,7 @@ def _measure_rank0(ctx: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any,
         return acl.Tensor.from_numpy(t.numpy())
 
     assist, counts = d.assist_info_for_combine, d.ep_recv_counts
-    s = _Setup(ctx=ctx, stream=stream, attrs=attrs, x=(x, second(x)), ids=(ids, second(ids)), y=(y, second(y)),
+    s = _Setup(ctx=ctx, buf=buf, stream=stream, attrs=attrs, x=(x, second(x)), ids=(ids, second(ids)), y=(y, second(y)),
                assist=(assist, second(assist)), counts=(counts, second(counts)), d=d,
                c_out=acl.Tensor.empty(x.shape, acl.dtypes.bfloat16),
                empty_weights=acl.Tensor.from_numpy(np.zeros((0,), np.float32)),
@@ -267,6 +278,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
                         progress: Progress, measured: threading.Event) -> dict[str, Any]:
     import aclnn_py as acl
     from aclnn_py import _mock
+    from aclnn_py.buffer import MoeDistributeBuffer
     from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import moe_distribute_combine, moe_distribute_dispatch
 
@@ -275,7 +287,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
     bf16 = acl.dtypes.bfloat16
     bs, h, k, e = 1, 1024, 1, world_size
     result: dict[str, Any] = {}
-    with Communicator(world_size, rank, root) as comm:
+    with Communicator(world_size, rank, root) as comm, MoeDistributeBuffer(comm) as buf:
         ctx, ccl = build_context(comm)
         attrs: dict[str, Any] = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=e,
                                      ccl_buffer_size=ccl)
@@ -292,7 +304,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
         if rank == 0:
             _mock.set_skip_kernels(True)
             try:
-                result = _measure_rank0(ctx, stream, attrs, d, y, x, ids, calls, repeats, progress)
+                result = _measure_rank0(ctx, buf, stream, attrs, d, y, x, ids, calls, repeats, progress)
             finally:
                 _mock.set_skip_kernels(False)
                 measured.set()

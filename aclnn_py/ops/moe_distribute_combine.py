@@ -96,7 +96,12 @@ def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, prech
         return unread_output()
     ex_t, ids = ins[1], ins[2]
     assert ex_t is not None and ids is not None  # phase 1 refuses NULL ones: the verdict was C_DECIDES
-    return Tensor.empty((ids.shape[0], ex_t.shape[1]), DataType.BF16 if ex_t.dtype == DataType.INT32 else ex_t.dtype)
+    return Tensor.empty(*x_out_layout(ex_t, ids))
+
+
+def x_out_layout(expand_x: Tensor, expert_ids: Tensor) -> tuple[tuple[int, int], DataType]:
+    """(shape, dtype) of x_out: (BS, H) in expand_x's dtype, bf16 for an int32 expand_x."""
+    return (expert_ids.shape[0], expand_x.shape[1]), DataType.BF16 if expand_x.dtype == DataType.INT32 else expand_x.dtype
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:

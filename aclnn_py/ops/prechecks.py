@@ -83,6 +83,12 @@ def verdict(config: MoeConfig, op: str, inputs: Sequence[Tensor | None],
     return None
 
 
+def shape_passed(config: MoeConfig, op: str, bs: int, h: int, k: int) -> bool:
+    """Whether calls of `op` with this BS, H and K passed every pre-checked rule of `config` before
+    (the rules :func:`verdict` remembers)."""
+    return (op, bs, h, k) in config._passed
+
+
 def _c_contiguous(t: Tensor) -> bool:
     """Phase 1's contiguity: row-major strides, dims of size 1 free, empty tensors always."""
     if t.is_contiguous:

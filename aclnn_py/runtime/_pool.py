@@ -206,29 +206,28 @@ def raw_free(ptr: int) -> None:
 
 
 def _refill_poison(ptr: int, nbytes: int) -> None:
-    """A reused block looks like a new one: on the mock with its poison fill on, refilled with the poison
-    byte, so reading what an operator never wrote still shows up. On real CANN nothing is filled."""
-    global _poison_on
-    if _poison_on is None:
-        _poison_on = _poison_query()
-    if _poison_on():
-        b = initialized()
-        check_acl(b.lib.aclrtMemset(b.ffi.cast("void *", ptr), nbytes, _POISON_BYTE, nbytes), "aclrtMemset")
+    """A reused block looks like a new one: on the mock with its poison fill on, it gets the poison
+    byte again, so reading what an operator never wrote still shows up — whole, or with
+    ``ACLNN_MOCK_POISON=stripe`` striped above 64 KiB (docs/testing_with_the_mock.md, "Memory checks
+    and poison"). On CANN nothing is filled."""
+    global _refill
+    if _refill is None:
+        _refill = _refill_function()
+    _refill(ptr, nbytes)
 
 
-def _poison_query() -> Callable[[], bool]:
-    """Whether the loaded backend fills new memory now: the mock's switch (tests turn it on and off),
-    never on CANN. A process keeps its backend, so this is resolved once."""
+def _refill_function() -> Callable[[int, int], None]:
+    """The mock's refill (it reads its own poison switches, which tests turn on and off), or nothing
+    on CANN. A process keeps its backend, so this is resolved once."""
     if not initialized().is_mock:
-        return lambda: False
+        return lambda ptr, nbytes: None
     from .. import _mock  # only ever imported with the mock loaded
 
-    poison: Callable[[], bool] = _mock.poison
-    return poison
+    refill: Callable[[int, int], None] = _mock.refill_poison
+    return refill
 
 
-_POISON_BYTE = 0xA5  # the mock's fill of new allocations
-_poison_on: Callable[[], bool] | None = None
+_refill: Callable[[int, int], None] | None = None
 
 _pools: weakref.WeakSet[MemoryPool] = weakref.WeakSet()  # every pool, for exit and device resets
 _default_pool = MemoryPool()

@@ -101,6 +101,20 @@ PYBIND11_MODULE(_mock, m) {
           "then reports `name` exactly. ValueError for a name of no known family.");
     m.def("poison", [] { return config().poison; }, "Whether new allocations are filled with 0xA5.");
     m.def("set_poison", &set_poison, py::arg("on"), "Turn the poison fill of new allocations on or off.");
+    m.def("poison_stripe", [] { return config().poison_stripe; },
+          "Whether a reused block above 64 KiB is refilled striped (ACLNN_MOCK_POISON=stripe) rather than whole.");
+    m.def("set_poison_stripe", &set_poison_stripe, py::arg("stripe"),
+          "Refill reused blocks above 64 KiB striped (True) or whole (False, the default).");
+    m.def(
+        "refill_poison",
+        [](uintptr_t address, size_t nbytes) {
+            if (!refill_poison(reinterpret_cast<void *>(address), nbytes))
+                throw py::value_error(format("refill_poison: 0x%zx (+%zu bytes) is not inside one device block",
+                                             static_cast<size_t>(address), nbytes));
+        },
+        py::arg("address"), py::arg("nbytes"),
+        "Give a block a caching allocator hands out again the poison of a new one, when the fill is on: "
+        "whole, or with poison_stripe and above 64 KiB one 64-byte line in every 512 bytes and the last line.");
     m.def("set_skip_kernels", &set_skip_kernels, py::arg("on"),
           "Benchmarks only: phase 2 checks and queues as usual but the kernels do nothing.");
     m.def("skip_kernels", &skip_kernels);

@@ -73,8 +73,10 @@ void load_locked() {
         else if (!std::strcmp(v, "1") || !strcasecmp(v, "on") || !strcasecmp(v, "true") ||
                  !strcasecmp(v, "yes"))
             c.poison = true;
+        else if (!strcasecmp(v, "stripe"))
+            c.poison = c.poison_stripe = true;
         else
-            notes += format("ACLNN_MOCK_POISON='%s' is not 0/1/on/off; poison stays on. ", v);
+            notes += format("ACLNN_MOCK_POISON='%s' is not 0/1/on/off/stripe; poison stays on. ", v);
     }
     if (!notes.empty() && notes.back() == ' ') notes.pop_back();
     g_cfg = c;
@@ -153,6 +155,12 @@ void set_poison(bool on) {
     ensure_loaded();
     std::lock_guard<std::mutex> lk(g_cfg_mu);
     g_cfg.poison = on;
+}
+
+void set_poison_stripe(bool stripe) {
+    ensure_loaded();
+    std::lock_guard<std::mutex> lk(g_cfg_mu);
+    g_cfg.poison_stripe = stripe;
 }
 
 namespace {

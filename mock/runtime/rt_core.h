@@ -34,12 +34,14 @@ struct Config {
     int device_count = 16;       // ACLNN_MOCK_DEVICE_COUNT
     Soc soc = Soc::Ascend910_93; // ACLNN_MOCK_SOC
     bool poison = true;          // ACLNN_MOCK_POISON (0 turns it off)
+    bool poison_stripe = false;  // ACLNN_MOCK_POISON=stripe: a large reused block is refilled striped
     uint8_t poison_byte = 0xA5;
 };
 ACLMOCK_API const Config &config();
 ACLMOCK_API void reload_config();                 // re-read the environment
 ACLMOCK_API void set_soc(Soc soc);
 ACLMOCK_API void set_poison(bool on);
+ACLMOCK_API void set_poison_stripe(bool stripe);
 // Benchmark switch: when on, phase 2 of every op does all its checks and queues a task that does
 // nothing, so host overhead can be measured without the kernels' own work (never on by default).
 ACLMOCK_API void set_skip_kernels(bool on);
@@ -97,6 +99,13 @@ struct MemStats {
     size_t live_bytes = 0;
 };
 ACLMOCK_API MemStats mem_stats();
+// A block a caching allocator hands out again gets the poison of a new one (when the fill is on):
+// whole, or with poison_stripe and above kRefillWhole bytes one kRefillLine in every kRefillStride
+// bytes plus the last line. False when [p, p+nbytes) is not inside one device block.
+constexpr size_t kRefillWhole = size_t(64) << 10;
+constexpr size_t kRefillStride = 512;
+constexpr size_t kRefillLine = 64;
+ACLMOCK_API bool refill_poison(void *p, size_t nbytes);
 
 // ---- streams ------------------------------------------------------------------------------------
 // A stream is an in-order queue served by its own worker thread. A task returns an aclError; the

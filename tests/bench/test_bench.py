@@ -25,9 +25,9 @@ if str(REPO) not in sys.path:
 from benchmarks import report, scaling, thread_worlds  # noqa: E402
 from benchmarks.progress import Progress  # noqa: E402
 
-PATHS = ("ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
+PATHS = ("buffer", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 RATIOS = ("ctypes_over_plan", "per_call_over_plan", "plan_over_c_plan", "per_call_over_c_per_call",
-          "plan_reuse_over_c_plan_reuse")
+          "plan_reuse_over_c_plan_reuse", "buffer_over_per_call", "buffer_over_c_per_call")
 
 
 def run_bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
@@ -52,7 +52,8 @@ def test_bench_quick_json():
         for key in RATIOS:
             assert row[key] > 0, (op, key)
         for key, a, b in (("plan_over_c_plan", "plan", "c_plan"),
-                          ("per_call_over_c_per_call", "per_call", "c_per_call")):
+                          ("per_call_over_c_per_call", "per_call", "c_per_call"),
+                          ("buffer_over_per_call", "buffer", "per_call")):
             # a median of per-repeat ratios lies within what the two paths' ranges allow
             assert row[a]["min_us"] / row[b]["max_us"] <= row[key] <= row[a]["max_us"] / row[b]["min_us"], (op, key)
     assert r["host_overhead"]["dispatch"]["plan_rebinds"] == ["x", "expert_ids"]

@@ -11,6 +11,7 @@ import weakref
 
 import numpy as np
 import pytest
+from helpers.routes import PythonOpCalls
 
 from aclnn_py.dtypes import bfloat16
 
@@ -490,32 +491,6 @@ def test_gather_and_written_check_their_arguments(acl):
 
 
 # ---- the operator functions' compiled call -------------------------------------------------------------
-class _PythonOpCalls:
-    """Counts, per thread, the operator calls that reach the Python functions (through their modules'
-    _convert)."""
-
-    def __init__(self, monkeypatch):
-        import threading
-
-        self.counts = {}
-        for op in ("dispatch", "combine"):
-            module = sys.modules[f"aclnn_py.ops.moe_distribute_{op}"]
-            monkeypatch.setattr(module, "_convert", self._counting(op, module._convert))
-        self._ident = threading.get_ident
-
-    def _counting(self, op, convert):
-        def counting(*args, **kwargs):
-            key = (self._ident(), op)
-            self.counts[key] = self.counts.get(key, 0) + 1
-            return convert(*args, **kwargs)
-        return counting
-
-    def seen(self):
-        """(dispatch, combine) calls of this thread so far."""
-        me = self._ident()
-        return self.counts.get((me, "dispatch"), 0), self.counts.get((me, "combine"), 0)
-
-
 def _operator_calls(acl, buf, stream, rng, counter):
     """A round of dispatch and combine, then the same calls in the shape a serving loop makes (taken in
     C) and in others (the Python functions'): per call shape, whether the bytes are the first round's,
@@ -566,7 +541,7 @@ def _operator_calls(acl, buf, stream, rng, counter):
 
 
 def test_operator_calls_in_the_serving_shape_run_in_c_with_the_python_paths_bytes(acl, monkeypatch):
-    counter = _PythonOpCalls(monkeypatch)
+    counter = PythonOpCalls(monkeypatch)
     for report in _run(lambda *a: _operator_calls(*a, counter)):
         assert report.pop("holds") == (1, True, 0)  # one hold of every tensor's anchor; released by the syncs
         assert {name: same for name, (same, _) in report.items()} == dict.fromkeys(report, True)
@@ -630,7 +605,7 @@ def _operator_failures(acl, buf, stream, rng, counter, ranks):
 def test_operator_call_failures_are_the_python_paths(acl, monkeypatch):
     import threading
 
-    counter, ranks = _PythonOpCalls(monkeypatch), threading.Barrier(2)
+    counter, ranks = PythonOpCalls(monkeypatch), threading.Barrier(2)
     for out in _run(lambda *a: _operator_failures(*a, counter, ranks)):
         (c_err, c_python), (py_err, _) = out["phase 1, C"], out["phase 1, Python"]
         assert c_err == py_err and c_err[1] == "aclnnMoeDistributeDispatchV5GetWorkspaceSize" and c_python == 1

@@ -331,6 +331,47 @@ def test_reused_block_is_refilled_with_poison_on_the_mock(acl: Any, device0: Any
         mock.set_poison(True)
 
 
+def test_a_large_reused_block_is_refilled_whole_or_striped_on_request(acl: Any, device0: Any, mock: Any) -> None:
+    """Whole by default; with the stripe, one 64-byte line in every 512 bytes and the last line get the
+    poison above 64 KiB (the rest keeps what the last user wrote), and small blocks stay whole."""
+    n, small = 256 << 10, 700
+
+    def reused(nbytes: int) -> np.ndarray:
+        t = acl.Tensor.empty((nbytes,), np.uint8)
+        address = t.ptr
+        t.fill_bytes(0)
+        t.close()
+        again = acl.Tensor.empty((nbytes,), np.uint8)
+        assert again.ptr == address
+        got = again.numpy()
+        again.close()
+        return got
+
+    assert set(reused(n).tolist()) == {0xA5}
+    mock.set_poison_stripe(True)
+    try:
+        lines = reused(n).reshape(-1, 512)
+        small_block = reused(small)
+    finally:
+        mock.set_poison_stripe(False)
+    assert (lines[:, :64] == 0xA5).all() and (lines[:-1, 64:] == 0).all()
+    assert (lines[-1, 64:-64] == 0).all() and (lines[-1, -64:] == 0xA5).all()
+    assert set(small_block.tolist()) == {0xA5}
+
+
+def test_the_stripe_is_chosen_by_the_environment_and_refill_checks_its_block(acl: Any, device0: Any,
+                                                                            mock: Any) -> None:
+    code = "import aclnn_py as acl; acl.init('mock'); from aclnn_py import _mock; print(_mock.poison_stripe())"
+    assert run_python(code, ACLNN_MOCK_POISON="stripe").stdout.split() == ["True"]
+    assert run_python(code).stdout.split() == ["False"]
+    t = acl.Tensor.empty((100,), np.uint8)
+    with pytest.raises(ValueError, match="not inside one device block"):
+        mock.refill_poison(t.ptr, 200)  # runs past the block
+    with pytest.raises(ValueError, match="not inside one device block"):
+        mock.refill_poison(np.zeros(8, np.uint8).ctypes.data, 8)  # host memory
+    t.close()
+
+
 def test_two_threads_never_get_the_same_block(acl: Any, device0: Any) -> None:
     pool = acl.get_memory_pool()
     gc.collect()  # blocks of earlier tests that only a reference cycle kept
