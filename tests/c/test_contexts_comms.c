@@ -1,6 +1,7 @@
 /* Contexts, aclrtResetDevice's releases, HcclCommInitAll and HcclCommInitClusterInfo on the fake
  * CANN root, from plain C99 built with only -I/-L flags against acl/acl.h and hccl/hccl.h.
- * Usage: test_contexts_comms <scratch folder>  */
+ * Usage: test_contexts_comms <scratch folder>
+ *        test_contexts_comms --table-rank <rank table> <rank> <device>   (one rank, as a process) */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -278,26 +279,48 @@ static void test_cluster_info(void) {
     CHECK_ERR(HcclCommInitClusterInfo(table, 0, &comm), HCCL_E_PARA, "device_id 9", "device is 3");
     CHECK_EQ(aclrtResetDevice(3), ACL_SUCCESS);
 
-    for (i = 0; i < 2; ++i) {
-        ranks[i].path = table;
-        ranks[i].rank = (uint32_t)i;
-        ranks[i].device = i == 0 ? 9 : 8;
-        ranks[i].rc = -1;
-        ranks[i].comm = NULL;
-        pthread_create(&th[i], NULL, join_from_table, &ranks[i]);
+    /* twice in a row from the same table: the second world forms once the first was destroyed */
+    for (int round = 0; round < 2; ++round) {
+        for (i = 0; i < 2; ++i) {
+            ranks[i].path = table;
+            ranks[i].rank = (uint32_t)i;
+            ranks[i].device = i == 0 ? 9 : 8;
+            ranks[i].rc = -1;
+            ranks[i].comm = NULL;
+            pthread_create(&th[i], NULL, join_from_table, &ranks[i]);
+        }
+        for (i = 0; i < 2; ++i) pthread_join(th[i], NULL);
+        for (i = 0; i < 2; ++i) {
+            CHECK_EQ(ranks[i].rc, HCCL_SUCCESS);
+            CHECK_EQ(HcclGetRankId(ranks[i].comm, &v), HCCL_SUCCESS);
+            CHECK_EQ(v, i);
+            CHECK_EQ(HcclGetRankSize(ranks[i].comm, &v), HCCL_SUCCESS);
+            CHECK_EQ(v, 2);
+        }
+        for (i = 0; i < 2; ++i) CHECK_EQ(HcclCommDestroy(ranks[i].comm), HCCL_SUCCESS);
     }
-    for (i = 0; i < 2; ++i) pthread_join(th[i], NULL);
-    for (i = 0; i < 2; ++i) {
-        CHECK_EQ(ranks[i].rc, HCCL_SUCCESS);
-        CHECK_EQ(HcclGetRankId(ranks[i].comm, &v), HCCL_SUCCESS);
-        CHECK_EQ(v, i);
-        CHECK_EQ(HcclGetRankSize(ranks[i].comm, &v), HCCL_SUCCESS);
-        CHECK_EQ(v, 2);
+}
+
+/* One rank of a world formed from a rank table by separate processes: prints "rank R of N". */
+static int join_table_as_process(const char *path, uint32_t rank, int32_t device) {
+    HcclComm comm = NULL;
+    uint32_t r = 0, n = 0;
+    int rc;
+    if (aclrtSetDevice(device) != ACL_SUCCESS) return 3;
+    rc = HcclCommInitClusterInfo(path, rank, &comm);
+    if (rc != HCCL_SUCCESS) {
+        fprintf(stderr, "HcclCommInitClusterInfo: %d: %s\n", rc, aclGetRecentErrMsg());
+        return 1;
     }
-    for (i = 0; i < 2; ++i) CHECK_EQ(HcclCommDestroy(ranks[i].comm), HCCL_SUCCESS);
+    HcclGetRankId(comm, &r);
+    HcclGetRankSize(comm, &n);
+    printf("rank %u of %u\n", r, n);
+    return HcclCommDestroy(comm) == HCCL_SUCCESS && aclrtResetDevice(device) == ACL_SUCCESS ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
+    if (argc == 5 && strcmp(argv[1], "--table-rank") == 0)
+        return join_table_as_process(argv[2], (uint32_t)atoi(argv[3]), (int32_t)atoi(argv[4]));
     if (argc > 1) g_scratch = argv[1];
     test_contexts();
     test_reset_releases_streams();
