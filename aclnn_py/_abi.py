@@ -46,6 +46,7 @@ HEADERS = [
     "aclnnop/aclnn_moe_distribute_combine_v5.h",
     "hccl/hccl_types.h",
     "hccl/hccl_comm.h",
+    "hccl/hccl.h",
     "hccl/hccl_kfc.h",
 ]
 

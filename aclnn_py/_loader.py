@@ -34,7 +34,8 @@ _HCOMM_FUNCTIONS = frozenset(
     """HcclGetRootInfo HcclCommInitRootInfo HcclCommDestroy HcclGetCommName HcclGetRankId
     HcclGetRankSize HcclGetCommAsyncError HcclGetErrorString HcclCommGetHandleWithName
     HcclGetHcclBuffer HcclGetRemoteIpcHcclBuf HcclKfcAllocOpArgs HcclKfcFreeOpArgs
-    HcclKfcOpArgsSetCommEngine HcclKfcOpArgsSetAlgConfig HcclCreateOpResCtx""".split()
+    HcclKfcOpArgsSetCommEngine HcclKfcOpArgsSetAlgConfig HcclCreateOpResCtx HcclCommInitAll
+    HcclCommInitClusterInfo""".split()
 )
 _OPAPI_DOMAINS = ("transformer", "math", "nn", "cv", "oam", "legacy")
 

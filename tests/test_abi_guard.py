@@ -297,7 +297,8 @@ def test_copy_without_headers_is_unverified(tmp_path):
     assert summary == f"unverified: no header under {root} declares a bound function"
     warning = re.search(r"RuntimeWarning: (.*)", r.stderr)
     assert warning and warning.group(1).startswith(
-        f"aclnn-py could not verify any of the 65 bound C prototypes against the installed headers (no header "
+        f"aclnn-py could not verify any of the {len(_abi.parse(INCLUDE).functions)} bound C prototypes against the "
+        f"installed headers (no header "
         f"under {root} declares a bound function)"), r.stderr
     strict = run_python(LOAD.format(root=str(root)), ACLNN_PY_ABI_CHECK="strict")
     assert strict.returncode != 0 and "ACLNN_PY_ABI_CHECK=strict refuses such a load" in strict.stderr
@@ -314,7 +315,8 @@ def _unreadable_dispatch_headers(tmp_path: Path) -> tuple[Path, Path]:
 
 
 def _unverified_text(header: Path) -> str:
-    return ("aclnn-py could not verify 2 of the 65 bound C prototypes against the installed headers, so a "
+    return (f"aclnn-py could not verify 2 of the {len(_abi.parse(INCLUDE).functions)} bound C prototypes against "
+            "the installed headers, so a "
             "different prototype there would go unnoticed: aclnnMoeDistributeDispatchV5, "
             f"{DISPATCH_WS} ({header}: the header names it, but no C declaration of it could be read there (an #if "
             'or extern "C" block left open hides the rest of the file, or the declaration is not plain C))')

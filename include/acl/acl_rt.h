@@ -1,6 +1,6 @@
 /*
  * aclnn-py: ACL runtime calls bound by aclnn-py (subset of CANN's acl_rt.h / acl.h): init, devices,
- * streams, events, memory. Prototypes follow CANN.
+ * contexts, streams, events, memory. Prototypes follow CANN.
  */
 #ifndef ACLNN_PY_ACL_RT_H
 #define ACLNN_PY_ACL_RT_H
@@ -74,6 +74,12 @@ aclError aclrtSetDevice(int32_t deviceId);
 aclError aclrtResetDevice(int32_t deviceId);
 aclError aclrtGetDevice(int32_t *deviceId);
 aclError aclrtGetDeviceCount(uint32_t *count);
+
+/* contexts: a context belongs to one device; making it current makes its device current */
+aclError aclrtCreateContext(aclrtContext *context, int32_t deviceId);
+aclError aclrtDestroyContext(aclrtContext context);
+aclError aclrtSetCurrentContext(aclrtContext context);
+aclError aclrtGetCurrentContext(aclrtContext *context);
 
 /* streams */
 aclError aclrtCreateStream(aclrtStream *stream);

@@ -50,6 +50,11 @@ struct RootBlob {
     char host[64];           // creator's host name, for messages
 };
 static_assert(sizeof(RootBlob) <= 4108, "root blob fits HcclRootInfo");
+// A fresh root (unique world id), as HcclGetRootInfo hands out.
+RootBlob new_root_blob();
+// One rank's rendezvous in the world of `b` (rendezvous.cpp), its window on `device`. HCCL_SUCCESS
+// and *comm set, or an HCCL error with this thread's message set; nothing is left behind on failure.
+int join_world(const RootBlob &b, uint32_t nranks, uint32_t rank, int32_t device, HcclComm *comm);
 
 // ---- the rendezvous area (one POSIX shm segment per world, unlinked once all ranks mapped) ------
 // A slot moves Free → Claimed (pid known) → Ready (window exists) → Mapped (maps every window), or

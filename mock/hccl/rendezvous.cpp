@@ -58,17 +58,16 @@ int validate_init(uint32_t nranks, const HcclRootInfo *root, uint32_t rank, Hccl
 // change shared state check left_ under it.
 class Joiner {
 public:
-    Joiner(const RootBlob &b, uint32_t nranks, uint32_t rank)
+    Joiner(const RootBlob &b, uint32_t nranks, uint32_t rank, int32_t device)
         : nranks_(nranks), rank_(rank), wid_(b.world_id), rname_(rdv_name(b.world_id)),
           own_name_(window_name(b.world_id, rank, pid_namespace(), getpid())), timeout_(connect_timeout()),
           start_(now_seconds()), deadline_(start_ + timeout_), pid_(getpid()) {
-        int32_t device = current_device();
         impl_ = new Comm::Impl();
         impl_->world_id = wid_;
         impl_->rank = rank;
         impl_->nranks = nranks;
         impl_->name = format("hccl_world_%016" PRIx64 "_rank_%u", wid_, rank);
-        impl_->device = device < 0 ? 0 : device;
+        impl_->device = device;
         impl_->window_bytes = window_bytes_from_env();
         impl_->seg_names.resize(nranks);
         impl_->windows.resize(nranks);
@@ -391,14 +390,8 @@ int Joiner::give_up(int32_t ab, bool late, const std::vector<uint32_t> &missing,
 }
 
 }  // namespace
-}  // namespace hccl
-}  // namespace aclmock
 
-using namespace aclmock;
-using namespace aclmock::hccl;
-
-extern "C" HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo) {
-    if (!rootInfo) return static_cast<HcclResult>(fail(HCCL_E_PTR, "HcclGetRootInfo: rootInfo is NULL"));
+RootBlob new_root_blob() {
     sweep_stale_segments();
     RootBlob b;
     memset(&b, 0, sizeof b);
@@ -413,20 +406,14 @@ extern "C" HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo) {
     static std::atomic<uint64_t> counter{0};
     uint64_t id = rnd ^ (static_cast<uint64_t>(getpid()) << 40) ^ b.created_ns ^
                   (counter.fetch_add(1) * 0x9e3779b97f4a7c15ULL);
-    if (id == 0) id = 1;
-    b.world_id = id;
+    b.world_id = id ? id : 1;
     gethostname(b.host, sizeof b.host - 1);
-    memset(rootInfo->internal, 0, sizeof rootInfo->internal);
-    memcpy(rootInfo->internal, &b, sizeof b);
-    return HCCL_SUCCESS;
+    return b;
 }
 
-extern "C" HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank,
-                                           HcclComm *comm) {
-    RootBlob b;
-    if (int rc = validate_init(nRanks, rootInfo, rank, comm, &b)) return static_cast<HcclResult>(rc);
+int join_world(const RootBlob &b, uint32_t nranks, uint32_t rank, int32_t device, HcclComm *comm) {
     sweep_stale_segments_every(1.0);
-    Joiner j(b, nRanks, rank);
+    Joiner j(b, nranks, rank, device);
     JoinInProgress registered(&j);
     int rc = j.attach_rendezvous();
     if (!rc) rc = j.claim_slot();
@@ -437,7 +424,7 @@ extern "C" HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *
     if (rc) {
         registered.end();   // the exit handler no longer looks at j: its mappings may go
         j.abandon();
-        return static_cast<HcclResult>(rc);
+        return rc;
     }
     Comm *c = j.finish();
     registered.end();
@@ -447,4 +434,27 @@ extern "C" HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *
     }
     *comm = c;
     return HCCL_SUCCESS;
+}
+
+}  // namespace hccl
+}  // namespace aclmock
+
+using namespace aclmock;
+using namespace aclmock::hccl;
+
+extern "C" HcclResult HcclGetRootInfo(HcclRootInfo *rootInfo) {
+    if (!rootInfo) return static_cast<HcclResult>(fail(HCCL_E_PTR, "HcclGetRootInfo: rootInfo is NULL"));
+    RootBlob b = new_root_blob();
+    memset(rootInfo->internal, 0, sizeof rootInfo->internal);
+    memcpy(rootInfo->internal, &b, sizeof b);
+    return HCCL_SUCCESS;
+}
+
+extern "C" HcclResult HcclCommInitRootInfo(uint32_t nRanks, const HcclRootInfo *rootInfo, uint32_t rank,
+                                           HcclComm *comm) {
+    RootBlob b;
+    if (int rc = validate_init(nRanks, rootInfo, rank, comm, &b)) return static_cast<HcclResult>(rc);
+    // the window belongs to the device current at creation (device 0 when none is set)
+    int32_t device = current_device();
+    return static_cast<HcclResult>(join_world(b, nRanks, rank, device < 0 ? 0 : device, comm));
 }

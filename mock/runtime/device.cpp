@@ -10,14 +10,20 @@
 // * Every device-id error is ACL_ERROR_RT_INVALID_DEVICEID (107001). aclrtGetDevice with no device
 //   set on the thread, and calls that need a current device (aclrtMalloc, aclrtCreateStream,
 //   aclrtGetMemInfo, the NULL stream) without one, return ACL_ERROR_RT_CONTEXT_NULL (107002).
-// * aclrtSetDevice is counted per device; aclrtResetDevice decrements (an unbalanced reset is
-//   107002) and, when the calling thread's current device reaches 0 references, unsets it on this
-//   thread. Default streams are kept for the life of the process (they are reused after a new
-//   aclrtSetDevice), so a handle held by another thread never dangles.
+// * aclrtSetDevice is counted per device (an explicit context holds one reference too, see
+//   context.cpp); aclrtResetDevice decrements (an unbalanced reset is 107002) and, when the calling
+//   thread's current device reaches 0 references, unsets it on this thread. At 0 references the
+//   streams created in the device's default context are released, as CANN's aclrtResetDevice
+//   documents: their queued work runs first, then their handles are refused (107017). The default
+//   stream (the NULL handle) is kept for the life of the process and is reused after a new
+//   aclrtSetDevice, so no thread ever holds a dangling default stream. Device memory is not
+//   released by a reset (CANN's documentation of aclrtResetDevice names contexts and streams only):
+//   aclrtFree of an earlier allocation still works afterwards.
 #include <atomic>
 #include <mutex>
 
 #include "aclnn/executor.h"
+#include "runtime/context_internal.h"
 #include "runtime/rt_core.h"
 
 namespace aclmock {
@@ -26,14 +32,32 @@ constexpr int kMaxDevices = 1024;
 std::atomic<int64_t> g_init_count{0};
 std::mutex g_dev_mu;
 int64_t g_dev_refs[kMaxDevices];
-thread_local int32_t t_current_device = -1;
-
-bool valid_device(int32_t id) { return id >= 0 && id < config().device_count; }
 }  // namespace
 
-bool acl_initialized() { return g_init_count.load() > 0; }
+bool valid_device(int32_t id) { return id >= 0 && id < config().device_count && id < kMaxDevices; }
 
-int32_t current_device() { return t_current_device; }
+void take_device_ref(int32_t dev) {
+    std::lock_guard<std::mutex> lk(g_dev_mu);
+    ++g_dev_refs[dev];
+}
+
+int64_t drop_device_ref(int32_t dev) {
+    int64_t left;
+    {
+        std::lock_guard<std::mutex> lk(g_dev_mu);
+        if (g_dev_refs[dev] == 0) return -1;
+        left = --g_dev_refs[dev];
+    }
+    if (left == 0) release_streams_of(dev, 0);
+    return left;
+}
+
+int64_t device_refs(int32_t dev) {
+    std::lock_guard<std::mutex> lk(g_dev_mu);
+    return g_dev_refs[dev];
+}
+
+bool acl_initialized() { return g_init_count.load() > 0; }
 
 }  // namespace aclmock
 
@@ -81,11 +105,8 @@ ACLMOCK_API aclError aclrtSetDevice(int32_t deviceId) {
         return fail(ACL_ERROR_RT_INVALID_DEVICEID,
                     "aclrtSetDevice: deviceId must be in [0, %d) (got %d)", config().device_count,
                     deviceId);
-    {
-        std::lock_guard<std::mutex> lk(g_dev_mu);
-        ++g_dev_refs[deviceId];
-    }
-    t_current_device = deviceId;
+    take_device_ref(deviceId);
+    bind_thread_to_device(deviceId);
     return ACL_SUCCESS;
 }
 
@@ -94,26 +115,24 @@ ACLMOCK_API aclError aclrtResetDevice(int32_t deviceId) {
         return fail(ACL_ERROR_RT_INVALID_DEVICEID,
                     "aclrtResetDevice: deviceId must be in [0, %d) (got %d)", config().device_count,
                     deviceId);
-    int64_t left;
-    {
-        std::lock_guard<std::mutex> lk(g_dev_mu);
-        if (g_dev_refs[deviceId] == 0)
-            return fail(ACL_ERROR_RT_CONTEXT_NULL,
-                        "aclrtResetDevice: device %d holds no reference (aclrtSetDevice was not "
-                        "called for it, or every reference was already reset)",
-                        deviceId);
-        left = --g_dev_refs[deviceId];
-    }
-    if (left == 0 && t_current_device == deviceId) t_current_device = -1;
+    int64_t left = drop_device_ref(deviceId);
+    if (left < 0)
+        return fail(ACL_ERROR_RT_CONTEXT_NULL,
+                    "aclrtResetDevice: device %d holds no reference (aclrtSetDevice was not "
+                    "called for it, or every reference was already reset)",
+                    deviceId);
+    if (left == 0 && current_device() == deviceId) bind_thread_to_device(-1);
     return ACL_SUCCESS;
 }
 
 ACLMOCK_API aclError aclrtGetDevice(int32_t *deviceId) {
     if (!deviceId) return fail(ACL_ERROR_INVALID_PARAM, "aclrtGetDevice: deviceId must not be NULL");
-    if (t_current_device < 0)
+    int32_t dev = current_device();
+    if (dev < 0)
         return fail(ACL_ERROR_RT_CONTEXT_NULL,
-                    "aclrtGetDevice: no device is set on this thread (call aclrtSetDevice first)");
-    *deviceId = t_current_device;
+                    "aclrtGetDevice: no device is set on this thread (call aclrtSetDevice or "
+                    "aclrtSetCurrentContext first)");
+    *deviceId = dev;
     return ACL_SUCCESS;
 }
 

@@ -23,7 +23,9 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <vector>
 
+#include "runtime/context_internal.h"
 #include "runtime/rt_core.h"
 #include "runtime/stream_internal.h"
 
@@ -52,7 +54,8 @@ void pin_library() {
 
 class Stream {
 public:
-    Stream(uint64_t id_, int32_t dev, bool is_default) : id(id_), device(dev), default_(is_default) {}
+    Stream(uint64_t id_, int32_t dev, bool is_default, uint64_t ctx = 0)
+        : id(id_), device(dev), default_(is_default), context(ctx) {}
 
     void start() {
         pin_library();
@@ -96,6 +99,7 @@ public:
     const uint64_t id;
     const int32_t device;
     const bool default_;
+    const uint64_t context;   // the explicit context it was created in, 0 for the default one
 
     std::mutex mu;
     std::condition_variable cv_work, cv_done;
@@ -176,6 +180,9 @@ struct Registry {
     std::unordered_map<uint64_t, std::shared_ptr<Event>> events;
     std::shared_ptr<Stream> defaults[kMaxDevices];
     size_t n_defaults = 0;
+    // Streams released by a reset or a context's destruction: kept (stopped) so that a raw pointer
+    // another thread resolved just before stays valid memory.
+    std::vector<std::shared_ptr<Stream>> retired;
 };
 
 Registry *g_reg = nullptr;
@@ -285,6 +292,26 @@ bool on_stream_worker(const Stream *s) { return s && t_worker_of == s; }
 
 bool on_any_stream_worker() { return t_worker_of != nullptr; }
 
+void release_streams_of(int32_t dev, uint64_t ctx) {
+    std::vector<std::shared_ptr<Stream>> gone;
+    Registry &r = reg();
+    {
+        std::lock_guard<std::mutex> lk(r.mu);
+        for (auto it = r.streams.begin(); it != r.streams.end();) {
+            Stream *s = it->second.get();
+            // a task of the stream itself cannot wait for its own stream to drain: that one stays
+            if (s->device == dev && s->context == ctx && !on_stream_worker(s)) {
+                gone.push_back(it->second);
+                r.retired.push_back(it->second);
+                it = r.streams.erase(it);
+            } else {
+                ++it;
+            }
+        }
+    }
+    for (auto &s : gone) s->shutdown();   // runs everything already queued first
+}
+
 StreamStats stream_stats() {
     Registry &r = reg();
     std::lock_guard<std::mutex> lk(r.mu);
@@ -343,7 +370,7 @@ ACLMOCK_API aclError aclrtCreateStream(aclrtStream *stream) {
         return fail(ACL_ERROR_RT_CONTEXT_NULL,
                     "aclrtCreateStream: no device is set on this thread (call aclrtSetDevice first)");
     uint64_t id = g_next_id.fetch_add(1);
-    auto s = std::make_shared<Stream>(id, dev, false);
+    auto s = std::make_shared<Stream>(id, dev, false, current_context_id());
     s->start();
     Registry &r = reg();
     {
