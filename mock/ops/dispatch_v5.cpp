@@ -11,8 +11,10 @@
 #include <vector>
 
 #include "aclnnop/aclnn_moe_distribute_dispatch_v5.h"
+#include "ops/dispatch.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
+#include "ops/moe_generations.h"
 #include "ops/moe_kernel.h"
 #include "ops/numerics.h"
 #include "ops/round_trace.h"
@@ -29,9 +31,7 @@ enum In { kCtx, kX, kIds, kScales, kMask, kEScales, kElastic, kPerf, kNumIn };
 // output slots (aclSetOutputTensorAddr indices)
 enum Out { kExpandX, kDynScales, kAssist, kTokNums, kRecvCounts, kTpRecv, kExpandScales, kNumOut };
 
-struct DispatchParams : MoeParams {
-    int64_t quant = 0;
-    int64_t ent_type = 1;          // expert_token_nums_type
+struct DispatchParams : DispatchAttrs {
     bool has_escales = false;      // expert_scales present (non-NULL, no zero dim)
     bool has_smooth = false;       // smooth scales (quant 2 / 3)
     int mask_dims = 0;             // 0 none, 1, 2
@@ -49,14 +49,6 @@ struct DispatchParams : MoeParams {
     // Ascend950 inputs
     bool has_elastic = false;
     bool has_perf = false;
-};
-
-// The tensor arguments of one phase-1 call, named as in docs/operators.md.
-struct DispatchArgs {
-    const aclTensor *context, *x, *expert_ids, *scales, *x_active_mask, *expert_scales, *elastic_info,
-        *performance_info;
-    aclTensor *expand_x, *dynamic_scales, *assist_info, *expert_token_nums, *ep_recv_counts, *tp_recv_counts,
-        *expand_scales;
 };
 
 // Bytes of n elements of a (possibly 4-bit) type.
@@ -82,8 +74,10 @@ const aclDataType kF32[] = {ACL_FLOAT};
 // Phase 1
 // ================================================================================================
 
-int check_pointers(const DispatchArgs &a, const uint64_t *workspace_size, aclOpExecutor **executor) {
-    if (int rc = need(a.context, "context")) return rc;
+int check_pointers(const DispatchArgs &a, const DispatchParams &p, const uint64_t *workspace_size,
+                   aclOpExecutor **executor) {
+    if (p.generation == 5)
+        if (int rc = need(a.context, "context")) return rc;
     if (int rc = need(a.x, "x")) return rc;
     if (int rc = need(a.expert_ids, "expert_ids")) return rc;
     if (int rc = need(a.expand_x, "expand_x")) return rc;
@@ -95,7 +89,7 @@ int check_pointers(const DispatchArgs &a, const uint64_t *workspace_size, aclOpE
     return need(executor, "executor");
 }
 
-// Every descriptor given: live, ND, contiguous; the context 1-D int32.
+// Every descriptor given: live, ND, contiguous; the context (generation 5) 1-D int32.
 int check_descriptors(const DispatchArgs &a) {
     const struct { const aclTensor *t; const char *name; } all[] = {
         {a.context, "context"}, {a.x, "x"}, {a.expert_ids, "expert_ids"}, {a.scales, "scales"},
@@ -108,7 +102,7 @@ int check_descriptors(const DispatchArgs &a) {
     for (const auto &e : all)
         if (e.t)
             if (int rc = check_tensor(e.t, e.name)) return rc;
-    return check_context_tensor(a.context);
+    return a.context ? check_context_tensor(a.context) : 0;
 }
 
 // The attribute rules shared with combine, then dispatch's own modes.
@@ -279,9 +273,9 @@ int check_expand_x(const DispatchArgs &a, DispatchParams &p) {
         return bad("scales", "must be a scalar (1,) with quant_mode 1 and a hifloat8 expand_x (got %s)",
                    dims_str(a.scales).c_str());
     if (int rc = check_rank(ex, "expand_x", 2)) return rc;
-    if (ex->view[0] < p.A || ex->view[1] != p.H)
-        return bad("expand_x", "shape must be (>= A, H) = (>= %" PRId64 ", %" PRId64 ") (got %s)", p.A, p.H,
-                   dims_str(ex).c_str());
+    if (ex->view[0] < p.A * p.tp || ex->view[1] != p.H)
+        return bad("expand_x", "shape must be (>= %s, H) = (>= %" PRId64 ", %" PRId64 ") (got %s)",
+                   p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, p.H, dims_str(ex).c_str());
     p.expand_rows = ex->view[0];
     p.out_row_bytes = bytes_of(ex->dtype, p.H);
     return 0;
@@ -294,8 +288,9 @@ int check_dynamic_scales(const DispatchArgs &a, DispatchParams &p) {
     if (p.quant == 2) {
         if (int rc = check_dtype(ds, "dynamic_scales", kF32, 1, "with quant_mode 2")) return rc;
         if (int rc = check_rank(ds, "dynamic_scales", 1)) return rc;
-        if (ds->view[0] < p.A)
-            return bad("dynamic_scales", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, ds->view[0]);
+        if (ds->view[0] < p.A * p.tp)
+            return bad("dynamic_scales", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
+                       p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, ds->view[0]);
         p.dyn_off = int64_t(dispatch_scale_offset(p.H));
         p.dyn_bytes = 4;
         return 0;
@@ -350,12 +345,20 @@ int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
                    p.local_experts, tn->view[0]);
     if (int rc = check_dtype(rc_, "ep_recv_counts", kI32, 1)) return rc;
     if (int rc = check_rank(rc_, "ep_recv_counts", 1)) return rc;
-    if (rc_->view[0] < p.recv_slots)
-        return bad("ep_recv_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
+    if (rc_->view[0] < p.recv_slots * p.tp)
+        return bad("ep_recv_counts", "dim 0 must be >= %s%s = %" PRId64 " (got %" PRId64 ")",
                    p.has_elastic || !p.shared_rank ? "ep_world_size * L" : "ep_world_size on a shared-expert rank",
-                   p.recv_slots, rc_->view[0]);
-    if (a.tp_recv_counts)
+                   p.tp == 2 ? " * tp_world_size" : "", p.recv_slots * p.tp, rc_->view[0]);
+    if (p.tp == 2 && !a.tp_recv_counts) {
+        set_error("tp_recv_counts: must not be NULL with tp_world_size 2");
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (a.tp_recv_counts) {
         if (int rc = check_dtype(a.tp_recv_counts, "tp_recv_counts", kI32, 1)) return rc;
+        if (p.tp == 2 && (a.tp_recv_counts->view.size() != 1 || a.tp_recv_counts->view[0] < 2))
+            return bad("tp_recv_counts", "shape must be (tp_world_size,) = (2,) (got %s)",
+                       dims_str(a.tp_recv_counts).c_str());
+    }
     if (p.has_escales) {
         aclTensor *es = a.expand_scales;
         if (!es) {
@@ -378,7 +381,7 @@ int check_outputs(const DispatchArgs &a, DispatchParams &p) {
 
 class DispatchExecutor final : public Executor {
 public:
-    explicit DispatchExecutor(const DispatchParams &p) : Executor(kOp), p_(p) {}
+    explicit DispatchExecutor(const DispatchParams &p) : Executor(p.op), p_(p) {}
     int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) override;
 
 private:
@@ -399,7 +402,7 @@ int make_executor(const DispatchArgs &a, const DispatchParams &p, uint64_t *work
     for (const aclTensor *t : outs) ex->outputs.push_back(slot_of(t));
     ex->workspace_size = dispatch_ws(p).total;
     aclOpExecutor *h = register_executor(ex);
-    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", kOp);
+    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", p.op);
     *workspace_size = ex->workspace_size;
     *executor = h;
     return ACLNN_SUCCESS;
@@ -420,6 +423,7 @@ public:
     void send();
     int wait();
     int receive();
+    int all_gather();   // with a TP domain, after receive()
 
 private:
     void fill(uint8_t *buf, int64_t t, int64_t srow);
@@ -451,6 +455,7 @@ private:
     bool shared_role_ = false;
     int64_t recv_slots_ = 0;
     int64_t nvalid_ = 0;         // valid tokens (sent once per shared expert)
+    int64_t received_ = 0;       // N, rows received from the EP domain
     int64_t staged_ = -1;        // token whose payload qrow_ holds
     bool per_expert_ = false;    // payload depends on the expert (per-expert scales)
     int64_t t_ready_ = 0;
@@ -682,9 +687,18 @@ int DispatchKernel::receive() {
         }
     }
     if (shared_role_) tok_nums[0] = N;
-    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, p.r, err_.c_str());
+    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", p.op, p.r, err_.c_str());
     record(N);
+    received_ = N;
     return 0;
+}
+
+int DispatchKernel::all_gather() {
+    const DispatchParams &p = p_;
+    TpGather g{ptr<uint8_t>(out_, kExpandX), p.out_row_bytes, p.dyn_bytes ? ptr<uint8_t>(out_, kDynScales) : nullptr,
+               p.dyn_bytes, ptr<int32_t>(out_, kRecvCounts), recv_slots_, ptr<int64_t>(out_, kTokNums),
+               ptr<int32_t>(out_, kTpRecv), received_, p.expand_rows};
+    return tp_all_gather(p, g, p.op);
 }
 
 // What this call wrote, so that a combine can tell which dispatch its inputs come from.
@@ -703,14 +717,36 @@ void DispatchKernel::record(int64_t N) {
 
 int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     KernelCall call;
-    if (int rc = call.begin(in[kCtx].desc, p_, kOp)) return rc;
+    if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
     DispatchKernel k(p_, call, in, out, workspace);
     k.send();
     if (int rc = k.wait()) return rc;
-    return k.receive();
+    if (int rc = k.receive()) return rc;
+    return p_.tp == 2 ? k.all_gather() : 0;
 }
 
 }  // namespace
+
+// Phase 1 of every generation: the context (generation 5) or the group strings (2 to 4) name the
+// communicator; the window rule then checks the window it has.
+aclnnStatus aclmock::moe::dispatch_phase1(const DispatchArgs &a, const DispatchAttrs &attrs,
+                                          uint64_t *workspace_size, aclOpExecutor **executor) {
+    DispatchParams p;
+    static_cast<DispatchAttrs &>(p) = attrs;
+    if (int rc = check_pointers(a, p, workspace_size, executor)) return rc;
+    if (int rc = check_descriptors(a)) return rc;
+    if (int rc = check_modes(p)) return rc;
+    hccl::Comm *comm = nullptr, *tp = nullptr;
+    if (p.generation != 5)
+        if (int rc = resolve_groups(p, &comm, &tp)) return rc;
+    if (int rc = check_inputs(a, p)) return rc;
+    if (int rc = check_outputs(a, p)) return rc;
+    if (p.generation == 5)
+        if (int rc = resolve_context(*a.context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
+    if (int rc = check_window(p, comm)) return rc;
+    if (int rc = check_tp_window(p, tp, p.A, align_up(uint64_t(p.out_row_bytes + p.dyn_bytes), 32))) return rc;
+    return make_executor(a, p, workspace_size, executor);
+}
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5GetWorkspaceSize(
     const aclTensor *context, const aclTensor *x, const aclTensor *expertIds,
@@ -728,24 +764,15 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5GetWorkspaceSize(
                          elasticInfoOptional, performanceInfoOptional, expandXOut, dynamicScalesOut,
                          assistInfoForCombineOut, expertTokenNumsOut, epRecvCountsOut, tpRecvCountsOut,
                          expandScalesOut};
-    if (int rc = check_pointers(a, workspaceSize, executor)) return rc;
-    if (int rc = check_descriptors(a)) return rc;
-
-    DispatchParams p;
+    DispatchAttrs p;
+    p.op = kOp;
     p.W = epWorldSize; p.r = epRankId; p.E = moeExpertNum; p.ccl = cclBufferSize;
     p.tp_world = tpWorldSize; p.tp_rank = tpRankId; p.shard = expertShardType;
     p.S_attr = sharedExpertNum; p.R = sharedExpertRankNum; p.global_bs = globalBs;
     p.Z = zeroExpertNum; p.C = copyExpertNum; p.Q = constExpertNum;
     p.comm_alg = commAlg ? commAlg : "";
     p.quant = quantMode; p.ent_type = expertTokenNumsType;
-    if (int rc = check_modes(p)) return rc;
-    if (int rc = check_inputs(a, p)) return rc;
-    if (int rc = check_outputs(a, p)) return rc;
-
-    hccl::Comm *comm = nullptr;
-    if (int rc = resolve_context(*context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
-    if (int rc = check_window(p, comm)) return rc;
-    return make_executor(a, p, workspaceSize, executor);
+    return dispatch_phase1(a, p, workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5(void *workspace, uint64_t workspaceSize,
