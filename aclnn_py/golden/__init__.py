@@ -17,6 +17,9 @@ of all ranks, exact to the bit:
 * :func:`combine` — send, the fp32 reduction order, comm quant 2, special experts, the const-expert
   rule; on the 950 also comm quant 3 / 4 (MXFP8) and elastic_info.
 * :func:`round_trip` — dispatch → user expert function → combine.
+* :func:`dispatch_tp` / :func:`combine_tp` — the group-string generations with a TP domain of two
+  ranks: each EP domain's dispatch then :func:`tp_all_gather`; :func:`tp_reduce_scatter` then each
+  EP domain's combine (module ``tp``).
 * :func:`ccl_buffer_size_mb` (``get_low_latency_ccl_buffer_size``) and :func:`window_bytes_required`
   (the kernel-side window check).
 
@@ -124,6 +127,7 @@ from .quant import (
 from .results import CombineResult, DispatchResult
 from .roundtrip import round_trip
 from .sizing import ccl_buffer_size_mb, window_bytes_required
+from .tp import combine_tp, dispatch_tp, tp_all_gather, tp_reduce_scatter
 
 __all__ = [
     "DispatchResult",
@@ -148,4 +152,8 @@ __all__ = [
     "dynamic_scales_shape",
     "ccl_buffer_size_mb",
     "window_bytes_required",
+    "tp_all_gather",
+    "tp_reduce_scatter",
+    "dispatch_tp",
+    "combine_tp",
 ]

@@ -108,10 +108,10 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     p.has_perf = p.soc950 && a[kPerf] != nullptr;
     // A caller who slices dispatch's expand_x to the rows it received ends here: say what to pass.
     if (ex->view[0] < p.A * p.tp)
-        return bad("expand_x", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 "): pass all rows of dispatch's "
-                   "expand_x; rows >= N are not read (N = the rows this rank received, the last running total "
-                   "of ep_send_counts%s)", p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, ex->view[0],
-                   p.tp == 2 ? ", plus the TP peer's rows" : "");
+        return bad("expand_x", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 "): pass all %s rows of "
+                   "dispatch's expand_x; rows >= N are not read (N = the rows this rank received, the last running "
+                   "total of ep_send_counts%s)", p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, ex->view[0],
+                   p.tp == 2 ? "A * tp_world_size" : "A", p.tp == 2 ? ", plus the TP peer's rows" : "");
     p.expand_rows = ex->view[0];
     if (int rc = check_dtype(assist, "assist_info_for_combine", kI32, 1)) return rc;
     if (int rc = check_rank(assist, "assist_info_for_combine", 1)) return rc;

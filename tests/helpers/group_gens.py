@@ -1,0 +1,278 @@
+"""The group-string generations (aclnnMoeDistributeDispatch/CombineV2, V3, V4) called through the raw
+cffi binding, on an EP x TP world of thread ranks: rank (e, t) is rank e of EP communicator t and,
+with a TP domain, rank t of TP communicator e. The argument lists follow the generation's header;
+the outputs are read back for the comparison with aclnn_py.golden."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.float32
+I32 = np.int32
+
+
+@dataclass
+class GenCase:
+    """One seeded configuration: generation, EP world W, TP size tp (1 = no TP domain), quant and
+    comm quant modes, sizes and the shared-expert placement."""
+    gen: int
+    W: int
+    tp: int = 1
+    quant: int = 0
+    comm_quant: int = 0
+    BS: int = 3
+    H: int = 1024
+    K: int = 2
+    S: int = 1
+    R: int = 0
+    dtype: Any = BF16
+    weights: bool = True
+    ent_type: int = 1
+    seed: int = 0
+    E: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        # one local expert per MoE rank: the only layout a TP domain allows
+        self.E = self.W - self.R
+
+    @property
+    def shared(self) -> int:
+        return 0 if (self.R == 0 and self.S == 1) else self.S
+
+    def capacity(self, e: int) -> int:
+        """A of EP rank e (docs/operators.md, derived sizes)."""
+        if e < self.R:
+            return self.BS * -(-self.W // (self.R // self.shared))
+        return self.BS * self.W * min(1, self.K)
+
+    def label(self) -> str:
+        return f"V{self.gen}-W{self.W}-tp{self.tp}-q{self.quant}-cq{self.comm_quant}-R{self.R}-s{self.seed}"
+
+
+@dataclass
+class Inputs:
+    x: list[list[np.ndarray]]        # [t][e]
+    ids: list[list[np.ndarray]]
+    weights: list[list[np.ndarray]]
+    scales: np.ndarray | None
+
+
+def make_inputs(c: GenCase) -> Inputs:
+    rng = np.random.default_rng(c.seed)
+    x, ids, w = [], [], []
+    for _t in range(c.tp):
+        x.append([rng.standard_normal((c.BS, c.H)).astype(F32).astype(c.dtype) for _ in range(c.W)])
+        ids.append([np.stack([rng.permutation(c.E)[:c.K] for _ in range(c.BS)]).astype(I32) for _ in range(c.W)])
+        w.append([rng.random((c.BS, c.K)).astype(F32) for _ in range(c.W)])
+    scales = None
+    if c.quant == 2 and c.seed % 2:
+        rows = c.E + c.shared if c.R else c.E
+        scales = (0.5 + rng.random((rows, c.H))).astype(F32)
+    return Inputs(x, ids, w, scales)
+
+
+def expert(c: GenCase, t: int, rows: np.ndarray, dyn: np.ndarray | None) -> np.ndarray:
+    """TP rank t's partial expert output: the (dequantised) rows scaled by a row- and rank-dependent
+    factor, in the row dtype."""
+    xf = rows.astype(F32) * dyn.astype(F32)[:, None] if c.quant == 2 else rows.astype(F32)
+    f = ((1.0 + (np.arange(rows.shape[0]) % 5).astype(F32) / 8) * F32(0.5 + 0.25 * t)).astype(F32)[:, None]
+    return (xf * f).astype(c.dtype)
+
+
+class World:
+    """W * tp thread ranks, each with its EP (and TP) communicator and a stream."""
+
+    def __init__(self, c: GenCase):
+        from aclnn_py import Device
+        from aclnn_py.hccl import Communicator, RootInfo
+
+        self.c = c
+        ep_roots = [RootInfo.create() for _ in range(c.tp)]
+        tp_roots = [RootInfo.create() for _ in range(c.W)] if c.tp == 2 else []
+        self.ep: dict[tuple[int, int], Any] = {}
+        self.tp: dict[tuple[int, int], Any] = {}
+        self.streams: dict[tuple[int, int], Any] = {}
+
+        def join(e: int, t: int) -> None:
+            dev = e * c.tp + t
+            Device(dev).set_current()
+            self.ep[e, t] = Communicator(c.W, e, ep_roots[t], device=dev)
+            if c.tp == 2:
+                self.tp[e, t] = Communicator(2, t, tp_roots[e], device=dev)
+            self.streams[e, t] = Device(dev).create_stream()
+
+        run_ranks(c, join)
+
+    def close(self) -> None:
+        for d in (self.tp, self.ep):
+            for comm in d.values():
+                comm.close()
+
+
+def run_ranks(c: GenCase, fn: Any) -> None:
+    errs: list[BaseException] = []
+
+    def body(e: int, t: int) -> None:
+        try:
+            fn(e, t)
+        except BaseException as ex:  # noqa: BLE001
+            errs.append(ex)
+
+    ts = [threading.Thread(target=body, args=(e, t)) for t in range(c.tp) for e in range(c.W)]
+    for th in ts:
+        th.start()
+    for th in ts:
+        th.join()
+    if errs:
+        raise errs[0]
+
+
+def _launch(lib: Any, ffi: Any, op: str, args: list[Any], stream: Any) -> None:
+    from aclnn_py import Tensor
+    from aclnn_py.errors import _recent_message
+
+    ws = ffi.new("uint64_t *")
+    ex = ffi.new("aclOpExecutor **")
+    ret = getattr(lib, op + "GetWorkspaceSize")(*args, ws, ex)
+    assert ret == 0, f"{op}GetWorkspaceSize: {ret} {_recent_message()}"
+    buf = Tensor.empty((max(int(ws[0]), 1),), np.uint8)
+    ret = getattr(lib, op)(ffi.cast("void *", buf.ptr), ws[0], ex[0], ffi.cast("aclrtStream", stream.handle))
+    assert ret == 0, f"{op}: {ret} {_recent_message()}"
+    stream.synchronize()
+    buf.close()
+
+
+def dispatch_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], outs: dict[str, Any],
+                  ffi: Any) -> list[Any]:
+    """The argument list of aclnnMoeDistributeDispatchV{gen}GetWorkspaceSize, without the last two."""
+    tensors = [d(ins["x"]), d(ins["expert_ids"]), d(ins.get("scales")), d(None), d(ins.get("expert_scales"))]
+    if gen >= 3:
+        tensors.append(d(None))           # elastic_info
+    if gen >= 4:
+        tensors.append(d(None))           # performance_info
+    a = attrs
+    mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"],
+           a["quant"], 0, a["ent_type"], ffi.NULL]
+    special = [0, 0, 0] if gen >= 3 else []
+    out = [d(outs[k]) for k in ("expand_x", "dynamic_scales", "assist_info", "expert_token_nums", "ep_recv_counts",
+                                 "tp_recv_counts", "expand_scales")]
+    return tensors + mid + special + out
+
+
+def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x_out: Any, ffi: Any) -> list[Any]:
+    """The argument list of aclnnMoeDistributeCombineV{gen}GetWorkspaceSize, without the last two."""
+    tensors = [d(ins["expand_x"]), d(ins["expert_ids"]), d(ins["assist_info"]), d(ins["ep_send_counts"]),
+               d(ins["expert_scales"]), d(ins.get("tp_send_counts")), d(None), d(None), d(None), d(None), d(None),
+               d(None)]
+    if gen >= 3:
+        tensors += [d(None)] * 5            # elastic_info, ori_x, const_expert_alpha_1 / _2, const_expert_v
+    if gen >= 4:
+        tensors.append(d(None))           # performance_info
+    a = attrs
+    mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0, 0,
+           a["comm_quant"], 0, ffi.NULL]
+    special = [0, 0, 0] if gen >= 3 else []
+    return tensors + mid + special + [d(x_out)]
+
+
+@dataclass
+class RankOut:
+    expand_x: np.ndarray
+    dynamic_scales: np.ndarray | None
+    assist_info: np.ndarray
+    expert_token_nums: np.ndarray
+    ep_recv_counts: np.ndarray
+    tp_recv_counts: np.ndarray | None
+    num_rows: int
+    x_out: np.ndarray | None = None
+
+
+def run_round(c: GenCase, world: World, inp: Inputs) -> dict[tuple[int, int], RankOut]:
+    """Dispatch, the expert function on what arrived, combine; on every rank of the world."""
+    import aclnn_py
+    from aclnn_py import Device, Tensor
+
+    b = aclnn_py.backend()
+    ffi, lib = b.ffi, b.lib
+    result: dict[tuple[int, int], RankOut] = {}
+
+    def rank(e: int, t: int) -> None:
+        Device(e * c.tp + t).set_current()
+        keep: list[Any] = []
+
+        def d(v: Any) -> Any:
+            if v is None:
+                return ffi.NULL
+            if isinstance(v, np.ndarray):
+                v = Tensor.from_numpy(v)
+                keep.append(v)
+            return v.descriptor()
+
+        A = c.capacity(e)
+        slots = c.W
+        ydt = np.int8 if c.quant == 2 else c.dtype
+        outs = {"expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
+                "assist_info": Tensor.empty((A * 128,), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
+                "ep_recv_counts": Tensor.empty((slots * c.tp,), I32),
+                "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None}
+        attrs = dict(group_ep=world.ep[e, t].name.encode(), group_tp=world.tp[e, t].name.encode() if c.tp == 2 else b"",
+                     W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
+                     ent_type=c.ent_type, comm_quant=c.comm_quant)
+        attrs["group_ep"] = ffi.new("char[]", attrs["group_ep"])
+        attrs["group_tp"] = ffi.new("char[]", attrs["group_tp"])
+        ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales}
+        stream = world.streams[e, t]
+        _launch(lib, ffi, f"aclnnMoeDistributeDispatchV{c.gen}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
+        counts = outs["ep_recv_counts"].numpy()
+        tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
+        n_own = int(counts[slots - 1])
+        n = n_own + (int(tp_counts[1 - t]) if tp_counts is not None else 0)
+        ex = outs["expand_x"].numpy()
+        dyn = outs["dynamic_scales"].numpy() if c.quant == 2 else None
+        r = RankOut(ex[:n], dyn[:n] if dyn is not None else None, outs["assist_info"].numpy()[:3 * n_own],
+                    outs["expert_token_nums"].numpy(), counts, tp_counts, n)
+        y = np.zeros((A * c.tp, c.H), c.dtype)
+        y[:n] = expert(c, t, r.expand_x, r.dynamic_scales)
+        x_out = Tensor.empty((c.BS, c.H), c.dtype)
+        cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
+               "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
+               else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"]}
+        _launch(lib, ffi, f"aclnnMoeDistributeCombineV{c.gen}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
+        r.x_out = x_out.numpy()
+        result[e, t] = r
+        for v in list(outs.values()) + [x_out] + keep:
+            if v is not None:
+                v.close()
+
+    run_ranks(c, rank)
+    return result
+
+
+def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[Any]]]:
+    """The golden of the same round: [t][e] dispatch results and combine results."""
+    from aclnn_py import golden
+
+    kw = dict(moe_expert_num=c.E, shared_expert_num=c.S, shared_expert_rank_num=c.R)
+    dkw = dict(kw, scales=inp.scales, quant_mode=c.quant, expert_token_nums_type=c.ent_type)
+    if c.tp == 2:
+        disp = golden.dispatch_tp(inp.x, inp.ids, **dkw)
+    else:
+        disp = [golden.dispatch(inp.x[0], inp.ids[0], **dkw)]
+    ys = [[expert(c, t, d.expand_x, d.dynamic_scales) for d in disp[t]] for t in range(c.tp)]
+    weights = inp.weights if c.weights else None
+    if c.tp == 2:
+        comb = golden.combine_tp(ys, inp.ids, [[d.assist_info_for_combine for d in disp[t]] for t in (0, 1)],
+                                 [[d.ep_recv_counts for d in disp[t]] for t in (0, 1)],
+                                 [[d.tp_recv_counts for d in disp[t]] for t in (0, 1)],
+                                 comm_quant_mode=c.comm_quant, expert_scales_tp=weights, **kw)
+    else:
+        comb = [golden.combine(ys[0], inp.ids[0], [d.assist_info_for_combine for d in disp[0]],
+                               [d.ep_recv_counts for d in disp[0]], comm_quant_mode=c.comm_quant,
+                               expert_scales=weights[0] if weights else None, **kw)]
+    return disp, comb
