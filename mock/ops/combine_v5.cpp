@@ -139,6 +139,9 @@ int check_tp_send_counts(const aclTensor *t, const CombineParams &p) {
             return bad("tp_send_counts", "shape must be (tp_world_size,) = (2,) (got %s)", dims_str(t).c_str());
         return 0;
     }
+    if (t && p.generation == 5)
+        return bad("tp_send_counts", "is reserved and must be NULL, tensor parallelism is not supported (got a %s "
+                   "tensor)", dims_str(t).c_str());
     if (t)
         return bad("tp_send_counts", "must be NULL without a TP domain (tp_world_size 0 or 1) (got a %s tensor)",
                    dims_str(t).c_str());
