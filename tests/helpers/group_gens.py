@@ -276,3 +276,63 @@ def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[An
                                [d.ep_recv_counts for d in disp[0]], comm_quant_mode=c.comm_quant,
                                expert_scales=weights[0] if weights else None, **kw)]
     return disp, comb
+
+
+def phase1(c: GenCase, world: World, inp: Inputs, op: str = "dispatch", e: int = 0, t: int = 0,
+           attrs: dict[str, Any] | None = None, tensors: dict[str, Any] | None = None) -> tuple[int, str]:
+    """One phase-1 call of rank (e, t) (on the calling thread) with valid arguments, except those
+    in `attrs` (group_ep / group_tp as bytes or None for NULL, integers) and `tensors` (None = NULL);
+    the executor of a passing call is released. Returns (status, message)."""
+    import aclnn_py
+    from aclnn_py import Device, Tensor
+    from aclnn_py.errors import _recent_message
+
+    b = aclnn_py.backend()
+    ffi, lib = b.ffi, b.lib
+    Device(e * c.tp + t).set_current()
+    keep: list[Any] = []
+
+    def d(v: Any) -> Any:
+        if v is None:
+            return ffi.NULL
+        if isinstance(v, np.ndarray):
+            v = Tensor.from_numpy(v)
+        keep.append(v)
+        return v.descriptor()
+
+    A = c.capacity(e)
+    ydt = np.int8 if c.quant == 2 else c.dtype
+    a = dict(group_ep=world.ep[e, t].name.encode(), group_tp=world.tp[e, t].name.encode() if c.tp == 2 else b"",
+             W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
+             ent_type=c.ent_type, comm_quant=c.comm_quant)
+    a.update(attrs or {})
+    for g in ("group_ep", "group_tp"):
+        a[g] = ffi.NULL if a[g] is None else ffi.new("char[]", a[g])
+    outs: dict[str, Any] = {
+        "expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
+        "assist_info": Tensor.empty((A * 128,), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
+        "ep_recv_counts": Tensor.empty((c.W * c.tp,), I32),
+        "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None,
+        "expand_x_in": np.zeros((A * c.tp, c.H), c.dtype), "assist_in": np.zeros((A * 128,), I32),
+        "counts_in": np.zeros((c.W * c.tp,), I32), "tp_counts_in": np.zeros((2,), I32) if c.tp == 2 else None}
+    outs.update(tensors or {})
+    if op == "dispatch":
+        ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales}
+        args = dispatch_args(c.gen, d, ins, a, outs, ffi)
+        name = f"aclnnMoeDistributeDispatchV{c.gen}"
+    else:
+        cin = {"expand_x": outs["expand_x_in"], "expert_ids": inp.ids[t][e], "assist_info": outs["assist_in"],
+               "ep_send_counts": outs["counts_in"], "expert_scales": inp.weights[t][e],
+               "tp_send_counts": outs["tp_counts_in"]}
+        args = combine_args(c.gen, d, cin, a, Tensor.empty((c.BS, c.H), c.dtype), ffi)
+        name = f"aclnnMoeDistributeCombineV{c.gen}"
+    ws = ffi.new("uint64_t *")
+    ex = ffi.new("aclOpExecutor **")
+    ret = getattr(lib, name + "GetWorkspaceSize")(*args, ws, ex)
+    msg = _recent_message() or ""
+    if ret == 0:
+        assert lib.aclSetAclOpExecutorRepeatable(ex[0]) == 0
+        assert lib.aclDestroyAclOpExecutor(ex[0]) == 0
+    for v in keep + [o for o in outs.values() if isinstance(o, Tensor)]:
+        v.close()
+    return int(ret), msg
