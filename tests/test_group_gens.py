@@ -61,3 +61,22 @@ def test_round_matches_golden(case: GenCase) -> None:
         if case.tp == 2:
             _same(r.tp_recv_counts, d.tp_recv_counts, f"{where} tp_recv_counts")
         _same(r.x_out[cmb.written], cmb.x_out[cmb.written], f"{where} x_out")
+
+
+def test_processes_match_golden() -> None:
+    """EP 2 x TP 2 as four real processes (aclnn_py.launch.spawn), V2, quant mode 2."""
+    from aclnn_py.hccl import RootInfo
+    from aclnn_py.launch import spawn
+    from helpers.group_gens import process_rank
+
+    case = GenCase(gen=2, W=2, tp=2, quant=2, seed=7)
+    roots = [bytes(RootInfo.create()) for _ in range(case.tp + case.W)]
+    outs = spawn(process_rank, case.W * case.tp, case, roots, timeout=120)
+    disp, comb = golden_round(case, make_inputs(case))
+    for rank, r in enumerate(outs):
+        e, t = divmod(rank, case.tp)
+        _same(r.expand_x, disp[t][e].expand_x, f"process {rank} expand_x")
+        _same(r.dynamic_scales, disp[t][e].dynamic_scales, f"process {rank} dynamic_scales")
+        _same(r.tp_recv_counts, disp[t][e].tp_recv_counts, f"process {rank} tp_recv_counts")
+        written = comb[t][e].written
+        _same(r.x_out[written], comb[t][e].x_out[written], f"process {rank} x_out")

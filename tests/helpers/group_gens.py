@@ -193,65 +193,86 @@ class RankOut:
     x_out: np.ndarray | None = None
 
 
-def run_round(c: GenCase, world: World, inp: Inputs) -> dict[tuple[int, int], RankOut]:
-    """Dispatch, the expert function on what arrived, combine; on every rank of the world."""
+def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp: str, stream: Any) -> RankOut:
+    """Rank (e, t)'s dispatch, the expert function on what arrived, and its combine."""
     import aclnn_py
     from aclnn_py import Device, Tensor
 
     b = aclnn_py.backend()
     ffi, lib = b.ffi, b.lib
+    Device(e * c.tp + t).set_current()
+    keep: list[Any] = []
+
+    def d(v: Any) -> Any:
+        if v is None:
+            return ffi.NULL
+        if isinstance(v, np.ndarray):
+            v = Tensor.from_numpy(v)
+            keep.append(v)
+        return v.descriptor()
+
+    A = c.capacity(e)
+    slots = c.W
+    ydt = np.int8 if c.quant == 2 else c.dtype
+    outs = {"expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
+            "assist_info": Tensor.empty((A * 128,), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
+            "ep_recv_counts": Tensor.empty((slots * c.tp,), I32),
+            "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None}
+    attrs = dict(group_ep=ffi.new("char[]", group_ep.encode()), group_tp=ffi.new("char[]", group_tp.encode()),
+                 W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
+                 ent_type=c.ent_type, comm_quant=c.comm_quant)
+    ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales}
+    _launch(lib, ffi, f"aclnnMoeDistributeDispatchV{c.gen}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
+    counts = outs["ep_recv_counts"].numpy()
+    tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
+    n_own = int(counts[slots - 1])
+    n = n_own + (int(tp_counts[1 - t]) if tp_counts is not None else 0)
+    ex = outs["expand_x"].numpy()
+    dyn = outs["dynamic_scales"].numpy() if c.quant == 2 else None
+    r = RankOut(ex[:n], dyn[:n] if dyn is not None else None, outs["assist_info"].numpy()[:3 * n_own],
+                outs["expert_token_nums"].numpy(), counts, tp_counts, n)
+    y = np.zeros((A * c.tp, c.H), c.dtype)
+    y[:n] = expert(c, t, r.expand_x, r.dynamic_scales)
+    x_out = Tensor.empty((c.BS, c.H), c.dtype)
+    cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
+           "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
+           else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"]}
+    _launch(lib, ffi, f"aclnnMoeDistributeCombineV{c.gen}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
+    r.x_out = x_out.numpy()
+    for v in list(outs.values()) + [x_out] + keep:
+        if v is not None:
+            v.close()
+    return r
+
+
+def run_round(c: GenCase, world: World, inp: Inputs) -> dict[tuple[int, int], RankOut]:
+    """rank_round on every rank of a thread world."""
     result: dict[tuple[int, int], RankOut] = {}
 
     def rank(e: int, t: int) -> None:
-        Device(e * c.tp + t).set_current()
-        keep: list[Any] = []
-
-        def d(v: Any) -> Any:
-            if v is None:
-                return ffi.NULL
-            if isinstance(v, np.ndarray):
-                v = Tensor.from_numpy(v)
-                keep.append(v)
-            return v.descriptor()
-
-        A = c.capacity(e)
-        slots = c.W
-        ydt = np.int8 if c.quant == 2 else c.dtype
-        outs = {"expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
-                "assist_info": Tensor.empty((A * 128,), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
-                "ep_recv_counts": Tensor.empty((slots * c.tp,), I32),
-                "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None}
-        attrs = dict(group_ep=world.ep[e, t].name.encode(), group_tp=world.tp[e, t].name.encode() if c.tp == 2 else b"",
-                     W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
-                     ent_type=c.ent_type, comm_quant=c.comm_quant)
-        attrs["group_ep"] = ffi.new("char[]", attrs["group_ep"])
-        attrs["group_tp"] = ffi.new("char[]", attrs["group_tp"])
-        ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales}
-        stream = world.streams[e, t]
-        _launch(lib, ffi, f"aclnnMoeDistributeDispatchV{c.gen}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
-        counts = outs["ep_recv_counts"].numpy()
-        tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
-        n_own = int(counts[slots - 1])
-        n = n_own + (int(tp_counts[1 - t]) if tp_counts is not None else 0)
-        ex = outs["expand_x"].numpy()
-        dyn = outs["dynamic_scales"].numpy() if c.quant == 2 else None
-        r = RankOut(ex[:n], dyn[:n] if dyn is not None else None, outs["assist_info"].numpy()[:3 * n_own],
-                    outs["expert_token_nums"].numpy(), counts, tp_counts, n)
-        y = np.zeros((A * c.tp, c.H), c.dtype)
-        y[:n] = expert(c, t, r.expand_x, r.dynamic_scales)
-        x_out = Tensor.empty((c.BS, c.H), c.dtype)
-        cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
-               "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
-               else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"]}
-        _launch(lib, ffi, f"aclnnMoeDistributeCombineV{c.gen}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
-        r.x_out = x_out.numpy()
-        result[e, t] = r
-        for v in list(outs.values()) + [x_out] + keep:
-            if v is not None:
-                v.close()
+        result[e, t] = rank_round(c, inp, e, t, world.ep[e, t].name,
+                                  world.tp[e, t].name if c.tp == 2 else "", world.streams[e, t])
 
     run_ranks(c, rank)
     return result
+
+
+def process_rank(rank: int, world_size: int, root: bytes, c: GenCase, roots: list[bytes]) -> RankOut:
+    """aclnn_py.launch.spawn target: process `rank` = e * tp + t joins EP world t (roots[t]) and TP
+    world e (roots[tp + e]) and runs its round."""
+    from aclnn_py import Device
+    from aclnn_py.hccl import Communicator, RootInfo
+
+    e, t = divmod(rank, c.tp)
+    Device(rank).set_current()
+    ep = Communicator(c.W, e, RootInfo.from_bytes(roots[t]))
+    tp = Communicator(2, t, RootInfo.from_bytes(roots[c.tp + e])) if c.tp == 2 else None
+    try:
+        return rank_round(c, make_inputs(c), e, t, ep.name, tp.name if tp else "", Device(rank).create_stream())
+    finally:
+        if tp:
+            tp.close()
+        ep.close()
 
 
 def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[Any]]]:
