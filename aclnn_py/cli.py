@@ -1,5 +1,6 @@
 """`aclnn-py` command line: ``doctor`` (what is loaded from where, and can it be trusted), ``demo``
-(a seeded MoE round checked against the golden, on the mock or on an install) and ``bench``.
+(a seeded MoE round checked against the golden, on the mock or on an install), ``bench`` and
+``mock-root`` (a mock root exporting only some operator generations).
 
 Conventions: ``--help`` of every command shows the defaults; a mistake in the command line or the
 environment prints one line ``aclnn-py <command>: error: ...`` and exits 2; an internal error prints
@@ -22,7 +23,7 @@ prints its traceback and exits 3; each command's --help gives its defaults and o
 
 
 def build_parser() -> Parser:
-    from . import __version__, bench, demo, doctor
+    from . import __version__, bench, demo, doctor, mock_roots
 
     ap = Parser(prog="aclnn-py", description=DESCRIPTION,
                 epilog="Run `aclnn-py <command> --help` for a command's options and exit status.")
@@ -31,6 +32,7 @@ def build_parser() -> Parser:
     doctor.add_parser(sub)
     demo.add_parser(sub)
     bench.add_parser(sub)
+    mock_roots.add_parser(sub)
     return ap
 
 
