@@ -18,6 +18,7 @@ import os
 import platform
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 from .cli_conventions import UsageError
 
@@ -83,7 +84,7 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+def add_parser(sub: Any) -> None:
     p = sub.add_parser("mock-root", help="make a mock CANN root that exports only some operator generations",
                        description=DESCRIPTION)
     p.add_argument("dest", metavar="DEST", help="a new or empty directory")
