@@ -23,7 +23,7 @@ from typing import Any
 from .cli_conventions import UsageError
 
 #: The generations the mock root has op packages for.
-GENERATIONS = (2, 3, 4, 5)
+GENERATIONS = (1, 2, 3, 4, 5)
 
 
 def _package(mock: Path, generation: int) -> Path:
@@ -45,7 +45,7 @@ def parse_generations(text: str) -> list[int]:
 
 def make_root(dest: str | os.PathLike[str], generations: Iterable[int], mock: Path | None = None) -> Path:
     """Make `dest` (a new or empty directory) a CANN root of the mock that exports only the MoE
-    operators of `generations` (2 to 5), listed in that order of priority. Returns its path."""
+    operators of `generations` (1 to 5), listed in that order of priority. Returns its path."""
     from ._loader import mock_root
 
     gens = parse_generations(",".join(str(g) for g in generations))
@@ -89,7 +89,8 @@ def add_parser(sub: Any) -> None:
                        description=DESCRIPTION)
     p.add_argument("dest", metavar="DEST", help="a new or empty directory")
     p.add_argument("--generations", default="5",
-                   help="comma-separated generations to export (2, 3, 4, 5), first = highest priority")
+                   help="comma-separated generations to export (1 = the unsuffixed first generation, 2, 3, 4, 5), "
+                        "first = highest priority")
     p.set_defaults(func=main)
 
 

@@ -1,4 +1,4 @@
-"""The group-string generations (aclnnMoeDistributeDispatch/CombineV2, V3, V4) on the mock, bit for
+"""The group-string generations (aclnnMoeDistributeDispatch/Combine and V2, V3, V4) on the mock, bit for
 bit against aclnn_py.golden: seeded configurations of every generation, without and with a TP domain
 of two ranks, each quant mode and comm quant mode the generation has on Atlas A3, EP 2 to 4 thread
 ranks per domain (up to 8 threads)."""
@@ -8,6 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from helpers.group_gens import GenCase, World, golden_round, make_inputs, run_round
+
+from aclnn_py import golden
 
 
 def _cases() -> list[GenCase]:
@@ -23,6 +25,11 @@ def _cases() -> list[GenCase]:
                     cases.append(GenCase(gen=gen, W=W, tp=tp, quant=quant, comm_quant=comm_quant, R=R, seed=seed,
                                          ent_type=seed % 2, weights=seed % 3 != 0,
                                          dtype=np.float16 if seed % 5 == 0 else GenCase.__dataclass_fields__["dtype"].default))
+    # the first generation: H 7168, ep_world_size from its list (8 ranks per EP domain)
+    for tp, quant, comm_quant in ((1, 0, 0), (1, 2, 2), (2, 2, 0), (2, 0, 0)):
+        seed += 1
+        cases.append(GenCase(gen=1, W=8, tp=tp, quant=quant, comm_quant=comm_quant, BS=2, seed=seed,
+                             ent_type=seed % 2, weights=seed % 3 != 0))
     # a TP domain with a shared-expert rank (its one local expert is the shared expert)
     cases.append(GenCase(gen=2, W=4, tp=2, quant=2, R=1, seed=101))
     cases.append(GenCase(gen=4, W=3, tp=2, quant=0, R=1, seed=102, ent_type=0))
@@ -54,7 +61,10 @@ def test_round_matches_golden(case: GenCase) -> None:
         _same(r.expand_x, d.expand_x, f"{where} expand_x")
         if case.quant == 2:
             _same(r.dynamic_scales, d.dynamic_scales, f"{where} dynamic_scales")
-        _same(r.assist_info, d.assist_info_for_combine, f"{where} assist_info_for_combine")
+        if case.gen == 1:
+            _same(r.assist_info, golden.expand_idx(inp.ids[t])[e], f"{where} expand_idx")
+        else:
+            _same(r.assist_info, d.assist_info_for_combine, f"{where} assist_info_for_combine")
         _same(r.expert_token_nums, d.expert_token_nums, f"{where} expert_token_nums")
         _same(r.ep_recv_counts, d.ep_recv_counts, f"{where} ep_recv_counts")
         if case.tp == 2:

@@ -121,3 +121,47 @@ def test_tp_domain_needs_the_a3_profile(tp_world, mock):
                 "tp_world_size: must be 0 or 1, tensor parallelism is not supported on Ascend950 (got 2)")
     finally:
         mock.set_soc("Ascend910_93")
+
+
+@pytest.fixture(scope="module")
+def v1_world() -> Iterator[tuple[GenCase, World]]:
+    c = GenCase(gen=1, W=8, BS=2)
+    w = World(c)
+    yield c, w
+    w.close()
+
+
+@pytest.mark.parametrize("op", ["dispatch", "combine"])
+def test_first_generation_rules(v1_world, ep_world, op):
+    c, w = v1_world
+    inp = make_inputs(c)
+    assert phase1(c, w, inp, op) == (0, "")
+    c1k = GenCase(gen=1, W=8, BS=2, H=1024)
+    where = "x" if op == "dispatch" else "expand_x"
+    _expect(phase1(c1k, w, make_inputs(c1k), op), INVALID,
+            f"{where}: dim 1 (H) must be 7168 for the first generation (got 1024)")
+    c9 = GenCase(gen=1, W=8, BS=2, K=9)
+    c9.E = 16   # K <= E
+    _expect(phase1(c9, w, make_inputs(c9), op, attrs={"E": 16}), INVALID,
+            "expert_ids: dim 1 (K) must be in [1, 8] for the first generation (got 9)")
+    _expect(phase1(c, w, inp, op, attrs={"R": 1, "E": 7}), INVALID,
+            "shared_expert_rank_num: must be 0 for the first generation on the mock")
+    c4, w4 = ep_world
+    v1_on_4 = GenCase(gen=1, W=4)
+    _expect(phase1(v1_on_4, w4, make_inputs(v1_on_4), op), INVALID,
+            "ep_world_size: must be one of 8, 16, 32, 64, 128, 144, 256, 288 for the first generation on Ascend910_93 "
+            "(got 4)")
+
+
+def test_first_generation_tensors(v1_world):
+    c, w = v1_world
+    inp = make_inputs(c)
+    _expect(phase1(c, w, inp, "dispatch", tensors={"x_active_mask": np.ones(c.BS, bool)}), INVALID,
+            "x_active_mask: must be NULL for aclnnMoeDistributeDispatch")
+    _expect(phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0]}), INVALID,
+            "expert_scales: must be NULL for aclnnMoeDistributeDispatch, expandScales is not produced")
+    from aclnn_py import Tensor
+    _expect(phase1(c, w, inp, "dispatch", tensors={"assist_info": Tensor.empty((c.BS * c.K - 1,), np.int32)}),
+            INVALID, f"expand_idx: dim 0 must be >= BS * K = {c.BS * c.K}")
+    _expect(phase1(c, w, inp, "dispatch", tensors={"assist_info": None}), NULLPTR, "expand_idx: must not be NULL")
+    _expect(phase1(c, w, inp, "combine", tensors={"assist_in": None}), NULLPTR, "expand_idx: must not be NULL")

@@ -20,6 +20,8 @@ of all ranks, exact to the bit:
 * :func:`dispatch_tp` / :func:`combine_tp` — the group-string generations with a TP domain of two
   ranks: each EP domain's dispatch then :func:`tp_all_gather`; :func:`tp_reduce_scatter` then each
   EP domain's combine (module ``tp``).
+* :func:`expand_idx` / :func:`assist_from_expand_idx` — the first generation's routing output and
+  how combine reads it (module ``first_generation``).
 * :func:`ccl_buffer_size_mb` (``get_low_latency_ccl_buffer_size``) and :func:`window_bytes_required`
   (the kernel-side window check).
 
@@ -112,6 +114,7 @@ from .config import (
     rows_capacity,
 )
 from .dispatch import dispatch
+from .first_generation import assist_from_expand_idx, expand_idx
 from .formats import format_name
 from .quant import (
     comm_quant_int8_round_trip,
@@ -156,4 +159,6 @@ __all__ = [
     "tp_reduce_scatter",
     "dispatch_tp",
     "combine_tp",
+    "expand_idx",
+    "assist_from_expand_idx",
 ]

@@ -1,7 +1,9 @@
-// aclnnMoeDistributeCombineV2 / V3 / V4 on the mock: the argument lists of the group-string
-// generations (docs/operators.md, "Group-string generations"), mapped onto the one combine
-// operator (combine.h). V2 has no elastic_info and no zero / copy / const experts (nor their
-// ori_x / const-expert tensors), V3 adds them, V4 adds performance_info.
+// aclnnMoeDistributeCombine (the first generation) and V2 / V3 / V4 on the mock: the argument
+// lists of the group-string generations (docs/operators.md, "Group-string generations"), mapped
+// onto the one combine operator (combine.h). The first generation takes dispatch's expand_idx and
+// has no shared_expert_x and no comm_alg; V2 has no elastic_info and no zero / copy / const experts
+// (nor their ori_x / const-expert tensors), V3 adds them, V4 adds performance_info.
+#include "aclnnop/aclnn_moe_distribute_combine.h"
 #include "aclnnop/aclnn_moe_distribute_combine_v2.h"
 #include "aclnnop/aclnn_moe_distribute_combine_v3.h"
 #include "aclnnop/aclnn_moe_distribute_combine_v4.h"
@@ -42,6 +44,33 @@ aclnnStatus group_combine(int generation, const char *op, const CombineArgs &a, 
 }
 
 }  // namespace
+
+extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineGetWorkspaceSize(
+    const aclTensor *expandX, const aclTensor *expertIds, const aclTensor *expandIdx, const aclTensor *epSendCounts,
+    const aclTensor *expertScales, const aclTensor *tpSendCounts, const aclTensor *xActiveMask,
+    const aclTensor *activationScale, const aclTensor *weightScale, const aclTensor *groupList,
+    const aclTensor *expandScales, const char *groupEp, int64_t epWorldSize, int64_t epRankId, int64_t moeExpertNum,
+    const char *groupTp, int64_t tpWorldSize, int64_t tpRankId, int64_t expertShardType, int64_t sharedExpertNum,
+    int64_t sharedExpertRankNum, int64_t globalBs, int64_t outDtype, int64_t commQuantMode, int64_t groupListType,
+    aclTensor *x, uint64_t *workspaceSize, aclOpExecutor **executor) {
+    // aclnnMoeDistributeCombine.md: xActiveMask is reserved
+    if (xActiveMask)
+        return bad("x_active_mask", "must be NULL for aclnnMoeDistributeCombine (got a %s tensor)",
+                   dims_str(xActiveMask).c_str());
+    const CombineArgs a{{nullptr, expandX, expertIds, expandIdx, epSendCounts, expertScales, tpSendCounts, nullptr,
+                         activationScale, weightScale, groupList, expandScales, nullptr, nullptr, nullptr, nullptr,
+                         nullptr, nullptr, nullptr},
+                        x};
+    const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, outDtype, commQuantMode,
+                       groupListType, nullptr, 0, 0, 0};
+    return group_combine(1, "aclnnMoeDistributeCombine", a, g, workspaceSize, executor);
+}
+
+extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombine(void *workspace, uint64_t workspaceSize,
+                                                             aclOpExecutor *executor, aclrtStream stream) {
+    return launch_executor(executor, workspace, workspaceSize, stream, "aclnnMoeDistributeCombine");
+}
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV2GetWorkspaceSize(
     const aclTensor *expandX, const aclTensor *expertIds, const aclTensor *assistInfoForCombine,

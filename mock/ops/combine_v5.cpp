@@ -56,17 +56,17 @@ int check_pointers(const CombineArgs &a, const CombineParams &p, const uint64_t 
                    aclOpExecutor **executor) {
     for (int i : {kCtx, kExpandX, kIds, kAssist, kSendCounts, kEScales})
         if (i != kCtx || p.generation == 5)
-            if (int rc = need(a[i], kInNames[i])) return rc;
+            if (int rc = need(a[i], i == kAssist ? routing_name(p) : kInNames[i])) return rc;
     if (int rc = need(a.x_out, "x_out")) return rc;
     if (int rc = need(workspace_size, "workspaceSize")) return rc;
     return need(executor, "executor");
 }
 
 // Every descriptor given: live, ND, contiguous; the context 1-D int32.
-int check_descriptors(const CombineArgs &a) {
+int check_descriptors(const CombineArgs &a, const CombineParams &p) {
     for (int i = 0; i < kNumIn; ++i)
         if (a[i])
-            if (int rc = check_tensor(a[i], kInNames[i])) return rc;
+            if (int rc = check_tensor(a[i], i == kAssist ? routing_name(p) : kInNames[i])) return rc;
     if (int rc = check_tensor(a.x_out, "x_out")) return rc;
     return a[kCtx] ? check_context_tensor(a[kCtx]) : 0;
 }
@@ -113,9 +113,13 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
                    "total of ep_send_counts%s)", p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, ex->view[0],
                    p.tp == 2 ? "A * tp_world_size" : "A", p.tp == 2 ? ", plus the TP peer's rows" : "");
     p.expand_rows = ex->view[0];
-    if (int rc = check_dtype(assist, "assist_info_for_combine", kI32, 1)) return rc;
-    if (int rc = check_rank(assist, "assist_info_for_combine", 1)) return rc;
-    if (assist->view[0] < p.A * 128)
+    if (int rc = check_dtype(assist, routing_name(p), kI32, 1)) return rc;
+    if (int rc = check_rank(assist, routing_name(p), 1)) return rc;
+    if (p.generation == 1) {
+        if (assist->view[0] < p.BS * p.K)
+            return bad("expand_idx", "dim 0 must be >= BS * K = %" PRId64 " (got %" PRId64 ")", p.BS * p.K,
+                       assist->view[0]);
+    } else if (assist->view[0] < p.A * 128)
         return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
                    p.A * 128, assist->view[0]);
     if (int rc = check_dtype(counts, "ep_send_counts", kI32, 1)) return rc;
@@ -287,6 +291,8 @@ private:
     void trace_round(int64_t recv_slots);
     bool rounds_agree();
     void add_slot(int64_t t, int64_t k, const float *weight);
+    const uint8_t *slot(int64_t t, int64_t k);
+    void send_blocks(int64_t N, int64_t recv_slots);
     void reduce_token(int64_t t);
 
     const CombineParams &p_;
@@ -351,7 +357,7 @@ void CombineKernel::send() {
     const uint64_t tc = call_.layout.tc, coff = call_.layout.combine_offset;
     const uint64_t qsoff = comm_quant_scale_offset(H);
     const int64_t recv_slots = logical_[size_t(p.r)] < p.R ? W : W * p.L;
-    trace_round(recv_slots);
+    if (p.generation != 1) trace_round(recv_slots);   // the round trace follows the triples
     int64_t N = send_counts_[recv_slots - 1];
     if (N < 0 || N > p.expand_rows) {
         err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is outside [0, expand_x dim 0 = %" PRId64 "]",
@@ -363,6 +369,10 @@ void CombineKernel::send() {
             err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " differs from tp_send_counts[tp_rank_id] = %" PRId64
                           " (both count this rank's own rows)", recv_slots - 1, N, tp_rows_);
         N = N < tp_rows_ ? N : tp_rows_;
+    }
+    if (p.generation == 1) {
+        send_blocks(N, recv_slots);
+        return;
     }
     for (int64_t i = 0; i < N; ++i) {
         const int64_t src = assist_[3 * i], t = assist_[3 * i + 1], k = assist_[3 * i + 2];
@@ -465,12 +475,69 @@ int CombineKernel::wait() {
     return 0;
 }
 
+// Where the row of (token t, slot k) arrived: slot t*(K+S) + k of this rank's window, or in the
+// first generation, which pulls, the row at expand_idx[t*K+k] of block j*W + r in the expert rank's
+// window (send_blocks); nullptr, with err_ set, for a position outside the block.
+const uint8_t *CombineKernel::slot(int64_t t, int64_t k) {
+    const CombineParams &p = p_;
+    const uint64_t tc = call_.layout.tc;
+    if (p.generation != 1)
+        return call_.data(p.r) + call_.layout.combine_offset + uint64_t(t * (p.K + p.S) + k) * tc;
+    const int64_t e = ids_[t * p.K + k], pos = assist_[t * p.K + k];
+    if (pos < 0 || pos >= p.maxBs) {
+        if (err_.empty())
+            err_ = format("expand_idx[%" PRId64 "] = %" PRId64 " is outside [0, maxBs = %" PRId64 ")", t * p.K + k, pos,
+                          p.maxBs);
+        return nullptr;
+    }
+    const int64_t m = e / p.L + p.R, j = e % p.L;
+    return call_.data(m) + uint64_t((j * p.W + p.r) * p.maxBs + pos) * tc;
+}
+
+// The first generation: the rows of receive slot j*W + src (ep_send_counts' running totals) go to
+// block j*W + src of this rank's own window, where their source rank reads them after the exchange;
+// each source is told how many rows this rank holds for it.
+void CombineKernel::send_blocks(int64_t N, int64_t recv_slots) {
+    const CombineParams &p = p_;
+    const int64_t W = p.W, H = p.H;
+    const uint64_t tc = call_.layout.tc, qsoff = comm_quant_scale_offset(H);
+    uint8_t *own = call_.data(p.r);
+    int64_t start = 0;
+    for (int64_t idx = 0; idx < recv_slots; ++idx) {
+        const int64_t end = send_counts_[idx];
+        if (end < start || end > N || end - start > p.maxBs) {
+            if (err_.empty())
+                err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is not a running total within [%" PRId64
+                              ", %" PRId64 "] with at most maxBs = %" PRId64 " rows per slot", idx, end, start, N,
+                              p.maxBs);
+            break;
+        }
+        for (int64_t i = 0; start + i < end; ++i) {
+            uint8_t *d = own + uint64_t(idx * p.maxBs + i) * tc;
+            const uint16_t *row = rows_ + (start + i) * H;
+            if (p.comm_quant == 0)
+                std::memcpy(d, row, size_t(H) * 2);
+            else
+                comm_quant_row(row, bf16_, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff),
+                               tmp_, H);
+        }
+        sendcnt_[idx % W] += int32_t(end - start);
+        start = end;
+    }
+    for (int64_t m = 0; m < W; ++m) {
+        int32_t *mc = call_.mailbox(m)->counts;
+        mc[p.r] = sendcnt_[m];
+        put_round(mc, p.r, round_);
+    }
+}
+
 // Adds one received slot to acc_ (dequantised with comm quant 2 / 3 / 4), weighted or not.
 void CombineKernel::add_slot(int64_t t, int64_t k, const float *weight) {
     const int64_t H = p_.H, KS = p_.K + p_.S;
-    const uint8_t *s = call_.data(p_.r) + call_.layout.combine_offset + uint64_t(t * KS + k) * call_.layout.tc;
+    const uint8_t *s = k < KS ? slot(t, k) : nullptr;
     const uint64_t qsoff = comm_quant_scale_offset(H);
     ++expected_;
+    if (!s) return;
     if (p_.comm_quant == 0) {
         const uint16_t *row = reinterpret_cast<const uint16_t *>(s);
         weight ? acc_add_row_w(acc_, row, bf16_, *weight, H) : acc_add_row(acc_, row, bf16_, H);
@@ -557,7 +624,7 @@ aclnnStatus aclmock::moe::combine_phase1(const CombineArgs &a, const CombineAttr
     CombineParams p;
     static_cast<CombineAttrs &>(p) = attrs;
     if (int rc = check_pointers(a, p, workspace_size, executor)) return rc;
-    if (int rc = check_descriptors(a)) return rc;
+    if (int rc = check_descriptors(a, p)) return rc;
     if (int rc = check_modes(p)) return rc;
     hccl::Comm *comm = nullptr, *tp = nullptr;
     if (p.generation != 5)

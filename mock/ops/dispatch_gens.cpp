@@ -1,7 +1,9 @@
-// aclnnMoeDistributeDispatchV2 / V3 / V4 on the mock: the argument lists of the group-string
-// generations (docs/operators.md, "Group-string generations"), mapped onto the one dispatch
-// operator (dispatch.h). V2 has no elastic_info and no zero / copy / const experts, V3 adds them,
-// V4 adds performance_info.
+// aclnnMoeDistributeDispatch (the first generation) and V2 / V3 / V4 on the mock: the argument
+// lists of the group-string generations (docs/operators.md, "Group-string generations"), mapped
+// onto the one dispatch operator (dispatch.h). The first generation returns expand_idx instead of
+// assist_info_for_combine and has no comm_alg; V2 has no elastic_info and no zero / copy / const
+// experts, V3 adds them, V4 adds performance_info.
+#include "aclnnop/aclnn_moe_distribute_dispatch.h"
 #include "aclnnop/aclnn_moe_distribute_dispatch_v2.h"
 #include "aclnnop/aclnn_moe_distribute_dispatch_v3.h"
 #include "aclnnop/aclnn_moe_distribute_dispatch_v4.h"
@@ -42,6 +44,34 @@ aclnnStatus group_dispatch(int generation, const char *op, const DispatchArgs &a
 }
 
 }  // namespace
+
+extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchGetWorkspaceSize(
+    const aclTensor *x, const aclTensor *expertIds, const aclTensor *scales, const aclTensor *xActiveMask,
+    const aclTensor *expertScales, const char *groupEp, int64_t epWorldSize, int64_t epRankId, int64_t moeExpertNum,
+    const char *groupTp, int64_t tpWorldSize, int64_t tpRankId, int64_t expertShardType, int64_t sharedExpertNum,
+    int64_t sharedExpertRankNum, int64_t quantMode, int64_t globalBs, int64_t expertTokenNumsType,
+    aclTensor *expandX, aclTensor *dynamicScales, aclTensor *expandIdx, aclTensor *expertTokenNums,
+    aclTensor *epRecvCounts, aclTensor *tpRecvCounts, aclTensor *expandScales, uint64_t *workspaceSize,
+    aclOpExecutor **executor) {
+    // aclnnMoeDistributeDispatch.md, Atlas A3 and 950 entries: no xActiveMask, no expandScales
+    if (xActiveMask)
+        return bad("x_active_mask", "must be NULL for aclnnMoeDistributeDispatch (got a %s tensor)",
+                   dims_str(xActiveMask).c_str());
+    if (expertScales)
+        return bad("expert_scales", "must be NULL for aclnnMoeDistributeDispatch, expandScales is not produced "
+                   "(got a %s tensor)", dims_str(expertScales).c_str());
+    const DispatchArgs a{nullptr, x, expertIds, scales, nullptr, nullptr, nullptr, nullptr, expandX, dynamicScales,
+                         expandIdx, expertTokenNums, epRecvCounts, tpRecvCounts, expandScales};
+    const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, quantMode, globalBs,
+                       expertTokenNumsType, nullptr, 0, 0, 0};
+    return group_dispatch(1, "aclnnMoeDistributeDispatch", a, g, workspaceSize, executor);
+}
+
+extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatch(void *workspace, uint64_t workspaceSize,
+                                                              aclOpExecutor *executor, aclrtStream stream) {
+    return launch_executor(executor, workspace, workspaceSize, stream, "aclnnMoeDistributeDispatch");
+}
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV2GetWorkspaceSize(
     const aclTensor *x, const aclTensor *expertIds, const aclTensor *scalesOptional,

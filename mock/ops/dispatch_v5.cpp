@@ -82,7 +82,7 @@ int check_pointers(const DispatchArgs &a, const DispatchParams &p, const uint64_
     if (int rc = need(a.expert_ids, "expert_ids")) return rc;
     if (int rc = need(a.expand_x, "expand_x")) return rc;
     if (int rc = need(a.dynamic_scales, "dynamic_scales")) return rc;
-    if (int rc = need(a.assist_info, "assist_info_for_combine")) return rc;
+    if (int rc = need(a.assist_info, routing_name(p))) return rc;
     if (int rc = need(a.expert_token_nums, "expert_token_nums")) return rc;
     if (int rc = need(a.ep_recv_counts, "ep_recv_counts")) return rc;
     if (int rc = need(workspace_size, "workspaceSize")) return rc;
@@ -90,13 +90,13 @@ int check_pointers(const DispatchArgs &a, const DispatchParams &p, const uint64_
 }
 
 // Every descriptor given: live, ND, contiguous; the context (generation 5) 1-D int32.
-int check_descriptors(const DispatchArgs &a) {
+int check_descriptors(const DispatchArgs &a, const DispatchParams &p) {
     const struct { const aclTensor *t; const char *name; } all[] = {
         {a.context, "context"}, {a.x, "x"}, {a.expert_ids, "expert_ids"}, {a.scales, "scales"},
         {a.x_active_mask, "x_active_mask"}, {a.expert_scales, "expert_scales"},
         {a.elastic_info, "elastic_info"}, {a.performance_info, "performance_info"},
         {a.expand_x, "expand_x"}, {a.dynamic_scales, "dynamic_scales"},
-        {a.assist_info, "assist_info_for_combine"}, {a.expert_token_nums, "expert_token_nums"},
+        {a.assist_info, routing_name(p)}, {a.expert_token_nums, "expert_token_nums"},
         {a.ep_recv_counts, "ep_recv_counts"}, {a.tp_recv_counts, "tp_recv_counts"},
         {a.expand_scales, "expand_scales"}};
     for (const auto &e : all)
@@ -331,9 +331,14 @@ int check_dynamic_scales(const DispatchArgs &a, DispatchParams &p) {
 // assist_info_for_combine, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales.
 int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
     aclTensor *ai = a.assist_info, *tn = a.expert_token_nums, *rc_ = a.ep_recv_counts;
-    if (int rc = check_dtype(ai, "assist_info_for_combine", kI32, 1)) return rc;
-    if (int rc = check_rank(ai, "assist_info_for_combine", 1)) return rc;
-    if (ai->view[0] < p.A * 128)
+    if (int rc = check_dtype(ai, routing_name(p), kI32, 1)) return rc;
+    if (int rc = check_rank(ai, routing_name(p), 1)) return rc;
+    if (p.generation == 1) {
+        // one entry per (token, k) pair: its position in its expert's receive block
+        if (ai->view[0] < p.BS * p.K)
+            return bad("expand_idx", "dim 0 must be >= BS * K = %" PRId64 " (got %" PRId64 ")", p.BS * p.K,
+                       ai->view[0]);
+    } else if (ai->view[0] < p.A * 128)
         return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
                    p.A * 128, ai->view[0]);
     if (int rc = check_dtype(tn, "expert_token_nums", kI64, 1)) return rc;
@@ -445,6 +450,7 @@ private:
     const float *smooth_;
     const uint8_t *mask_;
     const float *escales_;
+    int32_t *expand_idx_;        // the first generation's expand_idx (else nullptr)
     // workspace
     int32_t *cnt_;               // rows sent per MoE expert e
     uint8_t *qrow_;              // staged payload of one row
@@ -472,6 +478,7 @@ DispatchKernel::DispatchKernel(const DispatchParams &p, KernelCall &call, const 
     smooth_ = p.has_smooth ? scales_ : nullptr;
     mask_ = p.mask_dims ? ptr<const uint8_t>(in, kMask) : nullptr;
     escales_ = p.has_escales ? ptr<const float>(in, kEScales) : nullptr;
+    expand_idx_ = p.generation == 1 ? ptr<int32_t>(out, kAssist) : nullptr;
 
     const DispatchWs wsl = dispatch_ws(p);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
@@ -575,6 +582,7 @@ void DispatchKernel::send_moe_rows() {
                 continue;
             }
             cnt_[e] = int32_t(row + 1);
+            if (expand_idx_) expand_idx_[t * K + k] = int32_t(row);
             const int64_t dst = table_[size_t(e / L + R)], j = e % L;
             uint8_t *d = call_.data(dst) + uint64_t((j * W + r) * maxBs + row) * td;
             write_row(d, t, e + S, escales_ ? &escales_[t * K + k] : nullptr, int32_t(k));
@@ -674,7 +682,7 @@ int DispatchKernel::receive() {
             const uint8_t *row = blk + uint64_t(i) * td;
             std::memcpy(expand_x + uint64_t(N) * orow, row, size_t(orow));
             if (dyn) std::memcpy(dyn + uint64_t(N) * uint64_t(p.dyn_bytes), row + p.dyn_off, size_t(p.dyn_bytes));
-            std::memcpy(assist + 3 * N, row + toff, 12);
+            if (!expand_idx_) std::memcpy(assist + 3 * N, row + toff, 12);
             if (exp_scales) std::memcpy(exp_scales + N, row + woff, 4);
         }
         recv[idx] = int32_t(N);
@@ -688,7 +696,7 @@ int DispatchKernel::receive() {
     }
     if (shared_role_) tok_nums[0] = N;
     if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", p.op, p.r, err_.c_str());
-    record(N);
+    if (!expand_idx_) record(N);   // the round trace follows assist_info_for_combine's triples
     received_ = N;
     return 0;
 }
@@ -734,7 +742,7 @@ aclnnStatus aclmock::moe::dispatch_phase1(const DispatchArgs &a, const DispatchA
     DispatchParams p;
     static_cast<DispatchAttrs &>(p) = attrs;
     if (int rc = check_pointers(a, p, workspace_size, executor)) return rc;
-    if (int rc = check_descriptors(a)) return rc;
+    if (int rc = check_descriptors(a, p)) return rc;
     if (int rc = check_modes(p)) return rc;
     hccl::Comm *comm = nullptr, *tp = nullptr;
     if (p.generation != 5)

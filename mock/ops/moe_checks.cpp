@@ -109,7 +109,7 @@ int check_attrs(MoeParams &p) {
     if (p.r < 0 || p.r >= p.W)
         return bad("ep_rank_id", "must be in [0, ep_world_size) (got %" PRId64 " with ep_world_size %" PRId64 ")",
                    p.r, p.W);
-    // the group-string generations check their TP domain once L is known (check_tp_domain)
+    // the group-string generations check their TP domain once L is known (check_generation_attrs)
     if (p.generation == 5)
         if (int rc = check_no_tp(p)) return rc;
     if (p.shard != 0) return bad("expert_shard_type", "must be 0 (got %" PRId64 ")", p.shard);
@@ -158,7 +158,7 @@ int check_attrs(MoeParams &p) {
     p.shared_rank = p.r < p.R;
     p.local_experts = p.shared_rank ? 1 : p.L;
     p.recv_slots = p.shared_rank ? p.W : p.W * p.L;
-    return p.generation == 5 ? 0 : check_tp_domain(p);
+    return p.generation == 5 ? 0 : check_generation_attrs(p);
 }
 
 namespace {
@@ -202,6 +202,8 @@ int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
     } else {
         p.A = p.G * (p.L < p.K ? p.L : p.K);
     }
+    if (p.generation == 1)
+        if (int rc = check_first_generation_sizes(p, h_param)) return rc;
     return check_window_need(p);
 }
 

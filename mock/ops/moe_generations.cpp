@@ -81,6 +81,41 @@ int group_arg(const char *value, const char *param, std::string *out) {
     return 0;
 }
 
+namespace {
+
+// aclnnMoeDistributeDispatch.md / aclnnMoeDistributeCombine.md, Atlas A3 (and 950) entries.
+int check_first_generation_attrs(const MoeParams &p) {
+    static const int64_t a3_worlds[] = {8, 16, 32, 64, 128, 144, 256, 288};
+    bool listed = p.soc950 && (p.W == 2 || p.W == 4);
+    for (int64_t w : a3_worlds) listed = listed || p.W == w;
+    if (!listed)
+        return bad("ep_world_size", "must be one of %s8, 16, 32, 64, 128, 144, 256, 288 for the first generation on "
+                   "%s (got %" PRId64 ")", p.soc950 ? "2, 4, " : "", p.soc, p.W);
+    if (p.E > 512)
+        return bad("moe_expert_num", "must be in [1, 512] for the first generation (got %" PRId64 ")", p.E);
+    // The first generation splits a source's tokens over the shared-expert ranks in its own way,
+    // which the mock does not model: it refuses shared-expert ranks rather than guess.
+    if (p.R != 0)
+        return bad("shared_expert_rank_num", "must be 0 for the first generation on the mock (its shared-expert "
+                   "token split is not simulated) (got %" PRId64 ")", p.R);
+    return 0;
+}
+
+}  // namespace
+
+int check_generation_attrs(MoeParams &p) {
+    if (p.generation == 1)
+        if (int rc = check_first_generation_attrs(p)) return rc;
+    return check_tp_domain(p);
+}
+
+int check_first_generation_sizes(const MoeParams &p, const char *h_param) {
+    if (p.H != 7168)
+        return bad(h_param, "dim 1 (H) must be 7168 for the first generation (got %" PRId64 ")", p.H);
+    if (p.K > 8) return bad("expert_ids", "dim 1 (K) must be in [1, 8] for the first generation (got %" PRId64 ")", p.K);
+    return 0;
+}
+
 int check_tp_domain(MoeParams &p) {
     p.tp = 1;
     if (!tp_profile(p)) return check_no_tp(p);

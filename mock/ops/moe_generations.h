@@ -24,6 +24,17 @@ namespace moe {
 // → 161002, each naming `param`.
 int group_arg(const char *value, const char *param, std::string *out);
 
+// The attribute rules of a group-string generation, once L is known (called by check_attrs): those
+// of the first generation (aclnnMoeDistributeDispatch.md), then check_tp_domain.
+int check_generation_attrs(MoeParams &p);
+// The first generation's size rules (H, K), called by check_sizes.
+int check_first_generation_sizes(const MoeParams &p, const char *h_param);
+// The name of dispatch's routing output and combine's routing input: expand_idx in the first
+// generation, assist_info_for_combine after it.
+inline const char *routing_name(const MoeParams &p) {
+    return p.generation == 1 ? "expand_idx" : "assist_info_for_combine";
+}
+
 // The TP rules of a group-string generation, once L is known (called by check_attrs): tp_world_size
 // 0 or 1 (no TP domain; tp_rank_id 0) or 2 on Ascend910_93 (tp_rank_id 0 or 1, a group_tp that
 // differs from group_ep, one local expert on a MoE rank). Sets p.tp.

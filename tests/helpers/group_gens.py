@@ -1,4 +1,4 @@
-"""The group-string generations (aclnnMoeDistributeDispatch/CombineV2, V3, V4) called through the raw
+"""The group-string generations (aclnnMoeDistributeDispatch/Combine and V2, V3, V4) called through the raw
 cffi binding, on an EP x TP world of thread ranks: rank (e, t) is rank e of EP communicator t and,
 with a TP domain, rank t of TP communicator e. The argument lists follow the generation's header;
 the outputs are read back for the comparison with aclnn_py.golden."""
@@ -27,7 +27,7 @@ class GenCase:
     quant: int = 0
     comm_quant: int = 0
     BS: int = 3
-    H: int = 1024
+    H: int = 0            # 0: 7168 for the first generation (its only H), else 1024
     K: int = 2
     S: int = 1
     R: int = 0
@@ -40,6 +40,11 @@ class GenCase:
     def __post_init__(self) -> None:
         # one local expert per MoE rank: the only layout a TP domain allows
         self.E = self.W - self.R
+        self.H = self.H or (7168 if self.gen == 1 else 1024)
+
+    @property
+    def op_suffix(self) -> str:
+        return "" if self.gen == 1 else f"V{self.gen}"
 
     @property
     def shared(self) -> int:
@@ -50,6 +55,10 @@ class GenCase:
         if e < self.R:
             return self.BS * -(-self.W // (self.R // self.shared))
         return self.BS * self.W * min(1, self.K)
+
+    def routing_len(self, capacity: int) -> int:
+        """Elements of dispatch's routing output: expand_idx (BS*K,) or assist_info (A*128,)."""
+        return self.BS * self.K if self.gen == 1 else capacity * 128
 
     def label(self) -> str:
         return f"V{self.gen}-W{self.W}-tp{self.tp}-q{self.quant}-cq{self.comm_quant}-R{self.R}-s{self.seed}"
@@ -151,12 +160,18 @@ def _launch(lib: Any, ffi: Any, op: str, args: list[Any], stream: Any) -> None:
 def dispatch_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], outs: dict[str, Any],
                   ffi: Any) -> list[Any]:
     """The argument list of aclnnMoeDistributeDispatchV{gen}GetWorkspaceSize, without the last two."""
-    tensors = [d(ins["x"]), d(ins["expert_ids"]), d(ins.get("scales")), d(None), d(ins.get("expert_scales"))]
+    tensors = [d(ins["x"]), d(ins["expert_ids"]), d(ins.get("scales")), d(ins.get("x_active_mask")),
+               d(ins.get("expert_scales"))]
+    a = attrs
+    if gen == 1:   # no comm_alg
+        mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"],
+               a["quant"], 0, a["ent_type"]]
+        return tensors + mid + [d(outs[k]) for k in ("expand_x", "dynamic_scales", "assist_info", "expert_token_nums",
+                                                      "ep_recv_counts", "tp_recv_counts", "expand_scales")]
     if gen >= 3:
         tensors.append(d(None))           # elastic_info
     if gen >= 4:
         tensors.append(d(None))           # performance_info
-    a = attrs
     mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"],
            a["quant"], 0, a["ent_type"], ffi.NULL]
     special = [0, 0, 0] if gen >= 3 else []
@@ -168,13 +183,17 @@ def dispatch_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], 
 def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x_out: Any, ffi: Any) -> list[Any]:
     """The argument list of aclnnMoeDistributeCombineV{gen}GetWorkspaceSize, without the last two."""
     tensors = [d(ins["expand_x"]), d(ins["expert_ids"]), d(ins["assist_info"]), d(ins["ep_send_counts"]),
-               d(ins["expert_scales"]), d(ins.get("tp_send_counts")), d(None), d(None), d(None), d(None), d(None),
-               d(None)]
+               d(ins["expert_scales"]), d(ins.get("tp_send_counts")), d(None), d(None), d(None), d(None), d(None)]
+    a = attrs
+    if gen == 1:   # no shared_expert_x, no comm_alg
+        mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0,
+               0, a["comm_quant"], 0]
+        return tensors + mid + [d(x_out)]
+    tensors.append(d(None))               # shared_expert_x
     if gen >= 3:
         tensors += [d(None)] * 5            # elastic_info, ori_x, const_expert_alpha_1 / _2, const_expert_v
     if gen >= 4:
         tensors.append(d(None))           # performance_info
-    a = attrs
     mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0, 0,
            a["comm_quant"], 0, ffi.NULL]
     special = [0, 0, 0] if gen >= 3 else []
@@ -215,21 +234,22 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     slots = c.W
     ydt = np.int8 if c.quant == 2 else c.dtype
     outs = {"expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
-            "assist_info": Tensor.empty((A * 128,), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
+            "assist_info": Tensor.empty((c.routing_len(A),), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
             "ep_recv_counts": Tensor.empty((slots * c.tp,), I32),
             "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None}
     attrs = dict(group_ep=ffi.new("char[]", group_ep.encode()), group_tp=ffi.new("char[]", group_tp.encode()),
                  W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
                  ent_type=c.ent_type, comm_quant=c.comm_quant)
     ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales}
-    _launch(lib, ffi, f"aclnnMoeDistributeDispatchV{c.gen}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
+    _launch(lib, ffi, f"aclnnMoeDistributeDispatch{c.op_suffix}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
     counts = outs["ep_recv_counts"].numpy()
     tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
     n_own = int(counts[slots - 1])
     n = n_own + (int(tp_counts[1 - t]) if tp_counts is not None else 0)
     ex = outs["expand_x"].numpy()
     dyn = outs["dynamic_scales"].numpy() if c.quant == 2 else None
-    r = RankOut(ex[:n], dyn[:n] if dyn is not None else None, outs["assist_info"].numpy()[:3 * n_own],
+    routing = outs["assist_info"].numpy()
+    r = RankOut(ex[:n], dyn[:n] if dyn is not None else None, routing if c.gen == 1 else routing[:3 * n_own],
                 outs["expert_token_nums"].numpy(), counts, tp_counts, n)
     y = np.zeros((A * c.tp, c.H), c.dtype)
     y[:n] = expert(c, t, r.expand_x, r.dynamic_scales)
@@ -237,7 +257,7 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
            "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
            else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"]}
-    _launch(lib, ffi, f"aclnnMoeDistributeCombineV{c.gen}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
+    _launch(lib, ffi, f"aclnnMoeDistributeCombine{c.op_suffix}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
     r.x_out = x_out.numpy()
     for v in list(outs.values()) + [x_out] + keep:
         if v is not None:
@@ -286,6 +306,11 @@ def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[An
     else:
         disp = [golden.dispatch(inp.x[0], inp.ids[0], **dkw)]
     ys = [[expert(c, t, d.expand_x, d.dynamic_scales) for d in disp[t]] for t in range(c.tp)]
+    if c.gen == 1:   # combine reads the rows through expand_idx: the triples it implies
+        for t in range(c.tp):
+            idx = golden.expand_idx(inp.ids[t])
+            for d, tri in zip(disp[t], golden.assist_from_expand_idx(inp.ids[t], idx, moe_expert_num=c.E), strict=True):
+                d.assist_info_for_combine = tri
     weights = inp.weights if c.weights else None
     if c.tp == 2:
         comb = golden.combine_tp(ys, inp.ids, [[d.assist_info_for_combine for d in disp[t]] for t in (0, 1)],
@@ -331,22 +356,23 @@ def phase1(c: GenCase, world: World, inp: Inputs, op: str = "dispatch", e: int =
         a[g] = ffi.NULL if a[g] is None else ffi.new("char[]", a[g])
     outs: dict[str, Any] = {
         "expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
-        "assist_info": Tensor.empty((A * 128,), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
+        "assist_info": Tensor.empty((c.routing_len(A),), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
         "ep_recv_counts": Tensor.empty((c.W * c.tp,), I32),
         "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None,
-        "expand_x_in": np.zeros((A * c.tp, c.H), c.dtype), "assist_in": np.zeros((A * 128,), I32),
+        "expand_x_in": np.zeros((A * c.tp, c.H), c.dtype), "assist_in": np.zeros((c.routing_len(A),), I32),
         "counts_in": np.zeros((c.W * c.tp,), I32), "tp_counts_in": np.zeros((2,), I32) if c.tp == 2 else None}
     outs.update(tensors or {})
     if op == "dispatch":
-        ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales}
+        ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales,
+               "x_active_mask": outs.get("x_active_mask"), "expert_scales": outs.get("expert_scales")}
         args = dispatch_args(c.gen, d, ins, a, outs, ffi)
-        name = f"aclnnMoeDistributeDispatchV{c.gen}"
+        name = f"aclnnMoeDistributeDispatch{c.op_suffix}"
     else:
         cin = {"expand_x": outs["expand_x_in"], "expert_ids": inp.ids[t][e], "assist_info": outs["assist_in"],
                "ep_send_counts": outs["counts_in"], "expert_scales": inp.weights[t][e],
                "tp_send_counts": outs["tp_counts_in"]}
         args = combine_args(c.gen, d, cin, a, Tensor.empty((c.BS, c.H), c.dtype), ffi)
-        name = f"aclnnMoeDistributeCombineV{c.gen}"
+        name = f"aclnnMoeDistributeCombine{c.op_suffix}"
     ws = ffi.new("uint64_t *")
     ex = ffi.new("aclOpExecutor **")
     ret = getattr(lib, name + "GetWorkspaceSize")(*args, ws, ex)
