@@ -79,7 +79,7 @@ print("V2 round ok")
 
 def test_usage_errors(tmp_path):
     bad = run_cli("mock-root", str(tmp_path / "r"), "--generations", "6")
-    assert bad.returncode == 2 and "generations: each must be one of 2, 3, 4, 5 (got '6')" in bad.stderr
+    assert bad.returncode == 2 and "generations: each must be one of 1, 2, 3, 4, 5 (got '6')" in bad.stderr
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
     taken = run_cli("mock-root", str(tmp_path / "full"), "--generations", "2")
@@ -91,3 +91,17 @@ def test_priority_order(tmp_path):
 
     root = make_root(tmp_path / "r", [4, 2])
     assert (root / "opp" / "vendors" / "config.ini").read_text() == "load_priority=moe_v4,moe_v2\n"
+
+
+def test_first_generation_package(tmp_path):
+    """Generation 1's names have no suffix: its package exports those four and nothing of V2."""
+    from aclnn_py.mock_roots import make_root
+
+    root = make_root(tmp_path / "r", [1])
+    (lib,) = (root / "opp" / "vendors").glob("*/op_api/lib/libcust_opapi.so")
+    so = ctypes.CDLL(str(lib))
+    for name in ("aclnnMoeDistributeDispatch", "aclnnMoeDistributeDispatchGetWorkspaceSize",
+                 "aclnnMoeDistributeCombine", "aclnnMoeDistributeCombineGetWorkspaceSize"):
+        assert hasattr(so, name)
+    with pytest.raises(AttributeError):
+        so.aclnnMoeDistributeDispatchV2GetWorkspaceSize  # noqa: B018
