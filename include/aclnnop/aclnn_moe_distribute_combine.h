@@ -1,9 +1,10 @@
 /*
- * aclnn-py: MoE expert-parallel combine, first generation (docs/operators.md, section "Group-string generations").
- * The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an
- * optional TP domain of two ranks (the TP reduce-scatter, then the EP all-to-all). Each token finds its expert rows
- * through dispatch's expandIdx.
- * Phase 1 validates, sizes the workspace and creates the executor; phase 2 launches on a stream.
+ * aclnn-py: MoE expert-parallel combine, first generation: each (token, k) pair's expert row is
+ * found through dispatch's expandIdx. The communicators are named by group strings
+ * (HcclGetCommName): groupEp, and groupTp for an optional TP domain of two ranks (the TP reduce-
+ * scatter, then the EP all-to-all). Semantics: docs/operators.md, "Group-string generations".
+ * Phase 1 validates, sizes the workspace and creates the executor; phase 2 launches on a stream; a
+ * normal executor is consumed by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_H
@@ -44,8 +45,8 @@ aclnnStatus aclnnMoeDistributeCombineGetWorkspaceSize(
     uint64_t *workspaceSize,
     aclOpExecutor **executor);
 
-aclnnStatus aclnnMoeDistributeCombine(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream);
+aclnnStatus aclnnMoeDistributeCombine(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }

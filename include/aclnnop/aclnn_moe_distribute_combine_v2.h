@@ -1,8 +1,10 @@
 /*
- * aclnn-py: MoE expert-parallel combine, group-string generation 2 (docs/operators.md, section "CombineV2").
- * The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an
- * optional TP domain of two ranks (the TP reduce-scatter, then the EP all-to-all). Phase 1
- * validates, sizes the workspace and creates the executor; phase 2 launches on a stream. A normal executor is consumed by phase 2.
+ * aclnn-py: MoE expert-parallel combine, generation 2: assistInfoForCombine (A * 128,),
+ * sharedExpertXOptional and commAlg. The communicators are named by group strings
+ * (HcclGetCommName): groupEp, and groupTp for an optional TP domain of two ranks (the TP reduce-
+ * scatter, then the EP all-to-all). Semantics: docs/operators.md, "Group-string generations".
+ * Phase 1 validates, sizes the workspace and creates the executor; phase 2 launches on a stream; a
+ * normal executor is consumed by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V2_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V2_H
@@ -45,8 +47,8 @@ aclnnStatus aclnnMoeDistributeCombineV2GetWorkspaceSize(
     uint64_t *workspaceSize,
     aclOpExecutor **executor);
 
-aclnnStatus aclnnMoeDistributeCombineV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream);
+aclnnStatus aclnnMoeDistributeCombineV2(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }

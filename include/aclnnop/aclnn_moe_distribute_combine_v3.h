@@ -1,8 +1,10 @@
 /*
- * aclnn-py: combine generation 3 (elastic_info, zero / copy / const experts) (docs/operators.md, section "CombineV3").
- * The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an
- * optional TP domain of two ranks (the TP reduce-scatter, then the EP all-to-all). Phase 1
- * validates, sizes the workspace and creates the executor; phase 2 launches on a stream. A normal executor is consumed by phase 2.
+ * aclnn-py: MoE expert-parallel combine, generation 3: adds elasticInfoOptional, oriXOptional and
+ * the const-expert tensors, and the zero / copy / const expert counts. The communicators are named
+ * by group strings (HcclGetCommName): groupEp, and groupTp for an optional TP domain of two ranks
+ * (the TP reduce-scatter, then the EP all-to-all). Semantics: docs/operators.md, "Group-string
+ * generations". Phase 1 validates, sizes the workspace and creates the executor; phase 2 launches
+ * on a stream; a normal executor is consumed by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V3_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_COMBINE_V3_H
@@ -53,8 +55,8 @@ aclnnStatus aclnnMoeDistributeCombineV3GetWorkspaceSize(
     uint64_t *workspaceSize,
     aclOpExecutor **executor);
 
-aclnnStatus aclnnMoeDistributeCombineV3(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream);
+aclnnStatus aclnnMoeDistributeCombineV3(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }

@@ -1,9 +1,10 @@
 /*
- * aclnn-py: MoE expert-parallel dispatch, first generation (docs/operators.md, section "Group-string generations").
- * The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an
- * optional TP domain of two ranks (the EP all-to-all, then the TP all-gather). expandIdx (BS * K,) tells
- * each token's position in its expert's block.
- * Phase 1 validates, sizes the workspace and creates the executor; phase 2 launches on a stream.
+ * aclnn-py: MoE expert-parallel dispatch, first generation: expandIdx (BS * K,) gives each (token,
+ * k) pair's position in its expert's receive block. The communicators are named by group strings
+ * (HcclGetCommName): groupEp, and groupTp for an optional TP domain of two ranks (the EP all-to-
+ * all, then the TP all-gather). Semantics: docs/operators.md, "Group-string generations". Phase 1
+ * validates, sizes the workspace and creates the executor; phase 2 launches on a stream; a normal
+ * executor is consumed by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_H
@@ -43,8 +44,8 @@ aclnnStatus aclnnMoeDistributeDispatchGetWorkspaceSize(
     uint64_t *workspaceSize,
     aclOpExecutor **executor);
 
-aclnnStatus aclnnMoeDistributeDispatch(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream);
+aclnnStatus aclnnMoeDistributeDispatch(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,9 @@
 /*
- * aclnn-py: MoE expert-parallel dispatch, group-string generation 2 (docs/operators.md, section "DispatchV2").
- * The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an
- * optional TP domain of two ranks (the EP all-to-all, then the TP all-gather). Phase 1 validates,
- * sizes the workspace and creates the executor; phase 2 launches on a stream. A normal executor is consumed by phase 2.
+ * aclnn-py: MoE expert-parallel dispatch, generation 2: assistInfoForCombineOut (A * 128,) and
+ * commAlg. The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp
+ * for an optional TP domain of two ranks (the EP all-to-all, then the TP all-gather). Semantics:
+ * docs/operators.md, "Group-string generations". Phase 1 validates, sizes the workspace and
+ * creates the executor; phase 2 launches on a stream; a normal executor is consumed by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_V2_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_V2_H
@@ -43,8 +44,8 @@ aclnnStatus aclnnMoeDistributeDispatchV2GetWorkspaceSize(
     uint64_t *workspaceSize,
     aclOpExecutor **executor);
 
-aclnnStatus aclnnMoeDistributeDispatchV2(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream);
+aclnnStatus aclnnMoeDistributeDispatchV2(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,10 @@
 /*
- * aclnn-py: dispatch generation 3 (elastic_info, zero / copy / const experts) (docs/operators.md, section "DispatchV3").
- * The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an
- * optional TP domain of two ranks (the EP all-to-all, then the TP all-gather). Phase 1 validates,
- * sizes the workspace and creates the executor; phase 2 launches on a stream. A normal executor is consumed by phase 2.
+ * aclnn-py: MoE expert-parallel dispatch, generation 3: adds elasticInfoOptional and the zero /
+ * copy / const expert counts. The communicators are named by group strings (HcclGetCommName):
+ * groupEp, and groupTp for an optional TP domain of two ranks (the EP all-to-all, then the TP all-
+ * gather). Semantics: docs/operators.md, "Group-string generations". Phase 1 validates, sizes the
+ * workspace and creates the executor; phase 2 launches on a stream; a normal executor is consumed
+ * by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_V3_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_V3_H
@@ -47,8 +49,8 @@ aclnnStatus aclnnMoeDistributeDispatchV3GetWorkspaceSize(
     uint64_t *workspaceSize,
     aclOpExecutor **executor);
 
-aclnnStatus aclnnMoeDistributeDispatchV3(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream);
+aclnnStatus aclnnMoeDistributeDispatchV3(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }

@@ -1,8 +1,9 @@
 /*
- * aclnn-py: dispatch generation 4 (performance_info) (docs/operators.md, section "DispatchV4").
- * The communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an
- * optional TP domain of two ranks (the EP all-to-all, then the TP all-gather). Phase 1 validates,
- * sizes the workspace and creates the executor; phase 2 launches on a stream. A normal executor is consumed by phase 2.
+ * aclnn-py: MoE expert-parallel dispatch, generation 4: adds performanceInfoOptional. The
+ * communicators are named by group strings (HcclGetCommName): groupEp, and groupTp for an optional
+ * TP domain of two ranks (the EP all-to-all, then the TP all-gather). Semantics:
+ * docs/operators.md, "Group-string generations". Phase 1 validates, sizes the workspace and
+ * creates the executor; phase 2 launches on a stream; a normal executor is consumed by phase 2.
  */
 #ifndef ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_V4_H
 #define ACLNN_PY_ACLNN_MOE_DISTRIBUTE_DISPATCH_V4_H
@@ -48,8 +49,8 @@ aclnnStatus aclnnMoeDistributeDispatchV4GetWorkspaceSize(
     uint64_t *workspaceSize,
     aclOpExecutor **executor);
 
-aclnnStatus aclnnMoeDistributeDispatchV4(void *workspace, uint64_t workspaceSize, aclOpExecutor *executor,
-    aclrtStream stream);
+aclnnStatus aclnnMoeDistributeDispatchV4(void *workspace, uint64_t workspaceSize,
+    aclOpExecutor *executor, aclrtStream stream);
 
 #ifdef __cplusplus
 }

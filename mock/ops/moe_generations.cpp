@@ -112,7 +112,8 @@ int check_generation_attrs(MoeParams &p) {
 int check_first_generation_sizes(const MoeParams &p, const char *h_param) {
     if (p.H != 7168)
         return bad(h_param, "dim 1 (H) must be 7168 for the first generation (got %" PRId64 ")", p.H);
-    if (p.K > 8) return bad("expert_ids", "dim 1 (K) must be in [1, 8] for the first generation (got %" PRId64 ")", p.K);
+    if (p.K > 8)
+        return bad("expert_ids", "dim 1 (K) must be in [1, 8] for the first generation (got %" PRId64 ")", p.K);
     return 0;
 }
 
