@@ -165,3 +165,39 @@ def test_first_generation_tensors(v1_world):
             INVALID, f"expand_idx: dim 0 must be >= BS * K = {c.BS * c.K}")
     _expect(phase1(c, w, inp, "dispatch", tensors={"assist_info": None}), NULLPTR, "expand_idx: must not be NULL")
     _expect(phase1(c, w, inp, "combine", tensors={"assist_in": None}), NULLPTR, "expand_idx: must not be NULL")
+
+
+def test_tp_send_counts_from_another_dispatch_fail_the_kernel():
+    """Rank (0, 0) claims one own row more than dispatch gave it: the reduce-scatter of its TP pair
+    fails on both ranks with 507015 naming tp_send_counts, and the other pair finishes (nobody waits
+    for a rank that gave up)."""
+    from helpers.group_gens import rank_round, run_ranks
+
+    from aclnn_py import AclError
+
+    c = GenCase(gen=2, W=2, tp=2, seed=5)
+    inp = make_inputs(c)
+    w = World(c)
+    errors: dict[tuple[int, int], str] = {}
+
+    def rank(e: int, t: int) -> None:
+        def wrong(counts: np.ndarray) -> np.ndarray:
+            bad = counts.copy()
+            bad[t] += 1
+            return bad
+
+        try:
+            rank_round(c, inp, e, t, w.ep[e, t].name, w.tp[e, t].name, w.streams[e, t],
+                       tp_send_counts=wrong if (e, t) == (0, 0) else None)
+        except AclError as ex:
+            errors[e, t] = f"{ex.code} {ex}"
+
+    try:
+        run_ranks(c, rank)
+    finally:
+        w.close()
+    # the pair (0, 0), (0, 1) fails, each naming the counts; the other TP pair finishes
+    assert sorted(errors) == [(0, 0), (0, 1)], errors
+    for msg in errors.values():
+        assert msg.startswith("507015") and "aclnnMoeDistributeCombineV2: rank 0" in msg and "tp_send_counts" in msg
+

@@ -212,8 +212,10 @@ class RankOut:
     x_out: np.ndarray | None = None
 
 
-def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp: str, stream: Any) -> RankOut:
-    """Rank (e, t)'s dispatch, the expert function on what arrived, and its combine."""
+def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp: str, stream: Any,
+               tp_send_counts: Any = None) -> RankOut:
+    """Rank (e, t)'s dispatch, the expert function on what arrived, and its combine (with
+    `tp_send_counts(dispatch's tp_recv_counts)` instead of them when given)."""
     import aclnn_py
     from aclnn_py import Device, Tensor
 
@@ -257,6 +259,8 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
            "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
            else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"]}
+    if tp_send_counts is not None:
+        cin["tp_send_counts"] = tp_send_counts(tp_counts)
     _launch(lib, ffi, f"aclnnMoeDistributeCombine{c.op_suffix}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
     r.x_out = x_out.numpy()
     for v in list(outs.values()) + [x_out] + keep:
