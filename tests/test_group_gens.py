@@ -30,7 +30,12 @@ def _cases() -> list[GenCase]:
         seed += 1
         cases.append(GenCase(gen=1, W=8, tp=tp, quant=quant, comm_quant=comm_quant, BS=2, seed=seed,
                              ent_type=seed % 2, weights=seed % 3 != 0))
-    # a TP domain with a shared-expert rank (its one local expert is the shared expert)
+    # masks (1-D, 2-D) and, from the third generation, zero and copy experts; with and without TP
+    cases.append(GenCase(gen=2, W=3, tp=2, quant=2, mask=1, seed=201))
+    cases.append(GenCase(gen=3, W=2, tp=2, quant=0, mask=2, special=1, seed=202))
+    cases.append(GenCase(gen=4, W=4, tp=1, quant=2, comm_quant=2, mask=2, special=2, seed=203, ent_type=0))
+    cases.append(GenCase(gen=3, W=3, tp=1, quant=0, mask=1, special=1, seed=204, weights=False))
+        # a TP domain with a shared-expert rank (its one local expert is the shared expert)
     cases.append(GenCase(gen=2, W=4, tp=2, quant=2, R=1, seed=101))
     cases.append(GenCase(gen=4, W=3, tp=2, quant=0, R=1, seed=102, ent_type=0))
     return cases

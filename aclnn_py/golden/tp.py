@@ -75,11 +75,21 @@ def tp_reduce_scatter(expand_x: Sequence[Sequence[np.ndarray]],
     return out
 
 
+def _per_domain(kwargs: dict[str, Any], t: int) -> dict[str, Any]:
+    """The keyword arguments of EP domain t: ``name_tp=[...]`` (indexed by TP rank; None = not
+    given) becomes ``name=...[t]``; the others are shared."""
+    out = {k: v for k, v in kwargs.items() if not k.endswith("_tp")}
+    out.update({k[:-3]: v[t] for k, v in kwargs.items() if k.endswith("_tp") and v is not None})
+    return out
+
+
 def dispatch_tp(x: Sequence[list[np.ndarray]], expert_ids: Sequence[list[np.ndarray]],
                 **kwargs: Any) -> list[list[DispatchResult]]:
-    """:func:`aclnn_py.golden.dispatch` in both EP domains, then :func:`tp_all_gather`."""
+    """:func:`aclnn_py.golden.dispatch` in both EP domains, then :func:`tp_all_gather`. Per-rank
+    keyword lists (x_active_mask, expert_scales, ...) are given as ``[tp_rank][ep_rank]`` under the
+    same names with a ``_tp`` suffix: ``x_active_mask_tp=...``."""
     _pairs(len(x), "x")
-    return tp_all_gather([dispatch(x[t], expert_ids[t], **kwargs) for t in (0, 1)])
+    return tp_all_gather([dispatch(x[t], expert_ids[t], **_per_domain(kwargs, t)) for t in (0, 1)])
 
 
 def combine_tp(expand_x: Sequence[Sequence[np.ndarray]], expert_ids: Sequence[list[np.ndarray]],
@@ -91,10 +101,8 @@ def combine_tp(expand_x: Sequence[Sequence[np.ndarray]], expert_ids: Sequence[li
     under the same names with a ``_tp`` suffix: ``expert_scales_tp=...``."""
     _pairs(len(expand_x), "expand_x")
     rows = tp_reduce_scatter(expand_x, tp_send_counts)
-    per_tp = {k[:-3]: v for k, v in kwargs.items() if k.endswith("_tp")}
-    common = {k: v for k, v in kwargs.items() if not k.endswith("_tp")}
-    return [combine(rows[t], expert_ids[t], assist_info_for_combine[t], ep_send_counts[t], **common,
-                    **{k: v[t] for k, v in per_tp.items() if v is not None}) for t in (0, 1)]
+    return [combine(rows[t], expert_ids[t], assist_info_for_combine[t], ep_send_counts[t], **_per_domain(kwargs, t))
+            for t in (0, 1)]
 
 
 __all__ = ["tp_all_gather", "tp_reduce_scatter", "dispatch_tp", "combine_tp"]

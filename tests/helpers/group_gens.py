@@ -20,7 +20,8 @@ I32 = np.int32
 @dataclass
 class GenCase:
     """One seeded configuration: generation, EP world W, TP size tp (1 = no TP domain), quant and
-    comm quant modes, sizes and the shared-expert placement."""
+    comm quant modes, sizes, the shared-expert placement, x_active_mask (0 none, 1-D, 2-D) and, from
+    the third generation on, `special` zero experts and as many copy experts."""
     gen: int
     W: int
     tp: int = 1
@@ -35,6 +36,8 @@ class GenCase:
     weights: bool = True
     ent_type: int = 1
     seed: int = 0
+    mask: int = 0
+    special: int = 0
     E: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -61,7 +64,8 @@ class GenCase:
         return self.BS * self.K if self.gen == 1 else capacity * 128
 
     def label(self) -> str:
-        return f"V{self.gen}-W{self.W}-tp{self.tp}-q{self.quant}-cq{self.comm_quant}-R{self.R}-s{self.seed}"
+        extra = (f"-m{self.mask}" if self.mask else "") + (f"-z{self.special}" if self.special else "")
+        return f"V{self.gen}-W{self.W}-tp{self.tp}-q{self.quant}-cq{self.comm_quant}-R{self.R}{extra}-s{self.seed}"
 
 
 @dataclass
@@ -70,6 +74,13 @@ class Inputs:
     ids: list[list[np.ndarray]]
     weights: list[list[np.ndarray]]
     scales: np.ndarray | None
+    mask: list[list[np.ndarray]] | None = None
+
+
+def _mask(c: GenCase, rng: np.random.Generator) -> np.ndarray:
+    if c.mask == 1:   # the first n tokens take part
+        return np.arange(c.BS) < rng.integers(1, c.BS + 1)
+    return rng.random((c.BS, c.K)) < 0.7
 
 
 def make_inputs(c: GenCase) -> Inputs:
@@ -77,13 +88,15 @@ def make_inputs(c: GenCase) -> Inputs:
     x, ids, w = [], [], []
     for _t in range(c.tp):
         x.append([rng.standard_normal((c.BS, c.H)).astype(F32).astype(c.dtype) for _ in range(c.W)])
-        ids.append([np.stack([rng.permutation(c.E)[:c.K] for _ in range(c.BS)]).astype(I32) for _ in range(c.W)])
+        ids.append([np.stack([rng.permutation(c.E + 2 * c.special)[:c.K] for _ in range(c.BS)]).astype(I32)
+                    for _ in range(c.W)])
         w.append([rng.random((c.BS, c.K)).astype(F32) for _ in range(c.W)])
     scales = None
     if c.quant == 2 and c.seed % 2:
         rows = c.E + c.shared if c.R else c.E
         scales = (0.5 + rng.random((rows, c.H))).astype(F32)
-    return Inputs(x, ids, w, scales)
+    masks = [[_mask(c, rng) for _ in range(c.W)] for _ in range(c.tp)] if c.mask else None
+    return Inputs(x, ids, w, scales, masks)
 
 
 def expert(c: GenCase, t: int, rows: np.ndarray, dyn: np.ndarray | None) -> np.ndarray:
@@ -174,7 +187,7 @@ def dispatch_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], 
         tensors.append(d(None))           # performance_info
     mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"],
            a["quant"], 0, a["ent_type"], ffi.NULL]
-    special = [0, 0, 0] if gen >= 3 else []
+    special = [a["Z"], a["C"], 0] if gen >= 3 else []
     out = [d(outs[k]) for k in ("expand_x", "dynamic_scales", "assist_info", "expert_token_nums", "ep_recv_counts",
                                  "tp_recv_counts", "expand_scales")]
     return tensors + mid + special + out
@@ -183,7 +196,8 @@ def dispatch_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], 
 def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x_out: Any, ffi: Any) -> list[Any]:
     """The argument list of aclnnMoeDistributeCombineV{gen}GetWorkspaceSize, without the last two."""
     tensors = [d(ins["expand_x"]), d(ins["expert_ids"]), d(ins["assist_info"]), d(ins["ep_send_counts"]),
-               d(ins["expert_scales"]), d(ins.get("tp_send_counts")), d(None), d(None), d(None), d(None), d(None)]
+               d(ins["expert_scales"]), d(ins.get("tp_send_counts")), d(ins.get("x_active_mask")), d(None), d(None),
+               d(None), d(None)]
     a = attrs
     if gen == 1:   # no shared_expert_x, no comm_alg
         mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0,
@@ -191,12 +205,13 @@ def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x
         return tensors + mid + [d(x_out)]
     tensors.append(d(None))               # shared_expert_x
     if gen >= 3:
-        tensors += [d(None)] * 5            # elastic_info, ori_x, const_expert_alpha_1 / _2, const_expert_v
+        # elastic_info, ori_x, const_expert_alpha_1 / _2, const_expert_v
+        tensors += [d(None), d(ins.get("ori_x")), d(None), d(None), d(None)]
     if gen >= 4:
         tensors.append(d(None))           # performance_info
     mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0, 0,
            a["comm_quant"], 0, ffi.NULL]
-    special = [0, 0, 0] if gen >= 3 else []
+    special = [a["Z"], a["C"], 0] if gen >= 3 else []
     return tensors + mid + special + [d(x_out)]
 
 
@@ -241,8 +256,9 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
             "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None}
     attrs = dict(group_ep=ffi.new("char[]", group_ep.encode()), group_tp=ffi.new("char[]", group_tp.encode()),
                  W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
-                 ent_type=c.ent_type, comm_quant=c.comm_quant)
-    ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales}
+                 ent_type=c.ent_type, comm_quant=c.comm_quant, Z=c.special, C=c.special)
+    mask = inp.mask[t][e] if inp.mask else None
+    ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales, "x_active_mask": mask}
     _launch(lib, ffi, f"aclnnMoeDistributeDispatch{c.op_suffix}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
     counts = outs["ep_recv_counts"].numpy()
     tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
@@ -258,7 +274,8 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     x_out = Tensor.empty((c.BS, c.H), c.dtype)
     cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
            "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
-           else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"]}
+           else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"], "x_active_mask": mask,
+           "ori_x": inp.x[t][e] if c.special else None}
     if tp_send_counts is not None:
         cin["tp_send_counts"] = tp_send_counts(tp_counts)
     _launch(lib, ffi, f"aclnnMoeDistributeCombine{c.op_suffix}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
@@ -303,12 +320,13 @@ def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[An
     """The golden of the same round: [t][e] dispatch results and combine results."""
     from aclnn_py import golden
 
-    kw = dict(moe_expert_num=c.E, shared_expert_num=c.S, shared_expert_rank_num=c.R)
+    kw: dict[str, Any] = dict(moe_expert_num=c.E, shared_expert_num=c.S, shared_expert_rank_num=c.R,
+                              zero_expert_num=c.special, copy_expert_num=c.special)
     dkw = dict(kw, scales=inp.scales, quant_mode=c.quant, expert_token_nums_type=c.ent_type)
     if c.tp == 2:
-        disp = golden.dispatch_tp(inp.x, inp.ids, **dkw)
+        disp = golden.dispatch_tp(inp.x, inp.ids, x_active_mask_tp=inp.mask, **dkw)
     else:
-        disp = [golden.dispatch(inp.x[0], inp.ids[0], **dkw)]
+        disp = [golden.dispatch(inp.x[0], inp.ids[0], x_active_mask=inp.mask[0] if inp.mask else None, **dkw)]
     ys = [[expert(c, t, d.expand_x, d.dynamic_scales) for d in disp[t]] for t in range(c.tp)]
     if c.gen == 1:   # combine reads the rows through expand_idx: the triples it implies
         for t in range(c.tp):
@@ -320,11 +338,14 @@ def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[An
         comb = golden.combine_tp(ys, inp.ids, [[d.assist_info_for_combine for d in disp[t]] for t in (0, 1)],
                                  [[d.ep_recv_counts for d in disp[t]] for t in (0, 1)],
                                  [[d.tp_recv_counts for d in disp[t]] for t in (0, 1)],
-                                 comm_quant_mode=c.comm_quant, expert_scales_tp=weights, **kw)
+                                 comm_quant_mode=c.comm_quant, expert_scales_tp=weights, x_active_mask_tp=inp.mask,
+                                 ori_x_tp=inp.x if c.special else None, **kw)
     else:
         comb = [golden.combine(ys[0], inp.ids[0], [d.assist_info_for_combine for d in disp[0]],
                                [d.ep_recv_counts for d in disp[0]], comm_quant_mode=c.comm_quant,
-                               expert_scales=weights[0] if weights else None, **kw)]
+                               expert_scales=weights[0] if weights else None,
+                               x_active_mask=inp.mask[0] if inp.mask else None,
+                               ori_x=inp.x[0] if c.special else None, **kw)]
     return disp, comb
 
 
@@ -354,7 +375,7 @@ def phase1(c: GenCase, world: World, inp: Inputs, op: str = "dispatch", e: int =
     ydt = np.int8 if c.quant == 2 else c.dtype
     a = dict(group_ep=world.ep[e, t].name.encode(), group_tp=world.tp[e, t].name.encode() if c.tp == 2 else b"",
              W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
-             ent_type=c.ent_type, comm_quant=c.comm_quant)
+             ent_type=c.ent_type, comm_quant=c.comm_quant, Z=c.special, C=c.special)
     a.update(attrs or {})
     for g in ("group_ep", "group_tp"):
         a[g] = ffi.NULL if a[g] is None else ffi.new("char[]", a[g])
