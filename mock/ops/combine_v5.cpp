@@ -1,4 +1,6 @@
-// aclnnMoeDistributeCombineV5 on the mock (semantics: docs/operators.md; window layout:
+// aclnnMoeDistributeCombineV5 on the mock, and the one combine operator every generation's entry
+// point calls (combine.h; the group-string generations' argument lists: combine_gens.cpp, their group
+// names and TP reduce-scatter: moe_generations.h) (semantics: docs/operators.md; window layout:
 // moe_window.h). Phase 1 checks the inputs, then the output, then the context and the window, and
 // builds the executor; the kernel sends every expert row back to the slot of the token it came from,
 // waits for every rank's entry of the call, and reduces each token's slots into x_out.

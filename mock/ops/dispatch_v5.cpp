@@ -1,4 +1,6 @@
-// aclnnMoeDistributeDispatchV5 on the mock (semantics: docs/operators.md; window layout:
+// aclnnMoeDistributeDispatchV5 on the mock, and the one dispatch operator every generation's entry
+// point calls (dispatch.h; the group-string generations' argument lists: dispatch_gens.cpp, their
+// group names and TP all-gather: moe_generations.h) (semantics: docs/operators.md; window layout:
 // moe_window.h). Phase 1 checks the inputs, then the outputs, then the context and the window, and
 // builds the executor; the kernel sends every (token, expert) row into its receiver's window, waits
 // for every rank's entry of the call, and assembles its outputs from its own window.
