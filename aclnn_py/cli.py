@@ -1,7 +1,7 @@
-"""`aclnn-py` command line: ``doctor`` (what is loaded from where, and can it be trusted) and ``demo``
-(a seeded MoE round checked against the golden, on the mock or on an install). ``bench`` only says
-how to run the benchmarks, which are not installed: ``python -m benchmarks`` from a source checkout
-(docs/benchmarks.md).
+"""`aclnn-py` command line: ``doctor`` (what is loaded from where, and can it be trusted), ``demo``
+(a seeded MoE round checked against the golden, on the mock or on an install) and ``mock-root`` (a
+mock root exporting only some operator generations). ``bench`` only says how to run the benchmarks,
+which are not installed: ``python -m benchmarks`` from a source checkout (docs/benchmarks.md).
 
 Conventions: ``--help`` of every command shows the defaults; a mistake in the command line or the
 environment prints one line ``aclnn-py <command>: error: ...`` and exits 2; an internal error prints
@@ -45,7 +45,7 @@ def _bench_pointer(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> Parser:
-    from . import __version__, demo, doctor
+    from . import __version__, demo, doctor, mock_roots
 
     ap = Parser(prog="aclnn-py", description=DESCRIPTION,
                 epilog="Run `aclnn-py <command> --help` for a command's options and exit status.")
@@ -54,6 +54,7 @@ def build_parser() -> Parser:
     doctor.add_parser(sub)
     demo.add_parser(sub)
     _add_bench_pointer(sub)
+    mock_roots.add_parser(sub)
     return ap
 
 

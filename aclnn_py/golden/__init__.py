@@ -17,6 +17,11 @@ of all ranks, exact to the bit:
 * :func:`combine` — send, the fp32 reduction order, comm quant 2, special experts, the const-expert
   rule; on the 950 also comm quant 3 / 4 (MXFP8) and elastic_info.
 * :func:`round_trip` — dispatch → user expert function → combine.
+* :func:`dispatch_tp` / :func:`combine_tp` — the group-string generations with a TP domain of two
+  ranks: each EP domain's dispatch then :func:`tp_all_gather`; :func:`tp_reduce_scatter` then each
+  EP domain's combine (module ``tp``).
+* :func:`expand_idx` / :func:`assist_from_expand_idx` — the first generation's routing output and
+  how combine reads it (module ``first_generation``).
 * :func:`ccl_buffer_size_mb` (``get_low_latency_ccl_buffer_size``) and :func:`window_bytes_required`
   (the kernel-side window check).
 
@@ -114,6 +119,7 @@ from .config import (
     rows_capacity,
 )
 from .dispatch import dispatch
+from .first_generation import assist_from_expand_idx, expand_idx
 from .formats import format_name
 from .quant import (
     comm_quant_int8_round_trip,
@@ -129,6 +135,7 @@ from .quant import (
 from .results import CombineResult, DispatchResult
 from .roundtrip import round_trip
 from .sizing import a2_window_bytes_required, ccl_buffer_size_mb, ep_recv_counts_size, window_bytes_required
+from .tp import combine_tp, dispatch_tp, tp_all_gather, tp_reduce_scatter
 
 __all__ = [
     "DispatchResult",
@@ -156,4 +163,10 @@ __all__ = [
     "dynamic_scales_shape",
     "ccl_buffer_size_mb",
     "window_bytes_required",
+    "tp_all_gather",
+    "tp_reduce_scatter",
+    "dispatch_tp",
+    "combine_tp",
+    "expand_idx",
+    "assist_from_expand_idx",
 ]

@@ -37,6 +37,9 @@ class DispatchResult:
     """Format name of expand_x ("float16", "bfloat16", "int8", "hifloat8", "float8_e4m3fn", …)."""
     logical_rank: int = -1
     """The logical rank this physical rank serves (itself unless elastic_info re-maps)."""
+    tp_recv_counts: np.ndarray | None = None
+    """(2,) int32 rows per TP rank after the TP all-gather (:func:`aclnn_py.golden.tp_all_gather`);
+    None without a TP domain."""
 
 
 @dataclass

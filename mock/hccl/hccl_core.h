@@ -54,7 +54,10 @@ struct WindowHeader {
     uint32_t left;                    // 1 once the owner destroyed its communicator cleanly
 };
 
-enum OpTag : uint32_t { kTagBarrier = 1, kTagDispatch = 2, kTagCombine = 3 };
+enum OpTag : uint32_t {
+    kTagBarrier = 1, kTagDispatch = 2, kTagCombine = 3,
+    kTagTpAllGather = 4, kTagTpReduceScatter = 5   // the TP domain of the group-string MoE ops
+};
 const char *op_tag_name(uint32_t tag);
 
 class Comm;
@@ -134,6 +137,10 @@ public:
 private:
     Impl *impl_;
 };
+
+// The live communicator of this process whose HcclGetCommName is `name`, or nullptr. Every rank's
+// communicator has its own name, so thread ranks of one process never share one.
+ACLMOCK_API Comm *find_comm_by_name(const std::string &name);
 
 // The Comm behind a public handle, or nullptr (and a message) when the handle is not live.
 ACLMOCK_API Comm *from_handle(HcclComm handle);

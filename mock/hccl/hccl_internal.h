@@ -214,7 +214,6 @@ std::string rank_list(const std::vector<uint32_t> &ranks);
 // Live-handle registries (thread-safe).
 void register_comm(Comm *c);
 bool comm_is_live(const Comm *c);
-Comm *find_comm_by_name(const std::string &name);
 void unregister_comm(Comm *c);
 size_t live_comm_count();
 

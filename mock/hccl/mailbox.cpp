@@ -19,6 +19,8 @@ const char *op_tag_name(uint32_t tag) {
         case kTagBarrier: return "HcclBarrier";
         case kTagDispatch: return "MoeDistributeDispatchV5";
         case kTagCombine: return "MoeDistributeCombineV5";
+        case kTagTpAllGather: return "the TP all-gather of MoeDistributeDispatch";
+        case kTagTpReduceScatter: return "the TP reduce-scatter of MoeDistributeCombine";
         default: return "unknown op";
     }
 }

@@ -1,4 +1,6 @@
-// aclnnMoeDistributeCombineV5 on the mock (semantics: docs/operators.md; window layout:
+// aclnnMoeDistributeCombineV5 on the mock, and the one combine operator every generation's entry
+// point calls (combine.h; the group-string generations' argument lists: combine_gens.cpp, their group
+// names and TP reduce-scatter: moe_generations.h) (semantics: docs/operators.md; window layout:
 // moe_window.h). Phase 1 checks the inputs, then the output, then the context and the window, and
 // builds the executor; the kernel sends every expert row back to the slot of the token it came from,
 // waits for every rank's entry of the call, and reduces each token's slots into x_out.
@@ -11,8 +13,10 @@
 #include <vector>
 
 #include "aclnnop/aclnn_moe_distribute_combine_v5.h"
+#include "ops/combine.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
+#include "ops/moe_generations.h"
 #include "ops/moe_kernel.h"
 #include "ops/numerics.h"
 #include "ops/round_trace.h"
@@ -26,11 +30,6 @@ namespace {
 
 constexpr const char *kOp = "aclnnMoeDistributeCombineV5";
 
-// input slots (aclSetInputTensorAddr indices), in the operator's input order
-enum In {
-    kCtx, kExpandX, kIds, kAssist, kSendCounts, kEScales, kTpSend, kMask, kActScale, kWScale, kGroupList,
-    kExpandScales, kSharedX, kElastic, kOriX, kAlpha1, kAlpha2, kConstV, kPerf, kNumIn
-};
 enum Out { kXOut, kNumOut };
 
 const char *const kInNames[kNumIn] = {
@@ -39,22 +38,13 @@ const char *const kInNames[kNumIn] = {
     "shared_expert_x", "elastic_info", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
     "const_expert_v", "performance_info"};
 
-struct CombineParams : MoeParams {
-    int64_t comm_quant = 0;
-    int64_t out_dtype = 0, group_list_type = 0;   // reserved attributes
+struct CombineParams : CombineAttrs {
     bool has_w = false;            // expert_scales non-empty → weighted
     int mask_dims = 0;
     bool has_shared_x = false;
     int64_t expand_rows = 0;       // expand_x dim0
     bool has_elastic = false;
     bool has_perf = false;
-};
-
-// The tensor arguments of one phase-1 call: the inputs in slot order, and x_out.
-struct CombineArgs {
-    const aclTensor *in[kNumIn];
-    aclTensor *x_out;
-    const aclTensor *operator[](int i) const { return in[i]; }
 };
 
 const aclDataType kI32[] = {ACL_INT32};
@@ -64,21 +54,23 @@ const aclDataType kF32[] = {ACL_FLOAT};
 // Phase 1
 // ================================================================================================
 
-int check_pointers(const CombineArgs &a, const uint64_t *workspace_size, aclOpExecutor **executor) {
+int check_pointers(const CombineArgs &a, const CombineParams &p, const uint64_t *workspace_size,
+                   aclOpExecutor **executor) {
     for (int i : {kCtx, kExpandX, kIds, kAssist, kSendCounts, kEScales})
-        if (int rc = need(a[i], kInNames[i])) return rc;
+        if (i != kCtx || p.generation == 5)
+            if (int rc = need(a[i], i == kAssist ? routing_name(p) : kInNames[i])) return rc;
     if (int rc = need(a.x_out, "x_out")) return rc;
     if (int rc = need(workspace_size, "workspaceSize")) return rc;
     return need(executor, "executor");
 }
 
 // Every descriptor given: live, ND, contiguous; the context 1-D int32.
-int check_descriptors(const CombineArgs &a) {
+int check_descriptors(const CombineArgs &a, const CombineParams &p) {
     for (int i = 0; i < kNumIn; ++i)
         if (a[i])
-            if (int rc = check_tensor(a[i], kInNames[i])) return rc;
+            if (int rc = check_tensor(a[i], i == kAssist ? routing_name(p) : kInNames[i])) return rc;
     if (int rc = check_tensor(a.x_out, "x_out")) return rc;
-    return check_context_tensor(a[kCtx]);
+    return a[kCtx] ? check_context_tensor(a[kCtx]) : 0;
 }
 
 // The attribute rules shared with dispatch, then combine's own modes.
@@ -93,6 +85,8 @@ int check_modes(CombineParams &p) {
         return bad("comm_quant_mode", "2 needs comm_alg \"hierarchy\" on Ascend910B (got comm_alg \"%s\")",
                    p.comm_alg.c_str());
     }
+    if (p.tp == 2 && p.comm_quant != 0)
+        return bad("comm_quant_mode", "must be 0 with tp_world_size 2 (got %" PRId64 ")", p.comm_quant);
     if (p.out_dtype != 0) return bad("out_dtype", "is reserved and must be 0 (got %" PRId64 ")", p.out_dtype);
     if (p.group_list_type != 0)
         return bad("group_list_type", "is reserved and must be 0 (got %" PRId64 ")", p.group_list_type);
@@ -118,22 +112,48 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     p.has_elastic = p.soc950 && a[kElastic] != nullptr;
     p.has_perf = p.soc950 && a[kPerf] != nullptr;
     // A caller who slices dispatch's expand_x to the rows it received ends here: say what to pass.
-    if (ex->view[0] < p.A)
-        return bad("expand_x", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 "): pass all A rows of dispatch's "
-                   "expand_x; rows >= N are not read (N = the rows this rank received, the last running total "
-                   "of ep_send_counts)", p.A, ex->view[0]);
+    if (ex->view[0] < p.A * p.tp)
+        return bad("expand_x", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 "): pass all %s rows of "
+                   "dispatch's expand_x; rows >= N are not read (N = the rows this rank received, the last running "
+                   "total of ep_send_counts%s)", p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, ex->view[0],
+                   p.tp == 2 ? "A * tp_world_size" : "A", p.tp == 2 ? ", plus the TP peer's rows" : "");
     p.expand_rows = ex->view[0];
-    if (int rc = check_dtype(assist, "assist_info_for_combine", kI32, 1)) return rc;
-    if (int rc = check_rank(assist, "assist_info_for_combine", 1)) return rc;
-    if (assist->view[0] < p.A * 128)
+    if (int rc = check_dtype(assist, routing_name(p), kI32, 1)) return rc;
+    if (int rc = check_rank(assist, routing_name(p), 1)) return rc;
+    if (p.generation == 1) {
+        if (assist->view[0] < p.BS * p.K)
+            return bad("expand_idx", "dim 0 must be >= BS * K = %" PRId64 " (got %" PRId64 ")", p.BS * p.K,
+                       assist->view[0]);
+    } else if (assist->view[0] < p.A * 128)
         return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
                    p.A * 128, assist->view[0]);
     if (int rc = check_dtype(counts, "ep_send_counts", kI32, 1)) return rc;
     if (int rc = check_rank(counts, "ep_send_counts", 1)) return rc;
-    if (counts->view[0] < p.recv_slots)
-        return bad("ep_send_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
+    if (counts->view[0] < p.recv_slots * p.tp)
+        return bad("ep_send_counts", "dim 0 must be >= %s%s = %" PRId64 " (got %" PRId64 ")",
                    p.shared_rank && !p.has_elastic ? "ep_world_size on a shared-expert rank" : "ep_world_size * L",
-                   p.recv_slots, counts->view[0]);
+                   p.tp == 2 ? " * tp_world_size" : "", p.recv_slots * p.tp, counts->view[0]);
+    return 0;
+}
+
+// tp_send_counts: int32 (2,) with a TP domain (NULL → 161001), NULL without one.
+int check_tp_send_counts(const aclTensor *t, const CombineParams &p) {
+    if (p.tp == 2) {
+        if (!t) {
+            set_error("tp_send_counts: must not be NULL with tp_world_size 2");
+            return ACLNN_ERR_PARAM_NULLPTR;
+        }
+        if (int rc = check_dtype(t, "tp_send_counts", kI32, 1)) return rc;
+        if (t->view.size() != 1 || t->view[0] < 2)
+            return bad("tp_send_counts", "shape must be (tp_world_size,) = (2,) (got %s)", dims_str(t).c_str());
+        return 0;
+    }
+    if (t && p.generation == 5)
+        return bad("tp_send_counts", "is reserved and must be NULL, tensor parallelism is not supported (got a %s "
+                   "tensor)", dims_str(t).c_str());
+    if (t)
+        return bad("tp_send_counts", "must be NULL without a TP domain (tp_world_size 0 or 1) (got a %s tensor)",
+                   dims_str(t).c_str());
     return 0;
 }
 
@@ -151,9 +171,7 @@ int check_options(const CombineArgs &a, CombineParams &p) {
     }
     if (int rc = check_mask(a[kMask], p)) return rc;
     p.mask_dims = a[kMask] ? int(a[kMask]->view.size()) : 0;
-    if (a[kTpSend])
-        return bad("tp_send_counts", "is reserved and must be NULL, tensor parallelism is not supported (got a %s "
-                   "tensor)", dims_str(a[kTpSend]).c_str());
+    if (int rc = check_tp_send_counts(a[kTpSend], p)) return rc;
     for (int i : {kActScale, kWScale, kGroupList})
         if (a[i]) return bad(kInNames[i], "must be NULL (got a %s tensor)", dims_str(a[i]).c_str());
     if (const aclTensor *xs = a[kExpandScales]) {
@@ -231,9 +249,15 @@ int check_outputs(const CombineArgs &a, const CombineParams &p) {
     return 0;
 }
 
+// With a TP domain the workspace also holds the A reduce-scattered rows, after combine_ws's parts.
+uint64_t tp_rows_offset(const CombineParams &p) { return align_up(combine_ws(p).total, 64); }
+uint64_t combine_workspace(const CombineParams &p) {
+    return p.tp == 2 ? tp_rows_offset(p) + uint64_t(p.A * p.H) * 2 : combine_ws(p).total;
+}
+
 class CombineExecutor final : public Executor {
 public:
-    explicit CombineExecutor(const CombineParams &p) : Executor(kOp), p_(p) {}
+    explicit CombineExecutor(const CombineParams &p) : Executor(p.op), p_(p) {}
     int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) override;
 
 private:
@@ -246,9 +270,9 @@ int make_executor(const CombineArgs &a, const CombineParams &p, uint64_t *worksp
     ex->inputs.reserve(kNumIn);
     for (const aclTensor *t : a.in) ex->inputs.push_back(slot_of(t));
     ex->outputs.push_back(slot_of(a.x_out));
-    ex->workspace_size = combine_ws(p).total;
+    ex->workspace_size = combine_workspace(p);
     aclOpExecutor *h = register_executor(ex);
-    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", kOp);
+    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", p.op);
     *workspace_size = ex->workspace_size;
     *executor = h;
     return ACLNN_SUCCESS;
@@ -266,6 +290,7 @@ class CombineKernel {
 public:
     CombineKernel(const CombineParams &p, KernelCall &call, const std::vector<Slot> &in,
                   const std::vector<Slot> &out, void *workspace);
+    int reduce_scatter();   // with a TP domain, before send()
     void send();
     int wait();
     int receive();
@@ -274,15 +299,20 @@ private:
     void trace_round(int64_t recv_slots);
     bool rounds_agree();
     void add_slot(int64_t t, int64_t k, const float *weight);
+    const uint8_t *slot(int64_t t, int64_t k);
+    void send_blocks(int64_t N, int64_t recv_slots);
     void reduce_token(int64_t t);
 
     const CombineParams &p_;
     KernelCall &call_;
     const std::vector<Slot> &in_, &out_;
+    void *workspace_;
     bool bf16_;
     Fmt mxfmt_;                  // comm quant 3 / 4
     // inputs and output
     const uint16_t *ex_;
+    const uint16_t *rows_;       // the rows send() returns: expand_x, or with TP the reduce-scattered sums
+    int64_t tp_rows_ = -1;       // with TP: this rank's own rows (tp_send_counts[tp_rank_id])
     const int32_t *ids_, *assist_, *send_counts_;
     const float *w_;
     const uint8_t *mask_;
@@ -300,10 +330,11 @@ private:
 
 CombineKernel::CombineKernel(const CombineParams &p, KernelCall &call, const std::vector<Slot> &in,
                              const std::vector<Slot> &out, void *workspace)
-    : p_(p), call_(call), in_(in), out_(out) {
+    : p_(p), call_(call), in_(in), out_(out), workspace_(workspace) {
     bf16_ = p.dtype == ACL_BF16;
     mxfmt_ = p.comm_quant == 3 ? Fmt::E5M2 : Fmt::E4M3;
     ex_ = ptr<const uint16_t>(in, kExpandX);
+    rows_ = ex_;
     ids_ = ptr<const int32_t>(in, kIds);
     assist_ = ptr<const int32_t>(in, kAssist);
     send_counts_ = ptr<const int32_t>(in, kSendCounts);
@@ -334,12 +365,22 @@ void CombineKernel::send() {
     const uint64_t tc = call_.layout.tc, coff = call_.layout.combine_offset;
     const uint64_t qsoff = comm_quant_scale_offset(H);
     const int64_t recv_slots = logical_[size_t(p.r)] < p.R ? W : W * p.L;
-    trace_round(recv_slots);
+    if (p.generation != 1) trace_round(recv_slots);   // the round trace follows the triples
     int64_t N = send_counts_[recv_slots - 1];
     if (N < 0 || N > p.expand_rows) {
         err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is outside [0, expand_x dim 0 = %" PRId64 "]",
                       recv_slots - 1, N, p.expand_rows);
         N = N < 0 ? 0 : p.expand_rows;
+    }
+    if (tp_rows_ >= 0 && N != tp_rows_) {
+        if (err_.empty())
+            err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " differs from tp_send_counts[tp_rank_id] = %" PRId64
+                          " (both count this rank's own rows)", recv_slots - 1, N, tp_rows_);
+        N = N < tp_rows_ ? N : tp_rows_;
+    }
+    if (p.generation == 1) {
+        send_blocks(N, recv_slots);
+        return;
     }
     for (int64_t i = 0; i < N; ++i) {
         const int64_t src = assist_[3 * i], t = assist_[3 * i + 1], k = assist_[3 * i + 2];
@@ -351,7 +392,7 @@ void CombineKernel::send() {
             continue;
         }
         uint8_t *d = call_.data(src) + coff + uint64_t(t * KS + k) * tc;
-        const uint16_t *row = ex_ + i * H;
+        const uint16_t *row = rows_ + i * H;
         if (p.comm_quant == 0) {
             std::memcpy(d, row, size_t(H) * 2);
         } else if (p.comm_quant == 2) {
@@ -408,6 +449,22 @@ bool CombineKernel::rounds_agree() {
     return true;
 }
 
+int CombineKernel::reduce_scatter() {
+    uint16_t *summed = reinterpret_cast<uint16_t *>(static_cast<uint8_t *>(workspace_) + tp_rows_offset(p_));
+    int64_t n = 0;
+    std::string err;
+    if (int rc = tp_reduce_scatter(p_, ex_, p_.expand_rows, ptr<const int32_t>(in_, kTpSend), summed, &n, &err,
+                                   p_.op))
+        return rc;
+    if (!err.empty()) {
+        err_ = err;
+        return 0;
+    }
+    rows_ = summed;
+    tp_rows_ = n;
+    return 0;
+}
+
 int CombineKernel::wait() {
     const CombineParams &p = p_;
     static const char *const names[] = {"ep_world_size", "moe_expert_num", "maxBs (global_bs / ep_world_size)",
@@ -426,12 +483,69 @@ int CombineKernel::wait() {
     return 0;
 }
 
+// Where the row of (token t, slot k) arrived: slot t*(K+S) + k of this rank's window, or in the
+// first generation, which pulls, the row at expand_idx[t*K+k] of block j*W + r in the expert rank's
+// window (send_blocks); nullptr, with err_ set, for a position outside the block.
+const uint8_t *CombineKernel::slot(int64_t t, int64_t k) {
+    const CombineParams &p = p_;
+    const uint64_t tc = call_.layout.tc;
+    if (p.generation != 1)
+        return call_.data(p.r) + call_.layout.combine_offset + uint64_t(t * (p.K + p.S) + k) * tc;
+    const int64_t e = ids_[t * p.K + k], pos = assist_[t * p.K + k];
+    if (pos < 0 || pos >= p.maxBs) {
+        if (err_.empty())
+            err_ = format("expand_idx[%" PRId64 "] = %" PRId64 " is outside [0, maxBs = %" PRId64 ")", t * p.K + k, pos,
+                          p.maxBs);
+        return nullptr;
+    }
+    const int64_t m = e / p.L + p.R, j = e % p.L;
+    return call_.data(m) + uint64_t((j * p.W + p.r) * p.maxBs + pos) * tc;
+}
+
+// The first generation: the rows of receive slot j*W + src (ep_send_counts' running totals) go to
+// block j*W + src of this rank's own window, where their source rank reads them after the exchange;
+// each source is told how many rows this rank holds for it.
+void CombineKernel::send_blocks(int64_t N, int64_t recv_slots) {
+    const CombineParams &p = p_;
+    const int64_t W = p.W, H = p.H;
+    const uint64_t tc = call_.layout.tc, qsoff = comm_quant_scale_offset(H);
+    uint8_t *own = call_.data(p.r);
+    int64_t start = 0;
+    for (int64_t idx = 0; idx < recv_slots; ++idx) {
+        const int64_t end = send_counts_[idx];
+        if (end < start || end > N || end - start > p.maxBs) {
+            if (err_.empty())
+                err_ = format("ep_send_counts[%" PRId64 "] = %" PRId64 " is not a running total within [%" PRId64
+                              ", %" PRId64 "] with at most maxBs = %" PRId64 " rows per slot", idx, end, start, N,
+                              p.maxBs);
+            break;
+        }
+        for (int64_t i = 0; start + i < end; ++i) {
+            uint8_t *d = own + uint64_t(idx * p.maxBs + i) * tc;
+            const uint16_t *row = rows_ + (start + i) * H;
+            if (p.comm_quant == 0)
+                std::memcpy(d, row, size_t(H) * 2);
+            else
+                comm_quant_row(row, bf16_, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff),
+                               tmp_, H);
+        }
+        sendcnt_[idx % W] += int32_t(end - start);
+        start = end;
+    }
+    for (int64_t m = 0; m < W; ++m) {
+        int32_t *mc = call_.mailbox(m)->counts;
+        mc[p.r] = sendcnt_[m];
+        put_round(mc, p.r, round_);
+    }
+}
+
 // Adds one received slot to acc_ (dequantised with comm quant 2 / 3 / 4), weighted or not.
 void CombineKernel::add_slot(int64_t t, int64_t k, const float *weight) {
     const int64_t H = p_.H, KS = p_.K + p_.S;
-    const uint8_t *s = call_.data(p_.r) + call_.layout.combine_offset + uint64_t(t * KS + k) * call_.layout.tc;
+    const uint8_t *s = k < KS ? slot(t, k) : nullptr;
     const uint64_t qsoff = comm_quant_scale_offset(H);
     ++expected_;
+    if (!s) return;
     if (p_.comm_quant == 0) {
         const uint16_t *row = reinterpret_cast<const uint16_t *>(s);
         weight ? acc_add_row_w(acc_, row, bf16_, *weight, H) : acc_add_row(acc_, row, bf16_, H);
@@ -494,20 +608,43 @@ int CombineKernel::receive() {
         err_ = format("received %" PRId64 " expert rows but this rank's expert_ids / x_active_mask need %" PRId64
                       " (assist_info_for_combine / ep_send_counts of the peers do not belong to this round)",
                       received, expected_);
-    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, p.r, err_.c_str());
+    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", p.op, p.r, err_.c_str());
     return 0;
 }
 
 int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     KernelCall call;
-    if (int rc = call.begin(in[kCtx].desc, p_, kOp)) return rc;
+    if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
     CombineKernel k(p_, call, in, out, workspace);
+    if (p_.tp == 2)
+        if (int rc = k.reduce_scatter()) return rc;
     k.send();
     if (int rc = k.wait()) return rc;
     return k.receive();
 }
 
 }  // namespace
+
+// Phase 1 of every generation: the context (generation 5) or the group strings (2 to 4) name the
+// communicator; the window rule then checks the window it has.
+aclnnStatus aclmock::moe::combine_phase1(const CombineArgs &a, const CombineAttrs &attrs, uint64_t *workspace_size,
+                                         aclOpExecutor **executor) {
+    CombineParams p;
+    static_cast<CombineAttrs &>(p) = attrs;
+    if (int rc = check_pointers(a, p, workspace_size, executor)) return rc;
+    if (int rc = check_descriptors(a, p)) return rc;
+    if (int rc = check_modes(p)) return rc;
+    hccl::Comm *comm = nullptr, *tp = nullptr;
+    if (p.generation != 5)
+        if (int rc = resolve_groups(p, &comm, &tp)) return rc;
+    if (int rc = check_inputs(a, p)) return rc;
+    if (int rc = check_outputs(a, p)) return rc;
+    if (p.generation == 5)
+        if (int rc = resolve_context(*a[kCtx], p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
+    if (int rc = check_window(p, comm)) return rc;
+    if (int rc = check_tp_window(p, tp, p.A, align_up(uint64_t(p.H) * 2, 32))) return rc;
+    return make_executor(a, p, workspace_size, executor);
+}
 
 #pragma GCC visibility pop
 
@@ -532,24 +669,15 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5GetWorkspaceSize(
                          oriXOptional, constExpertAlpha1Optional, constExpertAlpha2Optional, constExpertVOptional,
                          performanceInfoOptional},
                         xOut};
-    if (int rc = check_pointers(a, workspaceSize, executor)) return rc;
-    if (int rc = check_descriptors(a)) return rc;
-
-    CombineParams p;
+    CombineAttrs p;
+    p.op = kOp;
     p.W = epWorldSize; p.r = epRankId; p.E = moeExpertNum; p.ccl = cclBufferSize;
     p.tp_world = tpWorldSize; p.tp_rank = tpRankId; p.shard = expertShardType;
     p.S_attr = sharedExpertNum; p.R = sharedExpertRankNum; p.global_bs = globalBs;
     p.Z = zeroExpertNum; p.C = copyExpertNum; p.Q = constExpertNum;
     p.comm_alg = commAlg ? commAlg : "";
     p.comm_quant = commQuantMode; p.out_dtype = outDtype; p.group_list_type = groupListType;
-    if (int rc = check_modes(p)) return rc;
-    if (int rc = check_inputs(a, p)) return rc;
-    if (int rc = check_outputs(a, p)) return rc;
-
-    hccl::Comm *comm = nullptr;
-    if (int rc = resolve_context(*context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
-    if (int rc = check_window(p, comm)) return rc;
-    return make_executor(a, p, workspaceSize, executor);
+    return combine_phase1(a, p, workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV5(void *workspace, uint64_t workspaceSize,

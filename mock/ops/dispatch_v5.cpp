@@ -1,4 +1,6 @@
-// aclnnMoeDistributeDispatchV5 on the mock (semantics: docs/operators.md; window layout:
+// aclnnMoeDistributeDispatchV5 on the mock, and the one dispatch operator every generation's entry
+// point calls (dispatch.h; the group-string generations' argument lists: dispatch_gens.cpp, their
+// group names and TP all-gather: moe_generations.h) (semantics: docs/operators.md; window layout:
 // moe_window.h). Phase 1 checks the inputs, then the outputs, then the context and the window, and
 // builds the executor; the kernel sends every (token, expert) row into its receiver's window, waits
 // for every rank's entry of the call, and assembles its outputs from its own window.
@@ -11,8 +13,10 @@
 #include <vector>
 
 #include "aclnnop/aclnn_moe_distribute_dispatch_v5.h"
+#include "ops/dispatch.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
+#include "ops/moe_generations.h"
 #include "ops/moe_kernel.h"
 #include "ops/numerics.h"
 #include "ops/round_trace.h"
@@ -29,9 +33,7 @@ enum In { kCtx, kX, kIds, kScales, kMask, kEScales, kElastic, kPerf, kNumIn };
 // output slots (aclSetOutputTensorAddr indices)
 enum Out { kExpandX, kDynScales, kAssist, kTokNums, kRecvCounts, kTpRecv, kExpandScales, kNumOut };
 
-struct DispatchParams : MoeParams {
-    int64_t quant = 0;
-    int64_t ent_type = 1;          // expert_token_nums_type
+struct DispatchParams : DispatchAttrs {
     bool has_escales = false;      // expert_scales present (non-NULL, no zero dim)
     bool has_smooth = false;       // smooth scales (quant 2 / 3)
     int mask_dims = 0;             // 0 none, 1, 2
@@ -49,14 +51,6 @@ struct DispatchParams : MoeParams {
     // Ascend950 inputs
     bool has_elastic = false;
     bool has_perf = false;
-};
-
-// The tensor arguments of one phase-1 call, named as in docs/operators.md.
-struct DispatchArgs {
-    const aclTensor *context, *x, *expert_ids, *scales, *x_active_mask, *expert_scales, *elastic_info,
-        *performance_info;
-    aclTensor *expand_x, *dynamic_scales, *assist_info, *expert_token_nums, *ep_recv_counts, *tp_recv_counts,
-        *expand_scales;
 };
 
 // Bytes of n elements of a (possibly 4-bit) type.
@@ -82,33 +76,35 @@ const aclDataType kF32[] = {ACL_FLOAT};
 // Phase 1
 // ================================================================================================
 
-int check_pointers(const DispatchArgs &a, const uint64_t *workspace_size, aclOpExecutor **executor) {
-    if (int rc = need(a.context, "context")) return rc;
+int check_pointers(const DispatchArgs &a, const DispatchParams &p, const uint64_t *workspace_size,
+                   aclOpExecutor **executor) {
+    if (p.generation == 5)
+        if (int rc = need(a.context, "context")) return rc;
     if (int rc = need(a.x, "x")) return rc;
     if (int rc = need(a.expert_ids, "expert_ids")) return rc;
     if (int rc = need(a.expand_x, "expand_x")) return rc;
     if (int rc = need(a.dynamic_scales, "dynamic_scales")) return rc;
-    if (int rc = need(a.assist_info, "assist_info_for_combine")) return rc;
+    if (int rc = need(a.assist_info, routing_name(p))) return rc;
     if (int rc = need(a.expert_token_nums, "expert_token_nums")) return rc;
     if (int rc = need(a.ep_recv_counts, "ep_recv_counts")) return rc;
     if (int rc = need(workspace_size, "workspaceSize")) return rc;
     return need(executor, "executor");
 }
 
-// Every descriptor given: live, ND, contiguous; the context 1-D int32.
-int check_descriptors(const DispatchArgs &a) {
+// Every descriptor given: live, ND, contiguous; the context (generation 5) 1-D int32.
+int check_descriptors(const DispatchArgs &a, const DispatchParams &p) {
     const struct { const aclTensor *t; const char *name; } all[] = {
         {a.context, "context"}, {a.x, "x"}, {a.expert_ids, "expert_ids"}, {a.scales, "scales"},
         {a.x_active_mask, "x_active_mask"}, {a.expert_scales, "expert_scales"},
         {a.elastic_info, "elastic_info"}, {a.performance_info, "performance_info"},
         {a.expand_x, "expand_x"}, {a.dynamic_scales, "dynamic_scales"},
-        {a.assist_info, "assist_info_for_combine"}, {a.expert_token_nums, "expert_token_nums"},
+        {a.assist_info, routing_name(p)}, {a.expert_token_nums, "expert_token_nums"},
         {a.ep_recv_counts, "ep_recv_counts"}, {a.tp_recv_counts, "tp_recv_counts"},
         {a.expand_scales, "expand_scales"}};
     for (const auto &e : all)
         if (e.t)
             if (int rc = check_tensor(e.t, e.name)) return rc;
-    return check_context_tensor(a.context);
+    return a.context ? check_context_tensor(a.context) : 0;
 }
 
 // The attribute rules shared with combine, then dispatch's own modes.
@@ -283,9 +279,9 @@ int check_expand_x(const DispatchArgs &a, DispatchParams &p) {
         return bad("scales", "must be a scalar (1,) with quant_mode 1 and a hifloat8 expand_x (got %s)",
                    dims_str(a.scales).c_str());
     if (int rc = check_rank(ex, "expand_x", 2)) return rc;
-    if (ex->view[0] < p.A || ex->view[1] != p.H)
-        return bad("expand_x", "shape must be (>= A, H) = (>= %" PRId64 ", %" PRId64 ") (got %s)", p.A, p.H,
-                   dims_str(ex).c_str());
+    if (ex->view[0] < p.A * p.tp || ex->view[1] != p.H)
+        return bad("expand_x", "shape must be (>= %s, H) = (>= %" PRId64 ", %" PRId64 ") (got %s)",
+                   p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, p.H, dims_str(ex).c_str());
     p.expand_rows = ex->view[0];
     p.out_row_bytes = bytes_of(ex->dtype, p.H);
     return 0;
@@ -298,8 +294,9 @@ int check_dynamic_scales(const DispatchArgs &a, DispatchParams &p) {
     if (p.quant == 2) {
         if (int rc = check_dtype(ds, "dynamic_scales", kF32, 1, "with quant_mode 2")) return rc;
         if (int rc = check_rank(ds, "dynamic_scales", 1)) return rc;
-        if (ds->view[0] < p.A)
-            return bad("dynamic_scales", "dim 0 must be >= A = %" PRId64 " (got %" PRId64 ")", p.A, ds->view[0]);
+        if (ds->view[0] < p.A * p.tp)
+            return bad("dynamic_scales", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
+                       p.tp == 2 ? "A * tp_world_size" : "A", p.A * p.tp, ds->view[0]);
         p.dyn_off = int64_t(dispatch_scale_offset(p.H));
         p.dyn_bytes = 4;
         return 0;
@@ -340,9 +337,14 @@ int check_dynamic_scales(const DispatchArgs &a, DispatchParams &p) {
 // assist_info_for_combine, expert_token_nums, ep_recv_counts, tp_recv_counts, expand_scales.
 int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
     aclTensor *ai = a.assist_info, *tn = a.expert_token_nums, *rc_ = a.ep_recv_counts;
-    if (int rc = check_dtype(ai, "assist_info_for_combine", kI32, 1)) return rc;
-    if (int rc = check_rank(ai, "assist_info_for_combine", 1)) return rc;
-    if (ai->view[0] < p.A * 128)
+    if (int rc = check_dtype(ai, routing_name(p), kI32, 1)) return rc;
+    if (int rc = check_rank(ai, routing_name(p), 1)) return rc;
+    if (p.generation == 1) {
+        // one entry per (token, k) pair: its position in its expert's receive block
+        if (ai->view[0] < p.BS * p.K)
+            return bad("expand_idx", "dim 0 must be >= BS * K = %" PRId64 " (got %" PRId64 ")", p.BS * p.K,
+                       ai->view[0]);
+    } else if (ai->view[0] < p.A * 128)
         return bad("assist_info_for_combine", "dim 0 must be >= A * 128 = %" PRId64 " (got %" PRId64 ")",
                    p.A * 128, ai->view[0]);
     if (int rc = check_dtype(tn, "expert_token_nums", kI64, 1)) return rc;
@@ -354,17 +356,25 @@ int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
                    p.local_experts, tn->view[0]);
     if (int rc = check_dtype(rc_, "ep_recv_counts", kI32, 1)) return rc;
     if (int rc = check_rank(rc_, "ep_recv_counts", 1)) return rc;
-    if (rc_->view[0] < p.recv_slots)
-        return bad("ep_recv_counts", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 ")",
+    if (rc_->view[0] < p.recv_slots * p.tp)
+        return bad("ep_recv_counts", "dim 0 must be >= %s%s = %" PRId64 " (got %" PRId64 ")",
                    p.has_elastic || !p.shared_rank ? "ep_world_size * L" : "ep_world_size on a shared-expert rank",
-                   p.recv_slots, rc_->view[0]);
+                   p.tp == 2 ? " * tp_world_size" : "", p.recv_slots * p.tp, rc_->view[0]);
     if (const int64_t extra = a2_recv_counts_extra(p, p.has_escales))
         if (rc_->view[0] < p.recv_slots + extra)
             return bad("ep_recv_counts", "dim 0 must be >= ep_world_size * L + 2 * G * K * (ep_world_size / 8) = "
                        "%" PRId64 " on Ascend910B with expert_scales (got %" PRId64 ")", p.recv_slots + extra,
                        rc_->view[0]);
-    if (a.tp_recv_counts)
+    if (p.tp == 2 && !a.tp_recv_counts) {
+        set_error("tp_recv_counts: must not be NULL with tp_world_size 2");
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (a.tp_recv_counts) {
         if (int rc = check_dtype(a.tp_recv_counts, "tp_recv_counts", kI32, 1)) return rc;
+        if (p.tp == 2 && (a.tp_recv_counts->view.size() != 1 || a.tp_recv_counts->view[0] < 2))
+            return bad("tp_recv_counts", "shape must be (tp_world_size,) = (2,) (got %s)",
+                       dims_str(a.tp_recv_counts).c_str());
+    }
     if (p.has_escales) {
         aclTensor *es = a.expand_scales;
         if (!es) {
@@ -387,7 +397,7 @@ int check_outputs(const DispatchArgs &a, DispatchParams &p) {
 
 class DispatchExecutor final : public Executor {
 public:
-    explicit DispatchExecutor(const DispatchParams &p) : Executor(kOp), p_(p) {}
+    explicit DispatchExecutor(const DispatchParams &p) : Executor(p.op), p_(p) {}
     int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) override;
 
 private:
@@ -408,7 +418,7 @@ int make_executor(const DispatchArgs &a, const DispatchParams &p, uint64_t *work
     for (const aclTensor *t : outs) ex->outputs.push_back(slot_of(t));
     ex->workspace_size = dispatch_ws(p).total;
     aclOpExecutor *h = register_executor(ex);
-    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", kOp);
+    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", p.op);
     *workspace_size = ex->workspace_size;
     *executor = h;
     return ACLNN_SUCCESS;
@@ -429,6 +439,7 @@ public:
     void send();
     int wait();
     int receive();
+    int all_gather();   // with a TP domain, after receive()
 
 private:
     void fill(uint8_t *buf, int64_t t, int64_t srow);
@@ -450,6 +461,7 @@ private:
     const float *smooth_;
     const uint8_t *mask_;
     const float *escales_;
+    int32_t *expand_idx_;        // the first generation's expand_idx (else nullptr)
     // workspace
     int32_t *cnt_;               // rows sent per MoE expert e
     uint8_t *qrow_;              // staged payload of one row
@@ -460,6 +472,7 @@ private:
     bool shared_role_ = false;
     int64_t recv_slots_ = 0;
     int64_t nvalid_ = 0;         // valid tokens (sent once per shared expert)
+    int64_t received_ = 0;       // N, rows received from the EP domain
     int64_t staged_ = -1;        // token whose payload qrow_ holds
     bool per_expert_ = false;    // payload depends on the expert (per-expert scales)
     int64_t t_ready_ = 0;
@@ -476,6 +489,7 @@ DispatchKernel::DispatchKernel(const DispatchParams &p, KernelCall &call, const 
     smooth_ = p.has_smooth ? scales_ : nullptr;
     mask_ = p.mask_dims ? ptr<const uint8_t>(in, kMask) : nullptr;
     escales_ = p.has_escales ? ptr<const float>(in, kEScales) : nullptr;
+    expand_idx_ = p.generation == 1 ? ptr<int32_t>(out, kAssist) : nullptr;
 
     const DispatchWs wsl = dispatch_ws(p);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
@@ -579,6 +593,7 @@ void DispatchKernel::send_moe_rows() {
                 continue;
             }
             cnt_[e] = int32_t(row + 1);
+            if (expand_idx_) expand_idx_[t * K + k] = int32_t(row);
             const int64_t dst = table_[size_t(e / L + R)], j = e % L;
             uint8_t *d = call_.data(dst) + uint64_t((j * W + r) * maxBs + row) * td;
             write_row(d, t, e + S, escales_ ? &escales_[t * K + k] : nullptr, int32_t(k));
@@ -678,7 +693,7 @@ int DispatchKernel::receive() {
             const uint8_t *row = blk + uint64_t(i) * td;
             std::memcpy(expand_x + uint64_t(N) * orow, row, size_t(orow));
             if (dyn) std::memcpy(dyn + uint64_t(N) * uint64_t(p.dyn_bytes), row + p.dyn_off, size_t(p.dyn_bytes));
-            std::memcpy(assist + 3 * N, row + toff, 12);
+            if (!expand_idx_) std::memcpy(assist + 3 * N, row + toff, 12);
             if (exp_scales) std::memcpy(exp_scales + N, row + woff, 4);
         }
         recv[idx] = int32_t(N);
@@ -691,9 +706,18 @@ int DispatchKernel::receive() {
         }
     }
     if (shared_role_) tok_nums[0] = N;
-    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", kOp, p.r, err_.c_str());
-    record(N);
+    if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", p.op, p.r, err_.c_str());
+    if (!expand_idx_) record(N);   // the round trace follows assist_info_for_combine's triples
+    received_ = N;
     return 0;
+}
+
+int DispatchKernel::all_gather() {
+    const DispatchParams &p = p_;
+    TpGather g{ptr<uint8_t>(out_, kExpandX), p.out_row_bytes, p.dyn_bytes ? ptr<uint8_t>(out_, kDynScales) : nullptr,
+               p.dyn_bytes, ptr<int32_t>(out_, kRecvCounts), recv_slots_, ptr<int64_t>(out_, kTokNums),
+               ptr<int32_t>(out_, kTpRecv), received_, p.expand_rows};
+    return tp_all_gather(p, g, p.op);
 }
 
 // What this call wrote, so that a combine can tell which dispatch its inputs come from.
@@ -712,14 +736,36 @@ void DispatchKernel::record(int64_t N) {
 
 int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     KernelCall call;
-    if (int rc = call.begin(in[kCtx].desc, p_, kOp)) return rc;
+    if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
     DispatchKernel k(p_, call, in, out, workspace);
     k.send();
     if (int rc = k.wait()) return rc;
-    return k.receive();
+    if (int rc = k.receive()) return rc;
+    return p_.tp == 2 ? k.all_gather() : 0;
 }
 
 }  // namespace
+
+// Phase 1 of every generation: the context (generation 5) or the group strings (2 to 4) name the
+// communicator; the window rule then checks the window it has.
+aclnnStatus aclmock::moe::dispatch_phase1(const DispatchArgs &a, const DispatchAttrs &attrs,
+                                          uint64_t *workspace_size, aclOpExecutor **executor) {
+    DispatchParams p;
+    static_cast<DispatchAttrs &>(p) = attrs;
+    if (int rc = check_pointers(a, p, workspace_size, executor)) return rc;
+    if (int rc = check_descriptors(a, p)) return rc;
+    if (int rc = check_modes(p)) return rc;
+    hccl::Comm *comm = nullptr, *tp = nullptr;
+    if (p.generation != 5)
+        if (int rc = resolve_groups(p, &comm, &tp)) return rc;
+    if (int rc = check_inputs(a, p)) return rc;
+    if (int rc = check_outputs(a, p)) return rc;
+    if (p.generation == 5)
+        if (int rc = resolve_context(*a.context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
+    if (int rc = check_window(p, comm)) return rc;
+    if (int rc = check_tp_window(p, tp, p.A, align_up(uint64_t(p.out_row_bytes + p.dyn_bytes), 32))) return rc;
+    return make_executor(a, p, workspace_size, executor);
+}
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5GetWorkspaceSize(
     const aclTensor *context, const aclTensor *x, const aclTensor *expertIds,
@@ -737,24 +783,15 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5GetWorkspaceSize(
                          elasticInfoOptional, performanceInfoOptional, expandXOut, dynamicScalesOut,
                          assistInfoForCombineOut, expertTokenNumsOut, epRecvCountsOut, tpRecvCountsOut,
                          expandScalesOut};
-    if (int rc = check_pointers(a, workspaceSize, executor)) return rc;
-    if (int rc = check_descriptors(a)) return rc;
-
-    DispatchParams p;
+    DispatchAttrs p;
+    p.op = kOp;
     p.W = epWorldSize; p.r = epRankId; p.E = moeExpertNum; p.ccl = cclBufferSize;
     p.tp_world = tpWorldSize; p.tp_rank = tpRankId; p.shard = expertShardType;
     p.S_attr = sharedExpertNum; p.R = sharedExpertRankNum; p.global_bs = globalBs;
     p.Z = zeroExpertNum; p.C = copyExpertNum; p.Q = constExpertNum;
     p.comm_alg = commAlg ? commAlg : "";
     p.quant = quantMode; p.ent_type = expertTokenNumsType;
-    if (int rc = check_modes(p)) return rc;
-    if (int rc = check_inputs(a, p)) return rc;
-    if (int rc = check_outputs(a, p)) return rc;
-
-    hccl::Comm *comm = nullptr;
-    if (int rc = resolve_context(*context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
-    if (int rc = check_window(p, comm)) return rc;
-    return make_executor(a, p, workspaceSize, executor);
+    return dispatch_phase1(a, p, workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV5(void *workspace, uint64_t workspaceSize,

@@ -1,5 +1,6 @@
 // Shared parameter rules of the mock MoE ops; see moe_checks.h.
 #include "ops/moe_checks.h"
+#include "ops/moe_generations.h"
 #include "ops/lowp.h"
 #include "ops/numerics.h"
 
@@ -79,6 +80,16 @@ int check_context_tensor(const aclTensor *ctx) {
     return check_rank(ctx, "context", 1);
 }
 
+int check_no_tp(const MoeParams &p) {
+    if (p.tp_world >= 2)
+        return bad("tp_world_size", "must be 0 or 1, tensor parallelism is not supported%s%s (got %" PRId64 ")",
+                   p.generation == 5 ? "" : " on ", p.generation == 5 ? "" : p.soc, p.tp_world);
+    if (p.tp_rank != 0)
+        return bad("tp_rank_id", "must be 0 without tensor parallelism (tp_world_size 0 or 1) (got %" PRId64 ")",
+                   p.tp_rank);
+    return 0;
+}
+
 SocProfile soc_profile() {
     SocProfile prof;
     const Soc soc = config().soc;
@@ -101,12 +112,9 @@ int check_attrs(MoeParams &p) {
     if (p.r < 0 || p.r >= p.W)
         return bad("ep_rank_id", "must be in [0, ep_world_size) (got %" PRId64 " with ep_world_size %" PRId64 ")",
                    p.r, p.W);
-    if (p.tp_world >= 2)
-        return bad("tp_world_size", "must be 0 or 1, tensor parallelism is not supported (got %" PRId64 ")",
-                   p.tp_world);
-    if (p.tp_rank != 0)
-        return bad("tp_rank_id", "must be 0 without tensor parallelism (tp_world_size 0 or 1) (got %" PRId64 ")",
-                   p.tp_rank);
+    // the group-string generations check their TP domain once L is known (check_generation_attrs)
+    if (p.generation == 5)
+        if (int rc = check_no_tp(p)) return rc;
     if (p.shard != 0) return bad("expert_shard_type", "must be 0 (got %" PRId64 ")", p.shard);
     if (p.S_attr < 0 || p.S_attr > 4)
         return bad("shared_expert_num", "must be in [0, 4] (got %" PRId64 ")", p.S_attr);
@@ -145,14 +153,15 @@ int check_attrs(MoeParams &p) {
         p.alg_code = 2;
         p.fullmesh_v2 = true;
     } else if (p.comm_alg == "hierarchy") {
-        return bad("comm_alg", "\"hierarchy\" is not supported with a context tensor (got \"hierarchy\")");
+        return bad("comm_alg", "\"hierarchy\" is not supported %s (got \"hierarchy\")",
+                   p.generation == 5 ? "with a context tensor" : "on this profile (an Atlas A2 algorithm)");
     } else {
         return bad("comm_alg", "must be \"\", \"fullmesh_v1\" or \"fullmesh_v2\" (got \"%s\")", p.comm_alg.c_str());
     }
     p.shared_rank = p.r < p.R;
     p.local_experts = p.shared_rank ? 1 : p.L;
     p.recv_slots = p.shared_rank ? p.W : p.W * p.L;
-    return 0;
+    return p.generation == 5 ? 0 : check_generation_attrs(p);
 }
 
 namespace {
@@ -200,6 +209,8 @@ int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
     } else {
         p.A = p.G * (p.L < p.K ? p.L : p.K);
     }
+    if (p.generation == 1)
+        if (int rc = check_first_generation_sizes(p, h_param)) return rc;
     return check_window_need(p);
 }
 

@@ -43,6 +43,12 @@ struct MoeParams {
     bool hierarchy = false;  // A2 with comm_alg "hierarchy"
     const char *soc = "";    // the profile's name, for messages
     aclDataType dtype = ACL_DT_UNDEFINED;   // x (dispatch) / expand_x (combine)
+    // the generation of the entry point: 5 names its communicator by a context tensor, 2 to 4 by
+    // group strings and may have a TP domain (moe_generations.h)
+    int generation = 5;
+    const char *op = "";     // the aclnn entry point, for messages
+    std::string group_ep, group_tp;
+    int64_t tp = 1;          // ranks of the TP domain: 2 with TP (tp_world_size 2), else 1
 };
 
 // The SoC profile the ops apply, taken once per phase-1 call: the one place mock/ops reads the
@@ -76,6 +82,8 @@ int check_dtype(const aclTensor *t, const char *param, const aclDataType *allowe
                 const char *where = nullptr);
 int check_rank(const aclTensor *t, const char *param, size_t nd);
 
+// tp_world_size 0 or 1 and tp_rank_id 0: the rule of every profile without a TP domain.
+int check_no_tp(const MoeParams &p);
 // Attribute rules shared by both ops (ranks, placement, expert counts, comm_alg), under the SoC
 // profile (soc_profile()). Fills the profile and the derived fields that need no tensor shapes.
 int check_attrs(MoeParams &p);

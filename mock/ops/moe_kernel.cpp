@@ -1,5 +1,6 @@
 // Run-time pieces shared by the mock MoE kernels; see moe_kernel.h.
 #include "ops/moe_kernel.h"
+#include "ops/moe_generations.h"
 
 #include <cinttypes>
 #include <cstring>
@@ -12,10 +13,12 @@ KernelCall::~KernelCall() {
     if (held_) comm->end_use();
 }
 
-int KernelCall::begin(const aclTensor &ctx, const MoeParams &p, const char *op_name) {
+int KernelCall::begin(const aclTensor *ctx, const MoeParams &p, const char *op_name) {
     params = &p;
     op = op_name;
-    if (int rc = resolve_context(ctx, p, &comm, kKernelFail, op)) return rc;
+    if (int rc = ctx ? resolve_context(*ctx, p, &comm, kKernelFail, op)
+                     : find_group(p.group_ep, "group_ep", p.W, p.r, &comm, kKernelFail, op))
+        return rc;
     if (!comm->begin_use())
         return fail(kKernelFail, "%s: rank %" PRId64 ": the communicator is being destroyed", op, p.r);
     held_ = true;

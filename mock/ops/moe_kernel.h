@@ -22,8 +22,9 @@ namespace moe {
 // reported by Comm::wait_all use the same code).
 constexpr int kKernelFail = ACL_ERROR_RT_AICORE_EXCEPTION;
 
-// One run of a kernel on its communicator. begin() resolves and checks the context (as phase 1
-// does, with the kernel's failure code), holds the communicator for the call (Comm::begin_use,
+// One run of a kernel on its communicator. begin() resolves and checks the context, or without one
+// (the group-string generations) looks group_ep up again (as phase 1 does, with the kernel's
+// failure code), holds the communicator for the call (Comm::begin_use,
 // released by the destructor) and takes the call's sequence number; the call then owns data half
 // seq % 2 of every rank's window (moe_window.h).
 class KernelCall {
@@ -33,7 +34,7 @@ public:
     KernelCall &operator=(const KernelCall &) = delete;
     ~KernelCall();
 
-    int begin(const aclTensor &ctx, const MoeParams &p, const char *op);
+    int begin(const aclTensor *ctx, const MoeParams &p, const char *op);
 
     // Publishes this rank's mailbox entry (tag, fields) to itself first (a delay injected into the
     // call happens there), then to every peer, each entry preceded on the 950 by this rank's time

@@ -30,6 +30,16 @@
 //                     dtype (ceil(H/16)*2 of them)
 //     The number of rows each sender wrote travels in the receiver's Mailbox counts[src].
 //
+// The first generation's combine (no triples; its sources hold expand_idx) pulls instead: each
+// expert rank writes its rows into ITS OWN half at the dispatch region's block positions, Tc bytes
+// per row (block idx = j*W + src, row = the position expand_idx names), and after the exchange every
+// source reads its rows from the expert ranks' windows. Tc <= Td, so the blocks fit the region.
+//
+// A TP communicator (group-string generations, tp_world_size 2) has windows of its own: its data
+// half of a call holds the rows one TP rank sends the other (the all-gather's rows with their scales,
+// or the reduce-scatter's partial rows), their count in the Mailbox counts[0] (the all-gather adds
+// the sender's ep_recv_counts at counts[1...]); moe_generations.cpp.
+//
 // The window check guarantees 2*(dispatch region + combine region) <= cclBufferSize - 1 MiB <= window
 // size - 1 MiB, i.e. both regions fit in one data half. A rank can be at most one call ahead of any
 // peer (it must see every peer's entry for call n before it starts call n+1, and a peer publishes
