@@ -454,7 +454,7 @@ def add_parser(sub: Any) -> None:
     g = p.add_argument_group("where")
     g.add_argument("--backend", default="mock",
                    help='"mock", "cann" (the installed CANN) or the path of a CANN root')
-    g.add_argument("--soc", default="auto", help="SoC profile: Ascend910_93, Ascend910B or Ascend950 selects the mock's "
+    g.add_argument("--soc", default="auto", help="SoC profile: Ascend910_93, Ascend950 or Ascend910B selects the mock's "
                    "profile; on real CANN the SoC is the device's and --soc may only repeat it (auto: the backend's)")
     g.add_argument("--world-size", type=int, default=None,
                    help=f"ranks, one per device (default: {d.world_size}, on Atlas A2 {min(A2_LIMITS.world_sizes)}, "
@@ -468,7 +468,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--hidden", type=int, default=d.hidden, help="hidden size H (the operators take 1024..8192)")
     g.add_argument("--topk", type=int, default=d.topk, help="experts per token K")
     g.add_argument("--experts", type=int, default=None,
-                   help=f"MoE experts (divisible by the MoE ranks; default: {d.experts}, or one per MoE rank when "
+                   help=f"MoE experts, divisible by the MoE ranks (default: {d.experts}, or one per MoE rank when "
                    "there are more ranks)")
     g.add_argument("--shared-experts", type=int, default=d.shared_experts, help="shared experts S")
     g.add_argument("--shared-expert-ranks", type=int, default=d.shared_expert_ranks,

@@ -48,7 +48,8 @@ def test_every_help_shows_defaults(command):
 
 def test_demo_help_names_every_default():
     out = run_cli("demo", "--help").stdout
-    for expected in ("(default: mock)", "(default: auto)", "(default: 4, or the number of --devices)",
+    for expected in ("(default: mock)", "(default: auto)", "(default: 4, on Atlas A2 16, or the number of --devices)",
+                     "(default: 8, or one per MoE rank when there are more ranks)",
                      "(default: 1024)", "(default: 300.0)", "(default: bf16)"):
         assert expected in " ".join(out.split()), expected
 
@@ -77,7 +78,7 @@ USER_ERRORS = [
     (["demo", "--seed", "-1"], {}, "aclnn-py demo: error: argument --seed: must be >= 0 (got -1)"),
     (["demo", "--devices", "0,x"], {}, "aclnn-py demo: error: --devices '0,x': give comma-separated integers"),
     (["demo", "--soc", "Ascend310P"], {},
-     "aclnn-py demo: error: --soc 'Ascend310P' is not a known SoC (Ascend910_93, Ascend950)"),
+     "aclnn-py demo: error: --soc 'Ascend310P' is not a known SoC (Ascend910_93, Ascend950, Ascend910B)"),
     (["demo", "--quant-mode", "4"], {},
      "aclnn-py demo: error: --quant-mode 4 is not supported on Ascend910_93 (it supports 0, 2) (Ascend950 "
      "supports it: --soc on the mock)"),
