@@ -170,6 +170,7 @@ def collect(request: str | None) -> dict[str, Any]:
 
 def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
     import aclnn_py as acl
+    from aclnn_py.ops import generations
     from aclnn_py import _abi, _aclnn, _loader
 
     doc["backend"].update(loaded=True, kind=b.kind, root=str(b.root))
@@ -191,6 +192,11 @@ def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
                else "the package's own mock root is not guarded at load")
         problems.append(f"ABI mismatch ({why}): {report.refusal()}")
     doc["cann_version"] = asdict(cann_version(Path(b.root)))
+    present = generations.exported(b)
+    doc["generations"] = {"exported": [g.number for g in present], "used": present[0].number if present else None}
+    if not present:
+        problems.append("no generation of the MoE dispatch / combine operators is exported (each needs its four "
+                        "entry points; see the symbols above)")
     doc["soc"] = doc["devices"] = None
     if "error" not in doc["backend"]:
         try:
@@ -215,6 +221,8 @@ def strict_problems(doc: dict[str, Any]) -> list[str]:
 
 def render(doc: dict[str, Any]) -> str:
     """The human-readable report."""
+    from aclnn_py.ops import generations
+
     pkg = doc["aclnn_py"]
     lines = [f"aclnn_py   {pkg['version']} imported from {pkg['origin']}",
              f"compiled   _aclnn:    {pkg['compiled']['_aclnn'] or '(not found)'}",
@@ -239,6 +247,10 @@ def render(doc: dict[str, Any]) -> str:
     if be["loaded"]:
         lines.append(f"soc        {doc['soc'] if doc['soc'] is not None else '(query failed)'}")
         lines.append(f"devices    {doc['devices'] if doc['devices'] is not None else '(query failed)'}")
+        gens = doc["generations"]
+        used = (f"calls use {generations.GENERATIONS[generations.NEWEST - gens['used']]} unless a config names "
+                "another" if gens["used"] else "no operator can run")
+        lines.append(f"operators  generations {', '.join(map(str, gens['exported'])) or 'none'} exported; {used}")
         if be.get("error"):
             lines.append(f"runtime    {be['error']}")
         if doc.get("runtime_error"):
