@@ -41,10 +41,10 @@ from .errors import AclnnPyError
 from .hccl import Communicator, build_context, rebuild_context
 from .ops import sizing
 from .ops._caller import Vocabulary, renamed, reraise
+from .ops.combine import CombinePlan, moe_distribute_combine
 from .ops.config import MoeConfig
+from .ops.dispatch import DispatchPlan, moe_distribute_dispatch
 from .ops.executor import Plan
-from .ops.moe_distribute_combine import CombinePlan, moe_distribute_combine
-from .ops.moe_distribute_dispatch import DispatchPlan, moe_distribute_dispatch
 from .runtime import Stream, StreamArg, resolve_stream, soc_name
 from .tensor import Tensor, TensorArg
 

@@ -27,6 +27,8 @@
 #include <structmember.h>
 #include <stdint.h>
 
+#include "aclnnpy.h"  /* the extension's helpers this module calls by address */
+
 #if PY_VERSION_HEX >= 0x030C0000
 #define OBJECT_MEMBER Py_T_OBJECT_EX
 #define MEMBER_READONLY Py_READONLY

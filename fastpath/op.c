@@ -143,9 +143,6 @@ PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
 
 /* ---- OpCall ---- */
 
-typedef int (*run_fn)(void **tensors, const int64_t *ints, const char *comm_alg, uintptr_t workspace,
-                      uint64_t workspace_cap, void *stream, uint64_t *workspace_size, void **executor, int launch,
-                      int *launched);
 typedef int (*destroy_fn)(void *executor);
 
 /* Descriptor-table entries: the operators' inputs, then outputs. */
@@ -164,13 +161,14 @@ typedef struct {
     Py_ssize_t n_inputs, n_outputs;
     PyObject *key_op;          /* str: the pre-check key's operator */
     Py_ssize_t key_param[3], key_dim[3];  /* BS, H, K of the key: (parameter, dim) */
-    PyObject *ints_attr, *comm_attr, *passed_attr;  /* config attributes */
+    PyObject *run_layout;      /* the operator's RunLayout, for config.packed() */
+    PyObject *packed_name, *ints_attr, *strings_attr, *passed_attr;  /* config method and attributes */
     /* The config last used and its attributes (a MoeConfig is frozen: they stay what they were), and
      * the pre-check key last built with its BS, H, K. Read and replaced with the GIL held. */
-    PyObject *config, *comm, *passed, *key;
-    uintptr_t ints;
+    PyObject *config, *packed, *passed, *key;
+    uintptr_t ints, strings;
     Py_ssize_t key_dims[3];
-    run_fn run;
+    aclnnpy_run_fn run;
     destroy_fn destroy;
     PyObject *on_failure;      /* on_failure(status) for a failed launch; raises */
     Ordered ordered;           /* the stream-ordered state: workspace blocks and holds */
@@ -185,11 +183,13 @@ static void op_spec_release(OpSpec *sp) {
     Py_XDECREF(sp->outputs_type);
     Py_XDECREF(sp->none_as);
     Py_XDECREF(sp->key_op);
+    Py_XDECREF(sp->run_layout);
+    Py_XDECREF(sp->packed_name);
     Py_XDECREF(sp->ints_attr);
-    Py_XDECREF(sp->comm_attr);
+    Py_XDECREF(sp->strings_attr);
     Py_XDECREF(sp->passed_attr);
     Py_XDECREF(sp->config);
-    Py_XDECREF(sp->comm);
+    Py_XDECREF(sp->packed);
     Py_XDECREF(sp->passed);
     Py_XDECREF(sp->key);
     Py_XDECREF(sp->on_failure);
@@ -203,21 +203,20 @@ static void op_spec_free(PyObject *capsule) {
     if (sp) op_spec_release(sp);
 }
 
-/* op_spec(layout, Stream, MoeConfig, outputs_type, roles, none_as, n_inputs, n_outputs, key, ints_attr,
- *         comm_attr, run, destroy, on_failure, ordered=ordered.compiled_view()) */
+/* op_spec(layout, Stream, MoeConfig, outputs_type, roles, none_as, n_inputs, n_outputs, key, run_layout, run,
+ *         destroy, on_failure, ordered=ordered.compiled_view()) */
 PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
     (void)self;
     static char *kwlist[] = {"layout", "stream_type", "config_type", "outputs_type", "roles", "none_as", "n_inputs",
-                             "n_outputs", "key", "ints_attr", "comm_attr", "run", "destroy", "on_failure",
-                             "ordered", NULL};
-    PyObject *layout_obj, *stream_type, *config_type, *outputs_type, *roles, *none_as, *key, *ints_attr, *comm_attr,
+                             "n_outputs", "key", "run_layout", "run", "destroy", "on_failure", "ordered", NULL};
+    PyObject *layout_obj, *stream_type, *config_type, *outputs_type, *roles, *none_as, *key, *run_layout,
         *on_failure, *ordered;
     Py_ssize_t n_inputs, n_outputs;
     unsigned long long run, destroy;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OO!O!nnO!UUKKOO!:op_spec", kwlist, &layout_obj,
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!O!OO!O!nnO!OKKOO!:op_spec", kwlist, &layout_obj,
                                      &PyType_Type, &stream_type, &PyType_Type, &config_type, &outputs_type,
                                      &PyTuple_Type, &roles, &PyTuple_Type, &none_as, &n_inputs, &n_outputs,
-                                     &PyTuple_Type, &key, &ints_attr, &comm_attr, &run, &destroy, &on_failure,
+                                     &PyTuple_Type, &key, &run_layout, &run, &destroy, &on_failure,
                                      &PyTuple_Type, &ordered))
         return NULL;
     const Layout *layout = (const Layout *)PyCapsule_GetPointer(layout_obj, LAYOUT);
@@ -270,10 +269,12 @@ PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs) {
     sp->n_inputs = n_inputs;
     sp->n_outputs = n_outputs;
     sp->key_op = Py_NewRef(PyTuple_GET_ITEM(key, 0));
-    sp->ints_attr = Py_NewRef(ints_attr);
-    sp->comm_attr = Py_NewRef(comm_attr);
-    if (!(sp->passed_attr = PyUnicode_InternFromString("_passed"))) goto fail;
-    sp->run = (run_fn)(uintptr_t)run;
+    sp->run_layout = Py_NewRef(run_layout);
+    if (!(sp->packed_name = PyUnicode_InternFromString("packed")) || !(sp->ints_attr = PyUnicode_InternFromString(
+              "ints_address")) || !(sp->strings_attr = PyUnicode_InternFromString("strings_address"))
+        || !(sp->passed_attr = PyUnicode_InternFromString("_passed")))
+        goto fail;
+    sp->run = (aclnnpy_run_fn)(uintptr_t)run;
     sp->destroy = (destroy_fn)(uintptr_t)destroy;
     sp->on_failure = Py_NewRef(on_failure);
     PyObject *capsule = PyCapsule_New(sp, OP_SPEC, op_spec_free);
@@ -305,36 +306,42 @@ static uintptr_t address_of(PyObject *v) {
  * even when another thread's call replaces the spec's cache meanwhile (any code that may run Python —
  * a garbage collection's finalizer — lets another thread in). `comm` and `passed` are references. */
 typedef struct {
-    PyObject *comm, *passed;
-    uintptr_t ints;
+    PyObject *packed, *passed;
+    uintptr_t ints, strings;
 } ConfigView;
 
 /* This call's view of `config` (from the spec's cache when it is the config last used): 1, 0 for the
  * Python path, -1 raised. */
 static int use_config(OpSpec *sp, PyObject *config, ConfigView *v) {
     if (config == sp->config) {  /* no Python code runs between the test and the copies */
-        v->comm = Py_NewRef(sp->comm);
+        v->packed = Py_NewRef(sp->packed);
         v->passed = Py_NewRef(sp->passed);
         v->ints = sp->ints;
+        v->strings = sp->strings;
         return 1;
     }
-    PyObject *ints = PyObject_GetAttr(config, sp->ints_attr);
-    PyObject *comm = ints ? PyObject_GetAttr(config, sp->comm_attr) : NULL;
-    PyObject *passed = comm ? PyObject_GetAttr(config, sp->passed_attr) : NULL;
-    uintptr_t address = address_of(ints);
+    /* config.packed(layout): the arrays the run helper reads, kept alive with the config (a parameter) */
+    PyObject *packed = PyObject_CallMethodOneArg(config, sp->packed_name, sp->run_layout);
+    PyObject *ints = packed ? PyObject_GetAttr(packed, sp->ints_attr) : NULL;
+    PyObject *strings = ints ? PyObject_GetAttr(packed, sp->strings_attr) : NULL;
+    PyObject *passed = strings ? PyObject_GetAttr(config, sp->passed_attr) : NULL;
+    uintptr_t ints_address = address_of(ints), strings_address = address_of(strings);
     Py_XDECREF(ints);
-    if (!passed || !address || !PyBytes_Check(comm) || !PySet_Check(passed)) {
-        Py_XDECREF(comm);
+    Py_XDECREF(strings);
+    if (!passed || !ints_address || !strings_address || !PySet_Check(passed)) {
+        Py_XDECREF(packed);
         Py_XDECREF(passed);
         return PyErr_Occurred() ? -1 : 0;
     }
-    v->comm = comm;
+    v->packed = packed;
     v->passed = passed;
-    v->ints = address;  /* config.dispatch_ints / combine_ints, kept alive with the config (a parameter) */
+    v->ints = ints_address;
+    v->strings = strings_address;
     Py_XSETREF(sp->config, Py_NewRef(config));
-    Py_XSETREF(sp->comm, Py_NewRef(comm));
+    Py_XSETREF(sp->packed, Py_NewRef(packed));
     Py_XSETREF(sp->passed, Py_NewRef(passed));
-    sp->ints = address;
+    sp->ints = ints_address;
+    sp->strings = strings_address;
     return 1;
 }
 
@@ -374,7 +381,7 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     int n_made = 0, precheck = 1, rc = 0;
     Py_ssize_t n_held = 0;
     PyObject *config = NULL, *stream = NULL, *outputs = NULL, *held = NULL, *state = NULL;
-    ConfigView view = {NULL, NULL, 0};
+    ConfigView view = {NULL, NULL, 0, 0};
     if (sp->n_params != PyTuple_GET_SIZE(oc->head.names) || !parse_params(&oc->head, args, nargs, kwnames, params))
         return 0;
     const Layout *l = sp->layout;
@@ -453,14 +460,15 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
     Py_INCREF(state);  /* kept across the launch: the stream may be destroyed meanwhile */
     uintptr_t ws, ws_cap;
     if (!ordered_workspace(&sp->ordered, state, &ws, &ws_cap)) goto done;
-    PyObject *comm = view.comm;
     const int64_t *ints = (const int64_t *)view.ints;
+    const char *const *strings = (const char *const *)view.strings;
     void *handle = (void *)(uintptr_t)slot_size(stream, sp->s_handle);
     uint64_t ws_size = 0;
     void *executor = NULL;
     int launched = 0, status;
     Py_BEGIN_ALLOW_THREADS
-    status = sp->run(table, ints, PyBytes_AS_STRING(comm), ws, ws_cap, handle, &ws_size, &executor, 1, &launched);
+    status = sp->run((aclTensor *const *)table, ints, strings, ws, ws_cap, handle, &ws_size,
+                     (aclOpExecutor **)&executor, 1, &launched);
     if (!launched && status == 0) sp->destroy(executor);  /* needs a larger workspace: Python grows it */
     Py_END_ALLOW_THREADS
     if (!launched) goto done;  /* phase 1 refused, or more workspace: the Python path redoes it and reports */
@@ -492,7 +500,7 @@ static int fast_op(const OpCall *oc, OpSpec *sp, PyObject *const *args, Py_ssize
 done:
     Py_XDECREF(held);
     Py_XDECREF(state);
-    Py_XDECREF(view.comm);
+    Py_XDECREF(view.packed);
     Py_XDECREF(view.passed);
     while (n_made) Py_DECREF(made[--n_made]);
     return rc;

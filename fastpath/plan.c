@@ -14,7 +14,7 @@
  *   PlanCall   a plan class's __call__: parses the call by the Python __call__'s parameter names */
 #include "fastpath.h"
 
-typedef int (*plan_launch_fn)(void *plan, void *stream);
+typedef __typeof__(aclnnpy_plan_launch) *plan_launch_fn;  /* csrc/aclnnpy.h */
 
 /* A Tensor found usable for a slot, and what made it so: while the Tensor lives (the reference is weak:
  * the plan keeps only what the Python path keeps) and these slots of it hold the same objects, its
@@ -305,7 +305,7 @@ static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream)
     if (!taken) return 0;
     int ret;
     Py_BEGIN_ALLOW_THREADS
-    ret = st->launch(st->plan, (void *)(uintptr_t)handle);
+    ret = st->launch((struct aclnnpy_plan *)st->plan, (aclrtStream)(uintptr_t)handle);
     Py_END_ALLOW_THREADS
     if (ret != 0) {
         PyObject *r = PyObject_CallFunction(st->on_failure, "i", ret);

@@ -499,7 +499,7 @@ class _PythonOpCalls:
 
         self.counts = {}
         for op in ("dispatch", "combine"):
-            module = sys.modules[f"aclnn_py.ops.moe_distribute_{op}"]
+            module = sys.modules[f"aclnn_py.ops.{op}"]
             monkeypatch.setattr(module, "_convert", self._counting(op, module._convert))
         self._ident = threading.get_ident
 

@@ -25,6 +25,7 @@ from typing import TypeVar, cast
 from ..errors import check_aclnn
 from ..runtime import Stream, initialized, ordered
 from ..tensor import Tensor
+from ._layout import Signature
 from .config import MoeConfig
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -87,13 +88,13 @@ def compiled_op(setup: Callable[[tuple[str, ...]], object]) -> Callable[[F], F]:
 def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: int,
                   make_if_none: Mapping[str, Callable[[], Tensor]], outputs: str, outputs_type: type | None,
                   n_outputs: int, key: tuple[str, tuple[str, int], tuple[str, int], tuple[str, int]],
-                  ints_attr: str, run: str, phase2: str) -> object:
+                  signature: Signature) -> object:
     """What the C path of an operator function with parameters `names` needs: `inputs` in the C order
     (parameters of those names are tensors; the first `required` must be given, the others are NULL
     when None unless `make_if_none` makes them), the `outputs` parameter (a `outputs_type` tuple of
     `n_outputs` Tensors, or one Tensor), the pre-check `key` the config remembers (the op, then BS, H
-    and K as (parameter, dim)), the config attribute holding the address of the integer attributes, and
-    the extension's `run` helper. Any other parameter must be None."""
+    and K as (parameter, dim)), and the operator's `signature` (its run helper, and the layout of the
+    config's attributes for it). Any other parameter must be None."""
     from .. import _fastpath
 
     # what a parameter that is not a tensor input is to the C path
@@ -110,15 +111,16 @@ def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: 
             roles.append(named.get(name, _fastpath.ROLE_NONE))
             none_as.append(None)
     op, *dims = key
+    layout = signature.layout
     b = initialized()
     ffi = b.ffi
     return _fastpath.op_spec(
         layout=_fastpath.layout(Tensor), stream_type=Stream, config_type=MoeConfig, outputs_type=outputs_type,
         roles=tuple(roles), none_as=tuple(none_as), n_inputs=len(inputs), n_outputs=n_outputs,
-        key=(op, *((names.index(param), dim) for param, dim in dims)), ints_attr=ints_attr,
-        comm_attr="comm_alg_bytes", run=int(ffi.cast("uintptr_t", b.function_pointer(run))),
+        key=(op, *((names.index(param), dim) for param, dim in dims)), run_layout=layout,
+        run=int(ffi.cast("uintptr_t", b.function_pointer(layout.helper))),
         destroy=int(ffi.cast("uintptr_t", b.function_pointer("aclDestroyAclOpExecutor"))),
-        on_failure=functools.partial(_raise_status, phase2), ordered=ordered.compiled_view())
+        on_failure=functools.partial(_raise_status, layout.phase2), ordered=ordered.compiled_view())
 
 
 def _raise_status(func: str, status: int) -> None:

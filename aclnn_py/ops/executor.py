@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
+from .._abi import RunLayout
 from ..errors import AclnnParamInvalid, ClosedError, check_aclnn, param_invalid
 from ..runtime import (
     DeviceMemory,
@@ -28,6 +29,7 @@ from ..runtime import (
 )
 from ..tensor import Tensor, destroy_descriptor
 from ._args import as_int32, host_array, wrong_dtype
+from .config import PackedAttrs
 
 if TYPE_CHECKING:
     from .._fastpath import PlanBase, PlanCall
@@ -79,39 +81,41 @@ def _descriptor_table(inputs: Sequence[Tensor | None],
     return cells, held
 
 
-def run_phase1(run: Any, phase1: str, ints: Any, comm_alg: bytes, inputs: Sequence[Tensor | None],
+def run_phase1(layout: RunLayout, attrs: PackedAttrs, inputs: Sequence[Tensor | None],
                outputs: Sequence[Tensor | None]) -> tuple[int, Any]:
-    """Phase 1 only, through the same ``aclnnpy_<op>_run`` helper as :func:`run_both_phases` (so the
-    C prototype's argument order lives in one place): (workspace size, executor)."""
+    """Phase 1 only, through the same run helper as :func:`run_both_phases` (so the C prototype's
+    argument order lives in one place): (workspace size, executor)."""
     (table, _, _, ws_size, executor, launched, _, _, _), _ = _descriptor_table(inputs, outputs)
-    null = initialized().ffi.NULL  # no stream: nothing is launched
-    ret = run(table, ints, comm_alg, 0, 0, null, ws_size, executor, 0, launched)
+    b = initialized()
+    null = b.ffi.NULL  # no stream: nothing is launched
+    ret = getattr(b.lib, layout.helper)(table, attrs.ints, attrs.strings, 0, 0, null, ws_size, executor, 0, launched)
     if ret:
-        check_aclnn(ret, phase1)
+        check_aclnn(ret, layout.phase1)
     return int(ws_size[0]), executor[0]
 
 
-def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: bytes, stream: Stream,
-                    inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]) -> None:
-    """Phase 1 and phase 2 of a one-shot call through the extension's ``aclnnpy_<op>_run`` helper
-    (one crossing into C): `ints` are the operator's integer attributes in the helper's order, the
-    tensors go in the C prototype's order. The launch uses the stream's workspace (grown when phase 1
-    asks for more) and holds what it uses until the stream passes it."""
-    (table, _, _, ws_size, executor, launched, _, written, layout), held = _descriptor_table(inputs, outputs)
+def run_both_phases(layout: RunLayout, attrs: PackedAttrs, stream: Stream, inputs: Sequence[Tensor | None],
+                    outputs: Sequence[Tensor | None]) -> None:
+    """Phase 1 and phase 2 of a one-shot call through the operator's run helper (one crossing into
+    C): `attrs` are the config's attributes laid out for it, the tensors go in the C prototype's order.
+    The launch uses the stream's workspace (grown when phase 1 asks for more) and holds what it uses
+    until the stream passes it."""
+    (table, _, _, ws_size, executor, launched, _, written, cells_layout), held = _descriptor_table(inputs, outputs)
     order_after_writes(stream, inputs)
     ws_ptr, ws_cap = ordered.workspace_block(stream)
-    ret = run(table, ints, comm_alg, ws_ptr, ws_cap, stream._cdata, ws_size, executor, 1, launched)
+    b = initialized()
+    ret = getattr(b.lib, layout.helper)(table, attrs.ints, attrs.strings, ws_ptr, ws_cap, stream._cdata, ws_size,
+                                        executor, 1, launched)
     if not launched[0]:
         if ret:
-            check_aclnn(ret, phase1)
+            check_aclnn(ret, layout.phase1)
         size = int(ws_size[0])  # more workspace than the stream's block: grow it, then launch
         ws = ordered.workspace(stream, size)
-        b = initialized()
-        ret = getattr(b.lib, phase2)(b.ffi.cast("void *", ws), size, executor[0], stream._cdata)
+        ret = getattr(b.lib, layout.phase2)(b.ffi.cast("void *", ws), size, executor[0], stream._cdata)
     ordered.hold(stream, held)  # after queueing: released by a later synchronisation
     if ret:
-        check_aclnn(ret, phase2)
-    written(layout, outputs, stream)
+        check_aclnn(ret, layout.phase2)
+    written(cells_layout, outputs, stream)
 
 
 class _RunCells(NamedTuple):

@@ -19,6 +19,7 @@ from . import prechecks
 from ._args import given_output, host_weights, ids_tensor, input_tensor, required_tensor, unread_output
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
+from ._layout import Signature
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
 
@@ -31,6 +32,8 @@ INPUTS = ("context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_se
           "expand_scales", "shared_expert_x", "elastic_info", "ori_x", "const_expert_alpha_1",
           "const_expert_alpha_2", "const_expert_v", "performance_info")
 OUTPUTS = ("x_out",)
+#: The C function's tensors in this order, checked against its prototype at the first call.
+SIGNATURE = Signature(PHASE2, INPUTS, OUTPUTS)
 #: The inputs a plan call may change, weighted and unweighted (expert_scales is then the empty tensor).
 _PLAN_NAMES = ("expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
                "x_active_mask", "shared_expert_x", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
@@ -100,8 +103,8 @@ def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, prech
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:
-    return run_phase1(initialized().lib.aclnnpy_combine_v5_run, PHASE1, cfg.combine_ints, cfg.comm_alg_bytes,
-                      ins, (out,))
+    layout = SIGNATURE.layout
+    return run_phase1(layout, cfg.packed(layout), ins, (out,))
 
 
 def prepare_combine(
@@ -149,7 +152,7 @@ def _compiled_spec(names: tuple[str, ...]) -> object:
     return operator_spec(names, inputs=INPUTS, required=5, make_if_none={"expert_scales": empty_weights},
                          outputs="x_out", outputs_type=None, n_outputs=1,
                          key=("combine", ("expert_ids", 0), ("expand_x", 1), ("expert_ids", 1)),
-                         ints_attr="_combine_ints_address", run="aclnnpy_combine_v5_run", phase2=PHASE2)
+                         signature=SIGNATURE)
 
 
 @compiled_op(_compiled_spec)
@@ -172,8 +175,8 @@ def moe_distribute_combine(
                              expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
                              const_expert_alpha_2, const_expert_v, performance_info), s)
     out = _x_out(cfg, ins, x_out, precheck)
-    run_both_phases(initialized().lib.aclnnpy_combine_v5_run, PHASE1, PHASE2, cfg.combine_ints,
-                    cfg.comm_alg_bytes, s, ins, (out,))
+    layout = SIGNATURE.layout
+    run_both_phases(layout, cfg.packed(layout), s, ins, (out,))
     return out
 
 
