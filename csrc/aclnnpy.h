@@ -39,13 +39,19 @@ typedef aclnnStatus (*aclnnpy_run_fn)(aclTensor *const *t, const int64_t *a, con
                                       uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                       aclOpExecutor **executor, int launch, int *launched);
 
+/* An operator's phase 2 (aclnnXxx(workspace, workspaceSize, executor, stream)), called by address. */
+typedef aclnnStatus (*aclnnpy_phase2_fn)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
+                                         aclrtStream stream);
+/* aclDestroyAclOpExecutor, called by address. */
+typedef aclnnStatus (*aclnnpy_destroy_fn)(aclOpExecutor *executor);
+
 /* ---- a plan's phase 2 (csrc/plan.c) ----
  * The plan's arguments, filled once when the plan is built: in_want/out_want hold the addresses this
  * step needs (0: the slot is absent); in_bound/out_bound the addresses the executor holds now, updated
  * as each move succeeds. On failure `failed` tells which call failed (1: aclSetInputTensorAddr, 2:
  * aclSetOutputTensorAddr, 3: the launch) and `failed_index` the slot. */
 struct aclnnpy_plan {
-    void *launch;  /* the operator's phase 2 */
+    void *launch;  /* the operator's phase 2 (an aclnnpy_phase2_fn) */
     aclOpExecutor *executor;
     int n_in;
     aclTensor **in_desc;

@@ -6,8 +6,6 @@
  * A step writes the wanted addresses and then launches without the GIL, so two threads stepping one
  * plan would bind each other's tensors: a step runs between aclnnpy_plan_enter and _leave, and a
  * second one meanwhile is refused. */
-typedef aclnnStatus (*aclnnpy_launch_fn)(void *, uint64_t, aclOpExecutor *, aclrtStream);
-
 /* Start a step: 0, or 1 when another thread's step is running (the caller refuses the call). */
 int aclnnpy_plan_enter(struct aclnnpy_plan *p) {
     return __atomic_exchange_n(&p->busy, 1, __ATOMIC_ACQUIRE);
@@ -33,7 +31,7 @@ aclnnStatus aclnnpy_plan_launch(struct aclnnpy_plan *p, aclrtStream stream) {
         if (ret != 0) { p->failed = 2; p->failed_index = i; return ret; }
         p->out_bound[i] = p->out_want[i];
     }
-    ret = ((aclnnpy_launch_fn)p->launch)(p->workspace, p->workspace_size, p->executor, stream);
+    ret = ((aclnnpy_phase2_fn)p->launch)(p->workspace, p->workspace_size, p->executor, stream);
     if (ret != 0) p->failed = 3;
     return ret;
 }

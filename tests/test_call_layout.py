@@ -133,7 +133,7 @@ def test_every_helper_of_the_header_is_in_the_extension(acl):
     """cffi's declarations are parsed from csrc/aclnnpy.h: each helper it declares is callable."""
     ffi_module = build_ffi()
     decls, run_params = ffi_module.helper_declarations(_abi.parse(INCLUDE))
-    names = [d.split("(")[0].split()[-1].lstrip("*") for d in decls if "(" in d and not d.startswith("struct")]
+    names = [d.split("(")[0].split()[-1].lstrip("*") for d in decls if "(" in d and not d.startswith(("struct", "typedef"))]
     assert "aclnnpy_plan_launch" in names and "aclnnpy_dlpack_deleter" in names and len(names) >= 15
     lib = acl.backend().lib
     for name in names:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from operator import is_not
+from typing import TYPE_CHECKING
 
 from ..dtypes import DataType, DTypeLike
 from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
@@ -20,8 +21,11 @@ from ._args import given_output, host_weights, ids_tensor, input_tensor, require
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from ._layout import Signature
+
+if TYPE_CHECKING:
+    from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
+from .executor import Plan, Prepared, private_views
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeCombineV5"
@@ -103,8 +107,8 @@ def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, prech
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:
-    layout = SIGNATURE.layout
-    return run_phase1(layout, cfg.packed(layout), ins, (out,))
+    size, executor = SIGNATURE.core.phase1(ins, (out,), cfg)
+    return size, initialized().ffi.cast("aclOpExecutor *", executor)
 
 
 def prepare_combine(
@@ -148,11 +152,10 @@ class PreparedCombine(Prepared):
         self.result = x_out
 
 
-def _compiled_spec(names: tuple[str, ...]) -> object:
-    return operator_spec(names, inputs=INPUTS, required=5, make_if_none={"expert_scales": empty_weights},
-                         outputs="x_out", outputs_type=None, n_outputs=1,
-                         key=("combine", ("expert_ids", 0), ("expand_x", 1), ("expert_ids", 1)),
-                         signature=SIGNATURE)
+def _compiled_spec(names: tuple[str, ...], n_positional: int) -> OpSpec:
+    return operator_spec(names, n_positional, signature=SIGNATURE, required=5,
+                         make_if_none={"expert_scales": empty_weights}, outputs="x_out", outputs_type=None,
+                         key=("combine", ("expert_ids", 0), ("expand_x", 1), ("expert_ids", 1)))
 
 
 @compiled_op(_compiled_spec)
@@ -175,8 +178,7 @@ def moe_distribute_combine(
                              expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
                              const_expert_alpha_2, const_expert_v, performance_info), s)
     out = _x_out(cfg, ins, x_out, precheck)
-    layout = SIGNATURE.layout
-    run_both_phases(layout, cfg.packed(layout), s, ins, (out,))
+    SIGNATURE.core.run(ins, (out,), cfg, s)
     return out
 
 

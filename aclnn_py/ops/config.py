@@ -17,6 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from .._abi import RunLayout, same_name
+from .._bases import ConfigBase, PackedBase
 from ..runtime import initialized, soc_name
 from . import sizing
 from .profiles import SocProfile, profile_of
@@ -30,7 +31,7 @@ _INT_FIELDS = ("ep_world_size", "ep_rank_id", "moe_expert_num", "ccl_buffer_size
 
 
 @dataclass(frozen=True, eq=False)
-class MoeConfig:
+class MoeConfig(ConfigBase):
     """The attributes of ``aclnnMoeDistributeDispatchV5`` / ``aclnnMoeDistributeCombineV5`` for one
     rank (names as the C parameters, in snake case). ``soc`` is read from the device when not given.
     The dispatch-only (``quant_mode``, ``expert_token_nums_type``) and combine-only
@@ -57,9 +58,10 @@ class MoeConfig:
     out_dtype: int = 0
     group_list_type: int = 0
     soc: str = ""
-    #: shapes that passed the pre-checks: (op, BS, H, K)
+    #: shapes that passed the pre-checks: (op, BS, H, K) (a typed field of ConfigBase)
     _passed: set[tuple[str, int, int, int]] = field(default_factory=set, init=False, repr=False)
-    #: the attributes laid out for each operator's run helper, by phase-2 name (:meth:`packed`)
+    #: the attributes laid out for each operator's run helper, by phase-2 name (:meth:`packed`; a typed
+    #: field of ConfigBase)
     _packed: dict[str, PackedAttrs] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -153,11 +155,12 @@ class MoeConfig:
                                   self.shared, self.comm_alg == "fullmesh_v2", self.profile.window_bytes_per_rank)
 
 
-class PackedAttrs:
+class PackedAttrs(PackedBase):
     """A config's attributes for one operator's run helper: ``ints`` (``int64_t[]``) and ``strings``
-    (``const char *[]``) in the prototype's order, and their addresses for the compiled call."""
+    (``const char *[]``) in the prototype's order; the compiled core reads them through the typed
+    fields of PackedBase (their addresses)."""
 
-    __slots__ = ("layout", "ints", "strings", "ints_address", "strings_address", "_keep")
+    __slots__ = ("ints", "strings", "_keep")
 
     def __init__(self, config: MoeConfig, layout: RunLayout):
         ffi = initialized().ffi

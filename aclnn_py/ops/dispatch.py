@@ -11,7 +11,7 @@ allocated with the shapes of docs/operators.md unless given.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
@@ -31,8 +31,11 @@ from ._args import (
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from ._layout import Signature
+
+if TYPE_CHECKING:
+    from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
+from .executor import Plan, Prepared, private_views
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeDispatchV5"
@@ -162,8 +165,8 @@ def _given_outputs(given: object) -> Mapping[str, Tensor | None]:
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
-    layout = SIGNATURE.layout
-    return run_phase1(layout, cfg.packed(layout), ins, outs)
+    size, executor = SIGNATURE.core.phase1(ins, outs, cfg)
+    return size, initialized().ffi.cast("aclOpExecutor *", executor)
 
 
 def _convert(context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
@@ -225,10 +228,9 @@ class PreparedDispatch(Prepared):
         self.result = outputs
 
 
-def _compiled_spec(names: tuple[str, ...]) -> object:
-    return operator_spec(names, inputs=INPUTS, required=3, make_if_none={}, outputs="outputs",
-                         outputs_type=DispatchOutputs, n_outputs=len(OUTPUTS),
-                         key=("dispatch", ("x", 0), ("x", 1), ("expert_ids", 1)), signature=SIGNATURE)
+def _compiled_spec(names: tuple[str, ...], n_positional: int) -> OpSpec:
+    return operator_spec(names, n_positional, signature=SIGNATURE, required=3, make_if_none={}, outputs="outputs",
+                         outputs_type=DispatchOutputs, key=("dispatch", ("x", 0), ("x", 1), ("expert_ids", 1)))
 
 
 @compiled_op(_compiled_spec)
@@ -247,8 +249,7 @@ def moe_distribute_dispatch(
     ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
                    performance_info, x_dtype, scales_dtype, s)
     outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
-    layout = SIGNATURE.layout
-    run_both_phases(layout, cfg.packed(layout), s, ins, outs)
+    SIGNATURE.core.run(ins, outs, cfg, s)
     return outs
 
 

@@ -17,6 +17,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .._bases import StreamStateBase
 from ._memory import DeviceMemory
 
 if TYPE_CHECKING:  # the stream module imports this one: streams and their events are only used here
@@ -28,15 +29,16 @@ if TYPE_CHECKING:  # the stream module imports this one: streams and their event
 CHECKPOINT_EVERY = 256
 
 
-class _StreamState:
+class _StreamState(StreamStateBase):
     """What one stream holds, in segments: a hold goes into the current (last) segment; a boundary —
     a checkpoint or the start of a synchronisation — closes it and opens the next. Everything in a
     closed segment was held after its launch was queued, so before the boundary: once the stream has
     passed the boundary the whole segment is released at once. Appending to the current segment is
     one step under the GIL for the compiled calls; the Python holds take the lock, so that none lands
-    in a segment that a boundary already closed."""
+    in a segment that a boundary already closed. ``current`` and ``workspace`` are typed fields of
+    StreamStateBase (csrc/_core.pxd), which the compiled core reads."""
 
-    __slots__ = ("segments", "first", "current", "checkpoints", "workspace", "retired")
+    __slots__ = ("segments", "first", "checkpoints", "retired")
 
     def __init__(self) -> None:
         self.current: list[object] = []
@@ -124,6 +126,12 @@ def release_after(stream: Stream | None, release: Callable[[], None]) -> None:
         release()
     else:
         hold(stream, _AfterStream(release))
+
+
+def state(stream: Stream) -> _StreamState:
+    """`stream`'s state, made when it has none yet (the compiled core's first launch on a stream)."""
+    with _lock:
+        return _state(stream._key)
 
 
 def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
