@@ -15,8 +15,20 @@ The objects' state is read through the typed bases of _core.pxd, which the Pytho
 
 import functools
 
-from cpython.dict cimport PyDict_Next
 from cpython.ref cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+
+cdef extern from "Python.h":
+    object PyObject_Vectorcall(object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+
+
+cdef extern from "entry.h":
+    ctypedef object (*aclnnpy_route_fn)(PyObject *route, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames)
+    aclnnpy_route_fn aclnnpy_route_call
+    object aclnnpy_entry_type()
+    object aclnnpy_entry_new(object type, object route)
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 
 # 0: every OpCall goes to its Python function (set_enabled()). Read without a lock: a call that races
@@ -236,8 +248,14 @@ cdef class OpCore:
             self.checkpoint(stream)
         if status:
             self.raise_status(status, self.phase2_name)
+        cdef Py_ssize_t j
         if isinstance(outputs, TensorBase):
             (<TensorBase>outputs)._writer = stream
+        elif isinstance(outputs, tuple):
+            for j in range(PyTuple_GET_SIZE(outputs)):
+                t = <object>PyTuple_GET_ITEM(outputs, j)
+                if t is not None:
+                    (<TensorBase>t)._writer = stream
         else:
             for t in outputs:
                 if t is not None:
@@ -303,16 +321,15 @@ cdef class OpSpec:
         self.stream_type = stream_type
         self.config_type = config_type
 
-    cdef object call(self, tuple args, dict kwargs):
+    cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
         """The outputs after a launch, or None when the Python function must take the call (before
-        anything ran). References are borrowed from the call's arguments, which live until it returns."""
+        anything ran). `args` are the caller's (positional ones, then the values of `kwnames`), borrowed:
+        they live until the call returns."""
         cdef PyObject *given[MAX_PARAMS]
         cdef PyObject *ins[MAX_TABLE]
         cdef aclTensor *table[MAX_TABLE]
-        cdef Py_ssize_t i, pos = 0, nargs = len(args)
+        cdef Py_ssize_t i, k, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
         cdef Py_ssize_t role
-        cdef PyObject *key
-        cdef PyObject *value
         cdef TensorBase tb
         cdef bint precheck = True, order = False
         cdef list made = None
@@ -321,15 +338,15 @@ cdef class OpSpec:
         for i in range(self.n_params):
             given[i] = NULL
         for i in range(nargs):
-            given[i] = <PyObject *>args[i]
-        while PyDict_Next(kwargs, &pos, &key, &value):
-            where = self.index.get(<object>key)
+            given[i] = args[i]
+        for k in range(n_kw):
+            where = self.index.get(<object>PyTuple_GET_ITEM(<object>kwnames, k))
             if where is None:
                 return None  # unknown here (an attribute keyword, a misspelling): Python's
             i = where
             if given[i] != NULL:
                 return None  # given twice: Python raises
-            given[i] = value
+            given[i] = args[nargs + k]
         config = stream = outputs = None
         for i in range(self.n_inputs):
             ins[i] = NULL
@@ -449,16 +466,16 @@ cdef class OpCall:
         self.names = tuple(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
         self.n_positional = code.co_argcount
 
-    cdef object call(self, tuple args, dict kwargs):
+    cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
         if compiled_enabled:
             spec = self.spec
             if spec is None:
                 spec = self.set_up()
             if spec is not False:
-                result = (<OpSpec>spec).call(args, kwargs)
+                result = (<OpSpec>spec).call(args, nargs, kwnames)
                 if result is not None:
                     return result
-        return self.function(*args, **kwargs)
+        return PyObject_Vectorcall(self.function, args, <size_t>nargs, kwnames)
 
     cdef object set_up(self):
         try:
@@ -472,15 +489,18 @@ cdef class OpCall:
         return self.spec
 
 
+cdef object route_call(PyObject *route, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+    return (<OpCall>route).call(args, nargs, kwnames)
+
+
+aclnnpy_route_call = route_call
+CompiledOperator = aclnnpy_entry_type()
+
+
 def compiled_operator(function, setup):
-    """`function` (an operator's Python function) with its compiled route in front: a function object
-    (called without packing its arguments twice) with the Python function's name, doc and signature
-    (``__wrapped__``), and the route as ``compiled`` (an OpCall)."""
-    cdef OpCall route = OpCall(function, setup)
-
-    def operator(*args, **kwargs):
-        return route.call(args, kwargs)
-
+    """`function` (an operator's Python function) with its compiled route in front: a
+    CompiledOperator (csrc/entry.h), called by vectorcall, with the Python function's name, doc and
+    signature (``__wrapped__``) and the route as ``compiled`` (an OpCall)."""
+    operator = aclnnpy_entry_new(CompiledOperator, OpCall(function, setup))
     functools.update_wrapper(operator, function)
-    operator.compiled = route
     return operator

@@ -40,6 +40,7 @@ PyObject *ordered_state(const Ordered *o, PyObject *stream) {
 }
 
 int ordered_held_recently(const Ordered *o, PyObject *state, PyObject *obj, Py_ssize_t window) {
+    (void)o;  /* the state's layout is the core's, whatever the view */
     PyObject *current = ((StateFields *)state)->current;
     if (!current || !PyList_CheckExact(current)) return 0;
     Py_ssize_t n = PyList_GET_SIZE(current);

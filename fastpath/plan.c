@@ -249,6 +249,7 @@ static int retire(const State *st, PyObject *stream, PyObject **anchors, Py_ssiz
 
 /* What keeps Tensor `t`'s memory valid (Tensor._anchor()), borrowed; None when nothing does. */
 static PyObject *anchor_of(const State *st, PyObject *t) {
+    (void)st;  /* `t` is a Tensor: its fields are the core's */
     PyObject *a = TENSOR(t)->_mem;
     if (!a || a == Py_None) a = TENSOR(t)->_owner;
     return a ? a : Py_None;
