@@ -237,7 +237,11 @@ cdef class OpCore:
         if not launched:
             if status:
                 self.raise_status(status, self.phase1_name)
-            ws = <uintptr_t>self.grow(stream, size)  # more than the stream's block: grow it, then launch
+            try:  # more than the stream's block: grow it, then launch
+                ws = <uintptr_t>self.grow(stream, size)
+            except BaseException:
+                self.destroy_fn(executor)  # never launched: nothing else would destroy it
+                raise
             with nogil:
                 status = self.phase2_fn(<void *>ws if size else NULL, size, executor, handle)
         # launched: what it uses is held until the stream passes it, whatever the status. Reading the
