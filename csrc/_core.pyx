@@ -313,6 +313,8 @@ cdef class OpSpec:
             self.roles[i] = roles[i]
         if outputs_type is None and self.n_outputs != 1:
             raise ValueError("OpSpec: outputs as one Tensor need an operator with one output")
+        if outputs_type is not None and not issubclass(outputs_type, tuple):
+            raise TypeError("OpSpec: outputs_type must be a tuple type (or None: one Tensor)")
         self.none_as = none_as
         self.outputs_type = outputs_type
         op, *dims = key
@@ -412,14 +414,15 @@ cdef class OpSpec:
         cdef TensorBase tb
         cdef Py_ssize_t j
         if self.outputs_type is None:
-            items = (outputs,)
-        elif type(outputs) is self.outputs_type and len(<tuple>outputs) == self.n_outputs:
-            items = <tuple>outputs
+            single = True
+        elif type(outputs) is self.outputs_type and PyTuple_GET_SIZE(outputs) == self.n_outputs:
+            single = False
         else:
             return False  # outputs to allocate, or a mapping: Python's
         for j in range(self.n_outputs):
-            t = items[j]
-            if t is None and self.outputs_type is not None:
+            # PyTuple_GET_ITEM: a named tuple's items without its class's item lookup
+            t = outputs if single else <object>PyTuple_GET_ITEM(outputs, j)
+            if t is None and not single:
                 table[j] = NULL  # an optional output left NULL: C refuses it where it is needed
                 continue
             if type(t) is not self.tensor_type:

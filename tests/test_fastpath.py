@@ -525,6 +525,8 @@ def test_the_core_checks_what_it_is_built_with(acl):
         OpSpec(core, ("a", "b"), 2, (0, 3), (False,), **args)
     with pytest.raises(ValueError, match="none_as has one entry per input"):
         OpSpec(core, ("a", "b"), 2, (0, -5), (), **args)
+    with pytest.raises(TypeError, match="outputs_type must be a tuple type"):
+        OpSpec(core, ("a", "b"), 2, (0, -5), (False,), **dict(args, outputs_type=list))
     with pytest.raises(ValueError, match=r"a key item is \(input index, dim 0 or 1\)"):
         OpSpec(core, ("a", "b"), 2, (0, -5), (False,), **dict(args, key=("op", (0, 0), (1, 0), (0, 1))))
 
