@@ -283,6 +283,7 @@ cdef class OpSpec:
 
     cdef OpCore core
     cdef dict index              # parameter name -> position
+    cdef tuple names             # the parameter names, in order
     cdef Py_ssize_t n_params, n_positional, n_inputs, n_outputs
     cdef Py_ssize_t roles[MAX_PARAMS]
     cdef tuple none_as           # per input: None (NULL is passed), False (Python's call) or a maker
@@ -303,6 +304,7 @@ cdef class OpSpec:
         self.n_params = n
         self.n_positional = n_positional
         self.index = {name: i for i, name in enumerate(names)}
+        self.names = names
         self.n_inputs = len(core.layout.inputs)
         self.n_outputs = len(core.layout.outputs)
         if len(none_as) != self.n_inputs:
@@ -346,12 +348,9 @@ cdef class OpSpec:
         for i in range(nargs):
             given[i] = args[i]
         for k in range(n_kw):
-            where = self.index.get(<object>PyTuple_GET_ITEM(<object>kwnames, k))
-            if where is None:
-                return None  # unknown here (an attribute keyword, a misspelling): Python's
-            i = where
-            if given[i] != NULL:
-                return None  # given twice: Python raises
+            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
+            if i < 0 or given[i] != NULL:
+                return None  # unknown here (an attribute keyword, a misspelling) or given twice: Python's
             given[i] = args[nargs + k]
         config = stream = outputs = None
         for i in range(self.n_inputs):
@@ -409,6 +408,16 @@ cdef class OpSpec:
         inputs = [None if ins[i] == NULL else <object>ins[i] for i in range(self.n_inputs)] if order else None
         self.core.launch(table, held, self.core.attrs_of(cfg), <StreamBase>stream, inputs, outputs, order)
         return outputs
+
+    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
+        """The parameter `name` names, or -1. Call sites pass the interned names the function's code
+        holds, so identity finds them; anything else is looked up by value."""
+        cdef Py_ssize_t i
+        for i in range(self.n_params):
+            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
+                return i
+        where = self.index.get(<object>name)
+        return -1 if where is None else <Py_ssize_t>where
 
     cdef bint gather_outputs(self, object outputs, aclTensor **table, list held, Py_ssize_t at) except -1:
         cdef TensorBase tb
