@@ -341,6 +341,7 @@ cdef class OpSpec:
         cdef TensorBase tb
         cdef bint precheck = True, order = False
         cdef list made = None
+        cdef object first_made = None
         if nargs > self.n_positional:
             return None
         for i in range(self.n_params):
@@ -385,10 +386,14 @@ cdef class OpSpec:
                     continue
                 if make is False:
                     return None
-                if made is None:
-                    made = []
-                made.append(make())  # kept alive until the call returns
-                ins[i] = <PyObject *>made[len(made) - 1]
+                if first_made is None:  # kept alive until the call returns (usually the only one)
+                    first_made = make()
+                    ins[i] = <PyObject *>first_made
+                else:
+                    if made is None:
+                        made = []
+                    made.append(make())
+                    ins[i] = <PyObject *>made[len(made) - 1]
             t = <object>ins[i]
             if type(t) is not self.tensor_type:
                 return None  # host data, a foreign object: Python converts or refuses it
