@@ -10,6 +10,12 @@ links to no CANN library and one build serves the mock and real hardware. ``acln
 returns the prototype table (JSON) the module was generated from, for the guard to compare with the
 headers of an installed CANN.
 
+The module also holds the binding's own C helpers, declared once in ``csrc/aclnnpy.h`` (cffi's
+declarations of them are parsed from that header) and defined in ``csrc/*.c``, and one *run helper*
+per operator of ``include/aclnnop/`` (``aclnnpy_run_<phase 2>``: both phases in one call), generated
+here from the phase-1 prototype so that the order of its tensors and attributes is the header's
+(``aclnn_py._abi.run_layout``).
+
 Usage: ``python build_ffi.py --include include --out _aclnn.c``
 """
 
@@ -17,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import re
 import sys
 from pathlib import Path
 from types import ModuleType
 
 import cffi
+import pycparser  # type: ignore[import-untyped]
+from pycparser import c_ast, c_generator
 
 
 def _load_abi() -> ModuleType:
@@ -51,44 +58,60 @@ def _missing_value(ret: str) -> str:
     return "ACL_ERROR_API_NOT_SUPPORT"
 
 
+HELPERS = Path(__file__).resolve().parent / "csrc"
+HELPER_HEADER = "aclnnpy.h"
+
+
+def helper_declarations(headers: _abi.HeaderSet) -> tuple[list[str], list[tuple[str, str]]]:
+    """The declarations of csrc/aclnnpy.h as C text (for cffi's cdef), and the parameters of its run
+    helper type ``aclnnpy_run_fn`` as (declaration, name) pairs."""
+    body, _ = _abi.strip_header((HELPERS / HELPER_HEADER).read_text())
+    prefix = _abi.PARSE_PRELUDE + headers.types
+    n_before = len(pycparser.CParser().parse(prefix).ext)
+    nodes = pycparser.CParser().parse(prefix + "\n" + body, filename=HELPER_HEADER).ext[n_before:]
+    gen = c_generator.CGenerator()
+    decls: list[str] = []
+    run_params: list[tuple[str, str]] = []
+    for node in nodes:
+        if isinstance(node, c_ast.Typedef) and node.name == "aclnnpy_run_fn":
+            run_params = [(gen.visit(p), p.name) for p in node.type.type.args.params]
+            continue  # cffi gets each helper's prototype instead
+        decls.append(gen.visit(node) + ";")
+    assert run_params, f"{HELPER_HEADER} declares the run helper type aclnnpy_run_fn"
+    return decls, run_params
+
+
+def run_helper(layout: _abi.RunLayout, run_params: list[tuple[str, str]]) -> tuple[str, str]:
+    """(prototype, definition) of an operator's run helper, with the argument order of its phase-1
+    prototype (``layout``) and the parameters of ``aclnnpy_run_fn``."""
+    (t, a, s, workspace, workspace_cap, stream, workspace_size, executor, launch, launched) = (n for _, n in run_params)
+    arrays = {"t": t, "a": a, "s": s}
+    args = ", ".join(f"{arrays[kind]}[{i}]" for kind, i in layout.call)
+    proto = f"aclnnStatus {layout.helper}({', '.join(d for d, _ in run_params)})"
+    body = (
+        f"{proto} {{\n"
+        f"    *{launched} = 0;\n"
+        f"    aclnnStatus ret = {layout.phase1}({args}, {workspace_size}, {executor});\n"
+        f"    if (ret != 0 || !{launch} || *{workspace_size} > {workspace_cap}) return ret;\n"
+        f"    *{launched} = 1;\n"
+        f"    return {layout.phase2}(*{workspace_size} ? (void *){workspace} : NULL, *{workspace_size}, "
+        f"*{executor}, {stream});\n}}"
+    )
+    return proto, body
+
+
 def generate(include_dir: Path) -> tuple[str, str]:
     """Return (cdef, C source) for the cffi module."""
     headers = _abi.parse(include_dir)
     types, defines, functions = headers.types, headers.defines, headers.functions
     define_lines = "\n".join(f"#define {n} {v}" for n, v in defines)
+    helper_decls, run_params = helper_declarations(headers)
+    runs = [run_helper(layout, run_params) for layout in _abi.run_layouts(functions).values()]
 
     cdef = [define_lines, types]
     cdef.extend(f.decl + ";" for f in functions)
-    # the plan's argument struct, declared once in build_ffi_plan.c; cffi's declarations need it too
-    plan_struct = re.search(r"^struct aclnnpy_plan \{.*?^\};", _helper_source("build_ffi_plan.c"), re.M | re.S)
-    assert plan_struct is not None, "build_ffi_plan.c declares struct aclnnpy_plan"
-    cdef.append(plan_struct.group(0))
-    cdef.append(
-        """
-int aclnnpy_symbol_count(void);
-const char *aclnnpy_symbol_name(int index);
-int aclnnpy_symbol_bound(int index);
-void aclnnpy_bind_symbol(int index, void *address);
-void *aclnnpy_dlopen(const char *path, int global);
-void *aclnnpy_dlsym(void *handle, const char *name);
-const char *aclnnpy_dlerror(void);
-const char *aclnnpy_last_missing(void);
-uintptr_t aclnnpy_address_of(int index);
-void aclnnpy_dlpack_deleter(void *managed);
-void aclnnpy_dlpack_deleter_versioned(void *managed);
-void aclnnpy_dlpack_capsule_destructor(void *capsule);
-const char *aclnnpy_prototypes(void);
-aclnnStatus aclnnpy_plan_launch(struct aclnnpy_plan *p, aclrtStream stream);
-int aclnnpy_plan_enter(struct aclnnpy_plan *p);
-void aclnnpy_plan_leave(struct aclnnpy_plan *p);
-aclnnStatus aclnnpy_dispatch_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
-                                    uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
-                                    aclOpExecutor **executor, int launch, int *launched);
-aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *commAlg, uintptr_t workspace,
-                                   uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
-                                   aclOpExecutor **executor, int launch, int *launched);
-"""
-    )
+    cdef.extend(helper_decls)
+    cdef.extend(proto + ";" for proto, _ in runs)
 
     src: list[str] = [
         "#include <stdbool.h>",
@@ -97,6 +120,8 @@ aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *
         "#include <dlfcn.h>",
         define_lines,
         types,
+        "#define ACLNNPY_ABI_TYPES_DECLARED",
+        f'#include "{HELPER_HEADER}"',
         "static __thread const char *aclnnpy_missing_name = NULL;",
         "const char *aclnnpy_last_missing(void) { return aclnnpy_missing_name; }",
     ]
@@ -134,15 +159,11 @@ aclnnStatus aclnnpy_combine_v5_run(aclTensor **t, const int64_t *a, const char *
         "void *aclnnpy_dlsym(void *handle, const char *name) { return dlsym(handle, name); }\n"
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
-    src += [_helper_source(name) for name in ("build_ffi_dlpack.c", "build_ffi_plan.c", "build_ffi_ops.c")]
+    src += ['#include "dlpack.c"', '#include "plan.c"']  # csrc/: they call the trampolines above
+    src += [body for _, body in runs]
     # The prototypes this module was generated from, for the ABI guard (aclnn_py/_abi.py).
     src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")
     return "\n".join(cdef), "\n".join(src)
-
-
-def _helper_source(name: str) -> str:
-    """A C helper compiled into the extension (a file next to this one)."""
-    return (Path(__file__).resolve().parent / name).read_text()
 
 
 def _c_string(text: str) -> str:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the C tests, the ABI fuzzer, the misuse/fault/concurrency tests, the dispatch/combine suites
-# and the plans (the C plan step) against a mock and binding built with AddressSanitizer +
+# and the plans (the C plan step, the compiled core) against a mock and binding built with AddressSanitizer +
 # UndefinedBehaviorSanitizer
 # (docs/reliability.md, "Sanitizers"). Any sanitizer report fails the run.
 #
@@ -21,10 +21,11 @@ BUILD=${SANITIZE_BUILD_DIR:-$REPO/build/sanitize}
 PY=$(python3 -c 'import sys; print(sys.executable)')   # the real interpreter, not a shell shim
 JOBS=${SANITIZE_JOBS:-2}
 FUZZ_EXAMPLES=${SANITIZE_FUZZ_EXAMPLES:-5000}
-SUITES=${SANITIZE_SUITES:-"tests/mock/test_c_runtime.py tests/mock/test_hccl_c.py tests/mock/test_fuzz_abi.py tests/mock/test_misuse.py tests/mock/test_faults.py tests/test_concurrency.py tests/ops/test_dispatch.py tests/ops/test_combine.py tests/ops/test_plans.py tests/ops/test_fastpath.py"}
+SUITES=${SANITIZE_SUITES:-"tests/mock/test_c_runtime.py tests/mock/test_hccl_c.py tests/mock/test_fuzz_abi.py tests/mock/test_misuse.py tests/mock/test_faults.py tests/test_concurrency.py tests/ops/test_dispatch.py tests/ops/test_combine.py tests/ops/test_plans.py tests/ops/test_fastpath.py tests/ops/test_call_layout.py"}
 
-# the build needs pybind11 (a build requirement of the package, so not always in the environment)
+# the build needs pybind11 and Cython (build requirements of the package, so not always in the environment)
 "$PY" -c "import pybind11" 2>/dev/null || "$PY" -m pip install -q "pybind11>=2.12"
+"$PY" -c "import Cython" 2>/dev/null || "$PY" -m pip install -q "cython>=3.0,<4"
 
 GEN=()
 command -v ninja >/dev/null 2>&1 && GEN=(-G Ninja)

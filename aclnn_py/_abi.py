@@ -293,6 +293,84 @@ class CompiledAbi:
         return cls({f["name"]: Prototype.from_json(f) for f in d["functions"]}, dict(d["typedefs"]))
 
 
+# ---- the operators' run helpers ------------------------------------------------------------------
+PHASE1_SUFFIX = "GetWorkspaceSize"
+_INT_CANON = re.compile(r"^[iu](8|16|32|64)$")
+
+
+@dataclass(frozen=True)
+class RunLayout:
+    """How an operator's generated run helper (``aclnnpy_run_<phase 2>``, csrc/aclnnpy.h) passes the
+    phase-1 prototype's parameters: tensors as one array (the inputs, then the outputs), integer
+    attributes as one ``int64_t`` array and string attributes as one ``const char *`` array, each in
+    the prototype's order. ``call`` is, per phase-1 parameter before the workspace size, the array
+    (``"t"``, ``"a"``, ``"s"``) and the index it is read from."""
+
+    phase1: str
+    phase2: str
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    ints: tuple[str, ...]
+    strings: tuple[str, ...]
+    call: tuple[tuple[str, int], ...]
+
+    @property
+    def helper(self) -> str:
+        return f"aclnnpy_run_{self.phase2}"
+
+
+def run_layout(phase1: Prototype) -> RunLayout:
+    """The run helper's layout of an operator whose phase 1 is `phase1` (``...GetWorkspaceSize``, ending
+    with ``uint64_t *workspaceSize, aclOpExecutor **executor``); ValueError for a parameter type the
+    helpers cannot pass."""
+    params = phase1.params
+    if len(params) < 2 or params[-2].canon != "u64*" or params[-1].canon != "struct aclOpExecutor**":
+        raise ValueError(f"{phase1.name}: a phase 1 ends with (uint64_t *workspaceSize, aclOpExecutor **executor)")
+    inputs: list[str] = []
+    outputs: list[str] = []
+    ints: list[str] = []
+    strings: list[str] = []
+    kinds: list[tuple[str, str]] = []
+    for p in params[:-2]:
+        if p.canon == "struct aclTensor*":
+            kind, group = ("in", inputs) if re.match(r"^\s*const\b", p.decl) else ("out", outputs)
+        elif _INT_CANON.match(p.canon) or p.canon == "bool":
+            kind, group = "a", ints
+        elif p.canon == "char*":
+            kind, group = "s", strings
+        else:
+            raise ValueError(f"{phase1.name}: parameter {p.name} ({p.decl}): a run helper passes tensors, "
+                             "integers, bools and strings only")
+        kinds.append((kind, p.name))
+        group.append(p.name)
+    call = tuple(("t", inputs.index(n)) if k == "in" else ("t", len(inputs) + outputs.index(n)) if k == "out"
+                 else (k, (ints if k == "a" else strings).index(n)) for k, n in kinds)
+    return RunLayout(phase1.name, phase1.name[:-len(PHASE1_SUFFIX)], tuple(inputs), tuple(outputs), tuple(ints),
+                     tuple(strings), call)
+
+
+def run_layouts(functions: Iterable[Prototype]) -> dict[str, RunLayout]:
+    """The run helpers' layouts by phase-2 name: one per operator with both phases among `functions`."""
+    by_name = {f.name: f for f in functions}
+    return {name[:-len(PHASE1_SUFFIX)]: run_layout(f) for name, f in by_name.items()
+            if name.endswith(PHASE1_SUFFIX) and name[:-len(PHASE1_SUFFIX)] in by_name}
+
+
+def same_name(c_name: str, py_name: str) -> bool:
+    """A C parameter (``expertIdsOptional``, ``expandXOut``) and a Python name (``expert_ids``,
+    ``expand_x``, ``x_out``) name the same thing: compared without case, underscores and the
+    ``Optional`` / ``Out`` suffixes."""
+    return _name_key(c_name) == _name_key(py_name)
+
+
+def _name_key(name: str) -> str:
+    key = name.replace("_", "").lower()
+    for suffix in ("optional", "out"):
+        if key.endswith(suffix) and len(key) > len(suffix):
+            key = key[:-len(suffix)]
+    return key
+
+
 # ---- extracting prototypes from installed headers -------------------------------------------------
 _C_WORDS = frozenset("""const volatile restrict signed unsigned char short int long float double void _Bool
     bool struct union enum""".split())

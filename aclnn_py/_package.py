@@ -36,7 +36,7 @@ class Origin:
 
 
 def has_compiled_parts(directory: Path) -> bool:
-    return all(any(directory.glob(f"{name}*.so")) for name in ("_aclnn", "_fastpath")) \
+    return all(any(directory.glob(f"{name}*.so")) for name in ("_aclnn", "_fastpath", "_core")) \
         and (directory / "mock_root" / "lib64").is_dir()
 
 

@@ -43,15 +43,10 @@ from .errors import AclnnPyError
 from .hccl import Communicator, build_context, rebuild_context
 from .ops import prechecks, sizing
 from .ops._caller import Vocabulary, renamed, reraise
+from .ops.combine import CombinePlan, moe_distribute_combine, x_out_layout
 from .ops.config import MoeConfig
+from .ops.dispatch import DispatchOutputs, DispatchPlan, allocate_outputs, moe_distribute_dispatch
 from .ops.executor import Plan
-from .ops.moe_distribute_combine import CombinePlan, moe_distribute_combine, x_out_layout
-from .ops.moe_distribute_dispatch import (
-    DispatchOutputs,
-    DispatchPlan,
-    allocate_outputs,
-    moe_distribute_dispatch,
-)
 from .runtime import Stream, StreamArg, resolve_stream, soc_name
 from .tensor import Tensor, TensorArg
 

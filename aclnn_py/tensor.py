@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from . import _loader, dlpack
+from ._bases import TensorBase
 from .dtypes import DataType, DTypeLike, as_datatype, pack_nibbles, to_numpy, unpack_nibbles
 from .errors import ClosedError, aclnn_error
 from .runtime import (
@@ -69,7 +70,7 @@ def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
     return (math.prod(shape) * dt.bits + 7) // 8
 
 
-class Tensor:
+class Tensor(TensorBase):
     """A typed view of device memory.
 
     ``device`` is the id of the device the memory lives on: the one given, else the calling thread's
@@ -77,8 +78,9 @@ class Tensor:
     for a borrowed Tensor; None when the Tensor cannot know it (:meth:`from_address`, or a zero-copy
     :meth:`from_dlpack` of memory that is not a Tensor's, without `device`)."""
 
-    __slots__ = ("_ptr", "shape", "dtype", "strides", "offset", "device", "_mem", "_owner", "_desc", "_desc_addr",
-                 "_writer", "_open", "_contiguous", "_offset_nbytes", "__weakref__")
+    # shape, dtype, _ptr, _offset_nbytes, _mem, _owner, _writer, _open, _contiguous and the descriptor's
+    # address are typed fields of TensorBase (csrc/_core.pxd), which the compiled core reads
+    __slots__ = ("strides", "offset", "device", "_desc", "__weakref__")
 
     def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
                  offset: int = 0, owner: object = None, device: int | None = None):

@@ -1,24 +1,8 @@
-/* What the compiled calls share (fastpath.h): slot access helpers, and parsing, binding and
+/* What the compiled calls share (fastpath.h): small helpers, and parsing, binding and
  * introspection by the Python function they stand for. */
 #include "fastpath.h"
 
-Py_ssize_t slot_offset(PyObject *type, const char *name) {
-    PyObject *d = PyObject_GetAttrString(type, name);
-    if (!d) return -1;
-    Py_ssize_t offset = -1;
-    if (Py_IS_TYPE(d, &PyMemberDescr_Type)) {
-        PyMemberDef *m = ((PyMemberDescrObject *)d)->d_member;
-        if (m->type == OBJECT_MEMBER && !(m->flags & MEMBER_READONLY)) offset = m->offset;
-    }
-    Py_DECREF(d);
-    if (offset < 0)
-        PyErr_Format(PyExc_TypeError, "state: %s.%s is not a __slots__ member", ((PyTypeObject *)type)->tp_name,
-                     name);
-    return offset;
-}
-
-Py_ssize_t slot_size(PyObject *obj, Py_ssize_t offset) {
-    PyObject *v = slot(obj, offset);
+Py_ssize_t size_value(PyObject *v) {
     if (!v || !PyLong_CheckExact(v)) return -1;
     Py_ssize_t n = PyLong_AsSsize_t(v);
     if (n < 0) {

@@ -1,23 +1,22 @@
-/* aclnn_py._fastpath: the operators' steady-state host path in C (aclnn_py/ops/executor.py).
+/* aclnn_py._fastpath: plans' steady-state host path in C (aclnn_py/ops/executor.py). Operator calls
+ * have theirs in the compiled core (csrc/_core.pyx), whose typed bases (csrc/_core.pxd, struct layouts
+ * in the generated _core.h) this module reads Tensors, Streams and stream states through.
  *
- * A serving loop calls an operator, or a plan, with device Tensors it made once, the same config and
- * the same stream every step. In Python, parsing such a call, checking its arguments and recording
- * their descriptors, addresses and writers costs more than the mock's own phase 1 and launch. Here it
- * is a few reads of the objects' __slots__ (offsets checked once) and a call of the cffi extension's
- * helper by address, with the GIL released as cffi releases it (on CANN a launch can block on a full
- * task queue while another rank's Python thread must run).
+ * A serving loop calls a plan with device Tensors it made once and the same stream every step. Here
+ * that is a few reads of the objects' typed fields and a call of the cffi extension's helper by
+ * address, with the GIL released as cffi releases it (on CANN a launch can block on a full task
+ * queue while another rank's Python thread must run).
  *
- * Every call the C path does not take — host arrays, a tensor without a descriptor or of another
- * layout, a closed tensor or stream, attributes as keywords, outputs to allocate, arguments that do
- * not parse — goes to the Python function with the arguments as given, before anything was launched,
- * so the rules and messages live in one place. This module names no CANN function.
+ * Every call the C path does not take — host arrays, a tensor of another layout, a closed tensor or
+ * stream, arguments that do not parse — goes to the Python function with the arguments as given,
+ * before anything was launched, so the rules and messages live in one place. This module names no
+ * CANN function.
  *
  *   call.c      what the compiled calls share: parsing by the Python function's parameter names,
  *               binding like a function, the function's name, doc and signature
  *   plan.c      PlanBase, the base of plan classes, whose instances the interpreter calls without
  *               packing the arguments; PlanCall, a plan class's __call__ (rebinding and launch of a
  *               repeatable executor); adopt(), which makes a plan class's instances call it directly
- *   op.c        OpCall: an operator's both-phases call; gather() / written() for the Python path
  *   ordered.c   the stream-ordered state: a stream's workspace block, and holds of what a launch uses
  *   module.c    the module */
 #pragma once
@@ -26,6 +25,13 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stdint.h>
+
+#include "aclnnpy.h"  /* the extension's helpers this module calls by address */
+#include "_core.h"    /* the typed bases' struct layouts (generated from csrc/_core.pxd) */
+
+typedef struct aclnnpy_TensorObject TensorFields;
+typedef struct aclnnpy_StreamObject StreamFields;
+typedef struct aclnnpy_StreamStateObject StateFields;
 
 #if PY_VERSION_HEX >= 0x030C0000
 #define OBJECT_MEMBER Py_T_OBJECT_EX
@@ -54,17 +60,10 @@ enum {
 };
 #define ROLE_LOWEST ROLE_NONE
 
-/* ---- objects' __slots__ ---- */
+/* ---- typed fields ---- */
 
-/* The offset of `type`'s __slots__ member `name` (an object slot), or -1 with an exception set. */
-Py_ssize_t slot_offset(PyObject *type, const char *name);
-
-/* The object in slot `offset` of `obj` (borrowed; NULL when unset). */
-static inline PyObject *slot(PyObject *obj, Py_ssize_t offset) { return *(PyObject **)((char *)obj + offset); }
-
-/* Store `value` in slot `offset` of `obj`, releasing what was there. */
-static inline void set_slot(PyObject *obj, Py_ssize_t offset, PyObject *value) {
-    PyObject **where = (PyObject **)((char *)obj + offset);
+/* Store `value` in the object field `*where`, releasing what was there. */
+static inline void set_field(PyObject **where, PyObject *value) {
     PyObject *old = *where;
     if (old == value) return;  /* the steady state (an output's writer): no write, no reference counting */
     *where = Py_NewRef(value);
@@ -78,8 +77,8 @@ static inline void gc_dealloc(PyObject *self, inquiry clear) {
     Py_TYPE(self)->tp_free(self);
 }
 
-/* A non-negative int slot as an address-sized value; -1 when unset or not one. */
-Py_ssize_t slot_size(PyObject *obj, Py_ssize_t offset);
+/* A non-negative int object as an address-sized value; -1 when NULL or not one. */
+Py_ssize_t size_value(PyObject *v);
 
 /* `obj` for the PySequence_Fast_* macros (a new reference): lists and tuples as they are — named
  * tuples such as the dispatch outputs included, which PySequence_Fast would copy — anything else
@@ -136,17 +135,13 @@ typedef struct {
     PyObject *hold;        /* ordered.hold: a stream's first hold, which makes its state */
     PyObject *checkpoint;  /* called once the current segment has `every` holds */
     Py_ssize_t every;
-    Py_ssize_t s_key, st_current, st_workspace, m_ptr, m_size;  /* slot offsets */
 } Ordered;
 
-/* Fill `o` from `view` (for streams of `stream_type`): 0, or -1 with an exception set (release it). */
-int ordered_init(Ordered *o, PyObject *view, PyObject *stream_type);
+/* Fill `o` from `view`: 0, or -1 with an exception set (release it). */
+int ordered_init(Ordered *o, PyObject *view);
 void ordered_release(Ordered *o);
 /* The stream's state (borrowed), or NULL when it has none yet (an exception set only on an error). */
 PyObject *ordered_state(const Ordered *o, PyObject *stream);
-/* The state's workspace block into *ptr, *size ((0, 0) before the first): 1, or 0 when it is not
- * readable (the Python path). */
-int ordered_workspace(const Ordered *o, PyObject *state, uintptr_t *ptr, uintptr_t *size);
 /* Keep `held` alive until `stream` passes the work queued so far, on its `state` (NULL: none yet, made
  * by ordered.hold): appended to the current segment, and a checkpoint once it has `every` holds. 0, or
  * -1 with an exception set. */
@@ -155,22 +150,10 @@ int ordered_hold(const Ordered *o, PyObject *state, PyObject *stream, PyObject *
  * the stream passes the work queued so far: 1, else 0. */
 int ordered_held_recently(const Ordered *o, PyObject *state, PyObject *obj, Py_ssize_t window);
 
-/* ---- Tensor slots of the per-call path (op.c) ---- */
-typedef struct {
-    PyObject *tensor_type;
-    Py_ssize_t desc_addr, mem, owner, writer, shape;  /* Tensor slot offsets */
-} Layout;
-
-extern const char LAYOUT[];
-
 /* The module's functions and types. */
 PyObject *make_state(PyObject *self, PyObject *args);
-PyObject *make_layout(PyObject *self, PyObject *tensor_type);
-PyObject *make_op_spec(PyObject *self, PyObject *args, PyObject *kwargs);
 PyObject *adopt_plan_class(PyObject *self, PyObject *cls);
 int plan_init(void);
-PyObject *gather(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
-PyObject *written(PyObject *self, PyObject *const *args, Py_ssize_t nargs);
 PyObject *set_enabled(PyObject *self, PyObject *flag);
 PyObject *get_enabled(PyObject *self, PyObject *unused);
-extern PyTypeObject PlanBaseType, PlanCallType, OpCallType;
+extern PyTypeObject PlanBaseType, PlanCallType;

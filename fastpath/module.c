@@ -26,20 +26,9 @@ static PyMethodDef methods[] = {
      "state(launch, plan, want_in, slots, params, last_in, own_shape, own_dtype, outputs, last_out, bound_in, Tensor, "
      "Stream, on_failure, ordered, busy)\n"
      "A plan's fixed part: what its PlanCall runs."},
-    {"op_spec", (PyCFunction)(void (*)(void))make_op_spec, METH_VARARGS | METH_KEYWORDS,
-     "op_spec(*, layout, stream_type, config_type, outputs_type, roles, none_as, n_inputs, n_outputs, key, "
-     "ints_attr, comm_attr, run, destroy, on_failure, ordered)\n"
-     "An operator's fixed part: what its OpCall runs."},
     {"adopt", adopt_plan_class, METH_O,
      "adopt(cls)\nThe interpreter calls instances of `cls` (a PlanBase class whose __call__ is a PlanCall) "
      "with their arguments unpacked."},
-    {"layout", make_layout, METH_O, "layout(Tensor)\nWhere gather(), written() and an OpCall find a Tensor's slots."},
-    {"gather", (PyCFunction)(void (*)(void))gather, METH_FASTCALL,
-     "gather(layout, inputs, outputs, table, capacity) -> list | None\n"
-     "Fill the descriptor table at address `table` and return what keeps the tensors alive, or None when a "
-     "tensor has no descriptor yet or is closed (the Python path handles it)."},
-    {"written", (PyCFunction)(void (*)(void))written, METH_FASTCALL,
-     "written(layout, outputs, stream)\nMark every output as written by `stream`."},
     {"set_enabled", set_enabled, METH_O,
      "set_enabled(flag) -> bool\nFalse: every compiled call goes to its Python function; returns the previous "
      "setting."},
@@ -51,13 +40,11 @@ static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_fastpath", NULL, -1
                                     NULL, NULL, NULL, NULL};
 
 PyMODINIT_FUNC PyInit__fastpath(void) {
-    if (plan_init() < 0 || PyType_Ready(&PlanBaseType) < 0 || PyType_Ready(&PlanCallType) < 0
-        || PyType_Ready(&OpCallType) < 0)
+    if (plan_init() < 0 || PyType_Ready(&PlanBaseType) < 0 || PyType_Ready(&PlanCallType) < 0)
         return NULL;
     PyObject *m = PyModule_Create(&module);
     if (m && (PyModule_AddObjectRef(m, "PlanBase", (PyObject *)&PlanBaseType) < 0
               || PyModule_AddObjectRef(m, "PlanCall", (PyObject *)&PlanCallType) < 0
-              || PyModule_AddObjectRef(m, "OpCall", (PyObject *)&OpCallType) < 0
               || PyModule_AddIntConstant(m, "ROLE_CONFIG", ROLE_CONFIG) < 0
               || PyModule_AddIntConstant(m, "ROLE_STREAM", ROLE_STREAM) < 0
               || PyModule_AddIntConstant(m, "ROLE_OUTPUTS", ROLE_OUTPUTS) < 0

@@ -3,7 +3,7 @@
  * state as ordered.workspace_block() and ordered.hold() do, without a call into Python per launch. */
 #include "fastpath.h"
 
-int ordered_init(Ordered *o, PyObject *view, PyObject *stream_type) {
+int ordered_init(Ordered *o, PyObject *view) {
     PyObject *states, *state_type, *memory_type, *hold, *checkpoint;
     Py_ssize_t every;
     if (!PyArg_ParseTuple(view, "O!O!O!OOn:ordered view", &PyDict_Type, &states, &PyType_Type, &state_type,
@@ -14,13 +14,10 @@ int ordered_init(Ordered *o, PyObject *view, PyObject *stream_type) {
                         "period >= 1");
         return -1;
     }
-    struct { Py_ssize_t *offset; PyObject *type; const char *name; } members[] = {
-        {&o->s_key, stream_type, "_key"}, {&o->st_current, state_type, "current"},
-        {&o->st_workspace, state_type, "workspace"},
-        {&o->m_ptr, memory_type, "_ptr"}, {&o->m_size, memory_type, "size"},
-    };
-    for (size_t m = 0; m < sizeof(members) / sizeof(members[0]); ++m)
-        if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) return -1;
+    if (((PyTypeObject *)state_type)->tp_basicsize < (Py_ssize_t)sizeof(StateFields)) {
+        PyErr_SetString(PyExc_TypeError, "ordered view: the state type does not derive from StreamStateBase");
+        return -1;
+    }
     o->states = Py_NewRef(states);
     o->state_type = Py_NewRef(state_type);
     o->hold = Py_NewRef(hold);
@@ -37,24 +34,14 @@ void ordered_release(Ordered *o) {
 }
 
 PyObject *ordered_state(const Ordered *o, PyObject *stream) {
-    PyObject *key = slot(stream, o->s_key);
+    PyObject *key = ((StreamFields *)stream)->_key;  /* a Stream: the plan checked its type */
     PyObject *state = key ? PyDict_GetItemWithError(o->states, key) : NULL;
     return state && Py_IS_TYPE(state, (PyTypeObject *)o->state_type) ? state : NULL;
 }
 
-int ordered_workspace(const Ordered *o, PyObject *state, uintptr_t *ptr, uintptr_t *size) {
-    PyObject *mem = slot(state, o->st_workspace);
-    *ptr = *size = 0;
-    if (!mem || mem == Py_None) return 1;
-    Py_ssize_t p = slot_size(mem, o->m_ptr), n = slot_size(mem, o->m_size);
-    if (p < 0 || n < 0) return 0;
-    *ptr = (uintptr_t)p;
-    *size = (uintptr_t)n;
-    return 1;
-}
-
 int ordered_held_recently(const Ordered *o, PyObject *state, PyObject *obj, Py_ssize_t window) {
-    PyObject *current = slot(state, o->st_current);
+    (void)o;  /* the state's layout is the core's, whatever the view */
+    PyObject *current = ((StateFields *)state)->current;
     if (!current || !PyList_CheckExact(current)) return 0;
     Py_ssize_t n = PyList_GET_SIZE(current);
     for (Py_ssize_t j = n - 1; j >= 0 && j >= n - window; --j)
@@ -65,7 +52,7 @@ int ordered_held_recently(const Ordered *o, PyObject *state, PyObject *obj, Py_s
 int ordered_hold(const Ordered *o, PyObject *state, PyObject *stream, PyObject *held) {
     /* reading the current segment and appending to it is one step under the GIL: no boundary can
      * close the segment in between */
-    PyObject *current = state ? slot(state, o->st_current) : NULL;
+    PyObject *current = state ? ((StateFields *)state)->current : NULL;
     PyObject *r;
     if (!current || !PyList_CheckExact(current)) {  /* the stream's first hold: ordered.hold() makes its state */
         r = PyObject_CallFunctionObjArgs(o->hold, stream, held, NULL);

@@ -14,7 +14,7 @@
  *   PlanCall   a plan class's __call__: parses the call by the Python __call__'s parameter names */
 #include "fastpath.h"
 
-typedef int (*plan_launch_fn)(void *plan, void *stream);
+typedef __typeof__(aclnnpy_plan_launch) *plan_launch_fn;  /* csrc/aclnnpy.h */
 
 /* A Tensor found usable for a slot, and what made it so: while the Tensor lives (the reference is weak:
  * the plan keeps only what the Python path keeps) and these slots of it hold the same objects, its
@@ -52,10 +52,11 @@ typedef struct {
     Known *known;            /* KNOWN_PER_SLOT per slot */
     unsigned char *known_next;  /* per slot: the entry to replace next */
     Py_ssize_t n_slots;
-    /* offsets of the __slots__ read or written */
-    Py_ssize_t t_open, t_contiguous, t_shape, t_dtype, t_ptr, t_offset_nbytes, t_writer, t_mem, t_owner, s_open,
-        s_handle;
 } State;
+
+/* The typed fields of a Tensor / Stream (the plan checked the object's exact type first). */
+#define TENSOR(t) ((TensorFields *)(t))
+#define STREAM(s) ((StreamFields *)(s))
 
 static const char CAPSULE[] = "aclnn_py._fastpath.State";
 
@@ -123,17 +124,12 @@ PyObject *make_state(PyObject *self, PyObject *args) {
     }
     State *st = (State *)PyMem_Calloc(1, sizeof(State));
     if (!st) return PyErr_NoMemory();
-    struct { Py_ssize_t *offset; PyObject *type; const char *name; } members[] = {
-        {&st->t_open, tensor_type, "_open"}, {&st->t_contiguous, tensor_type, "_contiguous"},
-        {&st->t_shape, tensor_type, "shape"}, {&st->t_dtype, tensor_type, "dtype"},
-        {&st->t_ptr, tensor_type, "_ptr"}, {&st->t_offset_nbytes, tensor_type, "_offset_nbytes"},
-        {&st->t_writer, tensor_type, "_writer"}, {&st->t_mem, tensor_type, "_mem"},
-        {&st->t_owner, tensor_type, "_owner"}, {&st->s_open, stream_type, "_open"},
-        {&st->s_handle, stream_type, "_handle"},
-    };
-    for (size_t m = 0; m < sizeof(members) / sizeof(members[0]); ++m)
-        if ((*members[m].offset = slot_offset(members[m].type, members[m].name)) < 0) goto fail;
-    if (ordered_init(&st->ordered, ordered, stream_type) < 0) goto fail;
+    if (((PyTypeObject *)tensor_type)->tp_basicsize < (Py_ssize_t)sizeof(TensorFields)
+        || ((PyTypeObject *)stream_type)->tp_basicsize < (Py_ssize_t)sizeof(StreamFields)) {
+        PyErr_SetString(PyExc_TypeError, "state: Tensor and Stream must derive from the core's TensorBase / StreamBase");
+        goto fail;
+    }
+    if (ordered_init(&st->ordered, ordered) < 0) goto fail;
     st->n_values = PyTuple_GET_SIZE(slots);
     st->n_params = PyTuple_GET_SIZE(params);
     if (st->n_params > MAX_PARAMS) {
@@ -179,16 +175,16 @@ fail:
  * its data address, else 0. */
 static uintptr_t usable_address(const State *st, PyObject *t, Py_ssize_t i) {
     PyObject *own_shape = PyTuple_GET_ITEM(st->own_shape, i);
-    PyObject *shape = slot(t, st->t_shape);
-    if (own_shape == Py_None || slot(t, st->t_open) != Py_True || slot(t, st->t_contiguous) != Py_True
-        || slot(t, st->t_dtype) != PyTuple_GET_ITEM(st->own_dtype, i) || !shape)
+    PyObject *shape = TENSOR(t)->shape;
+    if (own_shape == Py_None || !TENSOR(t)->_open || !TENSOR(t)->_contiguous
+        || TENSOR(t)->dtype != PyTuple_GET_ITEM(st->own_dtype, i) || !shape)
         return 0;
     int same = PyObject_RichCompareBool(shape, own_shape, Py_EQ);
     if (same != 1) {
         PyErr_Clear();
         return 0;
     }
-    Py_ssize_t base = slot_size(t, st->t_ptr), offset = slot_size(t, st->t_offset_nbytes);
+    Py_ssize_t base = size_value(TENSOR(t)->_ptr), offset = size_value(TENSOR(t)->_offset_nbytes);
     if (base <= 0 || offset < 0) return 0;
     return (uintptr_t)base + (uintptr_t)offset;
 }
@@ -208,12 +204,11 @@ static PyObject *referent(PyObject *ref) {  /* borrowed; compared only, never us
  * when `t` is one of them and unchanged, else found and remembered. */
 static uintptr_t slot_address(State *st, PyObject *t, Py_ssize_t i) {
     Known *known = &st->known[i * KNOWN_PER_SLOT];
-    PyObject *ptr = slot(t, st->t_ptr), *offset = slot(t, st->t_offset_nbytes), *shape = slot(t, st->t_shape);
+    PyObject *ptr = TENSOR(t)->_ptr, *offset = TENSOR(t)->_offset_nbytes, *shape = TENSOR(t)->shape;
     for (int e = 0; e < KNOWN_PER_SLOT; ++e) {
         Known *k = &known[e];
         if (k->tensor && referent(k->tensor) == t && k->ptr == ptr && k->offset == offset && k->shape == shape
-            && slot(t, st->t_open) == Py_True && slot(t, st->t_contiguous) == Py_True
-            && slot(t, st->t_dtype) == PyTuple_GET_ITEM(st->own_dtype, i))
+            && TENSOR(t)->_open && TENSOR(t)->_contiguous && TENSOR(t)->dtype == PyTuple_GET_ITEM(st->own_dtype, i))
             return k->addr;
     }
     uintptr_t addr = usable_address(st, t, i);
@@ -254,8 +249,9 @@ static int retire(const State *st, PyObject *stream, PyObject **anchors, Py_ssiz
 
 /* What keeps Tensor `t`'s memory valid (Tensor._anchor()), borrowed; None when nothing does. */
 static PyObject *anchor_of(const State *st, PyObject *t) {
-    PyObject *a = slot(t, st->t_mem);
-    if (!a || a == Py_None) a = slot(t, st->t_owner);
+    (void)st;  /* `t` is a Tensor: its fields are the core's */
+    PyObject *a = TENSOR(t)->_mem;
+    if (!a || a == Py_None) a = TENSOR(t)->_owner;
     return a ? a : Py_None;
 }
 
@@ -270,10 +266,9 @@ static int own_outputs(const State *st) {
  * (the outputs' writer set), 0 for the Python path, -1 with an exception set when a rebinding or the
  * launch failed (raised through on_failure). */
 static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream) {
-    if ((PyObject *)Py_TYPE(stream) != st->stream_type || slot(stream, st->s_open) != Py_True || !own_outputs(st))
+    if ((PyObject *)Py_TYPE(stream) != st->stream_type || !STREAM(stream)->_open || !own_outputs(st))
         return 0;
-    Py_ssize_t handle = slot_size(stream, st->s_handle);  /* 0 for a default stream */
-    if (handle < 0) return 0;
+    uintptr_t handle = STREAM(stream)->handle;  /* 0 for a default stream */
     PyObject *retired[MAX_PARAMS];  /* anchors this call unbinds (references) */
     Py_ssize_t n_retired = 0;
     int taken = 1;
@@ -283,7 +278,7 @@ static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream)
         if (v == Py_None && last == Py_None) continue;  /* absent */
         /* the same Tensor as last call too: a view's address may have moved since (Prepared.rebind_input) */
         uintptr_t addr = Py_TYPE(v) == (PyTypeObject *)st->tensor_type ? slot_address(st, v, i) : 0;
-        PyObject *writer = addr ? slot(v, st->t_writer) : NULL;
+        PyObject *writer = addr ? TENSOR(v)->_writer : NULL;
         if (!addr || (writer && writer != Py_None && writer != stream)) {
             /* a host array, closed, not of the plan's layout, or last written on another stream (the
              * Python path orders the launch after that write): the Python path */
@@ -305,7 +300,7 @@ static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream)
     if (!taken) return 0;
     int ret;
     Py_BEGIN_ALLOW_THREADS
-    ret = st->launch(st->plan, (void *)(uintptr_t)handle);
+    ret = st->launch((struct aclnnpy_plan *)st->plan, (aclrtStream)(uintptr_t)handle);
     Py_END_ALLOW_THREADS
     if (ret != 0) {
         PyObject *r = PyObject_CallFunction(st->on_failure, "i", ret);
@@ -316,7 +311,7 @@ static int bind_and_launch(State *st, PyObject *const *values, PyObject *stream)
         return -1;
     }
     for (Py_ssize_t j = 0; j < PyTuple_GET_SIZE(st->outputs); ++j)
-        set_slot(PyTuple_GET_ITEM(st->outputs, j), st->t_writer, stream);
+        set_field(&TENSOR(PyTuple_GET_ITEM(st->outputs, j))->_writer, stream);
     return 1;
 }
 

@@ -127,3 +127,36 @@ def test_product_modules_do_not_import_the_golden():
     users = sorted(m for m, deps in graph.items()
                    if "aclnn_py.golden" in deps and m != "aclnn_py" and not m.startswith(COMPARING))
     assert users == []
+
+
+# ---- the source layout ------------------------------------------------------------------------------
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_compiled_sources_are_in_their_folders():
+    """The binding's C and Cython sources live in csrc/ (and the plan step in fastpath/), none loose at
+    the checkout's root; the helpers' header is there."""
+    loose = sorted(p.name for p in REPO.glob("*") if p.suffix in (".c", ".h", ".pyx", ".pxd"))
+    assert loose == []
+    assert (REPO / "csrc" / "aclnnpy.h").is_file() and (REPO / "csrc" / "_core.pyx").is_file()
+
+
+def test_the_core_uses_no_private_c_api():
+    """Names with CPython's private prefix (``_Py``) are not part of its stable contract."""
+    for path in sorted((REPO / "csrc").iterdir()):
+        if path.suffix in (".c", ".h", ".pyx", ".pxd"):
+            text = path.read_text(encoding="utf-8")
+            assert "_PyType_Lookup" not in text and " _Py" not in text and "(_Py" not in text, path.name
+
+
+def test_operator_modules_are_named_apart_from_their_functions():
+    """``import aclnn_py.ops.dispatch as m`` binds the module: no ops module shares its name with a
+    function the ops package exports."""
+    import inspect
+
+    import aclnn_py.ops as ops
+
+    modules = {p.stem for p in (PACKAGE / "ops").glob("*.py") if not p.stem.startswith("_")}
+    exported = {name for name in ops.__all__ if not inspect.ismodule(getattr(ops, name))}
+    assert {"dispatch", "combine"} <= modules
+    assert modules.isdisjoint(exported)

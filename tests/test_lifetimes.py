@@ -485,20 +485,35 @@ def test_finalizers_run_by_a_release_may_hold_and_close_streams() -> None:
 def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> None:
     """A synchronisation by another thread that began before a launch was queued cannot release what
     the launch uses (the hold is taken after queueing)."""
-    from aclnn_py.ops import executor
-    from aclnn_py.runtime import ordered
+    from aclnn_py._abi import RunLayout
+    from aclnn_py._core import OpCore
+    from aclnn_py.errors import check_aclnn
+    from aclnn_py.ops import MoeConfig
+    from aclnn_py.runtime import order_after_writes, ordered
 
     s = device0.create_stream()
     t_in = acl.Tensor.from_numpy(np.zeros(8, np.float32))
     t_out = acl.Tensor.empty((8,), np.float32)
     marks = []
+    b = acl.backend()
 
-    def run_helper(table, ints, comm_alg, ws, cap, stream, ws_size, ex, launch, launched):
+    # a run helper standing for an operator's: it records the mark and says it launched
+    @b.ffi.callback("aclnnStatus(aclTensor *const *, const int64_t *, const char *const *, uintptr_t, uint64_t, "
+                    "aclrtStream, uint64_t *, aclOpExecutor **, int, int *)")
+    def run_helper(table, ints, strings, ws, cap, stream, ws_size, ex, launch, launched):
         marks.append(ordered.mark(s))  # the other thread's synchronisation starts as this launch is queued
         launched[0] = 1
         return 0
 
-    executor.run_both_phases(run_helper, "phase1", "phase2", None, b"", s, [t_in], [t_out])
+    def address(fn):
+        return int(b.ffi.cast("uintptr_t", fn))
+
+    layout = RunLayout("phase1", "phase2", ("x",), ("yOut",), (), (), (("t", 0), ("t", 1)))
+    states, _, _, _, checkpoint, every = ordered.compiled_view()
+    core = OpCore(layout, address(run_helper), address(b.function_pointer("aclnnMoeDistributeDispatchV5")),
+                  address(b.function_pointer("aclDestroyAclOpExecutor")), states, ordered.state, checkpoint, every,
+                  ordered.workspace, order_after_writes, check_aclnn)
+    core.run([t_in], [t_out], MoeConfig(ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=1 << 20), s)
     ordered.passed(s, marks[0])  # ... and ends: it did not wait for this launch
     assert ordered.held(s) == 1
     assert t_out._writer is s

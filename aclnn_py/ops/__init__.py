@@ -3,16 +3,16 @@ sizing arithmetic. :class:`~aclnn_py.MoeDistributeBuffer` is the high-level API 
 
 from . import sizing
 from ._compiled import compiled_path_enabled, set_compiled_path
+from .combine import CombinePlan, PreparedCombine, moe_distribute_combine, prepare_combine
 from .config import MoeConfig
-from .executor import Plan, Prepared
-from .moe_distribute_combine import CombinePlan, PreparedCombine, moe_distribute_combine, prepare_combine
-from .moe_distribute_dispatch import (
+from .dispatch import (
     DispatchOutputs,
     DispatchPlan,
     PreparedDispatch,
     moe_distribute_dispatch,
     prepare_dispatch,
 )
+from .executor import Plan, Prepared
 from .profiles import SocProfile, profile_of
 
 __all__ = [

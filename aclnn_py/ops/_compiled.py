@@ -1,14 +1,13 @@
-"""The operator functions' steady state in C: :func:`compiled_op` makes an operator function an
-``aclnn_py._fastpath.OpCall`` (built from fastpath/op.c).
+"""The operator functions' steady state in the compiled core: :func:`compiled_op` makes an operator
+function a compiled function whose ``compiled`` is an ``aclnn_py._core.OpCall`` (csrc/_core.pyx).
 
 A serving loop calls an operator with device Tensors it made once, one :class:`MoeConfig`, outputs it
 allocated once and one stream. The OpCall takes exactly those calls — every tensor a Tensor with a
-descriptor, the config's pre-checks already passed for this shape, no attribute keywords — and runs
-phase 1 and the launch in one call of the extension's run helper, then holds what the launch uses and
-marks the outputs' writer, as :func:`~aclnn_py.ops.executor.run_both_phases` does. Every other call goes
-to the Python function with its arguments as given, before anything ran, so conversion, checks and
-messages live there only. A launch that needs a larger workspace than the stream's block also goes to
-the Python function (which grows the block), after its executor is destroyed.
+descriptor, the config's pre-checks already passed for this shape, no attribute keywords — and goes
+straight to the operator's launch (``OpCore``). Every other call goes to the Python function with its
+arguments as given, before anything ran: it converts them (uploads, output allocation, checks and
+their messages) and then calls the same launch, so a call's launch, holds and writer marks are
+written once.
 
 :func:`set_compiled_path` (or ``ACLNN_PY_COMPILED=0`` at import) sends every call, plans' included, to
 the Python functions: the same results by another route, to compare them or to rule the compiled
@@ -17,15 +16,17 @@ parts out (docs/concepts.md, "The compiled steady state").
 
 from __future__ import annotations
 
-import functools
 import os
 from collections.abc import Callable, Mapping
-from typing import TypeVar, cast
+from typing import TYPE_CHECKING, TypeVar, cast
 
-from ..errors import check_aclnn
-from ..runtime import Stream, initialized, ordered
+from ..runtime import Stream
 from ..tensor import Tensor
 from .config import MoeConfig
+
+if TYPE_CHECKING:
+    from .._core import OpSpec
+    from ._layout import Signature
 
 F = TypeVar("F", bound=Callable[..., object])
 
@@ -37,26 +38,27 @@ ENV_COMPILED = "ACLNN_PY_COMPILED"
 def set_compiled_path(enabled: bool) -> bool:
     """Let the compiled steady state take the calls it can (True, the default), or send every call of
     the operator functions and of plans to its Python function (False); returns the previous setting.
-    Both routes give the same results, errors and messages; the Python one costs more host time per
-    call. Process-wide, for calls that start after it returns."""
+    Both routes give the same results, errors and messages (they end in the same launch); the Python
+    one costs more host time per call. Process-wide, for calls that start after it returns."""
     if not isinstance(enabled, bool):
         raise TypeError(f"set_compiled_path(): enabled: expected a bool, got {type(enabled).__name__} {enabled!r}")
     try:
-        from .. import _fastpath
+        from .. import _core, _fastpath
     except ImportError:
         if enabled:
             raise
         return False
-    return _fastpath.set_enabled(enabled)
+    _fastpath.set_enabled(enabled)
+    return _core.set_enabled(enabled)
 
 
 def compiled_path_enabled() -> bool:
     """Whether the compiled steady state takes the calls it can (see :func:`set_compiled_path`)."""
     try:
-        from .. import _fastpath
+        from .. import _core
     except ImportError:
         return False
-    return _fastpath.enabled()
+    return _core.enabled()
 
 
 def _apply_environment() -> None:
@@ -69,60 +71,41 @@ def _apply_environment() -> None:
     set_compiled_path(False)
 
 
-def compiled_op(setup: Callable[[tuple[str, ...]], object]) -> Callable[[F], F]:
-    """Decorate an operator function so that its steady state runs in C; `setup(names)` gives the
-    :func:`operator_spec` for the function's parameter `names` at its first call. Without the
-    compiled parts the function stays as it is (the package then explains what is missing)."""
+def compiled_op(setup: Callable[[tuple[str, ...], int], OpSpec | None]) -> Callable[[F], F]:
+    """Decorate an operator function so that its calls in the serving shape are parsed and launched by
+    the compiled core; `setup(names, n_positional)` gives the :func:`operator_spec` for the function's
+    parameter `names` at its first call. Without the compiled parts the function stays as it is (the
+    package then explains what is missing)."""
 
     def decorate(function: F) -> F:
         try:
-            from .. import _fastpath
+            from .._core import compiled_operator
         except ImportError:
             return function
-        return cast(F, _fastpath.OpCall(function, setup))
+        return cast(F, compiled_operator(function, setup))
 
     return decorate
 
 
-def operator_spec(names: tuple[str, ...], *, inputs: tuple[str, ...], required: int,
+def operator_spec(names: tuple[str, ...], n_positional: int, *, signature: Signature, required: int,
                   make_if_none: Mapping[str, Callable[[], Tensor]], outputs: str, outputs_type: type | None,
-                  n_outputs: int, key: tuple[str, tuple[str, int], tuple[str, int], tuple[str, int]],
-                  ints_attr: str, run: str, phase2: str) -> object:
-    """What the C path of an operator function with parameters `names` needs: `inputs` in the C order
-    (parameters of those names are tensors; the first `required` must be given, the others are NULL
-    when None unless `make_if_none` makes them), the `outputs` parameter (a `outputs_type` tuple of
-    `n_outputs` Tensors, or one Tensor), the pre-check `key` the config remembers (the op, then BS, H
-    and K as (parameter, dim)), the config attribute holding the address of the integer attributes, and
-    the extension's `run` helper. Any other parameter must be None."""
-    from .. import _fastpath
+                  key: tuple[str, tuple[str, int], tuple[str, int], tuple[str, int]]) -> OpSpec:
+    """How the compiled core reads a call of an operator function with parameters `names` (the first
+    `n_positional` positional): the parameters named as the `signature`'s inputs are its tensors (the
+    first `required` must be given, the others are NULL when None unless `make_if_none` makes them),
+    `outputs` names the outputs parameter (a `outputs_type` tuple, or one Tensor), `key` the pre-check
+    key the config remembers (the op, then BS, H and K as (input, dim)). ``config``, ``stream`` and
+    ``precheck`` are what their names say; any other parameter must be None."""
+    from .._core import ROLES, OpSpec
 
-    # what a parameter that is not a tensor input is to the C path
-    named = {"config": _fastpath.ROLE_CONFIG, "stream": _fastpath.ROLE_STREAM, "precheck": _fastpath.ROLE_PRECHECK,
-             outputs: _fastpath.ROLE_OUTPUTS}
-    roles: list[int] = []
-    none_as: list[object] = []
-    for name in names:
-        if name in inputs:
-            index = inputs.index(name)
-            roles.append(index)
-            none_as.append(False if index < required else make_if_none.get(name))
-        else:
-            roles.append(named.get(name, _fastpath.ROLE_NONE))
-            none_as.append(None)
+    inputs = signature.inputs
+    named = {"config": ROLES["config"], "stream": ROLES["stream"], "precheck": ROLES["precheck"],
+             outputs: ROLES["outputs"]}
+    roles = tuple(inputs.index(name) if name in inputs else named.get(name, ROLES["none"]) for name in names)
+    none_as = tuple(False if i < required else make_if_none.get(name) for i, name in enumerate(inputs))
     op, *dims = key
-    b = initialized()
-    ffi = b.ffi
-    return _fastpath.op_spec(
-        layout=_fastpath.layout(Tensor), stream_type=Stream, config_type=MoeConfig, outputs_type=outputs_type,
-        roles=tuple(roles), none_as=tuple(none_as), n_inputs=len(inputs), n_outputs=n_outputs,
-        key=(op, *((names.index(param), dim) for param, dim in dims)), ints_attr=ints_attr,
-        comm_attr="comm_alg_bytes", run=int(ffi.cast("uintptr_t", b.function_pointer(run))),
-        destroy=int(ffi.cast("uintptr_t", b.function_pointer("aclDestroyAclOpExecutor"))),
-        on_failure=functools.partial(_raise_status, phase2), ordered=ordered.compiled_view())
-
-
-def _raise_status(func: str, status: int) -> None:
-    check_aclnn(status, func)
+    return OpSpec(signature.core, names, n_positional, roles, none_as, outputs_type,
+                  (op, *((inputs.index(param), dim) for param, dim in dims)), Tensor, Stream, MoeConfig)
 
 
 _apply_environment()

@@ -13,15 +13,17 @@ import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
 import numpy as np
 
+from .._abi import RunLayout, same_name
+from .._bases import ConfigBase, PackedBase
 from ..runtime import initialized, soc_name
 from . import sizing
 from .profiles import SocProfile, profile_of
 
-#: The C attributes in the order of the two prototypes' shared part (for messages and docs).
+#: The integer attributes (checked as int64 when a config is made). Their order in a C call is the
+#: prototype's: :meth:`MoeConfig.packed` lays them out by name.
 _INT_FIELDS = ("ep_world_size", "ep_rank_id", "moe_expert_num", "ccl_buffer_size", "tp_world_size", "tp_rank_id",
                "expert_shard_type", "shared_expert_num", "shared_expert_rank_num", "zero_expert_num",
                "copy_expert_num", "const_expert_num", "global_bs", "quant_mode", "expert_token_nums_type",
@@ -29,7 +31,7 @@ _INT_FIELDS = ("ep_world_size", "ep_rank_id", "moe_expert_num", "ccl_buffer_size
 
 
 @dataclass(frozen=True, eq=False)
-class MoeConfig:
+class MoeConfig(ConfigBase):
     """The attributes of ``aclnnMoeDistributeDispatchV5`` / ``aclnnMoeDistributeCombineV5`` for one
     rank (names as the C parameters, in snake case). ``soc`` is read from the device when not given.
     The dispatch-only (``quant_mode``, ``expert_token_nums_type``) and combine-only
@@ -56,8 +58,11 @@ class MoeConfig:
     out_dtype: int = 0
     group_list_type: int = 0
     soc: str = ""
-    #: shapes that passed the pre-checks: (op, BS, H, K)
+    #: shapes that passed the pre-checks: (op, BS, H, K) (a typed field of ConfigBase)
     _passed: set[tuple[str, int, int, int]] = field(default_factory=set, init=False, repr=False)
+    #: the attributes laid out for each operator's run helper, by phase-2 name (:meth:`packed`; a typed
+    #: field of ConfigBase)
+    _packed: dict[str, PackedAttrs] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in _INT_FIELDS:
@@ -95,39 +100,14 @@ class MoeConfig:
         return cfg
 
     # ---- derived numbers ----------------------------------------------------------------------------------
-    @cached_property
-    def comm_alg_bytes(self) -> bytes:
-        """``comm_alg`` as the C string the operators take."""
-        return self.comm_alg.encode()
-
-    @cached_property
-    def dispatch_ints(self) -> Any:
-        """The integer attributes of dispatch as the extension's run helper takes them (``int64_t[15]``:
-        those before commAlg in the C prototype's order, then those after)."""
-        return initialized().ffi.new("int64_t[]", [
-            self.ep_world_size, self.ep_rank_id, self.moe_expert_num, self.ccl_buffer_size, self.tp_world_size,
-            self.tp_rank_id, self.expert_shard_type, self.shared_expert_num, self.shared_expert_rank_num,
-            self.quant_mode, self.global_bs, self.expert_token_nums_type,
-            self.zero_expert_num, self.copy_expert_num, self.const_expert_num])
-
-    @cached_property
-    def combine_ints(self) -> Any:
-        """The integer attributes of combine as the extension's run helper takes them (``int64_t[16]``)."""
-        return initialized().ffi.new("int64_t[]", [
-            self.ep_world_size, self.ep_rank_id, self.moe_expert_num, self.ccl_buffer_size, self.tp_world_size,
-            self.tp_rank_id, self.expert_shard_type, self.shared_expert_num, self.shared_expert_rank_num,
-            self.global_bs, self.out_dtype, self.comm_quant_mode, self.group_list_type,
-            self.zero_expert_num, self.copy_expert_num, self.const_expert_num])
-
-    @cached_property
-    def _dispatch_ints_address(self) -> int:
-        """Address of :attr:`dispatch_ints`, for the compiled operator call."""
-        return int(initialized().ffi.cast("uintptr_t", self.dispatch_ints))
-
-    @cached_property
-    def _combine_ints_address(self) -> int:
-        """Address of :attr:`combine_ints`, for the compiled operator call."""
-        return int(initialized().ffi.cast("uintptr_t", self.combine_ints))
+    def packed(self, layout: RunLayout) -> PackedAttrs:
+        """The attributes as the operator's run helper reads them (made once per operator): each C
+        attribute of `layout` is the field of the same name (``epWorldSize`` is ``ep_world_size``), in
+        the prototype's order."""
+        found = self._packed.get(layout.phase2)
+        if found is None or found.layout is not layout:  # the extension's layouts are made once
+            found = self._packed[layout.phase2] = PackedAttrs(self, layout)
+        return found
 
     @cached_property
     def profile(self) -> SocProfile:
@@ -175,7 +155,34 @@ class MoeConfig:
                                   self.shared, self.comm_alg == "fullmesh_v2", self.profile.window_bytes_per_rank)
 
 
+class PackedAttrs(PackedBase):
+    """A config's attributes for one operator's run helper: ``ints`` (``int64_t[]``) and ``strings``
+    (``const char *[]``) in the prototype's order; the compiled core reads them through the typed
+    fields of PackedBase (their addresses)."""
+
+    __slots__ = ("ints", "strings", "_keep")
+
+    def __init__(self, config: MoeConfig, layout: RunLayout):
+        ffi = initialized().ffi
+        self.layout = layout
+        self.ints = ffi.new("int64_t[]", [_field_value(config, layout, name) for name in layout.ints] or [0])
+        self._keep = [ffi.new("char[]", str(_field_value(config, layout, name)).encode()) for name in layout.strings]
+        self.strings = ffi.new("const char *[]", self._keep or [ffi.NULL])
+        self.ints_address = int(ffi.cast("uintptr_t", self.ints))
+        self.strings_address = int(ffi.cast("uintptr_t", self.strings))
+
+
+def _field_value(config: MoeConfig, layout: RunLayout, c_name: str) -> int | str:
+    """The field of `config` that the C attribute `c_name` of `layout` is."""
+    for name in _FIELD_NAMES:
+        if same_name(c_name, name):
+            value: int | str = getattr(config, name)
+            return value
+    raise TypeError(f"{layout.phase1}: MoeConfig has no field for the attribute {c_name}")
+
+
 _ATTR_NAMES = frozenset(f.name for f in dataclasses.fields(MoeConfig) if f.init)
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(MoeConfig) if f.init and f.name != "soc")
 _by_attrs: dict[tuple[str, tuple[tuple[str, int | str], ...]], MoeConfig] = {}
 
 

@@ -8,9 +8,8 @@ stream passes it, and every output remembers the stream as its writer (``Tensor.
 from __future__ import annotations
 
 import functools
-import threading
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -23,7 +22,6 @@ from ..runtime import (
     initialized,
     order_after_writes,
     ordered,
-    out_cell,
     resolve_stream,
 )
 from ..tensor import Tensor, destroy_descriptor
@@ -61,90 +59,6 @@ def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Strea
 def _anchors(inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]) -> list[object]:
     """What keeps each tensor's memory valid until the stream passes a launch (Tensor._anchor)."""
     return [t._anchor() for group in (inputs, outputs) for t in group if t is not None]
-
-
-def _descriptor_table(inputs: Sequence[Tensor | None],
-                      outputs: Sequence[Tensor | None]) -> tuple[_RunCells, list[object]]:
-    """The per-thread cells of the run helpers, with the descriptor table holding `inputs` then
-    `outputs` (absent ones NULL), and what keeps the tensors alive. The C fast path does both when
-    every tensor has its descriptor; otherwise (a first use, a closed tensor) Python does."""
-    cells = _run_cells(len(inputs) + len(outputs))
-    _, table_addr, capacity, _, _, _, gather, _, layout = cells
-    held = gather(layout, inputs, outputs, table_addr, capacity)
-    if held is None:
-        null = initialized().ffi.NULL
-        descs = [null if t is None else t.descriptor() for group in (inputs, outputs) for t in group]
-        cells.table[0:len(descs)] = descs
-        held = _anchors(inputs, outputs)
-    return cells, held
-
-
-def run_phase1(run: Any, phase1: str, ints: Any, comm_alg: bytes, inputs: Sequence[Tensor | None],
-               outputs: Sequence[Tensor | None]) -> tuple[int, Any]:
-    """Phase 1 only, through the same ``aclnnpy_<op>_run`` helper as :func:`run_both_phases` (so the
-    C prototype's argument order lives in one place): (workspace size, executor)."""
-    (table, _, _, ws_size, executor, launched, _, _, _), _ = _descriptor_table(inputs, outputs)
-    null = initialized().ffi.NULL  # no stream: nothing is launched
-    ret = run(table, ints, comm_alg, 0, 0, null, ws_size, executor, 0, launched)
-    if ret:
-        check_aclnn(ret, phase1)
-    return int(ws_size[0]), executor[0]
-
-
-def run_both_phases(run: Any, phase1: str, phase2: str, ints: Any, comm_alg: bytes, stream: Stream,
-                    inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None]) -> None:
-    """Phase 1 and phase 2 of a one-shot call through the extension's ``aclnnpy_<op>_run`` helper
-    (one crossing into C): `ints` are the operator's integer attributes in the helper's order, the
-    tensors go in the C prototype's order. The launch uses the stream's workspace (grown when phase 1
-    asks for more) and holds what it uses until the stream passes it."""
-    (table, _, _, ws_size, executor, launched, _, written, layout), held = _descriptor_table(inputs, outputs)
-    order_after_writes(stream, inputs)
-    ws_ptr, ws_cap = ordered.workspace_block(stream)
-    ret = run(table, ints, comm_alg, ws_ptr, ws_cap, stream._cdata, ws_size, executor, 1, launched)
-    if not launched[0]:
-        if ret:
-            check_aclnn(ret, phase1)
-        size = int(ws_size[0])  # more workspace than the stream's block: grow it, then launch
-        ws = ordered.workspace(stream, size)
-        b = initialized()
-        ret = getattr(b.lib, phase2)(b.ffi.cast("void *", ws), size, executor[0], stream._cdata)
-    ordered.hold(stream, held)  # after queueing: released by a later synchronisation
-    if ret:
-        check_aclnn(ret, phase2)
-    written(layout, outputs, stream)
-
-
-class _RunCells(NamedTuple):
-    """Per-thread out-parameters of the run helpers, the descriptor table they read, and the C fast
-    path's functions (unpacked by position on the per-call path)."""
-
-    table: Any          # aclTensor *[capacity]
-    table_addr: int
-    capacity: int
-    ws_size: Any        # uint64_t *
-    executor: Any       # aclOpExecutor **
-    launched: Any       # int *
-    gather: Any         # aclnn_py._fastpath.gather
-    written: Any        # aclnn_py._fastpath.written
-    layout: object      # _fastpath's view of Tensor's slots
-
-
-def _run_cells(n: int) -> _RunCells:
-    """This thread's run cells, with a descriptor table of at least `n` entries."""
-    cells: _RunCells | None = getattr(_cells, "run", None)
-    if cells is None or cells.capacity < n:
-        from .. import _fastpath  # compiled: importable once the package has found its compiled parts
-
-        ffi = initialized().ffi
-        capacity = max(n, 32)
-        table = ffi.new("aclTensor *[]", capacity)
-        cells = _cells.run = _RunCells(table, int(ffi.cast("uintptr_t", table)), capacity, out_cell("uint64_t *"),
-                                       out_cell("aclOpExecutor **"), out_cell("int *"), _fastpath.gather,
-                                       _fastpath.written, _fastpath.layout(Tensor))
-    return cells
-
-
-_cells = threading.local()
 
 
 class Prepared(Resource):

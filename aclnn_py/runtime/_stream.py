@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from .._bases import StreamBase
 from ..errors import acl_error, check_acl, recent_message
 from . import ordered
 from ._init import initialized
@@ -36,16 +37,16 @@ class StreamLike(Protocol):
     def __acl_stream__(self) -> tuple[int, int]: ...
 
 
-class Stream(Resource):
+class Stream(Resource, StreamBase):
     """An ACL stream (``aclrtStream``). Made by :meth:`Device.create_stream`, :meth:`from_handle` or
     :meth:`default`, not by calling the class."""
 
-    __slots__ = ("_open", "_cdata", "_handle", "_owned", "_device", "_key", "_order_event", "__weakref__")
+    # _open, _handle and _key (names the stream in this process; the NULL handle is per device) are
+    # typed fields of StreamBase (csrc/_core.pxd), which the compiled core reads
+    __slots__ = ("_cdata", "_owned", "_device", "_order_event", "__weakref__")
     _cdata: Any          # the aclrtStream
-    _handle: int
     _owned: bool
     _device: int | None
-    _key: int            # names the stream in this process (the NULL handle is per device)
     _order_event: Event | None  # recorded here when another stream must wait for this one's writes
 
     def __init__(self) -> None:
@@ -54,7 +55,7 @@ class Stream(Resource):
 
     @classmethod
     def _wrap(cls, cdata: Any, handle: int, owned: bool, device: int | None) -> Stream:
-        s: Stream = object.__new__(cls)
+        s: Stream = StreamBase.__new__(cls)
         s._cdata = cdata
         s._handle = handle
         s._owned = owned

@@ -16,6 +16,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+from .._bases import StreamStateBase
 from ._memory import DeviceMemory
 from ._queue import QueuedEvent, QueueingStream
 
@@ -25,15 +26,16 @@ from ._queue import QueuedEvent, QueueingStream
 CHECKPOINT_EVERY = 256
 
 
-class _StreamState:
+class _StreamState(StreamStateBase):
     """What one stream holds, in segments: a hold goes into the current (last) segment; a boundary —
     a checkpoint or the start of a synchronisation — closes it and opens the next. Everything in a
     closed segment was held after its launch was queued, so before the boundary: once the stream has
     passed the boundary the whole segment is released at once. Appending to the current segment is
     one step under the GIL for the compiled calls; the Python holds take the lock, so that none lands
-    in a segment that a boundary already closed."""
+    in a segment that a boundary already closed. ``current`` and ``workspace`` are typed fields of
+    StreamStateBase (csrc/_core.pxd), which the compiled core reads."""
 
-    __slots__ = ("segments", "first", "current", "checkpoints", "workspace", "retired")
+    __slots__ = ("segments", "first", "checkpoints", "retired")
 
     def __init__(self) -> None:
         self.current: list[object] = []
@@ -121,6 +123,12 @@ def release_after(stream: QueueingStream | None, release: Callable[[], None]) ->
         release()
     else:
         hold(stream, _AfterStream(release))
+
+
+def state(stream: Stream) -> _StreamState:
+    """`stream`'s state, made when it has none yet (the compiled core's first launch on a stream)."""
+    with _lock:
+        return _state(stream._key)
 
 
 def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],

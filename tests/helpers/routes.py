@@ -16,7 +16,7 @@ class PythonOpCalls:
     def __init__(self, monkeypatch: pytest.MonkeyPatch):
         self.counts: dict[tuple[int, str], int] = {}
         for op in ("dispatch", "combine"):
-            module = sys.modules[f"aclnn_py.ops.moe_distribute_{op}"]
+            module = sys.modules[f"aclnn_py.ops.{op}"]
             monkeypatch.setattr(module, "_convert", self._counting(op, module._convert))
         self._ident = threading.get_ident
 

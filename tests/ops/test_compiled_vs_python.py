@@ -510,7 +510,7 @@ def test_compiled_and_python_paths_agree(acl, monkeypatch):
     from aclnn_py.ops import compiled_path_enabled
 
     for op in ("dispatch", "combine"):  # the operators' Python step
-        module = sys.modules[f"aclnn_py.ops.moe_distribute_{op}"]
+        module = sys.modules[f"aclnn_py.ops.{op}"]
         monkeypatch.setattr(module, "_convert", count_reaching(module._convert))
     cases = draw_cases(N_CASES, SEED)
     per_rank = run_threads(_rank_body, W, cases, threading.Barrier(W, timeout=120), timeout=1200)

@@ -36,7 +36,7 @@ def _rank(rank: int, root: bytes, token_nums_type: int, start: threading.Barrier
     import aclnn_py as acl
     from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import MoeConfig, moe_distribute_dispatch
-    from aclnn_py.ops.moe_distribute_dispatch import allocate_outputs
+    from aclnn_py.ops.dispatch import allocate_outputs
 
     acl.Device(rank).set_current()
     problems: list[str] = []

@@ -375,7 +375,7 @@ def test_the_step_state_checks_what_it_is_given(acl):
     from aclnn_py.runtime import Stream, ordered
     from aclnn_py.tensor import Tensor
 
-    class NoSlots:  # the attributes exist, but as class attributes: no slot to read
+    class NoSlots:  # the attributes exist, but as class attributes: no typed field to read
         _open = _contiguous = shape = dtype = _ptr = _offset_nbytes = _writer = _mem = _owner = None
 
     view = ordered.compiled_view()
@@ -383,7 +383,7 @@ def test_the_step_state_checks_what_it_is_given(acl):
     def state(*args, tensor_type=Tensor, on_failure=print, ordered_view=view):
         return _fastpath.state(*args, [None], [None], tensor_type, Stream, on_failure, ordered_view, 1)
 
-    with pytest.raises(TypeError, match="is not a __slots__ member"):
+    with pytest.raises(TypeError, match="must derive from the core's TensorBase / StreamBase"):
         state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), tensor_type=NoSlots)
     with pytest.raises(ValueError, match=r"slot 3 is out of range \[0, 1\)"):
         state(1, 1, 1, (3,), (0,), [None], (None,), (None,), ())
@@ -419,8 +419,10 @@ def test_a_plan_call_is_made_from_a_function_with_named_parameters(acl):
     for bad in (print, lambda self, *a: None, lambda: None):
         with pytest.raises(TypeError, match="PlanCall: function must"):
             _fastpath.PlanCall(bad, "out")
+    from aclnn_py import _core
+
     with pytest.raises(TypeError, match="OpCall: setup must be callable"):
-        _fastpath.OpCall(call, None)
+        _core.OpCall(call, None)
 
     class NotAPlan:  # no _c_state: every call is the Python function's, bound like a method
         __call__ = pc
@@ -435,59 +437,99 @@ def test_a_plan_call_is_made_from_a_function_with_named_parameters(acl):
 
 
 # ---- the per-call path: descriptor table, anchors, writers ----------------------------------------------
-def test_gather_fills_the_table_and_lists_anchors_like_python(acl, device0):
-    from aclnn_py import _fastpath
-    from aclnn_py.ops import executor
+def _recording_core(acl, n_in, n_out, launch_status=0):
+    """An OpCore whose run helper records the descriptor table it is given and says it launched."""
+    from aclnn_py._abi import RunLayout
+    from aclnn_py._core import OpCore
+    from aclnn_py.errors import check_aclnn
+    from aclnn_py.runtime import order_after_writes, ordered
+
+    b = acl.backend()
+    seen = []
+
+    @b.ffi.callback("aclnnStatus(aclTensor *const *, const int64_t *, const char *const *, uintptr_t, uint64_t, "
+                    "aclrtStream, uint64_t *, aclOpExecutor **, int, int *)")
+    def run_helper(table, ints, strings, ws, cap, stream, ws_size, ex, launch, launched):
+        seen.append([table[i] for i in range(n_in + n_out)])
+        launched[0] = launch
+        return launch_status
+
+    def address(fn):
+        return int(b.ffi.cast("uintptr_t", fn))
+
+    layout = RunLayout("phase1", "phase2", tuple(f"in{i}" for i in range(n_in)),
+                       tuple(f"out{j}" for j in range(n_out)), (), (), ())
+    states, _, _, _, checkpoint, every = ordered.compiled_view()
+    core = OpCore(layout, address(run_helper), address(b.function_pointer("aclnnMoeDistributeDispatchV5")),
+                  address(b.function_pointer("aclDestroyAclOpExecutor")), states, ordered.state, checkpoint, every,
+                  ordered.workspace, order_after_writes, check_aclnn)
+    return core, seen, run_helper
+
+
+def test_the_launch_gathers_descriptors_holds_anchors_and_marks_writers(acl, device0):
+    from aclnn_py.ops import MoeConfig
+    from aclnn_py.runtime import ordered
     from aclnn_py.tensor import Tensor
 
+    cfg = MoeConfig(ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=1 << 20)
     owned = Tensor.from_numpy(np.arange(64, dtype=np.float32))
     borrowed = Tensor.from_address(owned.ptr, (8,), np.float32, owner=owned)
     out = Tensor.empty((4, 4), np.float32)
     ins, outs = [owned, None, borrowed], [out]
-    layout = _fastpath.layout(Tensor)
-    table = acl.backend().ffi.new("aclTensor *[]", 8)
-    addr = int(acl.backend().ffi.cast("uintptr_t", table))
-    assert _fastpath.gather(layout, ins, outs, addr, 8) is None  # no descriptors yet: Python's job
-    cells, held = executor._descriptor_table(ins, outs)              # Python made them
-    assert held == executor._anchors(ins, outs)
-    held = _fastpath.gather(layout, ins, outs, addr, 8)              # now C does it
-    assert held == executor._anchors(ins, outs)
-    assert held[0] is owned._mem and held[1] is borrowed._owner and held[2] is out._mem
-    assert [table[i] for i in range(4)] == [owned._desc, acl.backend().ffi.NULL, borrowed._desc, out._desc]
-    with pytest.raises(ValueError, match="too small"):
-        _fastpath.gather(layout, ins, outs, addr, 3)
-    borrowed.close()
-    assert _fastpath.gather(layout, ins, outs, addr, 8) is None    # closed: Python raises ClosedError
-    with pytest.raises(acl.ClosedError):
-        executor._descriptor_table(ins, outs)
+    core, seen, _keep = _recording_core(acl, 3, 1)
     stream = device0.create_stream()
+    assert owned._desc_addr is None  # no descriptor yet: the launch makes them
+    core.run(ins, outs, cfg, stream)
+    null = acl.backend().ffi.NULL
+    assert seen[-1] == [owned._desc, null, borrowed._desc, out._desc] and owned._desc_addr
+    held = ordered._states[stream._key].current[-1]
+    assert held == [owned._mem, borrowed._owner, out._mem]  # what keeps each tensor's memory valid
     refs = sys.getrefcount(stream)
     for _ in range(100):
-        _fastpath.written(layout, outs, stream)
+        core.run(ins, outs, cfg, stream)
+    stream.synchronize()
     growth = sys.getrefcount(stream) - refs  # before the assert: pytest's rewriting holds its operands
-    assert growth == 1  # one reference: out's writer
+    assert growth == 0  # out's writer is the same stream: no reference taken per call
     assert out._writer is stream
+    borrowed.close()
+    with pytest.raises(acl.ClosedError):
+        core.run(ins, outs, cfg, stream)
+    with pytest.raises(TypeError, match="expected Tensors, got int"):
+        core.run([owned, None, 3], outs, cfg, stream)
+    with pytest.raises(ValueError, match="3 inputs and 1 outputs"):
+        core.run([owned], outs, cfg, stream)
     out._writer = None
     stream.close()
     for t in (owned, out):
         t.close()
 
 
-def test_gather_and_written_check_their_arguments(acl):
-    from aclnn_py import _fastpath
+def test_the_core_checks_what_it_is_built_with(acl):
+    from aclnn_py._abi import RunLayout
+    from aclnn_py._core import OpCore, OpSpec
+    from aclnn_py.runtime import Stream, ordered
     from aclnn_py.tensor import Tensor
 
-    layout = _fastpath.layout(Tensor)
-    with pytest.raises(TypeError, match="takes 5 arguments"):
-        _fastpath.gather(layout, [], [])
-    with pytest.raises(ValueError, match="NULL"):
-        _fastpath.gather(layout, [], [], 0, 8)
-    with pytest.raises(TypeError, match="sequence"):
-        _fastpath.gather(layout, 3, [], 1, 8)
-    with pytest.raises(ValueError, match="PyCapsule"):
-        _fastpath.gather(object(), [], [], 1, 8)   # not a layout capsule
-    with pytest.raises(TypeError, match="is not a __slots__ member"):
-        _fastpath.layout(type("NoSlots", (), {"_desc_addr": 0, "_mem": 0, "_owner": 0, "_writer": 0}))
+    layout = RunLayout("p1", "p2", ("a",), ("b",), (), (), ())
+    states, _, _, _, checkpoint, every = ordered.compiled_view()
+    with pytest.raises(ValueError, match="must be addresses"):
+        OpCore(layout, 0, 1, 1, states, print, checkpoint, every, print, print, print)
+    huge = RunLayout("p1", "p2", tuple(f"i{k}" for k in range(70)), ("b",), (), (), ())
+    with pytest.raises(ValueError, match="more than 64 tensors"):
+        OpCore(huge, 1, 1, 1, states, print, checkpoint, every, print, print, print)
+    core = OpCore(layout, 1, 1, 1, states, print, checkpoint, every, print, print, print)
+    args = dict(outputs_type=None, key=("op", (0, 0), (0, 1), (0, 1)), tensor_type=Tensor, stream_type=Stream,
+                config_type=object)
+    with pytest.raises(ValueError, match="one role per parameter"):
+        OpSpec(core, ("a", "b"), 2, (0,), (False,), **args)
+    with pytest.raises(ValueError, match="role 3 of b is out of range"):
+        OpSpec(core, ("a", "b"), 2, (0, 3), (False,), **args)
+    with pytest.raises(ValueError, match="none_as has one entry per input"):
+        OpSpec(core, ("a", "b"), 2, (0, -5), (), **args)
+    with pytest.raises(TypeError, match="outputs_type must be a tuple type"):
+        OpSpec(core, ("a", "b"), 2, (0, -5), (False,), **dict(args, outputs_type=list))
+    with pytest.raises(ValueError, match=r"a key item is \(input index, dim 0 or 1\)"):
+        OpSpec(core, ("a", "b"), 2, (0, -5), (False,), **dict(args, key=("op", (0, 0), (1, 0), (0, 1))))
 
 
 # ---- the operator functions' compiled call -------------------------------------------------------------
@@ -536,7 +578,8 @@ def _operator_calls(acl, buf, stream, rng, counter):
         same = got_d is d and got_c is out and result() == want  # numpy() waits for the writer stream
         report[name] = (same, [n - b for n, b in zip(counter.seen(), before)])
     anchors = report.pop("holds after a C call")
-    report["holds"] = (anchors[0], anchors[1] == [t._anchor() for t in (ctx, x, ids, *d)], ordered.held(stream))
+    present = [a for a in anchors[1] if a is not None]  # one entry per table slot; absent ones None
+    report["holds"] = (anchors[0], present == [t._anchor() for t in (ctx, x, ids, *d)], ordered.held(stream))
     return report
 
 
@@ -578,6 +621,9 @@ def _operator_failures(acl, buf, stream, rng, counter, ranks):
     wide_ids = acl.Tensor.from_numpy(ids.numpy().astype(np.int64))
     attempt("phase 1, C", lambda: moe_distribute_dispatch(ctx, x, wide_ids, config=cfg, outputs=d, stream=stream))
     attempt("phase 1, Python", lambda: moe_distribute_dispatch(ctx, x, wide_ids, outputs=d, stream=stream, **attrs))
+    wide_ids.descriptor()  # now the call is in the serving shape: the compiled route raises phase 1's refusal
+    attempt("phase 1, compiled", lambda: moe_distribute_dispatch(ctx, x, wide_ids, config=cfg, outputs=d,
+                                                                 stream=stream))
     # the launch refuses an x in host memory (descriptors may address anything; the launch checks)
     host = np.zeros(BS * H * 2 + 64, np.uint8)
     start = -host.ctypes.data % 32
@@ -586,7 +632,7 @@ def _operator_failures(acl, buf, stream, rng, counter, ranks):
     attempt("launch, C", lambda: moe_distribute_dispatch(ctx, on_host, ids, config=cfg, outputs=d, stream=stream))
     attempt("launch, Python", lambda: moe_distribute_dispatch(ctx, on_host, ids, outputs=d, stream=stream, **attrs))
     stream.synchronize()
-    # a new stream has no workspace yet: the first call hands its executor back and Python grows it
+    # a new stream has no workspace yet: the first call grows it and launches its executor
     fresh = acl.Device.current().create_stream()
     stream.synchronize()
     ranks.wait()  # the executor count is the process's: it is read while both ranks wait
@@ -608,48 +654,50 @@ def test_operator_call_failures_are_the_python_paths(acl, monkeypatch):
     counter, ranks = PythonOpCalls(monkeypatch), threading.Barrier(2)
     for out in _run(lambda *a: _operator_failures(*a, counter, ranks)):
         (c_err, c_python), (py_err, _) = out["phase 1, C"], out["phase 1, Python"]
-        assert c_err == py_err and c_err[1] == "aclnnMoeDistributeDispatchV5GetWorkspaceSize" and c_python == 1
+        assert c_err == py_err and c_err[1] == "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
+        assert c_python == 1  # a new Tensor (no descriptor yet) is converted in Python, then launched
+        assert out["phase 1, compiled"] == (py_err, 0)
         (c_err, c_python), (py_err, _) = out["launch, C"], out["launch, Python"]
         assert c_err == py_err and c_err[1] == "aclnnMoeDistributeDispatchV5" and "input 1" in c_err[2]
         assert c_python == 0  # raised by the C path itself
-        assert out["fresh stream, first"] == (None, 1) and out["fresh stream, second"] == (None, 0)
+        assert out["fresh stream, first"] == (None, 0) and out["fresh stream, second"] == (None, 0)
         assert out["executors left"] == 0
 
 
 def test_an_operator_function_keeps_its_name_doc_and_signature(acl):
     import inspect
 
-    from aclnn_py import _fastpath
+    from aclnn_py import _core
     from aclnn_py.ops import moe_distribute_combine, moe_distribute_dispatch
 
     for fn in (moe_distribute_dispatch, moe_distribute_combine):
-        assert isinstance(fn, _fastpath.OpCall)
+        assert isinstance(fn.compiled, _core.OpCall)
         python = fn.__wrapped__
         assert inspect.isfunction(python)
         assert inspect.signature(fn) == inspect.signature(python)
         assert (fn.__name__, fn.__qualname__, fn.__module__, fn.__doc__) == \
             (python.__name__, python.__qualname__, python.__module__, python.__doc__)
-        assert fn.names == tuple(inspect.signature(python).parameters)[:-1]  # all but **attrs
+        assert fn.compiled.names == tuple(inspect.signature(python).parameters)[:-1]  # all but **attrs
 
 
 def test_an_op_call_without_a_spec_is_its_python_function(acl):
-    from aclnn_py import _fastpath
+    from aclnn_py import _core
 
     def fn(a, *, stream=None, **attrs):
         return "python", a, stream, attrs
 
     asked = []
 
-    def failing(names):
-        asked.append(names)
+    def failing(names, n_positional):
+        asked.append((names, n_positional))
         raise RuntimeError("no runtime yet")
 
-    oc = _fastpath.OpCall(fn, failing)
+    oc = _core.compiled_operator(fn, failing)
     assert oc(1) == ("python", 1, None, {}) and oc(2, stream=3, w=4) == ("python", 2, 3, {"w": 4})
-    assert asked == [("a", "stream")] * 2  # a failed setup is asked again at the next call
-    assert _fastpath.OpCall(fn, lambda names: None)(5) == ("python", 5, None, {})
-    with pytest.raises(TypeError, match="must return an op_spec"):
-        _fastpath.OpCall(fn, lambda names: 42)(6)
+    assert asked == [(("a", "stream"), 1)] * 2  # a failed setup is asked again at the next call
+    assert _core.compiled_operator(fn, lambda names, n: None)(5) == ("python", 5, None, {})
+    with pytest.raises(TypeError, match="must return an OpSpec"):
+        _core.compiled_operator(fn, lambda names, n: 42)(6)
 
 
 def test_an_adopted_plan_class_parses_calls_and_leaves_the_rest_to_python(acl):

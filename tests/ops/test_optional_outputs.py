@@ -17,7 +17,7 @@ def _rank(rank, world_size, root):
     import aclnn_py as acl
     from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import DispatchPlan, MoeConfig, moe_distribute_dispatch, prepare_dispatch
-    from aclnn_py.ops.moe_distribute_dispatch import allocate_outputs
+    from aclnn_py.ops.dispatch import allocate_outputs
 
     with Communicator(world_size, rank, root) as comm:
         ctx, ccl = build_context(comm)

@@ -27,7 +27,7 @@ def _round(route, rank, world_size, root, two_streams):
     import aclnn_py as acl
     from aclnn_py import _mock
     from aclnn_py.ops import CombinePlan, DispatchPlan, MoeConfig
-    from aclnn_py.ops.moe_distribute_dispatch import allocate_outputs
+    from aclnn_py.ops.dispatch import allocate_outputs
 
     with acl.hccl.Communicator(world_size, rank, root) as comm:
         buf = acl.MoeDistributeBuffer(comm)

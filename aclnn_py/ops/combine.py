@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from operator import is_not
+from typing import TYPE_CHECKING
 
 from ..dtypes import DataType, DTypeLike
 from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
@@ -19,8 +20,12 @@ from . import prechecks
 from ._args import given_output, host_weights, ids_tensor, input_tensor, required_tensor, unread_output
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
+from ._layout import Signature
+
+if TYPE_CHECKING:
+    from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
+from .executor import Plan, Prepared, private_views
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeCombineV5"
@@ -31,6 +36,8 @@ INPUTS = ("context", "expand_x", "expert_ids", "assist_info_for_combine", "ep_se
           "expand_scales", "shared_expert_x", "elastic_info", "ori_x", "const_expert_alpha_1",
           "const_expert_alpha_2", "const_expert_v", "performance_info")
 OUTPUTS = ("x_out",)
+#: The C function's tensors in this order, checked against its prototype at the first call.
+SIGNATURE = Signature(PHASE2, INPUTS, OUTPUTS)
 #: The inputs a plan call may change, weighted and unweighted (expert_scales is then the empty tensor).
 _PLAN_NAMES = ("expand_x", "expert_ids", "assist_info_for_combine", "ep_send_counts", "expert_scales",
                "x_active_mask", "shared_expert_x", "ori_x", "const_expert_alpha_1", "const_expert_alpha_2",
@@ -105,8 +112,8 @@ def x_out_layout(expand_x: Tensor, expert_ids: Tensor) -> tuple[tuple[int, int],
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int, object]:
-    return run_phase1(initialized().lib.aclnnpy_combine_v5_run, PHASE1, cfg.combine_ints, cfg.comm_alg_bytes,
-                      ins, (out,))
+    size, executor = SIGNATURE.core.phase1(ins, (out,), cfg)
+    return size, initialized().ffi.cast("aclOpExecutor *", executor)
 
 
 def prepare_combine(
@@ -150,11 +157,10 @@ class PreparedCombine(Prepared):
         self.result = x_out
 
 
-def _compiled_spec(names: tuple[str, ...]) -> object:
-    return operator_spec(names, inputs=INPUTS, required=5, make_if_none={"expert_scales": empty_weights},
-                         outputs="x_out", outputs_type=None, n_outputs=1,
-                         key=("combine", ("expert_ids", 0), ("expand_x", 1), ("expert_ids", 1)),
-                         ints_attr="_combine_ints_address", run="aclnnpy_combine_v5_run", phase2=PHASE2)
+def _compiled_spec(names: tuple[str, ...], n_positional: int) -> OpSpec:
+    return operator_spec(names, n_positional, signature=SIGNATURE, required=5,
+                         make_if_none={"expert_scales": empty_weights}, outputs="x_out", outputs_type=None,
+                         key=("combine", ("expert_ids", 0), ("expand_x", 1), ("expert_ids", 1)))
 
 
 @compiled_op(_compiled_spec)
@@ -177,8 +183,7 @@ def moe_distribute_combine(
                              expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
                              const_expert_alpha_2, const_expert_v, performance_info), s)
     out = _x_out(cfg, ins, x_out, precheck)
-    run_both_phases(initialized().lib.aclnnpy_combine_v5_run, PHASE1, PHASE2, cfg.combine_ints,
-                    cfg.comm_alg_bytes, s, ins, (out,))
+    SIGNATURE.core.run(ins, (out,), cfg, s)
     return out
 
 

@@ -11,7 +11,7 @@ allocated with the shapes of docs/operators.md unless given.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
@@ -30,8 +30,12 @@ from ._args import (
 )
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
+from ._layout import Signature
+
+if TYPE_CHECKING:
+    from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, private_views, run_both_phases, run_phase1
+from .executor import Plan, Prepared, private_views
 from .prechecks_a2 import recv_counts_extra
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
@@ -43,6 +47,8 @@ INPUTS = ("context", "x", "expert_ids", "scales", "x_active_mask", "expert_scale
 #: Output order of the C function (aclSetOutputTensorAddr indices).
 OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_token_nums", "ep_recv_counts",
            "tp_recv_counts", "expand_scales")
+#: The C function's tensors in this order, checked against its prototype at the first call.
+SIGNATURE = Signature(PHASE2, INPUTS, OUTPUTS)
 #: The inputs a plan call may change (x, expert_ids, scales, x_active_mask, expert_scales).
 PLAN_INPUTS = tuple(INPUTS.index(n) for n in ("x", "expert_ids", "scales", "x_active_mask", "expert_scales"))
 _EXPERT_SCALES = INPUTS.index("expert_scales")
@@ -160,8 +166,8 @@ def _given_outputs(given: object) -> Mapping[str, Tensor | None]:
 
 
 def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
-    return run_phase1(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, cfg.dispatch_ints, cfg.comm_alg_bytes,
-                      ins, outs)
+    size, executor = SIGNATURE.core.phase1(ins, outs, cfg)
+    return size, initialized().ffi.cast("aclOpExecutor *", executor)
 
 
 def _convert(context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
@@ -223,11 +229,9 @@ class PreparedDispatch(Prepared):
         self.result = outputs
 
 
-def _compiled_spec(names: tuple[str, ...]) -> object:
-    return operator_spec(names, inputs=INPUTS, required=3, make_if_none={}, outputs="outputs",
-                         outputs_type=DispatchOutputs, n_outputs=len(OUTPUTS),
-                         key=("dispatch", ("x", 0), ("x", 1), ("expert_ids", 1)), ints_attr="_dispatch_ints_address",
-                         run="aclnnpy_dispatch_v5_run", phase2=PHASE2)
+def _compiled_spec(names: tuple[str, ...], n_positional: int) -> OpSpec:
+    return operator_spec(names, n_positional, signature=SIGNATURE, required=3, make_if_none={}, outputs="outputs",
+                         outputs_type=DispatchOutputs, key=("dispatch", ("x", 0), ("x", 1), ("expert_ids", 1)))
 
 
 @compiled_op(_compiled_spec)
@@ -246,8 +250,7 @@ def moe_distribute_dispatch(
     ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
                    performance_info, x_dtype, scales_dtype, s)
     outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
-    run_both_phases(initialized().lib.aclnnpy_dispatch_v5_run, PHASE1, PHASE2, cfg.dispatch_ints,
-                    cfg.comm_alg_bytes, s, ins, outs)
+    SIGNATURE.core.run(ins, outs, cfg, s)
     return outs
 
 

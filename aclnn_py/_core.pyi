@@ -1,0 +1,67 @@
+"""Stubs of the compiled core (csrc/_core.pyx); the typed fields are declared in csrc/_core.pxd."""
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .dtypes import DataType
+from .runtime._memory import DeviceMemory
+from .runtime._stream import Stream
+
+ROLES: dict[str, int]
+
+def set_enabled(flag: bool) -> bool: ...
+def enabled() -> bool: ...
+
+class TensorBase:
+    shape: tuple[int, ...]
+    dtype: DataType
+    _mem: DeviceMemory | None
+    _owner: object
+    _writer: Stream | None
+    _ptr: int
+    _offset_nbytes: int
+    _open: bool
+    _contiguous: bool
+    _desc_addr: int | None
+
+class StreamBase:
+    _open: bool
+    _key: int
+    _handle: int
+
+class StreamStateBase:
+    current: list[object]
+    workspace: DeviceMemory | None
+
+class ConfigBase:
+    _passed: set[tuple[str, int, int, int]]
+    _packed: dict[str, Any]
+
+class PackedBase:
+    layout: Any
+    ints_address: int
+    strings_address: int
+
+class OpCore:
+    layout: Any
+    def __init__(self, layout: Any, run: int, phase2: int, destroy: int, states: dict[int, Any],
+                 state_of: Callable[[Any], Any], checkpoint: Callable[[Any], None], every: int,
+                 grow: Callable[[Any, int], int], order_after_writes: Callable[[Any, Any], None],
+                 raise_status: Callable[[int, str], None]) -> None: ...
+    def run(self, inputs: Sequence[object], outputs: Sequence[object], config: ConfigBase,
+            stream: StreamBase) -> None: ...
+    def phase1(self, inputs: Sequence[object], outputs: Sequence[object], config: ConfigBase) -> tuple[int, int]: ...
+
+class OpSpec:
+    def __init__(self, core: OpCore, names: tuple[str, ...], n_positional: int, roles: tuple[int, ...],
+                 none_as: tuple[object, ...], outputs_type: type | None, key: tuple[object, ...], tensor_type: type,
+                 stream_type: type, config_type: type) -> None: ...
+
+class OpCall:
+    function: Callable[..., Any]
+    names: tuple[str, ...]
+    n_positional: int
+    def __init__(self, function: Callable[..., Any], setup: Callable[[tuple[str, ...], int], OpSpec | None]) -> None: ...
+
+def compiled_operator(function: Callable[..., Any],
+                      setup: Callable[[tuple[str, ...], int], OpSpec | None]) -> Callable[..., Any]: ...

@@ -1,0 +1,527 @@
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+"""aclnn_py._core: the operators' one launch path, compiled (docs/concepts.md, "The compiled steady state").
+
+An operator call ends here whichever way it came: :meth:`OpCore.run` gathers the tensors' descriptors
+(making a missing one through ``Tensor.descriptor()``), orders the launch after writes queued on other
+streams, runs the extension's run helper (both phases) with the GIL released, grows the stream's
+workspace when phase 1 asks for more, holds what the launch uses until the stream passes it, raises a
+failed status and marks the outputs' writer. :class:`OpCall` stands where an operator function stood:
+a call in the serving shape (device Tensors with descriptors, a MoeConfig whose pre-checks passed for
+this shape, given outputs, a Stream) is parsed here and goes straight to the same launch; any other
+call goes to the Python function, which converts its arguments and then calls :meth:`OpCore.run`.
+
+The objects' state is read through the typed bases of _core.pxd, which the Python classes derive from.
+"""
+
+import functools
+
+from cpython.ref cimport PyObject
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
+
+
+cdef extern from "Python.h":
+    object PyObject_Vectorcall(object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+
+
+cdef extern from "entry.h":
+    ctypedef object (*aclnnpy_route_fn)(PyObject *route, PyObject *const *args, Py_ssize_t nargs,
+                                        PyObject *kwnames)
+    aclnnpy_route_fn aclnnpy_route_call
+    object aclnnpy_entry_type()
+    object aclnnpy_entry_new(object type, object route)
+from libc.stdint cimport int64_t, uint64_t, uintptr_t
+
+# 0: every OpCall goes to its Python function (set_enabled()). Read without a lock: a call that races
+# a change takes either route, and both give the same result.
+cdef bint compiled_enabled = True
+
+cdef enum:
+    MAX_TABLE = 64   # descriptor-table entries: an operator's inputs, then its outputs
+    MAX_PARAMS = 64  # parameters of an operator function
+
+# what a parameter of an operator function is to the parser, when it is not a tensor input (>= 0)
+cdef enum:
+    ROLE_CONFIG = -1
+    ROLE_STREAM = -2
+    ROLE_OUTPUTS = -3
+    ROLE_PRECHECK = -4
+    ROLE_NONE = -5   # anything else: the compiled route takes the call only when it is None or not given
+
+ROLES = {"config": ROLE_CONFIG, "stream": ROLE_STREAM, "outputs": ROLE_OUTPUTS, "precheck": ROLE_PRECHECK,
+         "none": ROLE_NONE}
+
+
+def set_enabled(bint flag):
+    """False: every operator call goes to its Python function; returns the previous setting."""
+    global compiled_enabled
+    previous = compiled_enabled
+    compiled_enabled = flag
+    return previous
+
+
+def enabled():
+    """Whether operator calls in the serving shape take the compiled route."""
+    return compiled_enabled
+
+
+cdef class TensorBase:
+    """The typed part of aclnn_py.Tensor."""
+
+    property _desc_addr:
+        """The descriptor's address, or None."""
+        def __get__(self):
+            return self.desc if self.desc else None
+
+        def __set__(self, value):
+            self.desc = 0 if value is None else <uintptr_t>value
+
+
+cdef class StreamBase:
+    """The typed part of aclnn_py.Stream."""
+
+    property _handle:
+        """The aclrtStream as an int (0: the default stream)."""
+        def __get__(self):
+            return self.handle
+
+        def __set__(self, uintptr_t value):
+            self.handle = value
+
+
+cdef class StreamStateBase:
+    """The typed part of a stream's stream-ordered state (aclnn_py.runtime.ordered)."""
+
+    property workspace:
+        """The stream's workspace block (a DeviceMemory), or None."""
+        def __get__(self):
+            return self.block
+
+        def __set__(self, mem):
+            self.block = mem
+            self.ws_ptr = 0 if mem is None else <uintptr_t>mem._ptr
+            self.ws_size = 0 if mem is None else <uintptr_t>mem.size
+
+
+cdef class ConfigBase:
+    """The typed part of aclnn_py.ops.MoeConfig: what a call reads of it on every call."""
+
+
+cdef class PackedBase:
+    """A config's attribute arrays for one operator's run helper (made by MoeConfig.packed)."""
+
+    property ints_address:
+        def __get__(self):
+            return <uintptr_t>self.ints
+
+        def __set__(self, uintptr_t value):
+            self.ints = <const int64_t *>value
+
+    property strings_address:
+        def __get__(self):
+            return <uintptr_t>self.strings
+
+        def __set__(self, uintptr_t value):
+            self.strings = <const char **>value
+
+
+cdef class OpCore:
+    """An operator's launch: its run helper, phase 2 and the runtime functions it calls."""
+
+    cdef readonly object layout
+    cdef object phase1_name, phase2_name
+    cdef aclnnpy_run_fn run_fn
+    cdef aclnnpy_phase2_fn phase2_fn
+    cdef aclnnpy_destroy_fn destroy_fn
+    cdef dict states           # ordered's states by stream key
+    cdef object state_of       # ordered.state(stream): the stream's state, made when missing
+    cdef object checkpoint     # ordered's checkpoint(stream)
+    cdef Py_ssize_t every      # holds that make a checkpoint
+    cdef object grow           # ordered.workspace(stream, size)
+    cdef object order_after_writes
+    cdef object raise_status   # raise_status(status, function): raises
+
+    def __init__(self, layout, uintptr_t run, uintptr_t phase2, uintptr_t destroy, dict states, state_of,
+                 checkpoint, Py_ssize_t every, grow, order_after_writes, raise_status):
+        if not run or not phase2 or not destroy or every < 1:
+            raise ValueError("OpCore: run, phase2 and destroy must be addresses, every >= 1")
+        if len(layout.inputs) + len(layout.outputs) > MAX_TABLE:
+            raise ValueError(f"OpCore: {layout.phase1} has more than {MAX_TABLE} tensors")
+        self.layout = layout
+        self.phase1_name = layout.phase1
+        self.phase2_name = layout.phase2
+        self.run_fn = <aclnnpy_run_fn>run
+        self.phase2_fn = <aclnnpy_phase2_fn>phase2
+        self.destroy_fn = <aclnnpy_destroy_fn>destroy
+        self.states = states
+        self.state_of = state_of
+        self.checkpoint = checkpoint
+        self.every = every
+        self.grow = grow
+        self.order_after_writes = order_after_writes
+        self.raise_status = raise_status
+
+    cdef inline PackedBase attrs_of(self, ConfigBase config):
+        packed = config._packed.get(self.phase2_name)
+        if packed is None or (<PackedBase>packed).layout is not self.layout:
+            packed = config.packed(self.layout)  # made once per config and operator
+        return <PackedBase>packed
+
+    cdef int gather(self, object tensors, aclTensor **table, list held) except -1:
+        """The descriptors of `tensors` (Tensors or None) into `table`, what keeps their memory valid into
+        `held`; a Tensor without a descriptor gets one (a closed one raises ClosedError)."""
+        cdef Py_ssize_t i = 0
+        cdef TensorBase tb
+        for t in tensors:
+            if t is None:
+                table[i] = NULL
+            elif isinstance(t, TensorBase):
+                tb = <TensorBase>t
+                if not tb.desc:
+                    t.descriptor()
+                table[i] = <aclTensor *>tb.desc
+                held.append(tb._mem if tb._mem is not None else tb._owner)
+            else:
+                raise TypeError(f"{self.phase1_name}: expected Tensors, got {type(t).__name__}")
+            i += 1
+        return 0
+
+    def run(self, inputs, outputs, ConfigBase config, StreamBase stream):
+        """Both phases on `stream` with `inputs` and `outputs` (Tensors or None, in the prototype's
+        order) and `config`'s attributes."""
+        cdef aclTensor *table[MAX_TABLE]
+        cdef list held = []
+        cdef Py_ssize_t n_in = len(inputs)
+        if n_in != len(self.layout.inputs) or len(outputs) != len(self.layout.outputs):
+            raise ValueError(f"{self.phase1_name}: {len(self.layout.inputs)} inputs and "
+                             f"{len(self.layout.outputs)} outputs")
+        self.gather(inputs, table, held)
+        self.gather(outputs, table + n_in, held)
+        self.launch(table, held, self.attrs_of(config), stream, inputs, outputs, written_elsewhere(inputs, stream))
+
+    def phase1(self, inputs, outputs, ConfigBase config):
+        """Phase 1 only: (workspace size, executor address)."""
+        cdef aclTensor *table[MAX_TABLE]
+        cdef list held = []
+        cdef uint64_t size = 0
+        cdef aclOpExecutor *executor = NULL
+        cdef int launched = 0
+        cdef aclnnStatus status
+        cdef PackedBase attrs = self.attrs_of(config)
+        cdef Py_ssize_t n_in = len(inputs)
+        self.gather(inputs, table, held)
+        self.gather(outputs, table + n_in, held)
+        with nogil:
+            status = self.run_fn(table, attrs.ints, attrs.strings, 0, 0, NULL, &size, &executor, 0, &launched)
+        if status:
+            self.raise_status(status, self.phase1_name)
+        return size, <uintptr_t>executor
+
+    cdef int launch(self, aclTensor **table, list held, PackedBase attrs, StreamBase stream, object inputs,
+                    object outputs, bint order) except -1:
+        """Phase 1 and the launch; then the holds, the status and the outputs' writer."""
+        cdef uint64_t size = 0
+        cdef aclOpExecutor *executor = NULL
+        cdef int launched = 0
+        cdef aclnnStatus status
+        cdef uintptr_t ws
+        cdef aclrtStream handle = <aclrtStream>stream.handle
+        if order:  # an input last written on another stream: this launch waits for that write
+            self.order_after_writes(stream, inputs)
+        state = self.states.get(stream._key)
+        if state is None:
+            state = self.state_of(stream)
+        cdef StreamStateBase st = <StreamStateBase>state  # kept: the stream may be destroyed meanwhile
+        with nogil:
+            status = self.run_fn(table, attrs.ints, attrs.strings, st.ws_ptr, st.ws_size, handle, &size, &executor,
+                                 1, &launched)
+        if not launched:
+            if status:
+                self.raise_status(status, self.phase1_name)
+            try:  # more than the stream's block: grow it, then launch
+                ws = <uintptr_t>self.grow(stream, size)
+            except BaseException:
+                self.destroy_fn(executor)  # never launched: nothing else would destroy it
+                raise
+            with nogil:
+                status = self.phase2_fn(<void *>ws if size else NULL, size, executor, handle)
+        # launched: what it uses is held until the stream passes it, whatever the status. Reading the
+        # open segment and appending to it is one step under the GIL: no boundary closes it in between.
+        current = st.current
+        current.append(held)
+        if len(current) >= self.every:
+            self.checkpoint(stream)
+        if status:
+            self.raise_status(status, self.phase2_name)
+        cdef Py_ssize_t j
+        if isinstance(outputs, TensorBase):
+            (<TensorBase>outputs)._writer = stream
+        elif isinstance(outputs, tuple):
+            for j in range(PyTuple_GET_SIZE(outputs)):
+                t = <object>PyTuple_GET_ITEM(outputs, j)
+                if t is not None:
+                    (<TensorBase>t)._writer = stream
+        else:
+            for t in outputs:
+                if t is not None:
+                    (<TensorBase>t)._writer = stream
+        return 0
+
+
+cdef inline bint written_elsewhere(object inputs, StreamBase stream):
+    """An input's last write was queued on another stream object (ordering then decides by key)."""
+    for t in inputs:
+        if isinstance(t, TensorBase):
+            w = (<TensorBase>t)._writer
+            if w is not None and w is not stream:
+                return True
+    return False
+
+
+cdef class OpSpec:
+    """How an OpCall reads its function's parameters: per parameter its role (a tensor input's index, or
+    ROLE_*), per input what None means, the outputs' type, the pre-check key."""
+
+    cdef OpCore core
+    cdef dict index              # parameter name -> position
+    cdef tuple names             # the parameter names, in order
+    cdef Py_ssize_t n_params, n_positional, n_inputs, n_outputs
+    cdef Py_ssize_t roles[MAX_PARAMS]
+    cdef tuple none_as           # per input: None (NULL is passed), False (Python's call) or a maker
+    cdef object tensor_type, stream_type, config_type, outputs_type
+    cdef str key_op
+    cdef Py_ssize_t key_input[3]
+    cdef Py_ssize_t key_dim[3]
+    # the pre-check key last built and its (BS, H, K): a value, read and replaced with the GIL held
+    cdef tuple last_key
+    cdef Py_ssize_t last_dims[3]
+
+    def __init__(self, OpCore core, tuple names, Py_ssize_t n_positional, tuple roles, tuple none_as,
+                 outputs_type, tuple key, tensor_type, stream_type, config_type):
+        cdef Py_ssize_t n = len(names)
+        if n > MAX_PARAMS or len(roles) != n or n_positional > n:
+            raise ValueError(f"OpSpec: one role per parameter, at most {MAX_PARAMS}")
+        self.core = core
+        self.n_params = n
+        self.n_positional = n_positional
+        self.index = {name: i for i, name in enumerate(names)}
+        self.names = names
+        self.n_inputs = len(core.layout.inputs)
+        self.n_outputs = len(core.layout.outputs)
+        if len(none_as) != self.n_inputs:
+            raise ValueError("OpSpec: none_as has one entry per input")
+        for i in range(n):
+            if not ROLE_NONE <= roles[i] < self.n_inputs:
+                raise ValueError(f"OpSpec: role {roles[i]} of {names[i]} is out of range")
+            self.roles[i] = roles[i]
+        if outputs_type is None and self.n_outputs != 1:
+            raise ValueError("OpSpec: outputs as one Tensor need an operator with one output")
+        if outputs_type is not None and not issubclass(outputs_type, tuple):
+            raise TypeError("OpSpec: outputs_type must be a tuple type (or None: one Tensor)")
+        self.none_as = none_as
+        self.outputs_type = outputs_type
+        op, *dims = key
+        self.key_op = op
+        for k in range(3):
+            self.key_input[k], self.key_dim[k] = dims[k]
+            if not 0 <= self.key_input[k] < self.n_inputs or not 0 <= self.key_dim[k] < 2:
+                raise ValueError("OpSpec: a key item is (input index, dim 0 or 1)")
+        self.tensor_type = tensor_type
+        self.stream_type = stream_type
+        self.config_type = config_type
+
+    cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+        """The outputs after a launch, or None when the Python function must take the call (before
+        anything ran). `args` are the caller's (positional ones, then the values of `kwnames`), borrowed:
+        they live until the call returns."""
+        cdef PyObject *given[MAX_PARAMS]
+        cdef PyObject *ins[MAX_TABLE]
+        cdef aclTensor *table[MAX_TABLE]
+        cdef Py_ssize_t i, k, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+        cdef Py_ssize_t role
+        cdef TensorBase tb
+        cdef bint precheck = True, order = False
+        cdef list made = None
+        cdef object first_made = None
+        if nargs > self.n_positional:
+            return None
+        for i in range(self.n_params):
+            given[i] = NULL
+        for i in range(nargs):
+            given[i] = args[i]
+        for k in range(n_kw):
+            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
+            if i < 0 or given[i] != NULL:
+                return None  # unknown here (an attribute keyword, a misspelling) or given twice: Python's
+            given[i] = args[nargs + k]
+        config = stream = outputs = None
+        for i in range(self.n_inputs):
+            ins[i] = NULL
+        for i in range(self.n_params):
+            if given[i] == NULL:
+                continue
+            role = self.roles[i]
+            if role >= 0:
+                ins[role] = given[i] if <object>given[i] is not None else NULL
+            elif role == ROLE_CONFIG:
+                config = <object>given[i]
+            elif role == ROLE_STREAM:
+                stream = <object>given[i]
+            elif role == ROLE_OUTPUTS:
+                outputs = <object>given[i]
+            elif role == ROLE_PRECHECK:
+                if <object>given[i] is not True and <object>given[i] is not False:
+                    return None
+                precheck = <object>given[i] is True
+            elif <object>given[i] is not None:
+                return None
+        if type(config) is not self.config_type or type(stream) is not self.stream_type \
+                or not (<StreamBase>stream)._open:
+            return None  # attributes as keywords, the current stream, a closed stream: Python's
+        cdef list held = [None] * (self.n_inputs + self.n_outputs)
+        for i in range(self.n_inputs):
+            if ins[i] == NULL:
+                make = self.none_as[i]
+                if make is None:
+                    table[i] = NULL
+                    continue
+                if make is False:
+                    return None
+                if first_made is None:  # kept alive until the call returns (usually the only one)
+                    first_made = make()
+                    ins[i] = <PyObject *>first_made
+                else:
+                    if made is None:
+                        made = []
+                    made.append(make())
+                    ins[i] = <PyObject *>made[len(made) - 1]
+            t = <object>ins[i]
+            if type(t) is not self.tensor_type:
+                return None  # host data, a foreign object: Python converts or refuses it
+            tb = <TensorBase>t
+            if not tb.desc:
+                return None  # no descriptor yet, or closed: Python makes it or raises
+            table[i] = <aclTensor *>tb.desc
+            held[i] = tb._mem if tb._mem is not None else tb._owner
+            w = tb._writer
+            if w is not None and w is not stream:
+                order = True
+        if not self.gather_outputs(outputs, table + self.n_inputs, held, self.n_inputs):
+            return None
+        cdef ConfigBase cfg = <ConfigBase>config
+        if precheck and not self.prechecked(cfg, ins):
+            return None  # a shape the config has not checked yet: Python checks and records it
+        inputs = [None if ins[i] == NULL else <object>ins[i] for i in range(self.n_inputs)] if order else None
+        self.core.launch(table, held, self.core.attrs_of(cfg), <StreamBase>stream, inputs, outputs, order)
+        return outputs
+
+    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
+        """The parameter `name` names, or -1. Call sites pass the interned names the function's code
+        holds, so identity finds them; anything else is looked up by value."""
+        cdef Py_ssize_t i
+        for i in range(self.n_params):
+            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
+                return i
+        where = self.index.get(<object>name)
+        return -1 if where is None else <Py_ssize_t>where
+
+    cdef bint gather_outputs(self, object outputs, aclTensor **table, list held, Py_ssize_t at) except -1:
+        cdef TensorBase tb
+        cdef Py_ssize_t j
+        if self.outputs_type is None:
+            single = True
+        elif type(outputs) is self.outputs_type and PyTuple_GET_SIZE(outputs) == self.n_outputs:
+            single = False
+        else:
+            return False  # outputs to allocate, or a mapping: Python's
+        for j in range(self.n_outputs):
+            # PyTuple_GET_ITEM: a named tuple's items without its class's item lookup
+            t = outputs if single else <object>PyTuple_GET_ITEM(outputs, j)
+            if t is None and not single:
+                table[j] = NULL  # an optional output left NULL: C refuses it where it is needed
+                continue
+            if type(t) is not self.tensor_type:
+                return False
+            tb = <TensorBase>t
+            if not tb.desc:
+                return False
+            table[j] = <aclTensor *>tb.desc
+            held[at + j] = tb._mem if tb._mem is not None else tb._owner
+        return True
+
+    cdef bint prechecked(self, ConfigBase config, PyObject **ins) except -1:
+        """The config's pre-checks passed for this call's (BS, H, K) (`ins`: the inputs, all Tensors
+        where the key reads them)."""
+        cdef Py_ssize_t d[3]
+        for k in range(3):
+            if ins[self.key_input[k]] == NULL:
+                return False
+            shape = (<TensorBase>ins[self.key_input[k]]).shape
+            if len(shape) != 2:
+                return False
+            d[k] = shape[self.key_dim[k]]
+        key = self.last_key
+        if key is None or d[0] != self.last_dims[0] or d[1] != self.last_dims[1] or d[2] != self.last_dims[2]:
+            key = (self.key_op, d[0], d[1], d[2])
+            self.last_dims[0], self.last_dims[1], self.last_dims[2] = d[0], d[1], d[2]
+            self.last_key = key
+        return key in config._passed
+
+
+cdef class OpCall:
+    """The compiled route of an operator function: `setup(names, n_positional)` gives its OpSpec at the
+    first call (None: every call is the function's)."""
+
+    cdef readonly object function
+    cdef object setup
+    cdef object spec                # None until set up; False: no compiled route
+    cdef readonly tuple names       # the function's parameter names
+    cdef readonly Py_ssize_t n_positional
+
+    def __init__(self, function, setup):
+        if not callable(setup):
+            raise TypeError("OpCall: setup must be callable")
+        code = function.__code__
+        self.function = function
+        self.setup = setup
+        self.spec = None
+        self.names = tuple(code.co_varnames[:code.co_argcount + code.co_kwonlyargcount])
+        self.n_positional = code.co_argcount
+
+    cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+        if compiled_enabled:
+            spec = self.spec
+            if spec is None:
+                spec = self.set_up()
+            if spec is not False:
+                result = (<OpSpec>spec).call(args, nargs, kwnames)
+                if result is not None:
+                    return result
+        return PyObject_Vectorcall(self.function, args, <size_t>nargs, kwnames)
+
+    cdef object set_up(self):
+        try:
+            spec = self.setup(self.names, self.n_positional)
+        except Exception:
+            return False  # not now (no runtime yet): the Python function meets the problem and reports it
+        if spec is not None and not isinstance(spec, OpSpec):
+            raise TypeError("OpCall: setup must return an OpSpec or None")
+        if self.spec is None:  # another thread's first call may have set it up meanwhile
+            self.spec = False if spec is None else spec
+        return self.spec
+
+
+cdef object route_call(PyObject *route, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+    return (<OpCall>route).call(args, nargs, kwnames)
+
+
+aclnnpy_route_call = route_call
+CompiledOperator = aclnnpy_entry_type()
+
+
+def compiled_operator(function, setup):
+    """`function` (an operator's Python function) with its compiled route in front: a
+    CompiledOperator (csrc/entry.h), called by vectorcall, with the Python function's name, doc and
+    signature (``__wrapped__``) and the route as ``compiled`` (an OpCall)."""
+    operator = aclnnpy_entry_new(CompiledOperator, OpCall(function, setup))
+    functools.update_wrapper(operator, function)
+    return operator
