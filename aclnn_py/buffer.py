@@ -41,7 +41,7 @@ from typing import Any, NamedTuple, TypeVar, cast
 from .dtypes import DTypeLike
 from .errors import AclnnPyError
 from .hccl import Communicator, build_context, rebuild_context
-from .ops import prechecks, sizing
+from .ops import generations, prechecks, sizing
 from .ops._caller import Vocabulary, renamed, reraise
 from .ops.combine import CombinePlan, moe_distribute_combine, x_out_layout
 from .ops.config import MoeConfig
@@ -145,15 +145,25 @@ class MoeDistributeBuffer:
 
     Building it runs CANN's context sequence on `comm` (the int32 context tensor the operators take)
     and reads the window size HCCL reports (``ccl_buffer_size``, bytes). `ccl_buffer_size` and
-    `comm_alg` are accepted for signature compatibility and ignored, as in CANN's current version."""
+    `comm_alg` are accepted for signature compatibility and ignored, as in CANN's current version.
 
-    def __init__(self, comm: Communicator, ccl_buffer_size: int = 0, comm_alg: int = 0):
+    `generation` picks the operators' generation: 0, the default, is the newest the loaded backend
+    exports; 1 … 4 are the group-string generations (docs/operators.md, "Group-string generations"),
+    which the buffer calls with `comm`'s name (``HcclGetCommName``) instead of a context tensor. The
+    generation in use is :attr:`generation`. Plans need generation 5."""
+
+    def __init__(self, comm: Communicator, ccl_buffer_size: int = 0, comm_alg: int = 0, *, generation: int = 0):
         self.comm = comm
         self.rank_id = int(comm.rank)
         self.world_size = int(comm.world_size)
         self.group_name = comm.name
-        self.context, self.ccl_buffer_size = build_context(comm)
         self.soc = soc_name()
+        #: The generation of the operators this buffer's calls use (e.g. 5 for ``…DispatchV5``).
+        self.generation = generations.resolve(generation)
+        self.context: Tensor | None = None
+        self.ccl_buffer_size = 0
+        if self.generation == generations.NEWEST:  # the group-string generations take the group name instead
+            self.context, self.ccl_buffer_size = build_context(comm)
         self._configs: dict[tuple[object, ...], MoeConfig] = {}
         self._plans: weakref.WeakSet[Plan] = weakref.WeakSet()
 
@@ -164,6 +174,10 @@ class MoeDistributeBuffer:
         if int(new_comm.world_size) != self.world_size:
             raise ValueError(f"update_ctx: the new communicator's world size {new_comm.world_size} differs "
                              f"from {self.world_size}")
+        if self.context is None:  # a group-string generation: the configs name the communicator
+            self.comm, self.rank_id, self.group_name = new_comm, int(new_comm.rank), new_comm.name
+            self._configs.clear()
+            return True
         ccl = rebuild_context(new_comm, self.context)
         self.comm = new_comm
         self.rank_id = int(new_comm.rank)
@@ -205,7 +219,8 @@ class MoeDistributeBuffer:
                             ccl_buffer_size=self.ccl_buffer_size, expert_shard_type=shard, shared_expert_num=shared,
                             shared_expert_rank_num=shared_ranks, zero_expert_num=zero, copy_expert_num=copy,
                             const_expert_num=const, global_bs=global_bs, comm_alg=comm_alg, quant_mode=quant_mode,
-                            expert_token_nums_type=token_nums_type, comm_quant_mode=comm_quant_mode, soc=self.soc)
+                            expert_token_nums_type=token_nums_type, comm_quant_mode=comm_quant_mode, soc=self.soc,
+                            generation=self.generation, group_ep=self.group_name if self.context is None else "")
         except TypeError as exc:
             raise TypeError(f"{method}(): {renamed(exc, names)}") from None
         if len(self._configs) > 64:
@@ -352,7 +367,8 @@ class MoeDistributeBuffer:
         caller's). Idempotent."""
         for plan in list(self._plans):
             plan.close()
-        self.context.close()
+        if self.context is not None:
+            self.context.close()
 
     def __enter__(self) -> MoeDistributeBuffer:
         return self

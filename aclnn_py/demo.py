@@ -27,6 +27,7 @@ from . import casts, golden
 from .cli_conventions import UsageError, int_at_least, positive_seconds
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
 from .dtypes import DataType, bfloat16
+from .ops import generations
 from .ops.profiles import A2_LIMITS, FAMILIES, SocProfile
 
 if TYPE_CHECKING:
@@ -422,8 +423,10 @@ def run(m: Model, *, threads: bool = False, timeout: float = 300.0, devices: Seq
     rows = [RankRow(r, devices[r], [int(v) for v in last[r]["expert_token_nums"]], last[r]["times_ms"])
             for r in range(m.world_size)]
     title = f"aclnn-py demo: {m.world_size} ranks ({how}) on {where or 'the default backend'}"
-    return DemoResult(title, m.describe(), rows, checks, wall,
-                      {"model": m.to_json(), "launcher": how, "devices": devices})
+    used = generations.exported()[0]  # what MoeDistributeBuffer picks on every rank: the newest exported
+    return DemoResult(title, [*m.describe(), f"operators: {used}, the newest generation the backend exports"], rows,
+                      checks, wall, {"model": m.to_json(), "launcher": how, "devices": devices,
+                                     "generation": used.number})
 
 
 # ---- command line --------------------------------------------------------------------------------------

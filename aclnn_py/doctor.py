@@ -170,8 +170,8 @@ def collect(request: str | None) -> dict[str, Any]:
 
 def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
     import aclnn_py as acl
-    from aclnn_py.ops import generations
     from aclnn_py import _abi, _aclnn, _loader
+    from aclnn_py.ops import generations
 
     doc["backend"].update(loaded=True, kind=b.kind, root=str(b.root))
     doc["libraries"] = {g: b.libraries.get(g, []) for g in GROUPS}

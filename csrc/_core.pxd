@@ -47,6 +47,7 @@ cdef public class StreamStateBase [object aclnnpy_StreamStateObject, type aclnnp
 cdef class ConfigBase:
     cdef public set _passed         # (op, BS, H, K) shapes that passed the pre-checks
     cdef public dict _packed        # phase-2 name -> PackedBase
+    cdef public tuple _operators    # the phase-2 names of the generation the config's calls use
 
 
 cdef class PackedBase:

@@ -408,6 +408,8 @@ cdef class OpSpec:
         if not self.gather_outputs(outputs, table + self.n_inputs, held, self.n_inputs):
             return None
         cdef ConfigBase cfg = <ConfigBase>config
+        if self.core.phase2_name not in cfg._operators:
+            return None  # a config of another generation: the Python function picks its operator
         if precheck and not self.prechecked(cfg, ins):
             return None  # a shape the config has not checked yet: Python checks and records it
         inputs = [None if ins[i] == NULL else <object>ins[i] for i in range(self.n_inputs)] if order else None

@@ -16,7 +16,7 @@ from ..dtypes import DataType, DTypeLike
 from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
-from . import prechecks
+from . import generations, prechecks
 from ._args import given_output, host_weights, ids_tensor, input_tensor, required_tensor, unread_output
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .._core import OpSpec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views
+from .generations import NEWEST
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeCombineV5"
@@ -60,7 +61,7 @@ def empty_weights() -> Tensor:
     return t
 
 
-def _convert(context: Tensor, tensors: Sequence[TensorArg | None], s: Stream) -> list[Tensor | None]:
+def _convert(context: Tensor | None, tensors: Sequence[TensorArg | None], s: Stream) -> list[Tensor | None]:
     """The nineteen inputs (C order) as Tensors (host arrays uploaded on `s`; an optional one None
     stays None, NULL, but expert_scales None is the empty tensor of an unweighted combine)."""
     ex_arg, ids_arg = tensors[0], tensors[1]
@@ -117,7 +118,7 @@ def _phase1(cfg: MoeConfig, ins: list[Tensor | None], out: Tensor) -> tuple[int,
 
 
 def prepare_combine(
-    context: Tensor, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+    context: Tensor | None, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
     ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *, config: MoeConfig | None = None,
     tp_send_counts: TensorArg | None = None, x_active_mask: TensorArg | None = None,
     activation_scale: TensorArg | None = None, weight_scale: TensorArg | None = None,
@@ -131,6 +132,7 @@ def prepare_combine(
     (0,) float32 tensor: combine is then unweighted. x_out is (BS, H) in expand_x's dtype (bf16 when
     expand_x is int32) unless given. Other arguments as :func:`~aclnn_py.ops.prepare_dispatch`."""
     cfg = resolve_config(config, attrs)
+    generations.require_newest(cfg, "prepare_combine and CombinePlan")
     s = resolve_stream(stream)
     ins = _convert(context, (expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
                              tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
@@ -165,7 +167,7 @@ def _compiled_spec(names: tuple[str, ...], n_positional: int) -> OpSpec:
 
 @compiled_op(_compiled_spec)
 def moe_distribute_combine(
-    context: Tensor, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+    context: Tensor | None, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
     ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *, config: MoeConfig | None = None,
     tp_send_counts: TensorArg | None = None, x_active_mask: TensorArg | None = None,
     activation_scale: TensorArg | None = None, weight_scale: TensorArg | None = None,
@@ -182,8 +184,13 @@ def moe_distribute_combine(
                              tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
                              expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
                              const_expert_alpha_2, const_expert_v, performance_info), s)
+    if cfg.generation != NEWEST:
+        generations.refuse_unsupported(cfg, "combine", generations.given_inputs(INPUTS, ins))
     out = _x_out(cfg, ins, x_out, precheck)
-    SIGNATURE.core.run(ins, (out,), cfg, s)
+    if cfg.generation == NEWEST:
+        SIGNATURE.core.run(ins, (out,), cfg, s)
+    else:
+        generations.run("combine", cfg, INPUTS, ins, OUTPUTS, (out,), s)
     return out
 
 
@@ -199,7 +206,7 @@ class CombinePlan(Plan):
     output_names = OUTPUTS
     _result = "x_out"
 
-    def __init__(self, context: Tensor, *, a: int, bs: int, hidden: int, topk: int, dtype: DTypeLike,
+    def __init__(self, context: Tensor | None, *, a: int, bs: int, hidden: int, topk: int, dtype: DTypeLike,
                  assist_len: int, counts_len: int, config: MoeConfig | None = None, with_expert_scales: bool = False,
                  mask_shape: tuple[int, ...] | None = None, with_shared_expert_x: bool = False,
                  with_ori_x: bool = False, const_experts: int = 0, stream: StreamArg = None, **attrs: int | str):

@@ -19,7 +19,7 @@ import numpy as np
 from .._abi import RunLayout, same_name
 from .._bases import ConfigBase, PackedBase
 from ..runtime import initialized, soc_name
-from . import sizing
+from . import generations, sizing
 from .profiles import SocProfile, profile_of
 
 #: The integer attributes (checked as int64 when a config is made). Their order in a C call is the
@@ -36,7 +36,14 @@ class MoeConfig(ConfigBase):
     rank (names as the C parameters, in snake case). ``soc`` is read from the device when not given.
     The dispatch-only (``quant_mode``, ``expert_token_nums_type``) and combine-only
     (``comm_quant_mode``, ``out_dtype``, ``group_list_type``) attributes are ignored by the other op.
-    Configs compare by identity; make one per model and reuse it."""
+    Configs compare by identity; make one per model and reuse it.
+
+    ``generation`` picks the operators' generation (docs/operators.md, "Group-string generations"): 0,
+    the default, is the newest the loaded backend exports (read back as its number, e.g. 5); 1 … 4 are
+    the group-string generations, which name the EP communicator by ``group_ep`` (and a TP domain of
+    two ranks by ``group_tp``, ``tp_world_size=2``, ``tp_rank_id``) instead of a context tensor, and
+    ignore ``ccl_buffer_size`` (pass 0). :class:`~aclnn_py.ops.generations.GenerationError` names what a
+    generation lacks."""
 
     ep_world_size: int
     ep_rank_id: int
@@ -58,11 +65,16 @@ class MoeConfig(ConfigBase):
     out_dtype: int = 0
     group_list_type: int = 0
     soc: str = ""
+    generation: int = 0
+    group_ep: str = ""
+    group_tp: str = ""
     #: shapes that passed the pre-checks: (op, BS, H, K) (a typed field of ConfigBase)
     _passed: set[tuple[str, int, int, int]] = field(default_factory=set, init=False, repr=False)
     #: the attributes laid out for each operator's run helper, by phase-2 name (:meth:`packed`; a typed
     #: field of ConfigBase)
     _packed: dict[str, PackedAttrs] = field(default_factory=dict, init=False, repr=False)
+    #: the phase-2 functions of the generation this config's calls use (a typed field of ConfigBase)
+    _operators: tuple[str, str] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         for name in _INT_FIELDS:
@@ -73,12 +85,22 @@ class MoeConfig(ConfigBase):
                 object.__setattr__(self, name, int(value))
             if not -(2**63) <= getattr(self, name) < 2**63:  # the C attributes are int64_t
                 raise ValueError(f"{name}: must fit in int64 (got {getattr(self, name)})")
-        if not isinstance(self.comm_alg, str):
-            raise TypeError(f"comm_alg: expected a str, got {type(self.comm_alg).__name__} {self.comm_alg!r}")
+        for name in ("comm_alg", "group_ep", "group_tp"):
+            value = getattr(self, name)
+            if not isinstance(value, str):
+                raise TypeError(f"{name}: expected a str, got {type(value).__name__} {value!r}")
         if not isinstance(self.soc, str):
             raise TypeError(f"soc: expected a str, got {type(self.soc).__name__} {self.soc!r}")
         if not self.soc:
             object.__setattr__(self, "soc", soc_name())
+        number = generations.resolve(self.generation)
+        object.__setattr__(self, "generation", number)
+        chosen = generations.GENERATIONS[generations.NEWEST - number]
+        object.__setattr__(self, "_operators", (chosen.dispatch, chosen.combine))
+        if chosen.group_strings and not self.group_ep:
+            raise generations.GenerationError(
+                f"group_ep: {chosen} names its EP communicator by group string: pass group_ep "
+                "(Communicator.name), or use MoeDistributeBuffer, which does")
 
     def replace(self, **changes: int | str) -> MoeConfig:
         """A copy with some attributes changed (the SoC stays as read)."""

@@ -17,7 +17,7 @@ from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
-from . import prechecks
+from . import generations, prechecks
 from ._args import (
     ALLOCATED,
     given_output,
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from .._core import OpSpec
 from .config import MoeConfig, resolve_config
 from .executor import Plan, Prepared, private_views
+from .generations import NEWEST
 from .prechecks_a2 import recv_counts_extra
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
@@ -114,12 +115,16 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
     a = cfg.rows_capacity(bs, k, elastic)
     local = cfg.moe_local_experts if elastic else cfg.local_experts
     has_es = es is not None and all(d > 0 for d in es.shape)
-    ds_shape, ds_dtype = dynamic_scales_layout(a, h, cfg.quant_mode, xt.dtype, scales)
-    spec = (("expand_x", (a, h), expand_x_dtype(xt.dtype, cfg.quant_mode, y_dtype)),
+    tp = max(cfg.tp_world_size, 1)  # a TP domain gathers the peer's rows too (group-string generations)
+    ds_shape, ds_dtype = dynamic_scales_layout(a * tp, h, cfg.quant_mode, xt.dtype, scales)
+    spec = (("expand_x", (a * tp, h), expand_x_dtype(xt.dtype, cfg.quant_mode, y_dtype)),
             ("dynamic_scales", ds_shape, ds_dtype),
-            ("assist_info_for_combine", (max(bs * k, a * 128),), DataType.INT32),
+            # the first generation's expand_idx (BS * K,) travels in this slot
+            ("assist_info_for_combine", ((bs * k,) if cfg.generation == 1 else (max(bs * k, a * 128),)),
+             DataType.INT32),
             ("expert_token_nums", (local,), DataType.INT64),
-            ("ep_recv_counts", (cfg.ep_world_size * local + recv_counts_extra(cfg, bs, k, has_es),), DataType.INT32),
+            ("ep_recv_counts", (cfg.ep_world_size * local * tp + recv_counts_extra(cfg, bs, k, has_es),),
+             DataType.INT32),
             ("tp_recv_counts", (cfg.tp_world_size,), DataType.INT32),
             ("expand_scales", (a if has_es else 0,), DataType.FLOAT))
     # a required output given None goes to C as NULL too: C refuses it, naming it (161001)
@@ -170,7 +175,7 @@ def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> 
     return size, initialized().ffi.cast("aclOpExecutor *", executor)
 
 
-def _convert(context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
+def _convert(context: Tensor | None, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
              x_active_mask: TensorArg | None, expert_scales: TensorArg | None, elastic_info: TensorArg | None,
              performance_info: TensorArg | None, x_dtype: DTypeLike | None, scales_dtype: DTypeLike | None,
              s: Stream) -> list[Tensor | None]:
@@ -187,7 +192,7 @@ def _convert(context: Tensor, x: TensorArg, expert_ids: TensorArg, scales: Tenso
 
 
 def prepare_dispatch(
-    context: Tensor, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
+    context: Tensor | None, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
     scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
     elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
     x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
@@ -205,6 +210,7 @@ def prepare_dispatch(
     same either way. `x` or `expert_ids` given None is a TypeError; an output given None is passed as
     NULL (see :class:`DispatchOutputs`)."""
     cfg = resolve_config(config, attrs)
+    generations.require_newest(cfg, "prepare_dispatch and DispatchPlan")
     s = resolve_stream(stream)
     ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
                    performance_info, x_dtype, scales_dtype, s)
@@ -236,7 +242,7 @@ def _compiled_spec(names: tuple[str, ...], n_positional: int) -> OpSpec:
 
 @compiled_op(_compiled_spec)
 def moe_distribute_dispatch(
-    context: Tensor, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
+    context: Tensor | None, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
     scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
     elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
     x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
@@ -249,8 +255,13 @@ def moe_distribute_dispatch(
     s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
     ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
                    performance_info, x_dtype, scales_dtype, s)
+    if cfg.generation != NEWEST:
+        generations.refuse_unsupported(cfg, "dispatch", generations.given_inputs(INPUTS, ins))
     outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
-    SIGNATURE.core.run(ins, outs, cfg, s)
+    if cfg.generation == NEWEST:
+        SIGNATURE.core.run(ins, outs, cfg, s)
+    else:
+        generations.run("dispatch", cfg, INPUTS, ins, OUTPUTS, outs, s)
     return outs
 
 
@@ -267,7 +278,7 @@ class DispatchPlan(Plan):
     output_names = OUTPUTS
     _result = "outputs"
 
-    def __init__(self, context: Tensor, *, bs: int, hidden: int, topk: int, x_dtype: DTypeLike,
+    def __init__(self, context: Tensor | None, *, bs: int, hidden: int, topk: int, x_dtype: DTypeLike,
                  config: MoeConfig | None = None, scales_shape: tuple[int, ...] | None = None,
                  scales_dtype: DTypeLike | None = None, mask_shape: tuple[int, ...] | None = None,
                  with_expert_scales: bool = False, y_dtype: DTypeLike | None = None, stream: StreamArg = None,

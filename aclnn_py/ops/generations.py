@@ -16,15 +16,18 @@ A call that uses something its generation has no argument for — a special expe
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from .._abi import RunLayout, same_name
 from ..runtime import initialized
+from ._layout import Signature
 
 if TYPE_CHECKING:
     from .._loader import Backend
+    from ..runtime import Stream
+    from ..tensor import Tensor
     from .config import MoeConfig
 
 #: The generation of the context + cclBufferSize entry points.
@@ -111,7 +114,7 @@ def resolve(requested: int) -> int:
 def layout(number: int, op: str) -> RunLayout:
     """The argument list of generation `number`'s `op`, from the prototype the extension was built
     with."""
-    from ._layout import compiled_layouts
+    from ._layout import compiled_layouts  # the prototypes the extension was built from
 
     name = GENERATIONS[NEWEST - number].phase2(op)
     found = compiled_layouts().get(name)
@@ -134,7 +137,7 @@ def refuse_unsupported(cfg: MoeConfig, op: str, given: Iterable[str]) -> None:
     number = cfg.generation
     lay = layout(number, op)
     for name in given:
-        if name != "context" and not any(same_name(c, name) for c in lay.inputs):
+        if name != "context" and not _names(lay.inputs, name):
             raise GenerationError(_lacks(number, op, name, "input"))
     c_attrs = lay.ints + lay.strings
     for name, unused in _UNUSED.items():
@@ -157,7 +160,16 @@ def _has(number: int, op: str, name: str) -> bool:
         lay = layout(number, op)
     except GenerationError:
         return False
-    return any(same_name(c, name) for c in lay.inputs + lay.ints + lay.strings)
+    return _names(lay.inputs + lay.ints + lay.strings, name)
+
+
+def _names(c_names: tuple[str, ...], name: str) -> bool:
+    """One of `c_names` is the argument aclnn-py calls `name` (see :func:`argument_names`)."""
+    return any(same_name(c, name) or (name == _ROUTING and same_name(c, "expand_idx")) for c in c_names)
+
+
+#: Where the first generation's expandIdx travels.
+_ROUTING = "assist_info_for_combine"
 
 
 def argument_names(number: int, op: str, inputs: tuple[str, ...],
@@ -173,8 +185,54 @@ def argument_names(number: int, op: str, inputs: tuple[str, ...],
 
 def _our_name(c_name: str, ours: tuple[str, ...], lay: RunLayout) -> str:
     if same_name(c_name, "expand_idx"):
-        return "assist_info_for_combine"
+        return _ROUTING
     for name in ours:
         if same_name(c_name, name):
             return name
     raise GenerationError(f"{lay.phase1}: aclnn-py has no argument for its parameter {c_name}")
+
+
+@dataclass(frozen=True)
+class _Call:
+    """How the operator function's arguments (the newest generation's order) map onto one generation's
+    C function: its Signature, and for each of its tensors the index in the function's lists."""
+
+    signature: Signature
+    inputs: tuple[int, ...]
+    outputs: tuple[int, ...]
+
+
+_calls: dict[tuple[int, str], _Call] = {}
+
+
+def _call(number: int, op: str, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> _Call:
+    found = _calls.get((number, op))
+    if found is None:
+        lay = layout(number, op)
+        ins, outs = argument_names(number, op, inputs, outputs)
+        found = _calls[number, op] = _Call(Signature(lay.phase2, lay.inputs, lay.outputs),
+                                           tuple(inputs.index(n) for n in ins), tuple(outputs.index(n) for n in outs))
+    return found
+
+
+def run(op: str, config: MoeConfig, input_names: tuple[str, ...], inputs: Sequence[Tensor | None],
+        output_names: tuple[str, ...], outputs: Sequence[Tensor | None], stream: Stream) -> None:
+    """Both phases of `op` in `config`'s generation, with the operator function's `inputs` and
+    `outputs` (named and ordered as `input_names` / `output_names`, the newest generation's): the ones
+    the generation has, in its order, through the same compiled launch as every call."""
+    call = _call(config.generation, op, input_names, output_names)
+    call.signature.core.run([inputs[i] for i in call.inputs], tuple(outputs[j] for j in call.outputs), config, stream)
+
+
+def given_inputs(names: tuple[str, ...], inputs: Sequence[object]) -> list[str]:
+    """The names of the inputs given (not None)."""
+    return [n for n, v in zip(names, inputs) if v is not None]
+
+
+def require_newest(config: MoeConfig, what: str) -> None:
+    """GenerationError when `config` uses an older generation: `what` (the phase-1-only calls and the
+    plans) runs the newest generation only."""
+    if config.generation != NEWEST:
+        raise GenerationError(f"{what} run {GENERATIONS[0]} only; this config uses generation "
+                              f"{config.generation}: call moe_distribute_dispatch / moe_distribute_combine "
+                              "(or MoeDistributeBuffer's methods) instead")

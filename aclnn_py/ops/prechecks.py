@@ -21,6 +21,7 @@ from ..errors import AclnnParamInvalid, param_invalid
 from ..tensor import Tensor
 from . import prechecks_a2, sizing
 from .config import MoeConfig
+from .generations import NEWEST
 
 INT32_MAX = 2**31 - 1
 FUNCS = {"dispatch": "aclnnMoeDistributeDispatchV5GetWorkspaceSize",
@@ -51,6 +52,8 @@ def verdict(config: MoeConfig, op: str, inputs: Sequence[Tensor | None],
     pre-checked rules go: None (they pass), the error it returns, or C_DECIDES (it refuses the call at
     an earlier check). `inputs` in the C order (None: NULL); `outputs` in the C order (None: NULL, any
     other non-Tensor: one the wrapper allocates, correctly), or None when it allocates them all."""
+    if config.generation != NEWEST:
+        return None  # the pre-checks word the newest generation's rules; the others' are C's alone
     if not _structure_ok(op, inputs, outputs):
         return C_DECIDES
     func = FUNCS[op]

@@ -125,7 +125,7 @@ def release_after(stream: QueueingStream | None, release: Callable[[], None]) ->
         hold(stream, _AfterStream(release))
 
 
-def state(stream: Stream) -> _StreamState:
+def state(stream: QueueingStream) -> _StreamState:
     """`stream`'s state, made when it has none yet (the compiled core's first launch on a stream)."""
     with _lock:
         return _state(stream._key)
