@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers.group_gens import GenCase, World, expert, golden_round, make_inputs, run_ranks
+from helpers.group_gens import GenCase, World, expert, golden_round, make_inputs, run_ranks, run_round
 
 import aclnn_py as acl
 from aclnn_py import MoeDistributeBuffer, golden, ops
@@ -232,3 +232,35 @@ def test_the_compiled_route_leaves_an_older_generation_s_call_to_its_operator(mo
     for e, rows in got.items():
         want = np.ascontiguousarray(disp[0][e].expand_x).tobytes()
         assert rows == [want] * 3, f"rank {e}"
+
+
+@pytest.mark.parametrize("profile", ["Ascend910B"], indirect=True)
+@pytest.mark.parametrize("gen,quant", [(2, 2), (4, 0)])
+def test_an_older_generation_on_atlas_a2_matches_golden(profile, gen, quant):
+    # Atlas A2 runs the group-string generations too (no TP domain there): 16 ranks, one expert each
+    assert acl.soc_name() == "Ascend910B"
+    case = GenCase(gen=gen, W=16, BS=2, quant=quant, seed=60 + gen)
+    inp = make_inputs(case)
+    world = World(case)
+    try:
+        got = run_round(case, world, inp)
+    finally:
+        world.close()
+    disp, comb = golden_round(case, inp)
+    for (e, t), r in got.items():
+        _same(r.expand_x, disp[t][e].expand_x, f"rank {e} expand_x")
+        written = comb[t][e].written
+        _same(r.x_out[written], comb[t][e].x_out[written], f"rank {e} x_out")
+
+
+@pytest.mark.parametrize("profile", ["Ascend910B"], indirect=True)
+def test_a_tp_domain_is_refused_on_atlas_a2(profile):
+    from helpers.group_gens import phase1
+
+    case = GenCase(gen=2, W=16, BS=2)
+    world = World(case)
+    try:
+        status, message = phase1(case, world, make_inputs(case), attrs={"tp_world": 2, "group_tp": b"peer"})
+    finally:
+        world.close()
+    assert status == 161002 and "tp_world_size" in message, message
