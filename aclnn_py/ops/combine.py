@@ -190,7 +190,7 @@ def moe_distribute_combine(
     if cfg.generation == NEWEST:
         SIGNATURE.core.run(ins, (out,), cfg, s)
     else:
-        generations.run("combine", cfg, INPUTS, ins, OUTPUTS, (out,), s)
+        generations.run("combine", cfg.generation, cfg, INPUTS, ins, OUTPUTS, (out,), s)
     return out
 
 

@@ -261,7 +261,7 @@ def moe_distribute_dispatch(
     if cfg.generation == NEWEST:
         SIGNATURE.core.run(ins, outs, cfg, s)
     else:
-        generations.run("dispatch", cfg, INPUTS, ins, OUTPUTS, outs, s)
+        generations.run("dispatch", cfg.generation, cfg, INPUTS, ins, OUTPUTS, outs, s)
     return outs
 
 

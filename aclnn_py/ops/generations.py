@@ -18,20 +18,31 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .._abi import RunLayout, same_name
 from ..runtime import initialized
 from ._layout import Signature
 
 if TYPE_CHECKING:
+    from .._bases import ConfigBase
     from .._loader import Backend
     from ..runtime import Stream
     from ..tensor import Tensor
-    from .config import MoeConfig
 
 #: The generation of the context + cclBufferSize entry points.
 NEWEST = 5
+
+
+class GenerationConfig(Protocol):
+    """What the generation rules read of a config (:class:`~aclnn_py.ops.MoeConfig` is one; a Protocol,
+    so that the config module, which resolves its generation here, is not imported back)."""
+
+    @property
+    def generation(self) -> int: ...
+
+    @property
+    def tp_world_size(self) -> int: ...
 
 
 class GenerationError(ValueError):
@@ -131,7 +142,7 @@ _UNUSED: Mapping[str, object] = {"tp_world_size": (0, 1), "tp_rank_id": (0,), "z
                                  "expert_shard_type": (0,), "out_dtype": (0,), "group_list_type": (0,)}
 
 
-def refuse_unsupported(cfg: MoeConfig, op: str, given: Iterable[str]) -> None:
+def refuse_unsupported(cfg: GenerationConfig, op: str, given: Iterable[str]) -> None:
     """GenerationError when the call of `op` with `cfg` and the inputs named in `given` (the ones not
     None) needs an argument the config's generation has not got."""
     number = cfg.generation
@@ -215,12 +226,12 @@ def _call(number: int, op: str, inputs: tuple[str, ...], outputs: tuple[str, ...
     return found
 
 
-def run(op: str, config: MoeConfig, input_names: tuple[str, ...], inputs: Sequence[Tensor | None],
+def run(op: str, number: int, config: ConfigBase, input_names: tuple[str, ...], inputs: Sequence[Tensor | None],
         output_names: tuple[str, ...], outputs: Sequence[Tensor | None], stream: Stream) -> None:
-    """Both phases of `op` in `config`'s generation, with the operator function's `inputs` and
+    """Both phases of `op` in generation `number` (`config`'s), with the operator function's `inputs` and
     `outputs` (named and ordered as `input_names` / `output_names`, the newest generation's): the ones
     the generation has, in its order, through the same compiled launch as every call."""
-    call = _call(config.generation, op, input_names, output_names)
+    call = _call(number, op, input_names, output_names)
     call.signature.core.run([inputs[i] for i in call.inputs], tuple(outputs[j] for j in call.outputs), config, stream)
 
 
@@ -229,7 +240,7 @@ def given_inputs(names: tuple[str, ...], inputs: Sequence[object]) -> list[str]:
     return [n for n, v in zip(names, inputs) if v is not None]
 
 
-def require_newest(config: MoeConfig, what: str) -> None:
+def require_newest(config: GenerationConfig, what: str) -> None:
     """GenerationError when `config` uses an older generation: `what` (the phase-1-only calls and the
     plans) runs the newest generation only."""
     if config.generation != NEWEST:
