@@ -160,7 +160,9 @@ class MoeDistributeBuffer:
         self.soc = soc_name()
         #: The generation of the operators this buffer's calls use (e.g. 5 for ``…DispatchV5``).
         self.generation = generations.resolve(generation)
+        #: The int32 context tensor of the V5 operators; None with a group-string generation (it uses group_name).
         self.context: Tensor | None = None
+        #: The window size HCCL reports for `comm`, in bytes (0 with a group-string generation).
         self.ccl_buffer_size = 0
         if self.generation == generations.NEWEST:  # the group-string generations take the group name instead
             self.context, self.ccl_buffer_size = build_context(comm)
