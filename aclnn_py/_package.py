@@ -36,7 +36,7 @@ class Origin:
 
 
 def has_compiled_parts(directory: Path) -> bool:
-    return all(any(directory.glob(f"{name}*.so")) for name in ("_aclnn", "_fastpath", "_core")) \
+    return all(any(directory.glob(f"{name}*.so")) for name in ("_aclnn", "_core")) \
         and (directory / "mock_root" / "lib64").is_dir()
 
 
@@ -70,7 +70,7 @@ def locate(package_dir: Path, version: str) -> Origin:
         if has_compiled_parts(found):
             return Origin(package_dir, found, f"compiled parts from ${ENV_BUILD_DIR}")
         return Origin(package_dir, None, f"${ENV_BUILD_DIR}",
-                      f"${ENV_BUILD_DIR}={build_dir} holds no compiled parts (_aclnn*.so, _fastpath*.so and mock_root/); "
+                      f"${ENV_BUILD_DIR}={build_dir} holds no compiled parts (_aclnn*.so, _core*.so and mock_root/); "
                       "build them with cmake --build, or unset the variable")
     if has_compiled_parts(package_dir):
         return Origin(package_dir, package_dir, "installed package")
