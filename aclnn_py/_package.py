@@ -1,4 +1,4 @@
-"""Where the package's compiled parts are: the cffi binding ``_aclnn``, its fast path ``_fastpath``,
+"""Where the package's compiled parts are: the cffi binding ``_aclnn``, the compiled core ``_core``,
 the mock's control module ``_mock`` and the mock CANN root ``mock_root/``.
 
 An installed package holds them next to its Python files. A source checkout does not, and Python
@@ -24,7 +24,7 @@ class Origin:
     """Where ``aclnn_py`` came from in this process."""
 
     package_dir: Path             # the Python files that were imported
-    compiled_dir: Path | None     # the directory holding _aclnn, _fastpath, _mock and mock_root
+    compiled_dir: Path | None     # the directory holding _aclnn, _core, _mock and mock_root
     how: str                      # how compiled_dir was chosen, for `aclnn-py doctor`
     problem: str | None = None    # why there are no compiled parts, and the fix
 

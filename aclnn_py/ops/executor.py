@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar, cast
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -30,7 +30,7 @@ from ._args import as_int32, host_array, wrong_dtype
 F = TypeVar("F", bound=Callable[..., object])
 
 if TYPE_CHECKING:
-    from .._core import PlanBase
+    from .._core import PlanBase, PlanState
 else:
     try:  # compiled: the package imports without it (and then explains what is missing)
         from .._core import PlanBase
@@ -46,7 +46,7 @@ def compiled_plan_call(result: str) -> Callable[[F], F]:
         from .._core import compiled_plan_call as compiled
     except ImportError:
         return lambda function: function
-    return cast(Callable[[F], F], compiled(result))
+    return compiled(result)
 
 
 def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Stream, inputs: Sequence[Tensor | None],
@@ -227,12 +227,12 @@ class Plan(Resource, PlanBase):
         # launch reads that memory, and the caller may close the Tensor right after the call
         self._bound_in: list[object] = [None] * len(self._own_in)
         self._bound_out: list[object] = [None] * len(self._own_out)
-        self._c_state: object | None = None  # set by the subclass (_fast_path); None: every call in Python
+        self._c_state = None  # set by the subclass (_fast_path); None: every call in Python
         self._stream: Stream | None = None  # of the last launch (the compiled call sets it too)
         self._stale: str | None = None
         self._open = True
 
-    def _fast_path(self, in_slots: tuple[int, ...]) -> object | None:
+    def _fast_path(self, in_slots: tuple[int, ...]) -> PlanState | None:
         """The compiled call's state for calls passing inputs `in_slots` (``aclnn_py._core.PlanState``),
         or None when this class's ``__call__`` is not a compiled one (:func:`compiled_plan_call`). The
         compiled ``__call__`` runs the steady state of :meth:`_run` — device Tensors of the plan's layout

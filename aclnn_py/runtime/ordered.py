@@ -125,7 +125,7 @@ def release_after(stream: QueueingStream | None, release: Callable[[], None]) ->
         hold(stream, _AfterStream(release))
 
 
-def state(stream: Stream) -> _StreamState:
+def state(stream: QueueingStream) -> _StreamState:
     """`stream`'s state, made when it has none yet (the compiled core's first launch on a stream)."""
     with _lock:
         return _state(stream._key)
@@ -133,7 +133,7 @@ def state(stream: Stream) -> _StreamState:
 
 def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
                              Callable[[QueueingStream, object], None], Callable[[QueueingStream], None], int]:
-    """What a compiled call (fastpath/ordered.c) reads and writes instead of calling
+    """What a plan's compiled call (csrc/_core.pyx, PlanState) reads and writes instead of calling
     :func:`workspace_block` and :func:`hold` for each launch: the states by stream key, their type (its
     slots ``current`` and ``workspace``), the block type, :func:`hold` (for a stream without a state
     yet: it makes one), the checkpoint function and the holds that make a checkpoint."""
