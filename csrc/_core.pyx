@@ -16,6 +16,7 @@ The objects' state is read through the typed bases of _core.pxd, which the Pytho
 import functools
 
 from cpython.ref cimport PyObject
+from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 
@@ -588,6 +589,7 @@ cdef class PlanState:
         self.plan = <aclnnpy_plan *>plan
         self.want_in = <uintptr_t *>want_in
         self.last_in, self.last_out, self.bound_in = last_in, last_out, bound_in
+        self.seen_shape = list(own_shape)
         self.own_shape, self.own_dtype, self.outputs = own_shape, own_dtype, outputs
         self.tensor_type, self.stream_type, self.on_failure = tensor_type, stream_type, on_failure
 
@@ -664,8 +666,11 @@ cdef class PlanState:
         if own_shape is None or not t._open or not t._contiguous \
                 or t.dtype is not <object>PyTuple_GET_ITEM(self.own_dtype, i):
             return 0
-        if t.shape is not own_shape and t.shape != own_shape:
-            return 0
+        shape = t.shape
+        if shape is not <object>PyList_GET_ITEM(self.seen_shape, i):  # a loop passes the same few Tensors
+            if shape != own_shape:
+                return 0
+            self.seen_shape[i] = shape
         if type(t._ptr) is not int or type(t._offset_nbytes) is not int or t._ptr <= 0 or t._offset_nbytes < 0:
             return 0
         return <uintptr_t>t._ptr + <uintptr_t>t._offset_nbytes
