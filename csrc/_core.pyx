@@ -9,6 +9,8 @@ failed status and marks the outputs' writer. :class:`OpCall` stands where an ope
 a call in the serving shape (device Tensors with descriptors, a MoeConfig whose pre-checks passed for
 this shape, given outputs, a Stream) is parsed here and goes straight to the same launch; any other
 call goes to the Python function, which converts its arguments and then calls :meth:`OpCore.run`.
+A plan's ``__call__`` is a :class:`PlanCall` the same way: its steady state (:class:`PlanState`) rebinds
+and launches the plan's repeatable executor here, every other call is the plan's Python ``__call__``.
 
 The objects' state is read through the typed bases of _core.pxd, which the Python classes derive from.
 """
