@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs the C tests, the ABI fuzzer, the misuse/fault/concurrency tests, the dispatch/combine suites
-# and the plans (the C plan step, the compiled core) against a mock and binding built with AddressSanitizer +
+# and the plans (the compiled core) against a mock and binding built with AddressSanitizer +
 # UndefinedBehaviorSanitizer
 # (docs/reliability.md, "Sanitizers"). Any sanitizer report fails the run.
 #

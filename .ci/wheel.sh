@@ -42,10 +42,10 @@ rm -f dist/aclnn_py-*.tar.gz
 "$WORK/tools/bin/python" -m build --sdist --outdir dist . >/dev/null
 SDIST=$(ls dist/aclnn_py-"$VERSION".tar.gz)
 tar -tzf "$SDIST" > "$WORK/sdist.txt"
-for need in pyproject.toml CMakeLists.txt build_ffi.py csrc/aclnnpy.h csrc/plan.c csrc/dlpack.c csrc/_core.pyx csrc/_core.pxd csrc/entry.h fastpath/fastpath.h README.md CHANGELOG.md \
+for need in pyproject.toml CMakeLists.txt build_ffi.py csrc/aclnnpy.h csrc/plan.c csrc/dlpack.c csrc/_core.pyx csrc/_core.pxd csrc/entry.h README.md CHANGELOG.md \
             include/acl/acl_rt.h include/aclnn/acl_meta.h include/hccl/hccl_kfc.h \
             include/aclnnop/aclnn_moe_distribute_dispatch_v5.h mock/CMakeLists.txt mock/ops/dispatch_v5.cpp \
-            mock/python/mock_module.cpp aclnn_py/__init__.py aclnn_py/py.typed aclnn_py/_aclnn.pyi aclnn_py/_fastpath.pyi aclnn_py/_core.pyi aclnn_py/ops/executor.py \
+            mock/python/mock_module.cpp aclnn_py/__init__.py aclnn_py/py.typed aclnn_py/_aclnn.pyi aclnn_py/_core.pyi aclnn_py/ops/executor.py \
             examples/c_client/moe_round.c examples/cpp_embed/server.cpp docs/quickstart.md tests/conftest.py \
             benchmarks/__main__.py benchmarks/c_floor.c benchmarks/c_floor.py; do
   grep -qx "aclnn_py-$VERSION/$need" "$WORK/sdist.txt" || { echo "sdist is missing $need"; exit 1; }

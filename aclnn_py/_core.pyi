@@ -1,13 +1,15 @@
 """Stubs of the compiled core (csrc/_core.pyx); the typed fields are declared in csrc/_core.pxd."""
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from .dtypes import DataType
 from .runtime._memory import DeviceMemory
 from .runtime._stream import Stream
 
 ROLES: dict[str, int]
+
+_F = TypeVar("_F", bound=Callable[..., object])
 
 def set_enabled(flag: bool) -> bool: ...
 def enabled() -> bool: ...
@@ -65,3 +67,31 @@ class OpCall:
 
 def compiled_operator(function: Callable[..., Any],
                       setup: Callable[[tuple[str, ...], int], OpSpec | None]) -> Callable[..., Any]: ...
+
+class PlanState:
+    """A plan's fixed part, what its compiled ``__call__`` reads."""
+
+    def __init__(self, launch: int, enter: int, leave: int, plan: int, want_in: int, slots: tuple[int, ...],
+                 params: tuple[int, ...], last_in: list[object], own_shape: tuple[tuple[int, ...] | None, ...],
+                 own_dtype: tuple[DataType | None, ...], outputs: tuple[object, ...], last_out: list[object],
+                 bound_in: list[object], tensor_type: type, stream_type: type, on_failure: Callable[[int], None],
+                 ordered: tuple[Any, ...]) -> None: ...
+
+class PlanBase:
+    """The base of plan classes."""
+
+    _c_state: PlanState | None
+    _stream: Stream | None  # the stream of the last launch
+
+class PlanCall:
+    function: Callable[..., Any]
+    names: tuple[str, ...]
+    result: str
+    def __init__(self, function: Callable[..., Any], result: str) -> None: ...
+
+class CompiledPlanCall:
+    compiled: PlanCall
+    def __call__(self, *args: object, **kwargs: object) -> object: ...
+    def __get__(self, obj: object, owner: type | None = None) -> Callable[..., object]: ...
+
+def compiled_plan_call(result: str) -> Callable[[_F], _F]: ...

@@ -1,4 +1,4 @@
-"""Where the package's compiled parts are: the cffi binding ``_aclnn``, its fast path ``_fastpath``,
+"""Where the package's compiled parts are: the cffi binding ``_aclnn``, the compiled core ``_core``,
 the mock's control module ``_mock`` and the mock CANN root ``mock_root/``.
 
 An installed package holds them next to its Python files. A source checkout does not, and Python
@@ -24,7 +24,7 @@ class Origin:
     """Where ``aclnn_py`` came from in this process."""
 
     package_dir: Path             # the Python files that were imported
-    compiled_dir: Path | None     # the directory holding _aclnn, _fastpath, _mock and mock_root
+    compiled_dir: Path | None     # the directory holding _aclnn, _core, _mock and mock_root
     how: str                      # how compiled_dir was chosen, for `aclnn-py doctor`
     problem: str | None = None    # why there are no compiled parts, and the fix
 
@@ -36,7 +36,7 @@ class Origin:
 
 
 def has_compiled_parts(directory: Path) -> bool:
-    return all(any(directory.glob(f"{name}*.so")) for name in ("_aclnn", "_fastpath", "_core")) \
+    return all(any(directory.glob(f"{name}*.so")) for name in ("_aclnn", "_core")) \
         and (directory / "mock_root" / "lib64").is_dir()
 
 
@@ -70,7 +70,7 @@ def locate(package_dir: Path, version: str) -> Origin:
         if has_compiled_parts(found):
             return Origin(package_dir, found, f"compiled parts from ${ENV_BUILD_DIR}")
         return Origin(package_dir, None, f"${ENV_BUILD_DIR}",
-                      f"${ENV_BUILD_DIR}={build_dir} holds no compiled parts (_aclnn*.so, _fastpath*.so and mock_root/); "
+                      f"${ENV_BUILD_DIR}={build_dir} holds no compiled parts (_aclnn*.so, _core*.so and mock_root/); "
                       "build them with cmake --build, or unset the variable")
     if has_compiled_parts(package_dir):
         return Origin(package_dir, package_dir, "installed package")

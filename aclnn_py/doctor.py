@@ -137,7 +137,7 @@ def collect(request: str | None) -> dict[str, Any]:
         "aclnn_py": {"version": acl.__version__, "package": str(origin.package_dir),
                      "origin": origin.describe(), "problem": origin.problem,
                      "compiled": {"_aclnn": _module_file("aclnn_py._aclnn"),
-                                  "_fastpath": _module_file("aclnn_py._fastpath"),
+                                  "_core": _module_file("aclnn_py._core"),
                                   "_mock": _module_file("aclnn_py._mock")}},
         "backend": {"requested": request or "auto", "loaded": False},
         "problems": [], "warnings": [],
@@ -226,7 +226,7 @@ def render(doc: dict[str, Any]) -> str:
     pkg = doc["aclnn_py"]
     lines = [f"aclnn_py   {pkg['version']} imported from {pkg['origin']}",
              f"compiled   _aclnn:    {pkg['compiled']['_aclnn'] or '(not found)'}",
-             f"           _fastpath: {pkg['compiled']['_fastpath'] or '(not found)'}",
+             f"           _core:     {pkg['compiled']['_core'] or '(not found)'}",
              f"           _mock:     {pkg['compiled']['_mock'] or '(not found)'}",
              f"mock root  {pkg.get('mock_root') or '(not found)'}"]
     be = doc["backend"]

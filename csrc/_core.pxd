@@ -1,8 +1,8 @@
 # The typed state of the objects an operator call reads on every call, shared by the Python classes
 # that derive from these bases (aclnn_py.Tensor, aclnn_py.Stream, the stream-ordered state, MoeConfig)
-# and by the compiled core (csrc/_core.pyx). Each base is a public class: Cython writes its struct to
-# _core.h, which the plan step in C (fastpath/plan.c) includes instead of looking fields up by name.
+# and by the compiled core (csrc/_core.pyx), which reads their fields instead of looking them up by name.
 
+from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 
 
@@ -17,6 +17,12 @@ cdef extern from "aclnnpy.h":
     ctypedef aclnnStatus (*aclnnpy_phase2_fn)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
                                               aclrtStream stream) noexcept nogil
     ctypedef aclnnStatus (*aclnnpy_destroy_fn)(aclOpExecutor *executor) noexcept nogil
+    cdef struct aclnnpy_plan             # a plan's executor, slots and `busy` flag (csrc/plan.c)
+
+# the cffi extension's plan helpers (csrc/aclnnpy.h), called by address
+ctypedef aclnnStatus (*aclnnpy_plan_launch_fn)(aclnnpy_plan *plan, aclrtStream stream) noexcept nogil
+ctypedef int (*aclnnpy_plan_enter_fn)(aclnnpy_plan *plan) noexcept nogil
+ctypedef void (*aclnnpy_plan_leave_fn)(aclnnpy_plan *plan) noexcept nogil
 
 
 cdef public class TensorBase [object aclnnpy_TensorObject, type aclnnpy_TensorType]:
@@ -54,3 +60,37 @@ cdef class PackedBase:
     cdef public object layout       # the RunLayout these arrays follow
     cdef const int64_t *ints
     cdef const char **strings
+
+
+cdef class PlanState:
+    """A plan's fixed part, what its compiled __call__ reads (aclnn_py.ops.executor.Plan._fast_path)."""
+    cdef aclnnpy_plan *plan
+    cdef aclnnpy_plan_launch_fn launch
+    cdef aclnnpy_plan_enter_fn enter
+    cdef aclnnpy_plan_leave_fn leave
+    cdef uintptr_t *want_in         # the plan's in_want array
+    cdef Py_ssize_t n_values        # arguments a call passes
+    cdef Py_ssize_t n_params        # parameters of the plan's __call__ (after self)
+    cdef Py_ssize_t slots[64]       # the input slot of each argument
+    cdef Py_ssize_t params[64]      # per parameter: the argument it gives, ROLE_STREAM or ROLE_NONE
+    cdef list last_in, last_out, bound_in   # shared with the Plan
+    cdef list seen_shape            # per slot: a shape object found equal to the slot's (its identity stands for that)
+    cdef tuple own_shape, own_dtype, outputs
+    cdef object tensor_type, stream_type, on_failure
+    cdef dict states                # ordered's states by stream key
+    cdef object state_type, hold, checkpoint
+    cdef Py_ssize_t every
+
+    cdef int step(self, PyObject **values, object stream) except -1
+    cdef int bind_and_launch(self, PyObject **values, object stream) except -1
+    cdef bint own_outputs(self)
+    cdef uintptr_t address(self, TensorBase t, Py_ssize_t i) except? 0
+    cdef int retire(self, object stream, list anchors) except -1
+    cdef object state_of(self, object stream)
+    cdef bint held_recently(self, StreamStateBase state, object obj, Py_ssize_t window)
+
+
+cdef class PlanBase:
+    """The base of plan classes."""
+    cdef public PlanState _c_state  # None: every call in Python
+    cdef public object _stream      # the stream of the last launch, or None

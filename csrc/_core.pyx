@@ -9,6 +9,8 @@ failed status and marks the outputs' writer. :class:`OpCall` stands where an ope
 a call in the serving shape (device Tensors with descriptors, a MoeConfig whose pre-checks passed for
 this shape, given outputs, a Stream) is parsed here and goes straight to the same launch; any other
 call goes to the Python function, which converts its arguments and then calls :meth:`OpCore.run`.
+A plan's ``__call__`` is a :class:`PlanCall` the same way: its steady state (:class:`PlanState`) rebinds
+and launches the plan's repeatable executor here, every other call is the plan's Python ``__call__``.
 
 The objects' state is read through the typed bases of _core.pxd, which the Python classes derive from.
 """
@@ -16,6 +18,7 @@ The objects' state is read through the typed bases of _core.pxd, which the Pytho
 import functools
 
 from cpython.ref cimport PyObject
+from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 
@@ -28,6 +31,7 @@ cdef extern from "entry.h":
                                         PyObject *kwnames)
     aclnnpy_route_fn aclnnpy_route_call
     object aclnnpy_entry_type()
+    object aclnnpy_method_type()
     object aclnnpy_entry_new(object type, object route)
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 
@@ -469,7 +473,14 @@ cdef class OpSpec:
         return key in config._passed
 
 
-cdef class OpCall:
+cdef class Route:
+    """What a compiled callable (csrc/entry.h) runs."""
+
+    cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+        raise NotImplementedError
+
+
+cdef class OpCall(Route):
     """The compiled route of an operator function: `setup(names, n_positional)` gives its OpSpec at the
     first call (None: every call is the function's)."""
 
@@ -513,11 +524,12 @@ cdef class OpCall:
 
 
 cdef object route_call(PyObject *route, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
-    return (<OpCall>route).call(args, nargs, kwnames)
+    return (<Route>route).call(args, nargs, kwnames)
 
 
 aclnnpy_route_call = route_call
 CompiledOperator = aclnnpy_entry_type()
+CompiledPlanCall = aclnnpy_method_type()
 
 
 def compiled_operator(function, setup):
@@ -527,3 +539,266 @@ def compiled_operator(function, setup):
     operator = aclnnpy_entry_new(CompiledOperator, OpCall(function, setup))
     functools.update_wrapper(operator, function)
     return operator
+
+
+# ---- plans ----
+# A plan is a repeatable executor with its own buffers; a serving loop calls it with device Tensors of
+# the plan's layout, often the same ones as last step. The compiled call records the addresses of the
+# Tensors given, calls aclnnpy_plan_launch (csrc/plan.c: rebinding and launch) and marks the outputs'
+# writer. The executor reads the memory of the Tensors bound to it whenever a launch runs, so the plan
+# keeps their anchors (Tensor._anchor()) in `bound_in`, shared with the Python path; an anchor a call
+# replaces is held on the stream until the stream passes the launches that used it. Every other call
+# (host arrays, another layout, a closed Tensor or stream, the caller's outputs, a Tensor last written on
+# another stream) is the Python __call__'s, before anything was launched.
+
+
+cdef class PlanState:
+
+    def __init__(self, uintptr_t launch, uintptr_t enter, uintptr_t leave, uintptr_t plan, uintptr_t want_in,
+                 tuple slots, tuple params, list last_in, tuple own_shape, tuple own_dtype, tuple outputs,
+                 list last_out, list bound_in, tensor_type, stream_type, on_failure, tuple ordered):
+        cdef Py_ssize_t n_slots = len(last_in)
+        if not launch or not enter or not leave or not plan or not want_in:
+            raise ValueError("PlanState: launch, enter, leave, plan and want_in must be addresses")
+        if len(own_shape) != n_slots or len(own_dtype) != n_slots or len(bound_in) != n_slots or not last_out:
+            raise ValueError("PlanState: last_in, bound_in, own_shape and own_dtype must have one item per input "
+                             "slot, last_out at least one")
+        if len(slots) > MAX_PARAMS or len(params) > MAX_PARAMS:
+            raise ValueError(f"PlanState: at most {MAX_PARAMS} arguments and parameters")
+        if not issubclass(tensor_type, TensorBase) or not issubclass(stream_type, StreamBase):
+            raise TypeError("PlanState: Tensor and Stream must derive from TensorBase / StreamBase")
+        if not callable(on_failure):
+            raise TypeError("PlanState: on_failure must be callable")
+        if len(ordered) != 6:
+            raise TypeError("PlanState: ordered must be ordered.compiled_view()")
+        self.states, self.state_type, _, self.hold, self.checkpoint, self.every = ordered
+        if not issubclass(self.state_type, StreamStateBase) or not callable(self.hold) \
+                or not callable(self.checkpoint) or self.every < 1:
+            raise TypeError("PlanState: the ordered view's states must derive from StreamStateBase, hold and "
+                            "checkpoint be callables, the checkpoint period >= 1")
+        self.n_values = len(slots)
+        self.n_params = len(params)
+        for k in range(self.n_values):
+            if not 0 <= slots[k] < n_slots:
+                raise ValueError(f"PlanState: slot {slots[k]} is out of range")
+            self.slots[k] = slots[k]
+        for k in range(self.n_params):
+            if not (0 <= params[k] < self.n_values or params[k] == ROLE_STREAM or params[k] == ROLE_NONE):
+                raise ValueError(f"PlanState: parameter {k}: an argument's index, ROLE_STREAM or ROLE_NONE "
+                                 f"(got {params[k]})")
+            self.params[k] = params[k]
+        self.launch = <aclnnpy_plan_launch_fn>launch
+        self.enter = <aclnnpy_plan_enter_fn>enter
+        self.leave = <aclnnpy_plan_leave_fn>leave
+        self.plan = <aclnnpy_plan *>plan
+        self.want_in = <uintptr_t *>want_in
+        self.last_in, self.last_out, self.bound_in = last_in, last_out, bound_in
+        self.seen_shape = list(own_shape)
+        self.own_shape, self.own_dtype, self.outputs = own_shape, own_dtype, outputs
+        self.tensor_type, self.stream_type, self.on_failure = tensor_type, stream_type, on_failure
+
+    cdef int step(self, PyObject **values, object stream) except -1:
+        """One step, as aclnnpy_plan_enter / _leave bracket the Python path's (while another thread's step
+        runs, the call is the Python path's, which refuses it): 1 when launched, 0 for the Python path."""
+        if self.enter(self.plan):
+            return 0
+        try:
+            return self.bind_and_launch(values, stream)
+        finally:
+            self.leave(self.plan)
+
+    cdef int bind_and_launch(self, PyObject **values, object stream) except -1:
+        cdef Py_ssize_t k, i
+        cdef uintptr_t addr
+        cdef TensorBase tb
+        cdef bint taken = True
+        cdef list retired = None
+        cdef aclnnStatus status
+        if type(stream) is not self.stream_type or not (<StreamBase>stream)._open or not self.own_outputs():
+            return 0
+        cdef aclrtStream handle = <aclrtStream>(<StreamBase>stream).handle
+        for k in range(self.n_values):
+            v = <object>values[k]
+            i = self.slots[k]
+            last = self.last_in[i]
+            if v is None and last is None:
+                continue  # absent
+            # the same Tensor as last call too: a view's address may have moved since
+            addr = self.address(<TensorBase>v, i) if type(v) is self.tensor_type else 0
+            if not addr:
+                taken = False  # a host array, closed, not of the plan's layout: the Python path
+                break
+            tb = <TensorBase>v
+            if tb._writer is not None and tb._writer is not stream:
+                taken = False  # the Python path orders the launch after that write
+                break
+            self.want_in[i] = addr
+            anchor = tb._mem if tb._mem is not None else tb._owner
+            unbound = self.bound_in[i]
+            if anchor is not unbound:  # by anchor, not Tensor: a view rebound since may have a new one
+                if unbound is not None:
+                    if retired is None:
+                        retired = []
+                    retired.append(unbound)
+                self.bound_in[i] = anchor
+            if v is not last:
+                self.last_in[i] = v  # what the Python path records
+        if retired is not None:
+            self.retire(stream, retired)
+        if not taken:
+            return 0
+        with nogil:
+            status = self.launch(self.plan, handle)
+        if status:
+            self.on_failure(status)
+            raise SystemError(f"plan step: status {status} was not raised")
+        for t in self.outputs:
+            (<TensorBase>t)._writer = stream
+        return 1
+
+    cdef bint own_outputs(self):
+        """The outputs bound to the executor are the plan's own (no caller's output is)."""
+        for t in self.last_out:
+            if t is not None:
+                return False
+        return True
+
+    cdef uintptr_t address(self, TensorBase t, Py_ssize_t i) except? 0:
+        """The data address of `t` when it matches slot `i` (open, contiguous, the slot's DataType and
+        shape), else 0."""
+        own_shape = <object>PyTuple_GET_ITEM(self.own_shape, i)
+        if own_shape is None or not t._open or not t._contiguous \
+                or t.dtype is not <object>PyTuple_GET_ITEM(self.own_dtype, i):
+            return 0
+        shape = t.shape
+        if shape is not <object>PyList_GET_ITEM(self.seen_shape, i):  # a loop passes the same few Tensors
+            if shape != own_shape:
+                return 0
+            self.seen_shape[i] = shape
+        if type(t._ptr) is not int or type(t._offset_nbytes) is not int or t._ptr <= 0 or t._offset_nbytes < 0:
+            return 0
+        return <uintptr_t>t._ptr + <uintptr_t>t._offset_nbytes
+
+    cdef int retire(self, object stream, list anchors) except -1:
+        """Hold the anchors a call unbound on `stream`: the launches before it used them. One among the
+        stream's latest holds is held already (a loop alternating a few buffers retires the same ones)."""
+        state = self.state_of(stream)
+        for anchor in anchors:
+            if state is not None and self.held_recently(<StreamStateBase>state, anchor, 4 * self.n_values):
+                continue
+            if state is None:  # the stream's first hold: ordered.hold() makes its state
+                self.hold(stream, anchor)
+                state = self.state_of(stream)
+                continue
+            # reading the open segment and appending to it is one step under the GIL
+            current = (<StreamStateBase>state).current
+            current.append(anchor)
+            if len(current) >= self.every:
+                self.checkpoint(stream)
+        return 0
+
+    cdef object state_of(self, object stream):
+        state = self.states.get((<StreamBase>stream)._key)
+        if type(state) is not self.state_type or (<StreamStateBase>state).current is None:
+            return None
+        return state
+
+    cdef bint held_recently(self, StreamStateBase state, object obj, Py_ssize_t window):
+        cdef list current = state.current
+        cdef Py_ssize_t n = len(current), j
+        for j in range(n - 1, max(n - window, 0) - 1, -1):
+            if current[j] is obj:
+                return True
+        return False
+
+
+cdef class PlanBase:
+    """The base of plan classes: it holds the plan's ``_c_state`` (a PlanState, or None: every call in
+    Python) and ``_stream``, the stream of its last launch."""
+
+
+cdef class PlanCall(Route):
+    """The compiled route of a plan class's ``__call__``: a call of a plan whose ``_c_state`` is set, in
+    the steady state, is launched here and returns the plan's attribute `result`; every other call goes
+    to the Python `function` with the arguments as given."""
+
+    cdef readonly object function
+    cdef readonly tuple names       # the function's parameter names after self
+    cdef readonly str result
+    cdef dict index
+    cdef Py_ssize_t n_positional
+
+    def __init__(self, function, str result):
+        code = getattr(function, "__code__", None)
+        if code is None:
+            raise TypeError("PlanCall: function must be a Python function")
+        n = code.co_argcount + code.co_kwonlyargcount
+        if code.co_argcount < 1 or code.co_flags & 0x04 or n - 1 > MAX_PARAMS:  # CO_VARARGS
+            raise TypeError(f"PlanCall: function must take self and at most {MAX_PARAMS} named parameters")
+        self.function = function
+        self.names = tuple(code.co_varnames[1:n])
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.n_positional = code.co_argcount - 1
+        self.result = result
+
+    cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+        if compiled_enabled and nargs >= 1 and isinstance(<object>args[0], PlanBase):
+            plan = <PlanBase>args[0]
+            if plan._c_state is not None and self.fast_call(plan, args + 1, nargs - 1, kwnames):
+                return getattr(plan, self.result)
+        return PyObject_Vectorcall(self.function, args, <size_t>nargs, kwnames)
+
+    cdef bint fast_call(self, PlanBase plan, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) except -1:
+        """Parse the call by the function's parameter names and launch it: True when launched."""
+        cdef PyObject *given[MAX_PARAMS]
+        cdef PyObject *values[MAX_PARAMS]
+        cdef Py_ssize_t i, k, a, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+        cdef PlanState st = plan._c_state  # kept: `_c_state` may be reset while the launch runs
+        cdef Py_ssize_t n = PyTuple_GET_SIZE(self.names)
+        if nargs > self.n_positional or st.n_params != n:
+            return False
+        for i in range(n):
+            given[i] = args[i] if i < nargs else NULL
+        for k in range(n_kw):
+            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
+            if i < 0 or given[i] != NULL:
+                return False  # unknown or given twice: the function's
+            given[i] = args[nargs + k]
+        stream = None
+        for k in range(st.n_values):
+            values[k] = <PyObject *>None
+        for i in range(n):
+            v = None if given[i] == NULL else <object>given[i]
+            a = st.params[i]
+            if a == ROLE_STREAM:
+                stream = v
+            elif a == ROLE_NONE:
+                if v is not None:
+                    return False
+            else:
+                values[a] = <PyObject *>v if given[i] != NULL else <PyObject *>None
+        if not st.step(values, stream):
+            return False
+        if plan._stream is not stream:
+            plan._stream = stream
+        return True
+
+    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
+        cdef Py_ssize_t i
+        for i in range(PyTuple_GET_SIZE(self.names)):
+            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
+                return i
+        where = self.index.get(<object>name)
+        return -1 if where is None else <Py_ssize_t>where
+
+
+def compiled_plan_call(str result):
+    """Decorate a plan class's ``__call__``: a CompiledPlanCall (csrc/entry.h) whose route is a
+    :class:`PlanCall` (``compiled``), with the function's name, doc and signature (``__wrapped__``)."""
+
+    def decorate(function):
+        method = aclnnpy_entry_new(CompiledPlanCall, PlanCall(function, result))
+        functools.update_wrapper(method, function)
+        return method
+
+    return decorate

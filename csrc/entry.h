@@ -1,8 +1,10 @@
-/* The callable an operator function becomes (csrc/_core.pyx, compiled_operator()): a heap type made
- * once with PyType_FromSpec whose instances are called by vectorcall, so a call reaches the core's
- * parser with the arguments as they are on the caller's stack — no tuple, no keyword dict. Public C
- * API only; the type is complete when made and never changed. Its instances have a __dict__ for the
- * Python function's name, doc and __wrapped__ (functools.update_wrapper). */
+/* The callables an operator function and a plan class's __call__ become (csrc/_core.pyx,
+ * compiled_operator() and compiled_plan_call()): heap types made once with PyType_FromSpec whose
+ * instances are called by vectorcall, so a call reaches the core's parser with the arguments as they
+ * are on the caller's stack — no tuple, no keyword dict. Public C API only; the types are complete when
+ * made and never changed. Their instances have a __dict__ for the Python function's name, doc and
+ * __wrapped__ (functools.update_wrapper). The method type binds to an instance like a function does
+ * (a method descriptor: calling plan(...) makes no bound method), its route gets the instance first. */
 #ifndef ACLNNPY_ENTRY_H
 #define ACLNNPY_ENTRY_H
 
@@ -48,7 +50,7 @@ static void aclnnpy_entry_dealloc(PyObject *self) {
 static PyMemberDef aclnnpy_entry_members[] = {
     {"__vectorcalloffset__", T_PYSSIZET, offsetof(aclnnpy_Entry, vectorcall), READONLY, NULL},
     {"__dictoffset__", T_PYSSIZET, offsetof(aclnnpy_Entry, dict), READONLY, NULL},
-    {"compiled", T_OBJECT, offsetof(aclnnpy_Entry, route), READONLY, "the compiled route (an OpCall)"},
+    {"compiled", T_OBJECT, offsetof(aclnnpy_Entry, route), READONLY, "the compiled route (an OpCall or a PlanCall)"},
     {NULL, 0, 0, 0, NULL},
 };
 
@@ -73,8 +75,34 @@ static PyType_Spec aclnnpy_entry_spec = {
     Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL, aclnnpy_entry_slots,
 };
 
-/* The type (a new reference), or NULL with an exception set. */
+/* plan.__call__ (through the class, the instance given): a bound method of the instance */
+static PyObject *aclnnpy_method_get(PyObject *self, PyObject *obj, PyObject *type) {
+    (void)type;
+    if (!obj || obj == Py_None) return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyType_Slot aclnnpy_method_slots[] = {
+    {Py_tp_getset, (void *)aclnnpy_entry_getset},
+    {Py_tp_call, (void *)PyVectorcall_Call},
+    {Py_tp_descr_get, (void *)aclnnpy_method_get},
+    {Py_tp_traverse, (void *)aclnnpy_entry_traverse},
+    {Py_tp_clear, (void *)aclnnpy_entry_clear},
+    {Py_tp_dealloc, (void *)aclnnpy_entry_dealloc},
+    {Py_tp_members, (void *)aclnnpy_entry_members},
+    {Py_tp_doc, (void *)"A plan class's __call__ with its compiled route in front (aclnn_py._core)."},
+    {0, NULL},
+};
+
+static PyType_Spec aclnnpy_method_spec = {
+    "aclnn_py._core.CompiledPlanCall", sizeof(aclnnpy_Entry), 0,
+    Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    aclnnpy_method_slots,
+};
+
+/* The types (new references), or NULL with an exception set. */
 static PyObject *aclnnpy_entry_type(void) { return PyType_FromSpec(&aclnnpy_entry_spec); }
+static PyObject *aclnnpy_method_type(void) { return PyType_FromSpec(&aclnnpy_method_spec); }
 
 /* An instance of `type` calling `route`, or NULL with an exception set. */
 static PyObject *aclnnpy_entry_new(PyObject *type, PyObject *route) {

@@ -32,7 +32,7 @@ def _installed(tmp: Path, acl: Any, version: str) -> Path:
     pkg = site / "aclnn_py"
     pkg.mkdir(parents=True)
     compiled = acl._package.origin().compiled_dir
-    for part in [*compiled.glob("_aclnn*.so"), *compiled.glob("_fastpath*.so"), *compiled.glob("_core*.so"), *compiled.glob("_mock*.so"),
+    for part in [*compiled.glob("_aclnn*.so"), *compiled.glob("_core*.so"), *compiled.glob("_mock*.so"),
                  compiled / "mock_root"]:
         (pkg / part.name).symlink_to(part)
     shutil.copytree(REPO / "aclnn_py", pkg, dirs_exist_ok=True,

@@ -43,12 +43,11 @@ def set_compiled_path(enabled: bool) -> bool:
     if not isinstance(enabled, bool):
         raise TypeError(f"set_compiled_path(): enabled: expected a bool, got {type(enabled).__name__} {enabled!r}")
     try:
-        from .. import _core, _fastpath
+        from .. import _core
     except ImportError:
         if enabled:
             raise
         return False
-    _fastpath.set_enabled(enabled)
     return _core.set_enabled(enabled)
 
 

@@ -25,7 +25,7 @@ from ._layout import Signature
 if TYPE_CHECKING:
     from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, private_views
+from .executor import Plan, Prepared, compiled_plan_call, private_views
 from .generations import NEWEST
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
@@ -204,7 +204,6 @@ class CombinePlan(Plan):
 
     input_names = INPUTS
     output_names = OUTPUTS
-    _result = "x_out"
 
     def __init__(self, context: Tensor | None, *, a: int, bs: int, hidden: int, topk: int, dtype: DTypeLike,
                  assist_len: int, counts_len: int, config: MoeConfig | None = None, with_expert_scales: bool = False,
@@ -234,6 +233,7 @@ class CombinePlan(Plan):
         self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
         self._c_state = self._fast_path(PLAN_INPUTS if with_expert_scales else PLAN_INPUTS_UNWEIGHTED)
 
+    @compiled_plan_call("x_out")
     def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
                  ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,
                  topk_weights: TensorArg | None = None, x_active_mask: TensorArg | None = None,

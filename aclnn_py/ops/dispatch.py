@@ -35,7 +35,7 @@ from ._layout import Signature
 if TYPE_CHECKING:
     from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, private_views
+from .executor import Plan, Prepared, compiled_plan_call, private_views
 from .generations import NEWEST
 from .prechecks_a2 import recv_counts_extra
 
@@ -276,7 +276,6 @@ class DispatchPlan(Plan):
 
     input_names = INPUTS
     output_names = OUTPUTS
-    _result = "outputs"
 
     def __init__(self, context: Tensor | None, *, bs: int, hidden: int, topk: int, x_dtype: DTypeLike,
                  config: MoeConfig | None = None, scales_shape: tuple[int, ...] | None = None,
@@ -300,6 +299,7 @@ class DispatchPlan(Plan):
         self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
         self._c_state = self._fast_path(PLAN_INPUTS)
 
+    @compiled_plan_call("outputs")
     def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
                  x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
                  topk_weights: TensorArg | None = None, outputs: DispatchOutputs | None = None,

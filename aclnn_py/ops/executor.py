@@ -8,8 +8,8 @@ stream passes it, and every output remembers the stream as its writer (``Tensor.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
@@ -27,13 +27,26 @@ from ..runtime import (
 from ..tensor import Tensor, destroy_descriptor
 from ._args import as_int32, host_array, wrong_dtype
 
+F = TypeVar("F", bound=Callable[..., object])
+
 if TYPE_CHECKING:
-    from .._fastpath import PlanBase, PlanCall
+    from .._core import PlanBase, PlanState
 else:
     try:  # compiled: the package imports without it (and then explains what is missing)
-        from .._fastpath import PlanBase
+        from .._core import PlanBase
     except ImportError:
         PlanBase = object
+
+
+def compiled_plan_call(result: str) -> Callable[[F], F]:
+    """Decorate a plan class's ``__call__`` so that its steady-state calls are parsed and launched by the
+    compiled core (``aclnn_py._core.PlanCall``), which then returns the plan's attribute `result`; every
+    other call runs the decorated function. Without the compiled parts the function stays as it is."""
+    try:
+        from .._core import compiled_plan_call as compiled
+    except ImportError:
+        return lambda function: function
+    return compiled(result)
 
 
 def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Stream, inputs: Sequence[Tensor | None],
@@ -166,29 +179,6 @@ _UNSET = object()  # a plan slot whose next value must be checked again
 _PLAN_STEPS = {1: "aclSetInputTensorAddr", 2: "aclSetOutputTensorAddr"}
 
 
-def _compiled_call(cls: type[Plan]) -> PlanCall | None:
-    """`cls`'s ``__call__`` as the compiled ``PlanCall``, or None. The Python ``__call__`` of a plan
-    class that names its result (``_result``) is replaced on its class at the first plan built, as
-    the compiled parts are only known then; a subclass that defines its own ``__call__`` keeps it."""
-    from .. import _fastpath
-
-    for klass in cls.__mro__:
-        call = klass.__dict__.get("__call__")
-        if call is None:
-            continue
-        if isinstance(call, _fastpath.PlanCall):
-            compiled = call
-        else:
-            result = klass.__dict__.get("_result")
-            if result is None:
-                return None
-            compiled = _fastpath.PlanCall(call, result)
-            type.__setattr__(klass, "__call__", compiled)
-        _fastpath.adopt(cls)  # the interpreter calls its plans with their arguments unpacked
-        return compiled
-    return None
-
-
 class Plan(Resource, PlanBase):
     """A prepared op with fixed shapes, dtypes and attributes, launched many times.
 
@@ -201,8 +191,6 @@ class Plan(Resource, PlanBase):
 
     input_names: tuple[str, ...] = ()
     output_names: tuple[str, ...] = ()
-    #: the attribute a subclass's ``__call__`` returns when it used the plan's own outputs
-    _result: str | None = None
 
     def __init__(self, prepared: Prepared):
         self._prep = prepared
@@ -239,36 +227,41 @@ class Plan(Resource, PlanBase):
         # launch reads that memory, and the caller may close the Tensor right after the call
         self._bound_in: list[object] = [None] * len(self._own_in)
         self._bound_out: list[object] = [None] * len(self._own_out)
-        self._c_state: object | None = None  # set by the subclass (_fast_path); None: every call in Python
+        self._c_state = None  # set by the subclass (_fast_path); None: every call in Python
         self._stream: Stream | None = None  # of the last launch (the compiled call sets it too)
         self._stale: str | None = None
         self._open = True
 
-    def _fast_path(self, in_slots: tuple[int, ...]) -> object | None:
-        """The compiled call's state for calls passing inputs `in_slots` (``aclnn_py._fastpath``, built
-        from fastpath/plan.c), or None when this class's ``__call__`` is not the compiled one. The compiled
-        ``__call__`` runs the steady state of :meth:`_run` — device Tensors of the plan's layout or the
-        same objects as last call, the plan's own outputs, a Stream — and hands every other call to the
-        Python ``__call__``. The state holds no reference to the plan."""
-        from .. import _fastpath
-
-        call = _compiled_call(type(self))
-        if call is None or None in self._own_out:  # the compiled call marks every own output written
+    def _fast_path(self, in_slots: tuple[int, ...]) -> PlanState | None:
+        """The compiled call's state for calls passing inputs `in_slots` (``aclnn_py._core.PlanState``),
+        or None when this class's ``__call__`` is not a compiled one (:func:`compiled_plan_call`). The
+        compiled ``__call__`` runs the steady state of :meth:`_run` — device Tensors of the plan's layout
+        or the same objects as last call, the plan's own outputs, a Stream — and hands every other call
+        to the Python ``__call__``. The state holds no reference to the plan."""
+        try:
+            from .. import _core
+        except ImportError:
+            return None
+        route = getattr(type(self).__call__, "compiled", None)
+        if not isinstance(route, _core.PlanCall) or None in self._own_out:  # it marks every own output written
             return None
         b = initialized()
         ffi = b.ffi
         own = self._own_in
         given = {self.input_names[i]: k for k, i in enumerate(in_slots)}
         # per __call__ parameter: the argument it gives, the stream, or one that must be None
-        params = tuple(given.get(name, _fastpath.ROLE_STREAM if name == "stream" else _fastpath.ROLE_NONE)
-                       for name in call.names)
-        return _fastpath.state(
-            int(ffi.cast("uintptr_t", b.function_pointer("aclnnpy_plan_launch"))),
+        roles = _core.ROLES
+        params = tuple(given.get(name, roles["stream"] if name == "stream" else roles["none"]) for name in route.names)
+
+        def address(name: str) -> int:
+            return int(ffi.cast("uintptr_t", b.function_pointer(name)))
+
+        return _core.PlanState(
+            address("aclnnpy_plan_launch"), address("aclnnpy_plan_enter"), address("aclnnpy_plan_leave"),
             int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots, params,
             self._last_in, tuple(None if t is None else t.shape for t in own),
             tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out, self._bound_in,
-            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view(),
-            int(ffi.cast("uintptr_t", ffi.addressof(self._args, "busy"))))
+            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view())
 
     @property
     def workspace_size(self) -> int:

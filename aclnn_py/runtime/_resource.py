@@ -17,7 +17,7 @@ class Resource(abc.ABC):
     resource exists and define :meth:`_release` and :meth:`_label`."""
 
     # `_open` is each subclass's own slot (or __dict__ entry), so that a subclass may also derive from
-    # a compiled base with a layout of its own (a plan derives from _fastpath.PlanBase)
+    # a compiled base with a layout of its own (a plan derives from _core.PlanBase)
     __slots__ = ()
     _open: bool
 

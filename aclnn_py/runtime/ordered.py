@@ -133,7 +133,7 @@ def state(stream: QueueingStream) -> _StreamState:
 
 def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
                              Callable[[QueueingStream, object], None], Callable[[QueueingStream], None], int]:
-    """What a compiled call (fastpath/ordered.c) reads and writes instead of calling
+    """What a plan's compiled call (csrc/_core.pyx, PlanState) reads and writes instead of calling
     :func:`workspace_block` and :func:`hold` for each launch: the states by stream key, their type (its
     slots ``current`` and ``workspace``), the block type, :func:`hold` (for a stream without a state
     yet: it makes one), the checkpoint function and the holds that make a checkpoint."""

@@ -58,7 +58,7 @@ def test_doctor_on_the_mock():
     assert field["aclnn_py"].startswith(f"{__version__} imported from ")
     compiled = [line[11:].split() for line in lines[1:4]]
     assert [(part[0], part[1].endswith(".so")) for part in compiled] == \
-        [("_aclnn:", True), ("_fastpath:", True), ("_mock:", True)]
+        [("_aclnn:", True), ("_core:", True), ("_mock:", True)]
     assert field["backend"].startswith("mock (the package's mock root")
     assert field["CANN"].startswith("8.5.0 (aclnn-py-mock-cann, from ")
     assert field["ABI"].startswith("verified: all ")

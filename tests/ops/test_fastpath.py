@@ -1,4 +1,4 @@
-"""A plan's steady state runs in C (aclnn_py._fastpath): it must give what the Python path gives —
+"""A plan's steady state runs in the compiled core (aclnn_py._core.PlanCall): it must give what the Python path gives —
 the same bytes, the same refusals and errors, the same objects kept alive — and hand every other
 call to the Python path."""
 
@@ -291,10 +291,11 @@ def test_a_plan_class_keeps_its_signature_and_a_subclass_its_own_call(acl):
         def __call__(self, *args, **kwargs):
             return ("traced", super().__call__(*args, **kwargs))
 
-    from aclnn_py.ops.executor import _compiled_call
+    from aclnn_py import _core
 
-    assert _compiled_call(Traced) is None  # its __call__ is its own: no compiled state is made for it
-    assert isinstance(_compiled_call(DispatchPlan), type(_compiled_call(CombinePlan)))
+    assert not hasattr(Traced.__call__, "compiled")  # its __call__ is its own: no compiled state is made for it
+    for cls in (DispatchPlan, CombinePlan):
+        assert isinstance(cls.__call__, _core.CompiledPlanCall) and isinstance(cls.__call__.compiled, _core.PlanCall)
 
 
 def _launch_failure(acl, buf, stream, rng):
@@ -371,7 +372,7 @@ def test_a_plan_with_a_c_step_is_collected_without_close(acl):
 
 
 def test_the_step_state_checks_what_it_is_given(acl):
-    from aclnn_py import _fastpath
+    from aclnn_py import _core
     from aclnn_py.runtime import Stream, ordered
     from aclnn_py.tensor import Tensor
 
@@ -379,53 +380,52 @@ def test_the_step_state_checks_what_it_is_given(acl):
         _open = _contiguous = shape = dtype = _ptr = _offset_nbytes = _writer = _mem = _owner = None
 
     view = ordered.compiled_view()
+    stream_role, none_role = _core.ROLES["stream"], _core.ROLES["none"]
 
-    def state(*args, tensor_type=Tensor, on_failure=print, ordered_view=view):
-        return _fastpath.state(*args, [None], [None], tensor_type, Stream, on_failure, ordered_view, 1)
+    def state(launch, slots, params, tensor_type=Tensor, on_failure=print, ordered_view=view):
+        return _core.PlanState(launch, 1, 1, 1, 1, slots, params, [None], (None,), (None,), (), [None], [None],
+                               tensor_type, Stream, on_failure, ordered_view)
 
-    with pytest.raises(TypeError, match="must derive from the core's TensorBase / StreamBase"):
-        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), tensor_type=NoSlots)
-    with pytest.raises(ValueError, match=r"slot 3 is out of range \[0, 1\)"):
-        state(1, 1, 1, (3,), (0,), [None], (None,), (None,), ())
-    lowest = min(_fastpath.ROLE_CONFIG, _fastpath.ROLE_STREAM, _fastpath.ROLE_OUTPUTS, _fastpath.ROLE_PRECHECK,
-                 _fastpath.ROLE_NONE)
-    with pytest.raises(ValueError, match=rf"parameter 1 is out of range \[{lowest}, 1\)"):
-        state(1, 1, 1, (0,), (0, 1), [None], (None,), (None,), ())
-    for role in (_fastpath.ROLE_CONFIG, _fastpath.ROLE_OUTPUTS, _fastpath.ROLE_PRECHECK):  # an operator's, not a plan's
-        with pytest.raises(ValueError, match="a plan's parameter is an argument, ROLE_STREAM or ROLE_NONE"):
-            state(1, 1, 1, (0,), (0, role), [None], (None,), (None,), ())
+    with pytest.raises(TypeError, match="must derive from TensorBase / StreamBase"):
+        state(1, (0,), (0,), tensor_type=NoSlots)
+    with pytest.raises(ValueError, match="slot 3 is out of range"):
+        state(1, (3,), (0,))
+    with pytest.raises(ValueError, match="parameter 1: an argument's index, ROLE_STREAM or ROLE_NONE"):
+        state(1, (0,), (0, 1))
+    for role in ("config", "outputs", "precheck"):  # an operator's, not a plan's
+        with pytest.raises(ValueError, match=f"parameter 1: .* \\(got {_core.ROLES[role]}\\)"):
+            state(1, (0,), (0, _core.ROLES[role]))
     with pytest.raises(ValueError, match="must be addresses"):
-        state(0, 1, 1, (0,), (0,), [None], (None,), (None,), ())
+        state(0, (0,), (0,))
     with pytest.raises(TypeError, match="on_failure must be callable"):
-        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), on_failure=None)
-    with pytest.raises(TypeError, match="ordered view"):
-        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), ordered_view=view[:-1])
-    with pytest.raises(TypeError, match="hold and checkpoint must be callables"):
-        state(1, 1, 1, (0,), (0,), [None], (None,), (None,), (), ordered_view=view[:3] + (None,) + view[4:])
-    assert state(1, 1, 1, (0,), (_fastpath.ROLE_NONE, 0, _fastpath.ROLE_STREAM), [None], (None,), (None,),
-                 ()) is not None
+        state(1, (0,), (0,), on_failure=None)
+    with pytest.raises(TypeError, match=r"ordered must be ordered.compiled_view\(\)"):
+        state(1, (0,), (0,), ordered_view=view[:-1])
+    with pytest.raises(TypeError, match="hold and checkpoint be callables"):
+        state(1, (0,), (0,), ordered_view=view[:3] + (None,) + view[4:])
+    assert isinstance(state(1, (0,), (none_role, 0, stream_role)), _core.PlanState)
 
 
 def test_a_plan_call_is_made_from_a_function_with_named_parameters(acl):
-    from aclnn_py import _fastpath
+    from aclnn_py import _core
 
     def call(self, a, b=None, *, c=None, stream=None):
         """Doc."""
         return "python", a, b, c, stream
 
-    pc = _fastpath.PlanCall(call, "out")
+    method = _core.compiled_plan_call("out")(call)
+    pc = method.compiled
     assert (pc.names, pc.result) == (("a", "b", "c", "stream"), "out")
-    assert pc.__wrapped__ is call and pc.__doc__ == "Doc." and pc.__name__ == "call"
+    assert method.__wrapped__ is call and method.__doc__ == "Doc." and method.__name__ == "call"
     for bad in (print, lambda self, *a: None, lambda: None):
         with pytest.raises(TypeError, match="PlanCall: function must"):
-            _fastpath.PlanCall(bad, "out")
-    from aclnn_py import _core
+            _core.PlanCall(bad, "out")
 
     with pytest.raises(TypeError, match="OpCall: setup must be callable"):
         _core.OpCall(call, None)
 
-    class NotAPlan:  # no _c_state: every call is the Python function's, bound like a method
-        __call__ = pc
+    class NotAPlan:  # not a PlanBase: every call is the Python function's, bound like a method
+        __call__ = method
 
     obj = NotAPlan()
     assert obj(1, 2, c=3) == ("python", 1, 2, 3, None)
@@ -700,27 +700,25 @@ def test_an_op_call_without_a_spec_is_its_python_function(acl):
         _core.compiled_operator(fn, lambda names, n: 42)(6)
 
 
-def test_an_adopted_plan_class_parses_calls_and_leaves_the_rest_to_python(acl):
-    from aclnn_py import _fastpath
+def test_a_plan_class_with_a_compiled_call_leaves_what_it_cannot_take_to_python(acl):
+    from aclnn_py import _core
 
-    def call(self, a, b=None, *, stream=None):
-        return "python", self.tag, a, b, stream
-
-    class P(_fastpath.PlanBase):
+    class P(_core.PlanBase):
         tag = "p"
-        __call__ = _fastpath.PlanCall(call, "out")
 
-    _fastpath.adopt(P)
-    _fastpath.adopt(P)  # again: nothing changes
+        @_core.compiled_plan_call("out")
+        def __call__(self, a, b=None, *, stream=None):
+            return "python", self.tag, a, b, stream
+
     p = P()
-    assert p._c_state is None
+    assert p._c_state is None and p._stream is None
     assert p(1, b=2, stream=3) == ("python", "p", 1, 2, 3)  # no _c_state: the Python function
-    assert p(*(1,), **{"stream": 3}) == ("python", "p", 1, None, 3)  # a packed call is unpacked for it
+    assert p(*(1,), **{"stream": 3}) == ("python", "p", 1, None, 3)
     with pytest.raises(TypeError, match="unexpected keyword argument 'c'"):
         p(1, c=2)
-    with pytest.raises(TypeError, match="_c_state must be what _fastpath.state"):
+    with pytest.raises(TypeError, match="Cannot convert str to _core.PlanState"):
         p._c_state = "not a state"
-    del p._c_state
+    p._c_state = None
     assert p._c_state is None
 
     class Sub(P):
@@ -730,22 +728,10 @@ def test_an_adopted_plan_class_parses_calls_and_leaves_the_rest_to_python(acl):
     class Inherits(P):
         tag = "inherits"
 
-    _fastpath.adopt(Inherits)  # its __call__ is P's PlanCall
     assert Sub()(1) == ("sub", "python", "p", 1, None, None)
     assert Inherits()(1, stream=2) == ("python", "inherits", 1, None, 2)
-    P.__call__ = lambda self: "replaced"
-    assert p() == "replaced"  # whatever __call__ the class has now is the call
-    assert Inherits()() == "replaced"
-    with pytest.raises(TypeError, match="__call__ must be a PlanCall"):
-        _fastpath.adopt(P)
-    del P.__call__
-    with pytest.raises(TypeError, match="'P' object is not callable"):
-        p()
-    for cls in (int, type("NotAPlanBase", (), {"__call__": _fastpath.PlanCall(call, "out")})):
-        with pytest.raises(TypeError, match="expected a subclass of PlanBase defined in Python"):
-            _fastpath.adopt(cls)
 
-    class Abstract(_fastpath.PlanBase, abc.ABC):
+    class Abstract(_core.PlanBase, abc.ABC):
         @abc.abstractmethod
         def method(self) -> None: ...
 
@@ -758,13 +744,13 @@ def test_the_switch_to_the_python_path(acl):
     import turns the compiled path off, a value other than 0 / 1 fails the import naming it."""
     from conftest import run_python
 
-    from aclnn_py import _fastpath
+    from aclnn_py import _core
     from aclnn_py.ops import compiled_path_enabled, set_compiled_path
 
-    assert compiled_path_enabled() and _fastpath.enabled()
+    assert compiled_path_enabled() and _core.enabled()
     try:
         assert set_compiled_path(False) is True
-        assert not compiled_path_enabled() and not _fastpath.enabled()
+        assert not compiled_path_enabled() and not _core.enabled()
         assert set_compiled_path(False) is False
     finally:
         assert set_compiled_path(True) is False
