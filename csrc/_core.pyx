@@ -477,7 +477,8 @@ cdef class Route:
     """What a compiled callable (csrc/entry.h) runs."""
 
     cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
-        raise NotImplementedError
+        # the base of OpCall and PlanCall, which define it; a bare Route is never made by the package
+        raise TypeError(f"{type(self).__name__} is a Route without a call of its own")
 
 
 cdef class OpCall(Route):

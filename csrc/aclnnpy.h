@@ -39,7 +39,8 @@ typedef aclnnStatus (*aclnnpy_run_fn)(aclTensor *const *t, const int64_t *a, con
                                       uint64_t workspace_cap, aclrtStream stream, uint64_t *workspace_size,
                                       aclOpExecutor **executor, int launch, int *launched);
 
-/* An operator's phase 2 (aclnnXxx(workspace, workspaceSize, executor, stream)), called by address. */
+/* An operator's phase 2, e.g. aclnnMoeDistributeDispatchV5(workspace, workspaceSize, executor, stream), called by
+ * address. */
 typedef aclnnStatus (*aclnnpy_phase2_fn)(void *workspace, uint64_t workspace_size, aclOpExecutor *executor,
                                          aclrtStream stream);
 /* aclDestroyAclOpExecutor, called by address. */

@@ -137,7 +137,7 @@ def layout(number: int, op: str) -> RunLayout:
 #: Attributes that only name a communicator the way one generation does; never a feature.
 _COMMUNICATOR_ATTRS = frozenset({"ccl_buffer_size", "group_ep", "group_tp"})
 #: What an attribute holds when the call does not use it (its default).
-_UNUSED: Mapping[str, object] = {"tp_world_size": (0, 1), "tp_rank_id": (0,), "zero_expert_num": (0,),
+_UNUSED: Mapping[str, tuple[object, ...]] = {"tp_world_size": (0, 1), "tp_rank_id": (0,), "zero_expert_num": (0,),
                                  "copy_expert_num": (0,), "const_expert_num": (0,), "comm_alg": ("",),
                                  "expert_shard_type": (0,), "out_dtype": (0,), "group_list_type": (0,)}
 
@@ -152,7 +152,7 @@ def refuse_unsupported(cfg: GenerationConfig, op: str, given: Iterable[str]) -> 
             raise GenerationError(_lacks(number, op, name, "input"))
     c_attrs = lay.ints + lay.strings
     for name, unused in _UNUSED.items():
-        if getattr(cfg, name) not in unused and not any(same_name(c, name) for c in c_attrs):  # type: ignore[operator]
+        if getattr(cfg, name) not in unused and not any(same_name(c, name) for c in c_attrs):
             raise GenerationError(_lacks(number, op, name, "attribute") + f" (got {getattr(cfg, name)!r})")
     if number == NEWEST and cfg.tp_world_size >= 2:
         raise GenerationError(f"tp_world_size: {GENERATIONS[0]} has no TP domain; a TP domain needs generation "
