@@ -7,15 +7,15 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ._core import ConfigBase, PackedBase, StreamBase, StreamStateBase, TensorBase
+    from ._core import BufferBase, ConfigBase, PackedBase, StreamBase, StreamStateBase, TensorBase
 else:
     try:
-        from ._core import ConfigBase, PackedBase, StreamBase, StreamStateBase, TensorBase
+        from ._core import BufferBase, ConfigBase, PackedBase, StreamBase, StreamStateBase, TensorBase
     except ImportError:  # the loader reports the missing compiled parts when the package is used
 
         class TensorBase:
             __slots__ = ("shape", "dtype", "_mem", "_owner", "_writer", "_ptr", "_offset_nbytes", "_open",
-                         "_contiguous", "_desc_addr")
+                         "_contiguous", "_shared", "_desc_addr")
 
         class StreamBase:
             __slots__ = ("_open", "_key", "_handle")
@@ -26,7 +26,15 @@ else:
         class ConfigBase:
             pass
 
+        class BufferBase:
+            _route_states = None
+
+            def forget_calls(self) -> None:
+                pass
+
+            kept_outputs = (0, 0)
+
         class PackedBase:
             __slots__ = ("layout", "ints_address", "strings_address")
 
-__all__ = ["ConfigBase", "PackedBase", "StreamBase", "StreamStateBase", "TensorBase"]
+__all__ = ["BufferBase", "ConfigBase", "PackedBase", "StreamBase", "StreamStateBase", "TensorBase"]

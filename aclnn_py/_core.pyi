@@ -4,8 +4,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from .dtypes import DataType
+from .hccl import Communicator
 from .runtime._memory import DeviceMemory
 from .runtime._stream import Stream
+from .tensor import Tensor
 
 ROLES: dict[str, int]
 
@@ -24,6 +26,7 @@ class TensorBase:
     _offset_nbytes: int
     _open: bool
     _contiguous: bool
+    _shared: bool
     _desc_addr: int | None
 
 class StreamBase:
@@ -95,3 +98,26 @@ class CompiledPlanCall:
     def __get__(self, obj: object, owner: type | None = None) -> Callable[..., object]: ...
 
 def compiled_plan_call(result: str) -> Callable[[_F], _F]: ...
+
+def set_poison_refill(address: int) -> None: ...
+
+class BufferBase:
+    context: Tensor | None
+    comm: Communicator
+    _configs: dict[tuple[object, ...], Any]
+    _route_states: list[Any] | None
+    @property
+    def kept_outputs(self) -> tuple[int, ...]: ...
+    def forget_calls(self) -> None: ...
+
+class BufferCall:
+    function: Callable[..., Any]
+    names: tuple[str, ...]
+    def remember(self, buf: BufferBase, attrs: tuple[object, ...], config: object, stream: object,
+                 tensors: tuple[object, ...], outputs: object, result: object, keep: int) -> None: ...
+    def attrs_of(self, **kwargs: object) -> tuple[object, ...]: ...
+
+def compiled_buffer_method(which: int, tensor_params: tuple[tuple[str, str, bool], ...],
+                           attr_params: tuple[tuple[str | None, int | None], ...], op: Callable[..., Any],
+                           current_stream: Callable[[], Any], reraise: Callable[..., Any],
+                           caller_names: Any) -> Callable[[_F], _F]: ...

@@ -38,6 +38,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple, TypeVar, cast
 
+from ._bases import BufferBase
 from .dtypes import DTypeLike
 from .errors import AclnnPyError
 from .hccl import Communicator, build_context, rebuild_context
@@ -47,7 +48,7 @@ from .ops.combine import CombinePlan, moe_distribute_combine, x_out_layout
 from .ops.config import MoeConfig
 from .ops.dispatch import DispatchOutputs, DispatchPlan, allocate_outputs, moe_distribute_dispatch
 from .ops.executor import Plan
-from .runtime import Stream, StreamArg, resolve_stream, soc_name
+from .runtime import Stream, StreamArg, current_stream, initialized, resolve_stream, soc_name
 from .tensor import Tensor, TensorArg
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -70,6 +71,44 @@ DISPATCH_NAMES: Mapping[str, str] = {"expert_ids": "topk_idx", "expert_scales": 
                                      "scales": "x_smooth_scale", **_ATTRIBUTE_NAMES}
 COMBINE_NAMES: Mapping[str, str] = {"expand_x": "x", "expert_ids": "topk_idx", "expert_scales": "topk_weights",
                                     "expert_shard_type": "expert_shared_type", **_ATTRIBUTE_NAMES}
+
+
+#: Per operator method: its tensor parameters in order, with the operator's name of each and whether it
+#: is optional; and the parameters giving the config key of :meth:`MoeDistributeBuffer._config`, in its
+#: order ((None, value): a constant of the method). The compiled method reads its calls with these.
+DISPATCH_TENSORS = (("x", "x", False), ("topk_idx", "expert_ids", False), ("x_smooth_scale", "scales", True),
+                    ("x_active_mask", "x_active_mask", True), ("topk_weights", "expert_scales", True),
+                    ("elastic_info", "elastic_info", True))
+COMBINE_TENSORS = (("x", "expand_x", False), ("topk_idx", "expert_ids", False),
+                   ("assist_info_for_combine", "assist_info_for_combine", False),
+                   ("ep_send_counts", "ep_send_counts", False), ("topk_weights", "expert_scales", True),
+                   ("x_active_mask", "x_active_mask", True), ("expand_scales", "expand_scales", True),
+                   ("shared_expert_x", "shared_expert_x", True), ("elastic_info", "elastic_info", True),
+                   ("ori_x", "ori_x", True), ("const_expert_alpha_1", "const_expert_alpha_1", True),
+                   ("const_expert_alpha_2", "const_expert_alpha_2", True), ("const_expert_v", "const_expert_v", True))
+DISPATCH_KEY = (("num_experts", None), ("comm_alg", None), ("quant_mode", None), (None, 0),
+                ("zero_expert_num", None), ("copy_expert_num", None), ("const_expert_num", None),
+                ("expert_shard_type", None), ("shared_expert_num", None), ("shared_expert_rank_num", None),
+                ("expert_token_nums_type", None), ("num_max_dispatch_tokens_per_rank", None))
+COMBINE_KEY = (("num_experts", None), ("comm_alg", None), (None, 0), ("comm_quant_mode", None),
+               ("zero_expert_num", None), ("copy_expert_num", None), ("const_expert_num", None),
+               ("expert_shared_type", None), ("shared_expert_num", None), ("shared_expert_rank_num", None),
+               (None, 1), ("num_max_dispatch_tokens_per_rank", None))
+#: Output sets a method keeps for reuse: a loop holding one step's results while it makes the next one's
+#: (``r = buf.low_latency_dispatch(...)`` rebinds `r` after the call) needs two; more would keep device
+#: memory (expand_x can be large) out of the pool for loops that rarely need it.
+KEEP_OUTPUTS = 2
+
+
+def _compiled_method(which: int, tensors: tuple[tuple[str, str, bool], ...], key: tuple[tuple[str | None, int | None], ...],
+                     operator: Callable[..., object], names: Mapping[str, str]) -> Callable[[F], F]:
+    """The method's steady-state calls parsed and launched by the compiled core (``aclnn_py._core.
+    BufferCall``); without the compiled parts, the method as it is."""
+    try:
+        from ._core import compiled_buffer_method
+    except ImportError:
+        return lambda method: method
+    return compiled_buffer_method(which, tensors, key, operator, current_stream, reraise, names)
 
 
 def _in_callers_words(names: Mapping[str, str]) -> Callable[[F], F]:
@@ -140,7 +179,33 @@ def _pooled_x_out(cfg: MoeConfig, x: object, ids: object, assist: object, counts
     return out
 
 
-class MoeDistributeBuffer:
+def _remember(buffer: MoeDistributeBuffer, method: str, key: tuple[object, ...], cfg: MoeConfig, stream: Stream,
+              tensors: tuple[object, ...], outputs: object, result: object) -> None:
+    """Tell `method`'s compiled route what the Python method just did (see BufferCall.remember)."""
+    route = getattr(getattr(type(buffer), method), "compiled", None)
+    if route is not None:
+        route.remember(buffer, key, cfg, stream, tensors, outputs, result, KEEP_OUTPUTS)
+
+
+_refill_ready = False
+
+
+def _enable_poison_refill() -> None:
+    """On the mock: outputs a buffer hands out again get the poison of new memory, as pooled blocks do."""
+    global _refill_ready
+    if _refill_ready:
+        return
+    if initialized().is_mock:
+        try:
+            from . import _core, _mock
+        except ImportError:
+            pass
+        else:
+            _core.set_poison_refill(_mock.refill_poison_async_address())
+    _refill_ready = True
+
+
+class MoeDistributeBuffer(BufferBase):
     """Low-latency MoE dispatch/combine over one expert-parallel communicator.
 
     Building it runs CANN's context sequence on `comm` (the int32 context tensor the operators take)
@@ -150,9 +215,18 @@ class MoeDistributeBuffer:
     `generation` picks the operators' generation: 0, the default, is the newest the loaded backend
     exports; 1 … 4 are the group-string generations (docs/operators.md, "Group-string generations"),
     which the buffer calls with `comm`'s name (``HcclGetCommName``) instead of a context tensor. The
-    generation in use is :attr:`generation`. Plans need generation 5."""
+    generation in use is :attr:`generation`. Plans need generation 5.
+
+    Outputs: each call returns Tensors of its own. The buffer keeps the outputs of its last few calls
+    per method (two) and hands them out again, instead of allocating, to a later call of the same layout on
+    the same stream once nothing else refers to them — not while any of them is referenced, viewed or
+    exported (numpy view, DLPack), was read on another stream, or closed (docs/concepts.md, "The
+    compiled steady state"). On the mock they get the poison of new memory again, as pooled blocks do.
+    :meth:`close` lets them go."""
 
     def __init__(self, comm: Communicator, ccl_buffer_size: int = 0, comm_alg: int = 0, *, generation: int = 0):
+        _enable_poison_refill()
+        self.forget_calls()
         self.comm = comm
         self.rank_id = int(comm.rank)
         self.world_size = int(comm.world_size)
@@ -176,6 +250,7 @@ class MoeDistributeBuffer:
         if int(new_comm.world_size) != self.world_size:
             raise ValueError(f"update_ctx: the new communicator's world size {new_comm.world_size} differs "
                              f"from {self.world_size}")
+        self.forget_calls()  # the configs and streams remembered were checked against the old communicator
         if self.context is None:  # a group-string generation: the configs name the communicator
             self.comm, self.rank_id, self.group_name = new_comm, int(new_comm.rank), new_comm.name
             self._configs.clear()
@@ -205,7 +280,9 @@ class MoeDistributeBuffer:
     # ---- attributes -------------------------------------------------------------------------------------
     def _config(self, method: str, names: Mapping[str, str], num_experts: int, comm_alg: str, quant_mode: int,
                 comm_quant_mode: int, zero: int, copy: int, const: int, shard: int, shared: int, shared_ranks: int,
-                token_nums_type: int, max_tokens: int) -> MoeConfig:
+                token_nums_type: int, max_tokens: int) -> tuple[MoeConfig, tuple[object, ...]]:
+        """The config of these attributes (made once per distinct set) and its key, the attributes in
+        the order of DISPATCH_KEY / COMBINE_KEY."""
         key = (num_experts, comm_alg, quant_mode, comm_quant_mode, zero, copy, const, shard, shared, shared_ranks,
                token_nums_type, max_tokens)
         try:
@@ -214,7 +291,7 @@ class MoeDistributeBuffer:
             cfg = None
         self.comm.require_open(f"run {method}")
         if cfg is not None:
-            return cfg
+            return cfg, key
         global_bs = max_tokens * self.world_size if type(max_tokens) is int else max_tokens
         try:
             cfg = MoeConfig(ep_world_size=self.world_size, ep_rank_id=self.rank_id, moe_expert_num=num_experts,
@@ -231,7 +308,7 @@ class MoeDistributeBuffer:
             self._configs[key] = cfg
         except TypeError:
             pass
-        return cfg
+        return cfg, key
 
     def _stream_for(self, stream: StreamArg) -> Stream:
         """The call's stream, of the device of the communicator the buffer has now (a plan made before
@@ -244,6 +321,7 @@ class MoeDistributeBuffer:
         self._plans.add(plan)
 
     # ---- operators ----------------------------------------------------------------------------------------
+    @_compiled_method(0, DISPATCH_TENSORS, DISPATCH_KEY, moe_distribute_dispatch, DISPATCH_NAMES)
     @_in_callers_words(DISPATCH_NAMES)
     def low_latency_dispatch(
         self, x: TensorArg, topk_idx: TensorArg, num_experts: int, *, quant_mode: int = 0, comm_alg: str = "",
@@ -265,12 +343,13 @@ class MoeDistributeBuffer:
         low-precision x given as uint8 codes (HiFloat8, or packed fp4 of shape (BS, H/2));
         ``x_smooth_scales_dtype`` that of ``x_smooth_scale`` (e.g. ``DataType.FLOAT8_E8M0`` for per-token
         e8m0 bytes). Each takes a numpy / ml_dtypes dtype or an ``aclnn_py.DataType``."""
-        cfg = self._config("low_latency_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0,
+        cfg, key = self._config("low_latency_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0,
                            zero_expert_num, copy_expert_num, const_expert_num, expert_shard_type, shared_expert_num,
                            shared_expert_rank_num, expert_token_nums_type, num_max_dispatch_tokens_per_rank)
         s = self.comm.stream_for(stream)
         outputs = None
-        if x_dtype is None and x_smooth_scales_dtype is None and y_dtype is None:
+        plain = x_dtype is None and x_smooth_scales_dtype is None and y_dtype is None
+        if plain:
             outputs = _pooled_dispatch_outputs(cfg, x, topk_idx, x_smooth_scale, x_active_mask, topk_weights,
                                                elastic_info)
         out = moe_distribute_dispatch(self.context, x, topk_idx, config=cfg, scales=x_smooth_scale,
@@ -279,8 +358,13 @@ class MoeDistributeBuffer:
                                       outputs=outputs, stream=s)
         ds, es = out.dynamic_scales, out.expand_scales
         assert ds is not None and es is not None  # the operator, or the pool here, allocates all seven
-        return LowLatencyDispatchResult(out[0], ds, out[2], out[3], out[4], es)
+        result = LowLatencyDispatchResult(out[0], ds, out[2], out[3], out[4], es)
+        if plain:
+            _remember(self, "low_latency_dispatch", key, cfg, s,
+                      (x, topk_idx, x_smooth_scale, x_active_mask, topk_weights, elastic_info), out, result)
+        return result
 
+    @_compiled_method(1, COMBINE_TENSORS, COMBINE_KEY, moe_distribute_combine, COMBINE_NAMES)
     @_in_callers_words(COMBINE_NAMES)
     def low_latency_combine(
         self, x: TensorArg, topk_idx: TensorArg, topk_weights: TensorArg | None,
@@ -299,18 +383,21 @@ class MoeDistributeBuffer:
         if assist_info_for_combine is None or ep_send_counts is None:
             raise ValueError("low_latency_combine: assist_info_for_combine and ep_send_counts are required "
                              "(pass the dispatch outputs)")
-        cfg = self._config("low_latency_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode,
+        cfg, key = self._config("low_latency_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode,
                            zero_expert_num, copy_expert_num, const_expert_num, expert_shared_type, shared_expert_num,
                            shared_expert_rank_num, 1, num_max_dispatch_tokens_per_rank)
         s = self.comm.stream_for(stream)
         optional = (topk_weights, x_active_mask, expand_scales, shared_expert_x, elastic_info, ori_x,
                     const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
-        return moe_distribute_combine(
+        x_out = moe_distribute_combine(
             self.context, x, topk_idx, assist_info_for_combine, ep_send_counts, topk_weights, config=cfg,
             x_active_mask=x_active_mask, expand_scales=expand_scales, shared_expert_x=shared_expert_x,
             elastic_info=elastic_info, ori_x=ori_x, const_expert_alpha_1=const_expert_alpha_1,
             const_expert_alpha_2=const_expert_alpha_2, const_expert_v=const_expert_v,
             x_out=_pooled_x_out(cfg, x, topk_idx, assist_info_for_combine, ep_send_counts, optional), stream=s)
+        _remember(self, "low_latency_combine", key, cfg, s,
+                  (x, topk_idx, assist_info_for_combine, ep_send_counts) + optional, x_out, x_out)
+        return x_out
 
     # ---- plans (repeated calls with fixed shapes) ------------------------------------------------------------
     @_in_callers_words(DISPATCH_NAMES)
@@ -325,7 +412,7 @@ class MoeDistributeBuffer:
         """A :class:`~aclnn_py.ops.DispatchPlan` on this communicator: one phase 1, then each call
         ``plan(x, topk_idx, topk_weights=..., x_active_mask=..., scales=...)`` is a launch
         (``expert_scales=`` is the same input as ``topk_weights=``; its errors use this class's names)."""
-        cfg = self._config("plan_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0, zero_expert_num,
+        cfg, _ = self._config("plan_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0, zero_expert_num,
                            copy_expert_num, const_expert_num, 0, shared_expert_num, shared_expert_rank_num,
                            expert_token_nums_type, num_max_dispatch_tokens_per_rank)
         plan = DispatchPlan(self.context, bs=num_tokens, hidden=hidden, topk=topk, x_dtype=x_dtype, config=cfg,
@@ -346,7 +433,7 @@ class MoeDistributeBuffer:
         """A :class:`~aclnn_py.ops.CombinePlan` sized from a dispatch plan's outputs: each call is
         ``plan(expert_out, topk_idx, assist_info, ep_send_counts, topk_weights, ...)`` (its errors use
         this class's names)."""
-        cfg = self._config("plan_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode, zero_expert_num,
+        cfg, _ = self._config("plan_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode, zero_expert_num,
                            copy_expert_num, const_expert_num, 0, shared_expert_num, shared_expert_rank_num, 1,
                            num_max_dispatch_tokens_per_rank)
         d = dispatch_plan.outputs
@@ -369,6 +456,7 @@ class MoeDistributeBuffer:
         caller's). Idempotent."""
         for plan in list(self._plans):
             plan.close()
+        self.forget_calls()  # the kept outputs go back to the pool once no stream uses them
         if self.context is not None:
             self.context.close()
 

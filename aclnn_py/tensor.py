@@ -112,6 +112,7 @@ class Tensor(TensorBase):
         self._desc: Any = None
         self._desc_addr: int | None = None  # the descriptor's address, for the C fast path
         self._writer: Stream | None = None
+        self._shared = False  # exported or read on another stream: a MoeDistributeBuffer never reuses it
         self._open = True
 
     # ---- construction ------------------------------------------------------------------------------
@@ -208,6 +209,7 @@ class Tensor(TensorBase):
 
     def _export(self) -> object:
         """A claim that keeps the memory allocated for an export (a view, a DLPack capsule)."""
+        self._shared = True
         if self._mem is not None:
             return self._mem.export()
         return _claim(self._owner) if self._owner is not None else self

@@ -1,11 +1,13 @@
 """Host overhead: µs per dispatch / combine call spent in Python and the C API, with the mock's
 kernels switched off (``_mock.set_skip_kernels``: phase 2 still checks everything and queues a task,
-the task does nothing). Eight paths per op, measured in the same process on the same tensors,
+the task does nothing) and its poison fill of reused memory off (CANN fills nothing; with it on, the
+buffer's reused outputs would pay a refill the other paths do not). Eight paths per op, measured in the same process on the same tensors,
 attributes and stream, their batches interleaved so that drift of a shared machine hits all alike:
 
 * ``buffer`` — :class:`~aclnn_py.MoeDistributeBuffer`'s ``low_latency_dispatch`` /
-  ``low_latency_combine`` with device Tensors and a Stream, as a serving loop calls them: each call
-  takes its outputs from the memory pool (and drops the previous call's), then the operator's call;
+  ``low_latency_combine`` with device Tensors and a Stream, as a serving loop calls them (dropping each
+  call's result): each call is parsed by the compiled core and gets the outputs of the previous call,
+  which nothing refers to any more, then the operator's call;
 * ``ctypes`` — a plain ctypes binding (descriptors created per call, as ctypes users do);
 * ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with one
   MoeConfig made once (as MoeDistributeBuffer passes it) and caller-provided outputs (cached
@@ -303,10 +305,13 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
         stream.synchronize()
         if rank == 0:
             _mock.set_skip_kernels(True)
+            poison = _mock.poison()
+            _mock.set_poison(False)
             try:
                 result = _measure_rank0(ctx, buf, stream, attrs, d, y, x, ids, calls, repeats, progress)
             finally:
                 _mock.set_skip_kernels(False)
+                _mock.set_poison(poison)
                 measured.set()
         else:
             # the other ranks wait on the host, not in a device barrier: a barrier kernel polling for

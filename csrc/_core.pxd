@@ -35,6 +35,7 @@ cdef public class TensorBase [object aclnnpy_TensorObject, type aclnnpy_TensorTy
     cdef public object _offset_nbytes
     cdef public bint _open
     cdef public bint _contiguous
+    cdef public bint _shared        # exported, or read by work on a stream other than its writer's
     cdef uintptr_t desc             # the aclTensor descriptor's address, 0 when it has none
 
 
@@ -94,3 +95,37 @@ cdef class PlanBase:
     """The base of plan classes."""
     cdef public PlanState _c_state  # None: every call in Python
     cdef public object _stream      # the stream of the last launch, or None
+
+
+cdef class KeptOutputs:
+    """The outputs of one buffer call, kept so that a later call of the same layout on the same stream
+    reuses them once the caller has let go of every one (aclnn_py.buffer)."""
+    cdef object config, x_shape, x_dtype, ids_shape
+    cdef int present                # which optional inputs the call had (a bit per parameter)
+    cdef readonly object outputs    # what the operator wrote: a tuple, or one Tensor
+    cdef readonly object result     # what the caller got: a tuple, or the same Tensor
+    cdef tuple tensors              # the distinct Tensors of both
+    cdef Py_ssize_t expected[16]    # per Tensor: the references this object holds to it
+    cdef Py_ssize_t n_blocks
+    cdef void *block_ptr[16]        # the Tensors' memory, refilled with poison on the mock at reuse
+    cdef size_t block_size[16]
+
+    cdef bint free_on(self, object stream)
+    cdef bint matches(self, object config, object x, object ids, int present)
+    cdef int refill(self, StreamBase stream) except -1
+
+
+cdef class BufferRouteState:
+    """What one of a buffer's operator methods remembers between calls."""
+    cdef public tuple attrs         # the attribute arguments of the last call that made `config`
+    cdef public object config       # that call's MoeConfig
+    cdef public object stream       # the last Stream whose device was checked against the communicator's
+    cdef public list kept           # KeptOutputs, newest last
+
+
+cdef class BufferBase:
+    """The base of MoeDistributeBuffer: what its compiled calls read."""
+    cdef public object context      # the int32 context tensor (None: a group-string generation)
+    cdef public object comm
+    cdef public dict _configs       # config key (DISPATCH_KEY / COMBINE_KEY order) -> MoeConfig
+    cdef public list _route_states  # one BufferRouteState per compiled method

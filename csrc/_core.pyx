@@ -16,6 +16,7 @@ The objects' state is read through the typed bases of _core.pxd, which the Pytho
 """
 
 import functools
+import inspect
 
 from cpython.ref cimport PyObject
 from cpython.list cimport PyList_GET_ITEM
@@ -24,6 +25,18 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 cdef extern from "Python.h":
     object PyObject_Vectorcall(object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+    Py_ssize_t Py_REFCNT(PyObject *o)
+
+# the mock's queued poison refill of reused blocks (aclmockRefillPoisonAsync); NULL on CANN
+ctypedef int (*refill_fn)(void *const *ptrs, const size_t *sizes, size_t n, void *stream) noexcept nogil
+cdef refill_fn refill_async = NULL
+
+
+def set_poison_refill(uintptr_t address):
+    """The mock's aclmockRefillPoisonAsync (0: none, as on CANN): outputs a buffer reuses get the
+    poison of new memory again, queued on the stream of the call that reuses them."""
+    global refill_async
+    refill_async = <refill_fn>address
 
 
 cdef extern from "entry.h":
@@ -339,13 +352,9 @@ cdef class OpSpec:
         they live until the call returns."""
         cdef PyObject *given[MAX_PARAMS]
         cdef PyObject *ins[MAX_TABLE]
-        cdef aclTensor *table[MAX_TABLE]
         cdef Py_ssize_t i, k, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
         cdef Py_ssize_t role
-        cdef TensorBase tb
-        cdef bint precheck = True, order = False
-        cdef list made = None
-        cdef object first_made = None
+        cdef bint precheck = True
         if nargs > self.n_positional:
             return None
         for i in range(self.n_params):
@@ -378,6 +387,20 @@ cdef class OpSpec:
                 precheck = <object>given[i] is True
             elif <object>given[i] is not None:
                 return None
+        return self.run_parsed(ins, config, stream, outputs, precheck, None, False)
+
+    cdef object run_parsed(self, PyObject **ins, object config, object stream, object outputs, bint precheck,
+                           KeptOutputs reused, bint describe):
+        """Launch a parsed call (`ins`: the inputs by index, NULL where None; changed where a None input
+        stands for a made one) and return `outputs`; None, before anything ran, when the Python function
+        must take it. `reused`: outputs a buffer takes again, refilled with poison just before the launch.
+        `describe`: an open input Tensor without a descriptor gets one here (a model's new activations)."""
+        cdef aclTensor *table[MAX_TABLE]
+        cdef Py_ssize_t i
+        cdef TensorBase tb
+        cdef bint order = False
+        cdef list made = None
+        cdef object first_made = None
         if type(config) is not self.config_type or type(stream) is not self.stream_type \
                 or not (<StreamBase>stream)._open:
             return None  # attributes as keywords, the current stream, a closed stream: Python's
@@ -403,7 +426,9 @@ cdef class OpSpec:
                 return None  # host data, a foreign object: Python converts or refuses it
             tb = <TensorBase>t
             if not tb.desc:
-                return None  # no descriptor yet, or closed: Python makes it or raises
+                if not describe or not tb._open:
+                    return None  # no descriptor yet, or closed: Python makes it or raises
+                t.descriptor()
             table[i] = <aclTensor *>tb.desc
             held[i] = tb._mem if tb._mem is not None else tb._owner
             w = tb._writer
@@ -417,6 +442,8 @@ cdef class OpSpec:
         if precheck and not self.prechecked(cfg, ins):
             return None  # a shape the config has not checked yet: Python checks and records it
         inputs = [None if ins[i] == NULL else <object>ins[i] for i in range(self.n_inputs)] if order else None
+        if reused is not None:
+            reused.refill(<StreamBase>stream)
         self.core.launch(table, held, self.core.attrs_of(cfg), <StreamBase>stream, inputs, outputs, order)
         return outputs
 
@@ -799,6 +826,366 @@ def compiled_plan_call(str result):
 
     def decorate(function):
         method = aclnnpy_entry_new(CompiledPlanCall, PlanCall(function, result))
+        functools.update_wrapper(method, function)
+        return method
+
+    return decorate
+
+
+
+# ---- MoeDistributeBuffer ----
+# A buffer call allocates its outputs; a serving loop lets go of them before the next call of the same
+# layout, so instead of giving the blocks back to the pool and taking them again (a Tensor, a block and
+# a descriptor per output, every call) the buffer keeps the last few calls' outputs and hands them out
+# again once nothing but the buffer refers to them. That reuse follows the pool's rule for a block freed
+# by work on a stream: reusable at once by later work on the same stream, so a kept set is taken only by
+# a call on the stream that last wrote it, and never when any of its Tensors was exported (a numpy view,
+# DLPack) or read on another stream since (TensorBase._shared), or closed. The first call of a layout,
+# a call while every kept set is still referenced, and every unusual call take the Python method.
+
+cdef enum:
+    MAX_KEPT_TENSORS = 16
+    KIND_INPUT = 0   # a tensor input of the operator (slot: its index)
+    KIND_ATTR = 1    # an attribute of the buffer's config key (slot: its position)
+    KIND_STREAM = 2
+    KIND_NONE = 3    # the fast call takes only None (or the parameter not given)
+
+
+cdef class KeptOutputs:
+
+    def __init__(self, config, x, ids, int present, outputs, result):
+        tensors = []
+        for group in (outputs, result):
+            for t in ((group,) if isinstance(group, TensorBase) else group):
+                if t is not None and not any(t is u for u in tensors):
+                    tensors.append(t)
+        if len(tensors) > MAX_KEPT_TENSORS:
+            raise ValueError(f"KeptOutputs: at most {MAX_KEPT_TENSORS} Tensors")
+        self.config, self.present = config, present
+        self.x_shape, self.x_dtype, self.ids_shape = (<TensorBase>x).shape, (<TensorBase>x).dtype, \
+            (<TensorBase>ids).shape
+        self.outputs, self.result, self.tensors = outputs, result, tuple(tensors)
+        self.n_blocks = 0
+        for j, t in enumerate(tensors):
+            held = 1  # self.tensors
+            for group in (outputs, result):
+                if group is t:
+                    held += 1
+                elif isinstance(group, tuple):
+                    held += sum(1 for u in group if u is t)
+            self.expected[j] = held
+            mem = (<TensorBase>t)._mem
+            if mem is not None and mem.size > 0:
+                self.block_ptr[self.n_blocks] = <void *><uintptr_t>mem._ptr
+                self.block_size[self.n_blocks] = <size_t>mem.size
+                self.n_blocks += 1
+
+    cdef bint matches(self, object config, object x, object ids, int present):
+        """This set has the layout of a call with `config`, `x`, `ids` and the optional inputs `present`."""
+        if config is not self.config or present != self.present:
+            return False
+        xs, ids_s = (<TensorBase>x).shape, (<TensorBase>ids).shape
+        return (<TensorBase>x).dtype is self.x_dtype and (xs is self.x_shape or xs == self.x_shape) \
+            and (ids_s is self.ids_shape or ids_s == self.ids_shape)
+
+    cdef bint free_on(self, object stream):
+        """Nothing but this object refers to the set's Tensors, none was exported, read on another
+        stream or closed, and `stream` wrote them last (or the same stream under another object)."""
+        cdef Py_ssize_t j, n = PyTuple_GET_SIZE(self.tensors)
+        cdef PyObject *p
+        # the caller's references first, counted before this function takes any of its own
+        if isinstance(self.result, tuple) and Py_REFCNT(<PyObject *>self.result) != 1:
+            return False
+        if isinstance(self.outputs, tuple) and self.outputs is not self.result \
+                and Py_REFCNT(<PyObject *>self.outputs) != 1:
+            return False
+        for j in range(n):
+            p = PyTuple_GET_ITEM(self.tensors, j)
+            if Py_REFCNT(p) != self.expected[j]:
+                return False
+        cdef TensorBase tb
+        for j in range(n):
+            tb = <TensorBase>PyTuple_GET_ITEM(self.tensors, j)
+            if not tb._open or tb._shared or not tb.desc:
+                return False
+            w = tb._writer
+            if w is not None and w is not stream and (<StreamBase>w)._key != (<StreamBase>stream)._key:
+                return False
+        return True
+
+    cdef int refill(self, StreamBase stream) except -1:
+        """On the mock with its poison on: the blocks get the poison of new memory again, in stream order
+        (work queued before this call may still read them)."""
+        cdef int status
+        if refill_async != NULL and self.n_blocks:
+            with nogil:
+                status = refill_async(self.block_ptr, self.block_size, self.n_blocks, <void *>stream.handle)
+            if status:
+                raise RuntimeError(f"the mock's poison refill of reused outputs failed (status {status})")
+        return 0
+
+
+cdef class BufferRouteState:
+
+    def __init__(self):
+        self.attrs = None
+        self.config = None
+        self.stream = None
+        self.kept = []
+
+
+cdef class BufferBase:
+    """The base of MoeDistributeBuffer: its context tensor and communicator, and what its compiled
+    methods remember between calls."""
+
+    def forget_calls(self):
+        """Drop every remembered config, stream and kept output set (a new communicator, close())."""
+        self._route_states = [BufferRouteState(), BufferRouteState()]
+
+    property kept_outputs:
+        """How many output sets each compiled method keeps now (dispatch, combine)."""
+        def __get__(self):
+            if self._route_states is None:
+                return (0, 0)
+            return tuple(len((<BufferRouteState>st).kept) for st in self._route_states)
+
+
+cdef class BufferCall(Route):
+    """The compiled route of a MoeDistributeBuffer operator method (`which`: 0 dispatch, 1 combine): a
+    call whose arguments are device Tensors, a Stream (or the current one) and the attributes of the
+    method's last Python call, with a free kept output set of its layout, is parsed and launched here
+    through the operator's OpSpec; every other call is the Python `function`'s."""
+
+    cdef readonly object function
+    cdef readonly tuple names
+    cdef dict index
+    cdef Py_ssize_t n_positional, n_params, which, n_attrs
+    cdef Py_ssize_t kind[MAX_PARAMS]
+    cdef Py_ssize_t slot[MAX_PARAMS]
+    cdef Py_ssize_t bit[MAX_PARAMS]     # a tensor parameter's bit in `present`, -1 for required ones
+    cdef tuple tensor_params            # (method parameter, operator parameter, optional) per tensor
+    cdef tuple defaults                 # the config key's values where no parameter gives them
+    cdef tuple attr_params              # the config key's parameter per position (None: a constant)
+    cdef object op                      # the operator's compiled function
+    cdef object spec                    # its OpSpec once set up; False: no compiled route
+    cdef Py_ssize_t x_input, ids_input, ctx_input
+    cdef object current_stream, reraise, caller_names, stream_type
+
+    def __init__(self, function, Py_ssize_t which, tuple tensor_params, tuple attr_params, op, current_stream,
+                 reraise, caller_names):
+        code = getattr(function, "__wrapped__", function).__code__
+        n = code.co_argcount + code.co_kwonlyargcount
+        if code.co_argcount < 1 or n - 1 > MAX_PARAMS:
+            raise TypeError(f"BufferCall: function must take self and at most {MAX_PARAMS} named parameters")
+        if which not in (0, 1):
+            raise ValueError("BufferCall: which is 0 (dispatch) or 1 (combine)")
+        self.function, self.which, self.op = function, which, op
+        self.names = tuple(code.co_varnames[1:n])
+        self.index = {name: i for i, name in enumerate(self.names)}
+        self.n_positional = code.co_argcount - 1
+        self.n_params = n - 1
+        self.tensor_params, self.attr_params = tensor_params, attr_params
+        self.current_stream, self.reraise, self.caller_names = current_stream, reraise, caller_names
+        self.spec = None
+        self.n_attrs = len(attr_params)
+        defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()}
+        for i in range(self.n_params):
+            self.kind[i], self.slot[i], self.bit[i] = KIND_NONE, -1, -1
+        values = []
+        for k, (param, constant) in enumerate(attr_params):
+            if param is None:
+                values.append(constant)
+                continue
+            i = self.index[param]
+            self.kind[i], self.slot[i] = KIND_ATTR, k
+            values.append(defaults.get(param))
+        self.defaults = tuple(values)
+        bit = 0
+        for param, _, optional in tensor_params:
+            i = self.index[param]
+            self.kind[i] = KIND_INPUT
+            if optional:
+                self.bit[i] = bit
+                bit += 1
+        self.kind[self.index["stream"]] = KIND_STREAM
+
+    def remember(self, BufferBase buf, tuple attrs, config, stream, tuple tensors, outputs, result,
+                 Py_ssize_t keep):
+        """After the Python method ran for `buf`: its config key `attrs` and config, its stream (which
+        passed the device check) and, when the call's tensor arguments `tensors` (in `tensor_params`
+        order) are device Tensors where required and every output is a Tensor the call allocated, its
+        outputs for reuse (at most `keep` sets, the oldest dropped)."""
+        cdef int present = 0, b = 0
+        if buf._route_states is None:
+            buf.forget_calls()
+        cdef BufferRouteState st = <BufferRouteState>buf._route_states[self.which]
+        st.attrs, st.config, st.stream = attrs, config, stream
+        if len(tensors) != len(self.tensor_params) or keep < 1 or not compiled_enabled:
+            return  # kept sets serve the compiled route only
+        for (param, _, optional), v in zip(self.tensor_params, tensors):
+            if optional:
+                if v is not None:
+                    present |= 1 << b
+                b += 1
+        x, ids = tensors[0], tensors[1]
+        if not isinstance(x, TensorBase) or not isinstance(ids, TensorBase):
+            return
+        for group in (outputs, result):
+            for t in ((group,) if isinstance(group, TensorBase) else group):
+                if t is not None and (not isinstance(t, TensorBase) or (<TensorBase>t)._mem is None
+                                      or (<TensorBase>t)._owner is not None):
+                    return  # not a plain allocation of the call's own
+        kept = st.kept
+        kept.append(KeptOutputs(config, x, ids, present, outputs, result))
+        while len(kept) > keep:
+            del kept[0]
+
+    def attrs_of(self, **kwargs):
+        """The config key the fast call reads for a call with these keyword arguments (a test's view)."""
+        return tuple(kwargs.get(param, d) if param is not None else d
+                     for (param, _), d in zip(self.attr_params, self.defaults))
+
+    cdef object set_up(self):
+        spec = (<OpCall>self.op.compiled).spec
+        if spec is None:
+            spec = (<OpCall>self.op.compiled).set_up()
+        if spec is False:
+            self.spec = False
+            return False
+        cdef OpSpec sp = <OpSpec>spec
+        for i in range(self.n_params):
+            if self.kind[i] == KIND_INPUT:
+                op_param = next(o for p, o, _ in self.tensor_params if p == self.names[i])
+                self.slot[i] = sp.roles[sp.index[op_param]]
+        self.x_input = self.slot[self.index[self.tensor_params[0][0]]]
+        self.ids_input = self.slot[self.index[self.tensor_params[1][0]]]
+        self.ctx_input = sp.roles[sp.index["context"]]
+        self.stream_type = sp.stream_type
+        self.spec = spec
+        return spec
+
+    cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+        if compiled_enabled and nargs >= 1 and isinstance(<object>args[0], BufferBase):
+            result = self.fast_call(<BufferBase>args[0], args + 1, nargs - 1, kwnames)
+            if result is not None:
+                return result
+        return PyObject_Vectorcall(self.function, args, <size_t>nargs, kwnames)
+
+    cdef object fast_call(self, BufferBase buf, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+        """The result after a launch, or None (before anything ran) for the Python method."""
+        cdef PyObject *given[MAX_PARAMS]
+        cdef PyObject *ins[MAX_TABLE]
+        cdef Py_ssize_t i, k, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+        cdef int present = 0
+        cdef Py_ssize_t kind
+        cdef BufferRouteState st
+        cdef KeptOutputs entry
+        spec = self.spec
+        if spec is None:
+            spec = self.set_up()
+        if spec is False or nargs > self.n_positional or buf._route_states is None:
+            return None
+        st = <BufferRouteState>buf._route_states[self.which]
+        attrs = st.attrs
+        config = st.config
+        if config is None or attrs is None or not st.kept:
+            return None
+        for i in range(self.n_params):
+            given[i] = args[i] if i < nargs else NULL
+        for k in range(n_kw):
+            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
+            if i < 0 or given[i] != NULL:
+                return None  # unknown or given twice: the method's
+            given[i] = args[nargs + k]
+        for i in range((<OpSpec>spec).n_inputs):
+            ins[i] = NULL
+        stream = None
+        same_attrs = True
+        for i in range(self.n_params):
+            kind = self.kind[i]
+            if kind == KIND_ATTR:
+                # the last call's attributes: by identity (a loop passes the same objects), else by value
+                if same_attrs:
+                    k = self.slot[i]
+                    v = <object>given[i] if given[i] != NULL else <object>PyTuple_GET_ITEM(self.defaults, k)
+                    last = <object>PyTuple_GET_ITEM(attrs, k)
+                    if v is not last and (type(v) is not type(last) or v != last):
+                        same_attrs = False
+                continue
+            if given[i] == NULL or <object>given[i] is None:
+                continue
+            if kind == KIND_INPUT:
+                ins[self.slot[i]] = given[i]
+                if self.bit[i] >= 0:
+                    present |= 1 << self.bit[i]
+            elif kind == KIND_STREAM:
+                stream = <object>given[i]
+            else:
+                return None
+        if not same_attrs:  # another of the buffer's configs, found by its key as the method finds it
+            config = buf._configs.get(self.key_of(given)) if buf._configs is not None else None
+            if config is None:
+                return None
+        if ins[self.x_input] == NULL or ins[self.ids_input] == NULL:
+            return None
+        x, ids = <object>ins[self.x_input], <object>ins[self.ids_input]
+        if not isinstance(x, TensorBase) or not isinstance(ids, TensorBase):
+            return None
+        if stream is None:
+            stream = self.current_stream()
+        if stream is not st.stream:
+            return None  # the method checks a new stream's device
+        comm = buf.comm
+        if not comm._open:
+            return None  # the method raises ClosedError
+        ctx = buf.context
+        if ctx is None:
+            return None
+        ins[self.ctx_input] = <PyObject *>ctx
+        for entry in st.kept:
+            if entry.matches(config, x, ids, present) and entry.free_on(stream):
+                break
+        else:
+            return None
+        # taken: the reference makes the set busy for another thread's call until this one returns
+        result = entry.result
+        try:
+            done = (<OpSpec>spec).run_parsed(ins, config, stream, entry.outputs, True, entry, True)
+        except Exception as exc:
+            self.reraise(exc, self.caller_names)  # raises it, naming the caller's parameters
+            raise
+        return None if done is None else result
+
+    cdef tuple key_of(self, PyObject **given):
+        """The config key of a call's attributes (`given`: per parameter, NULL where not given)."""
+        key = list(self.defaults)
+        for i in range(self.n_params):
+            if self.kind[i] == KIND_ATTR and given[i] != NULL:
+                key[self.slot[i]] = <object>given[i]
+        result = tuple(key)
+        try:
+            hash(result)
+        except TypeError:
+            return None  # an unhashable argument: the method names it
+        return result
+
+    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
+        cdef Py_ssize_t i
+        for i in range(self.n_params):
+            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
+                return i
+        where = self.index.get(<object>name)
+        return -1 if where is None else <Py_ssize_t>where
+
+
+def compiled_buffer_method(Py_ssize_t which, tuple tensor_params, tuple attr_params, op, current_stream, reraise,
+                           caller_names):
+    """Decorate a MoeDistributeBuffer operator method: a CompiledPlanCall (csrc/entry.h, a method
+    descriptor) whose route is a :class:`BufferCall` (``compiled``)."""
+
+    def decorate(function):
+        method = aclnnpy_entry_new(CompiledPlanCall, BufferCall(function, which, tensor_params, attr_params, op,
+                                                                current_stream, reraise, caller_names))
         functools.update_wrapper(method, function)
         return method
 

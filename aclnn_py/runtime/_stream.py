@@ -249,10 +249,14 @@ def order_after_writes(stream: Stream, tensors: Iterable[object]) -> None:
     other streams (``aclrtRecordEvent`` on the writer, ``aclrtStreamWaitEvent`` on `stream`), so that
     a launch reads what work queued before it wrote, whichever stream that was, with no event in the
     caller's code. Entries without a writer (None, host arrays, Tensors written synchronously or on
-    `stream` itself) cost an attribute read."""
+    `stream` itself) cost an attribute read. A Tensor read on another stream than its writer's is
+    marked shared: a MoeDistributeBuffer does not hand out its memory again."""
     for t in tensors:
         w: Stream | None = getattr(t, "_writer", None)
-        if w is None or w._key == stream._key or not w._open:
+        if w is None or w._key == stream._key:
+            continue
+        t._shared = True  # type: ignore[attr-defined]
+        if not w._open:
             continue
         ev = w._order_event
         if ev is None:

@@ -115,6 +115,9 @@ PYBIND11_MODULE(_mock, m) {
         py::arg("address"), py::arg("nbytes"),
         "Give a block a caching allocator hands out again the poison of a new one, when the fill is on: "
         "whole, or with poison_stripe and above 64 KiB one 64-byte line in every 512 bytes and the last line.");
+    m.def("refill_poison_async_address", [] { return reinterpret_cast<uintptr_t>(&refill_poison_async); },
+          "The address of the mock's queued poison refill (int (*)(void *const *ptrs, const size_t *sizes, "
+          "size_t n, aclrtStream stream)), for a compiled caller that reuses device blocks.");
     m.def("set_skip_kernels", &set_skip_kernels, py::arg("on"),
           "Benchmarks only: phase 2 checks and queues as usual but the kernels do nothing.");
     m.def("skip_kernels", &skip_kernels);

@@ -165,6 +165,26 @@ bool refill_poison(void *p, size_t nbytes) {
     return true;
 }
 
+int refill_poison_async(void *const *ptrs, const size_t *sizes, size_t n, aclrtStream stream) {
+    if (!config().poison || n == 0) return ACL_SUCCESS;
+    aclError err = ACL_SUCCESS;
+    Stream *s = resolve_stream(stream, &err, "refill_poison_async");
+    if (!s) return err;
+    auto pins = std::make_shared<PinSet>();  // the blocks stay allocated until the refill ran
+    std::vector<std::pair<void *, size_t>> blocks;
+    blocks.reserve(n);
+    for (size_t i = 0; i < n; ++i) {
+        if (!pins->pin(ptrs[i], sizes[i], "refill_poison_async: block"))
+            return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
+        blocks.emplace_back(ptrs[i], sizes[i]);
+    }
+    return enqueue(s, [blocks = std::move(blocks), pins]() -> int {
+        for (const auto &[p, size] : blocks) refill_poison(p, size);
+        pins->release();
+        return ACL_SUCCESS;
+    }, "refill_poison_async");
+}
+
 // Describes why [p, p+n) is not wholly inside device-addressable memory, or returns "" when it is.
 static std::string device_range_problem(const void *p, size_t n) {
     MemBlock b;

@@ -106,6 +106,9 @@ constexpr size_t kRefillWhole = size_t(64) << 10;
 constexpr size_t kRefillStride = 512;
 constexpr size_t kRefillLine = 64;
 ACLMOCK_API bool refill_poison(void *p, size_t nbytes);
+// refill_poison of `n` blocks queued on `stream` (a reused block still read by earlier work on it):
+// 0, or an aclError with the message set. Nothing is queued with the poison off.
+ACLMOCK_API int refill_poison_async(void *const *ptrs, const size_t *sizes, size_t n, aclrtStream stream);
 
 // ---- streams ------------------------------------------------------------------------------------
 // A stream is an in-order queue served by its own worker thread. A task returns an aclError; the

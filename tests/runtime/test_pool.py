@@ -104,11 +104,36 @@ def test_serving_loop_through_the_buffer_makes_no_malloc_or_free_in_steady_state
     assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 
 
-def test_without_the_pool_the_same_loop_allocates_every_step(acl: Any) -> None:
+def test_python_route_of_the_loop_takes_its_outputs_from_the_pool(acl: Any) -> None:
+    """With the compiled route off the buffer allocates every step's outputs: the pool serves them."""
+    previous = acl.ops.set_compiled_path(False)
+    try:
+        with counted_runtime_calls(acl) as counts:
+            right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
+    finally:
+        acl.ops.set_compiled_path(previous)
+    assert all(all(r) and len(r) == STEPS - 2 for r in right), right
+    assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
+
+
+def test_without_the_pool_the_python_route_allocates_every_step(acl: Any) -> None:
     """The counter above sees the allocations the pool avoids."""
-    with pool_off(acl), counted_runtime_calls(acl) as counts:
-        acl.launch.run_threads(_serving_loop, 2, timeout=120)
+    previous = acl.ops.set_compiled_path(False)
+    try:
+        with pool_off(acl), counted_runtime_calls(acl) as counts:
+            acl.launch.run_threads(_serving_loop, 2, timeout=120)
+    finally:
+        acl.ops.set_compiled_path(previous)
     assert counts["aclrtMalloc"] >= 2 * (STEPS - WARMUP) and counts["aclrtFree"] >= 2 * (STEPS - WARMUP - 1)
+
+
+def test_without_the_pool_the_buffer_reuses_its_own_outputs(acl: Any) -> None:
+    """The buffer's compiled route hands a step the outputs of an earlier step nobody refers to any
+    more: no allocation in steady state even with the pool off."""
+    with pool_off(acl), counted_runtime_calls(acl) as counts:
+        right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
+    assert all(all(r) and len(r) == STEPS - 2 for r in right), right
+    assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 
 
 # ---- exports keep a pooled block out of reuse --------------------------------------------------------------
