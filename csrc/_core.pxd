@@ -25,7 +25,7 @@ ctypedef int (*aclnnpy_plan_enter_fn)(aclnnpy_plan *plan) noexcept nogil
 ctypedef void (*aclnnpy_plan_leave_fn)(aclnnpy_plan *plan) noexcept nogil
 
 
-cdef public class TensorBase [object aclnnpy_TensorObject, type aclnnpy_TensorType]:
+cdef class TensorBase:
     cdef public object shape        # tuple of ints
     cdef public object dtype        # DataType
     cdef public object _mem         # DeviceMemory owned, or None
@@ -39,13 +39,13 @@ cdef public class TensorBase [object aclnnpy_TensorObject, type aclnnpy_TensorTy
     cdef uintptr_t desc             # the aclTensor descriptor's address, 0 when it has none
 
 
-cdef public class StreamBase [object aclnnpy_StreamObject, type aclnnpy_StreamType]:
+cdef class StreamBase:
     cdef public bint _open
     cdef public object _key         # int: names the stream in this process
     cdef uintptr_t handle           # the aclrtStream (0: the default stream)
 
 
-cdef public class StreamStateBase [object aclnnpy_StreamStateObject, type aclnnpy_StreamStateType]:
+cdef class StreamStateBase:
     cdef public list current        # the holds of the open segment
     cdef object block               # the workspace DeviceMemory, or None
     cdef uintptr_t ws_ptr, ws_size  # its address and size ((0, 0) without one)
