@@ -15,31 +15,14 @@ using namespace aclmock::moe;
 
 namespace {
 
-// The attributes every group-string generation has, in their common order.
-struct GroupAttrs {
-    const char *group_ep;
-    int64_t W, r, E;
-    const char *group_tp;
-    int64_t tp_world, tp_rank, shard, S, R, global_bs, out_dtype, comm_quant, group_list_type;
-    const char *comm_alg;
-    int64_t Z, C, Q;
-};
-
+// Phase 1 of generation `generation` (`op`) with the attributes of every group-string generation
+// and combine's own three.
 aclnnStatus group_combine(int generation, const char *op, const CombineArgs &a, const GroupAttrs &g,
-                          uint64_t *workspace_size, aclOpExecutor **executor) {
+                          int64_t out_dtype, int64_t comm_quant, int64_t group_list_type, uint64_t *workspace_size,
+                          aclOpExecutor **executor) {
     CombineAttrs p;
-    p.generation = generation;
-    p.op = op;
-    if (int rc = group_arg(g.group_ep, "group_ep", &p.group_ep)) return rc;
-    // group_tp is optional: NULL or "" mean no TP communicator
-    if (g.group_tp && g.group_tp[0])
-        if (int rc = group_arg(g.group_tp, "group_tp", &p.group_tp)) return rc;
-    p.W = g.W; p.r = g.r; p.E = g.E;
-    p.tp_world = g.tp_world; p.tp_rank = g.tp_rank; p.shard = g.shard;
-    p.S_attr = g.S; p.R = g.R; p.global_bs = g.global_bs;
-    p.Z = g.Z; p.C = g.C; p.Q = g.Q;
-    p.comm_alg = g.comm_alg ? g.comm_alg : "";
-    p.comm_quant = g.comm_quant; p.out_dtype = g.out_dtype; p.group_list_type = g.group_list_type;
+    if (int rc = group_attrs(generation, op, g, &p)) return rc;
+    p.comm_quant = comm_quant; p.out_dtype = out_dtype; p.group_list_type = group_list_type;
     return combine_phase1(a, p, workspace_size, executor);
 }
 
@@ -62,9 +45,9 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineGetWorkspaceSize(
                          nullptr, nullptr, nullptr},
                         x};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, outDtype, commQuantMode,
-                       groupListType, nullptr, 0, 0, 0};
-    return group_combine(1, "aclnnMoeDistributeCombine", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, nullptr, 0, 0, 0};
+    return group_combine(1, "aclnnMoeDistributeCombine", a, g, outDtype, commQuantMode, groupListType,
+                         workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombine(void *workspace, uint64_t workspaceSize,
@@ -88,9 +71,9 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV2GetWorkspaceSize(
                          nullptr, nullptr, nullptr},
                         xOut};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, outDtype, commQuantMode,
-                       groupListType, commAlg, 0, 0, 0};
-    return group_combine(2, "aclnnMoeDistributeCombineV2", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, commAlg, 0, 0, 0};
+    return group_combine(2, "aclnnMoeDistributeCombineV2", a, g, outDtype, commQuantMode, groupListType,
+                         workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV2(void *workspace, uint64_t workspaceSize,
@@ -117,9 +100,10 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV3GetWorkspaceSize(
                          nullptr},
                         xOut};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, outDtype, commQuantMode,
-                       groupListType, commAlg, zeroExpertNum, copyExpertNum, constExpertNum};
-    return group_combine(3, "aclnnMoeDistributeCombineV3", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, commAlg, zeroExpertNum,
+                       copyExpertNum, constExpertNum};
+    return group_combine(3, "aclnnMoeDistributeCombineV3", a, g, outDtype, commQuantMode, groupListType,
+                         workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV3(void *workspace, uint64_t workspaceSize,
@@ -147,9 +131,10 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV4GetWorkspaceSize(
                          performanceInfoOptional},
                         xOut};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, outDtype, commQuantMode,
-                       groupListType, commAlg, zeroExpertNum, copyExpertNum, constExpertNum};
-    return group_combine(4, "aclnnMoeDistributeCombineV4", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, commAlg, zeroExpertNum,
+                       copyExpertNum, constExpertNum};
+    return group_combine(4, "aclnnMoeDistributeCombineV4", a, g, outDtype, commQuantMode, groupListType,
+                         workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeCombineV4(void *workspace, uint64_t workspaceSize,

@@ -15,31 +15,13 @@ using namespace aclmock::moe;
 
 namespace {
 
-// The attributes every group-string generation has, in their common order.
-struct GroupAttrs {
-    const char *group_ep;
-    int64_t W, r, E;
-    const char *group_tp;
-    int64_t tp_world, tp_rank, shard, S, R, quant, global_bs, ent_type;
-    const char *comm_alg;
-    int64_t Z, C, Q;
-};
-
+// Phase 1 of generation `generation` (`op`) with the attributes of every group-string generation
+// and dispatch's own two.
 aclnnStatus group_dispatch(int generation, const char *op, const DispatchArgs &a, const GroupAttrs &g,
-                           uint64_t *workspace_size, aclOpExecutor **executor) {
+                           int64_t quant, int64_t ent_type, uint64_t *workspace_size, aclOpExecutor **executor) {
     DispatchAttrs p;
-    p.generation = generation;
-    p.op = op;
-    if (int rc = group_arg(g.group_ep, "group_ep", &p.group_ep)) return rc;
-    // group_tp is optional: NULL or "" mean no TP communicator
-    if (g.group_tp && g.group_tp[0])
-        if (int rc = group_arg(g.group_tp, "group_tp", &p.group_tp)) return rc;
-    p.W = g.W; p.r = g.r; p.E = g.E;
-    p.tp_world = g.tp_world; p.tp_rank = g.tp_rank; p.shard = g.shard;
-    p.S_attr = g.S; p.R = g.R; p.global_bs = g.global_bs;
-    p.Z = g.Z; p.C = g.C; p.Q = g.Q;
-    p.comm_alg = g.comm_alg ? g.comm_alg : "";
-    p.quant = g.quant; p.ent_type = g.ent_type;
+    if (int rc = group_attrs(generation, op, g, &p)) return rc;
+    p.quant = quant; p.ent_type = ent_type;
     return dispatch_phase1(a, p, workspace_size, executor);
 }
 
@@ -63,9 +45,9 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchGetWorkspaceSize(
     const DispatchArgs a{nullptr, x, expertIds, scales, nullptr, nullptr, nullptr, nullptr, expandX, dynamicScales,
                          expandIdx, expertTokenNums, epRecvCounts, tpRecvCounts, expandScales};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, quantMode, globalBs,
-                       expertTokenNumsType, nullptr, 0, 0, 0};
-    return group_dispatch(1, "aclnnMoeDistributeDispatch", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, nullptr, 0, 0, 0};
+    return group_dispatch(1, "aclnnMoeDistributeDispatch", a, g, quantMode, expertTokenNumsType,
+                          workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatch(void *workspace, uint64_t workspaceSize,
@@ -86,9 +68,9 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV2GetWorkspaceSize(
                          nullptr, nullptr, expandXOut, dynamicScalesOut, assistInfoForCombineOut,
                          expertTokenNumsOut, epRecvCountsOut, tpRecvCountsOut, expandScalesOut};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, quantMode, globalBs,
-                       expertTokenNumsType, commAlg, 0, 0, 0};
-    return group_dispatch(2, "aclnnMoeDistributeDispatchV2", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, commAlg, 0, 0, 0};
+    return group_dispatch(2, "aclnnMoeDistributeDispatchV2", a, g, quantMode, expertTokenNumsType,
+                          workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV2(void *workspace, uint64_t workspaceSize,
@@ -110,9 +92,10 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV3GetWorkspaceSize(
                          elasticInfoOptional, nullptr, expandXOut, dynamicScalesOut, assistInfoForCombineOut,
                          expertTokenNumsOut, epRecvCountsOut, tpRecvCountsOut, expandScalesOut};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, quantMode, globalBs,
-                       expertTokenNumsType, commAlg, zeroExpertNum, copyExpertNum, constExpertNum};
-    return group_dispatch(3, "aclnnMoeDistributeDispatchV3", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, commAlg, zeroExpertNum,
+                       copyExpertNum, constExpertNum};
+    return group_dispatch(3, "aclnnMoeDistributeDispatchV3", a, g, quantMode, expertTokenNumsType,
+                          workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV3(void *workspace, uint64_t workspaceSize,
@@ -135,9 +118,10 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV4GetWorkspaceSize(
                          assistInfoForCombineOut, expertTokenNumsOut, epRecvCountsOut, tpRecvCountsOut,
                          expandScalesOut};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
-                       expertShardType, sharedExpertNum, sharedExpertRankNum, quantMode, globalBs,
-                       expertTokenNumsType, commAlg, zeroExpertNum, copyExpertNum, constExpertNum};
-    return group_dispatch(4, "aclnnMoeDistributeDispatchV4", a, g, workspaceSize, executor);
+                       expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, commAlg, zeroExpertNum,
+                       copyExpertNum, constExpertNum};
+    return group_dispatch(4, "aclnnMoeDistributeDispatchV4", a, g, quantMode, expertTokenNumsType,
+                          workspaceSize, executor);
 }
 
 extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchV4(void *workspace, uint64_t workspaceSize,

@@ -24,6 +24,33 @@ namespace moe {
 // → 161002, each naming `param`.
 int group_arg(const char *value, const char *param, std::string *out);
 
+// The attributes every group-string generation has, dispatch and combine alike, in their common order.
+struct GroupAttrs {
+    const char *group_ep;
+    int64_t W, r, E;
+    const char *group_tp;
+    int64_t tp_world, tp_rank, shard, S, R, global_bs;
+    const char *comm_alg;  // NULL in the first generation, which has none
+    int64_t Z, C, Q;
+};
+
+// `g` into an operator's attributes (DispatchAttrs or CombineAttrs): 0, or the status of a bad
+// group_ep / group_tp. group_tp is optional: NULL or "" mean no TP communicator.
+template <class Attrs>
+int group_attrs(int generation, const char *op, const GroupAttrs &g, Attrs *p) {
+    p->generation = generation;
+    p->op = op;
+    if (int rc = group_arg(g.group_ep, "group_ep", &p->group_ep)) return rc;
+    if (g.group_tp && g.group_tp[0])
+        if (int rc = group_arg(g.group_tp, "group_tp", &p->group_tp)) return rc;
+    p->W = g.W; p->r = g.r; p->E = g.E;
+    p->tp_world = g.tp_world; p->tp_rank = g.tp_rank; p->shard = g.shard;
+    p->S_attr = g.S; p->R = g.R; p->global_bs = g.global_bs;
+    p->Z = g.Z; p->C = g.C; p->Q = g.Q;
+    p->comm_alg = g.comm_alg ? g.comm_alg : "";
+    return 0;
+}
+
 // The attribute rules of a group-string generation, once L is known (called by check_attrs): those
 // of the first generation (aclnnMoeDistributeDispatch.md), then check_tp_domain.
 int check_generation_attrs(MoeParams &p);
