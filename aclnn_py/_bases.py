@@ -29,7 +29,7 @@ else:
         class BufferBase:
             _route_states = None
 
-            def forget_calls(self) -> None:
+            def _forget_calls(self) -> None:
                 pass
 
             kept_outputs = (0, 0)

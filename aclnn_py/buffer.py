@@ -226,7 +226,7 @@ class MoeDistributeBuffer(BufferBase):
 
     def __init__(self, comm: Communicator, ccl_buffer_size: int = 0, comm_alg: int = 0, *, generation: int = 0):
         _enable_poison_refill()
-        self.forget_calls()
+        self._forget_calls()
         self.comm = comm
         self.rank_id = int(comm.rank)
         self.world_size = int(comm.world_size)
@@ -250,7 +250,7 @@ class MoeDistributeBuffer(BufferBase):
         if int(new_comm.world_size) != self.world_size:
             raise ValueError(f"update_ctx: the new communicator's world size {new_comm.world_size} differs "
                              f"from {self.world_size}")
-        self.forget_calls()  # the configs and streams remembered were checked against the old communicator
+        self._forget_calls()  # the configs and streams remembered were checked against the old communicator
         if self.context is None:  # a group-string generation: the configs name the communicator
             self.comm, self.rank_id, self.group_name = new_comm, int(new_comm.rank), new_comm.name
             self._configs.clear()
@@ -456,7 +456,7 @@ class MoeDistributeBuffer(BufferBase):
         caller's). Idempotent."""
         for plan in list(self._plans):
             plan.close()
-        self.forget_calls()  # the kept outputs go back to the pool once no stream uses them
+        self._forget_calls()  # the kept outputs go back to the pool once no stream uses them
         if self.context is not None:
             self.context.close()
 

@@ -938,7 +938,7 @@ cdef class BufferBase:
     """The base of MoeDistributeBuffer: its context tensor and communicator, and what its compiled
     methods remember between calls."""
 
-    def forget_calls(self):
+    def _forget_calls(self):
         """Drop every remembered config, stream and kept output set (a new communicator, close())."""
         self._route_states = [BufferRouteState(), BufferRouteState()]
 
@@ -1017,7 +1017,7 @@ cdef class BufferCall(Route):
         outputs for reuse (at most `keep` sets, the oldest dropped)."""
         cdef int present = 0, b = 0
         if buf._route_states is None:
-            buf.forget_calls()
+            buf._forget_calls()
         cdef BufferRouteState st = <BufferRouteState>buf._route_states[self.which]
         st.attrs, st.config, st.stream = attrs, config, stream
         if len(tensors) != len(self.tensor_params) or keep < 1 or not compiled_enabled:
