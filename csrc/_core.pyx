@@ -1020,8 +1020,8 @@ cdef class BufferCall(Route):
             buf._forget_calls()
         cdef BufferRouteState st = <BufferRouteState>buf._route_states[self.which]
         st.attrs, st.config, st.stream = attrs, config, stream
-        if len(tensors) != len(self.tensor_params) or keep < 1 or not compiled_enabled:
-            return  # kept sets serve the compiled route only
+        if len(tensors) != len(self.tensor_params) or keep < 1 or not compiled_enabled or buf.context is None:
+            return  # kept sets serve the compiled route only, which calls the context's generation
         for (param, _, optional), v in zip(self.tensor_params, tensors):
             if optional:
                 if v is not None:

@@ -280,3 +280,19 @@ def test_a_closed_communicator_or_input_raises_through_the_compiled_method(acl: 
 
     for r in _world(acl, scenario):
         assert "closed" in r["closed_input"]
+
+
+def test_a_group_string_generation_keeps_no_outputs(acl: Any) -> None:
+    """Generation 4 calls take the Python method (it names the communicator, no context tensor):
+    the buffer keeps nothing for a route that will not take it, and the results stay right."""
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        with acl.MoeDistributeBuffer(buf.comm, generation=4) as old:
+            first = _dispatch(old, s, sets[0])
+            want = _snapshot(first, s)
+            del first
+            again = _dispatch(old, s, sets[0])
+            return {"kept": old.kept_outputs, "same_bytes": _snapshot(again, s) == want}
+
+    for r in _world(acl, scenario):
+        assert r["kept"] == (0, 0) and r["same_bytes"]
