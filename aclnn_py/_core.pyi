@@ -112,7 +112,6 @@ class BufferBase:
 
 class BufferCall:
     function: Callable[..., Any]
-    names: tuple[str, ...]
     def remember(self, buf: BufferBase, attrs: tuple[object, ...], config: object, stream: object,
                  tensors: tuple[object, ...], outputs: object, result: object, keep: int) -> None: ...
     def attrs_of(self, **kwargs: object) -> tuple[object, ...]: ...

@@ -18,6 +18,7 @@ The objects' state is read through the typed bases of _core.pxd, which the Pytho
 import functools
 import inspect
 
+cimport cython
 from cpython.ref cimport PyObject
 from cpython.list cimport PyList_GET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
@@ -294,14 +295,57 @@ cdef inline bint written_elsewhere(object inputs, StreamBase stream):
     return False
 
 
+@cython.final
+cdef class Parameters:
+    """A function's parameter names, and how a vectorcall's arguments bind to them."""
+
+    cdef readonly tuple names       # in order
+    cdef dict index                 # name -> position
+    cdef Py_ssize_t n, n_positional
+
+    def __init__(self, tuple names, Py_ssize_t n_positional):
+        if len(names) > MAX_PARAMS or not 0 <= n_positional <= len(names):
+            raise ValueError(f"Parameters: at most {MAX_PARAMS} names, n_positional within them")
+        self.names = names
+        self.index = {name: i for i, name in enumerate(names)}
+        self.n = len(names)
+        self.n_positional = n_positional
+
+    cdef bint bind(self, PyObject **given, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) except -1:
+        """given[i] = the argument of parameter i, NULL where none was passed (borrowed: the caller's
+        live until its call returns). False for a call the function's own code must answer: more
+        positional arguments than it takes, an unknown keyword, one given twice."""
+        cdef Py_ssize_t i, k, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+        if nargs > self.n_positional:
+            return False
+        for i in range(self.n):
+            given[i] = args[i] if i < nargs else NULL
+        for k in range(n_kw):
+            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
+            if i < 0 or given[i] != NULL:
+                return False
+            given[i] = args[nargs + k]
+        return True
+
+    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
+        """The parameter `name` names, or -1. Call sites pass the interned names the function's code
+        holds, so identity finds them; anything else is looked up by value."""
+        cdef Py_ssize_t i
+        for i in range(self.n):
+            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
+                return i
+        where = self.index.get(<object>name)
+        return -1 if where is None else <Py_ssize_t>where
+
+
 cdef class OpSpec:
     """How an OpCall reads its function's parameters: per parameter its role (a tensor input's index, or
     ROLE_*), per input what None means, the outputs' type, the pre-check key."""
 
     cdef OpCore core
+    cdef Parameters params       # the function's parameters
     cdef dict index              # parameter name -> position
-    cdef tuple names             # the parameter names, in order
-    cdef Py_ssize_t n_params, n_positional, n_inputs, n_outputs
+    cdef Py_ssize_t n_params, n_inputs, n_outputs
     cdef Py_ssize_t roles[MAX_PARAMS]
     cdef tuple none_as           # per input: None (NULL is passed), False (Python's call) or a maker
     cdef object tensor_type, stream_type, config_type, outputs_type
@@ -319,9 +363,8 @@ cdef class OpSpec:
             raise ValueError(f"OpSpec: one role per parameter, at most {MAX_PARAMS}")
         self.core = core
         self.n_params = n
-        self.n_positional = n_positional
-        self.index = {name: i for i, name in enumerate(names)}
-        self.names = names
+        self.params = Parameters(names, n_positional)
+        self.index = self.params.index
         self.n_inputs = len(core.layout.inputs)
         self.n_outputs = len(core.layout.outputs)
         if len(none_as) != self.n_inputs:
@@ -352,20 +395,10 @@ cdef class OpSpec:
         they live until the call returns."""
         cdef PyObject *given[MAX_PARAMS]
         cdef PyObject *ins[MAX_TABLE]
-        cdef Py_ssize_t i, k, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
-        cdef Py_ssize_t role
+        cdef Py_ssize_t i, role
         cdef bint precheck = True
-        if nargs > self.n_positional:
-            return None
-        for i in range(self.n_params):
-            given[i] = NULL
-        for i in range(nargs):
-            given[i] = args[i]
-        for k in range(n_kw):
-            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
-            if i < 0 or given[i] != NULL:
-                return None  # unknown here (an attribute keyword, a misspelling) or given twice: Python's
-            given[i] = args[nargs + k]
+        if not self.params.bind(given, args, nargs, kwnames):
+            return None  # an attribute keyword, a misspelling, a duplicate: Python's
         config = stream = outputs = None
         for i in range(self.n_inputs):
             ins[i] = NULL
@@ -446,16 +479,6 @@ cdef class OpSpec:
             reused.refill(<StreamBase>stream)
         self.core.launch(table, held, self.core.attrs_of(cfg), <StreamBase>stream, inputs, outputs, order)
         return outputs
-
-    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
-        """The parameter `name` names, or -1. Call sites pass the interned names the function's code
-        holds, so identity finds them; anything else is looked up by value."""
-        cdef Py_ssize_t i
-        for i in range(self.n_params):
-            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
-                return i
-        where = self.index.get(<object>name)
-        return -1 if where is None else <Py_ssize_t>where
 
     cdef bint gather_outputs(self, object outputs, aclTensor **table, list held, Py_ssize_t at) except -1:
         cdef TensorBase tb
@@ -751,10 +774,8 @@ cdef class PlanCall(Route):
     to the Python `function` with the arguments as given."""
 
     cdef readonly object function
-    cdef readonly tuple names       # the function's parameter names after self
     cdef readonly str result
-    cdef dict index
-    cdef Py_ssize_t n_positional
+    cdef Parameters params          # the function's parameters after self
 
     def __init__(self, function, str result):
         code = getattr(function, "__code__", None)
@@ -764,10 +785,13 @@ cdef class PlanCall(Route):
         if code.co_argcount < 1 or code.co_flags & 0x04 or n - 1 > MAX_PARAMS:  # CO_VARARGS
             raise TypeError(f"PlanCall: function must take self and at most {MAX_PARAMS} named parameters")
         self.function = function
-        self.names = tuple(code.co_varnames[1:n])
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.n_positional = code.co_argcount - 1
+        self.params = Parameters(tuple(code.co_varnames[1:n]), code.co_argcount - 1)
         self.result = result
+
+    property names:
+        """The function's parameter names after self."""
+        def __get__(self):
+            return self.params.names
 
     cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
         if compiled_enabled and nargs >= 1 and isinstance(<object>args[0], PlanBase):
@@ -780,18 +804,11 @@ cdef class PlanCall(Route):
         """Parse the call by the function's parameter names and launch it: True when launched."""
         cdef PyObject *given[MAX_PARAMS]
         cdef PyObject *values[MAX_PARAMS]
-        cdef Py_ssize_t i, k, a, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+        cdef Py_ssize_t i, k, a
         cdef PlanState st = plan._c_state  # kept: `_c_state` may be reset while the launch runs
-        cdef Py_ssize_t n = PyTuple_GET_SIZE(self.names)
-        if nargs > self.n_positional or st.n_params != n:
+        cdef Py_ssize_t n = self.params.n
+        if st.n_params != n or not self.params.bind(given, args, nargs, kwnames):
             return False
-        for i in range(n):
-            given[i] = args[i] if i < nargs else NULL
-        for k in range(n_kw):
-            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
-            if i < 0 or given[i] != NULL:
-                return False  # unknown or given twice: the function's
-            given[i] = args[nargs + k]
         stream = None
         for k in range(st.n_values):
             values[k] = <PyObject *>None
@@ -810,14 +827,6 @@ cdef class PlanCall(Route):
         if plan._stream is not stream:
             plan._stream = stream
         return True
-
-    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
-        cdef Py_ssize_t i
-        for i in range(PyTuple_GET_SIZE(self.names)):
-            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
-                return i
-        where = self.index.get(<object>name)
-        return -1 if where is None else <Py_ssize_t>where
 
 
 def compiled_plan_call(str result):
@@ -957,9 +966,9 @@ cdef class BufferCall(Route):
     through the operator's OpSpec; every other call is the Python `function`'s."""
 
     cdef readonly object function
-    cdef readonly tuple names
+    cdef Parameters params          # the method's parameters after self
     cdef dict index
-    cdef Py_ssize_t n_positional, n_params, which, n_attrs
+    cdef Py_ssize_t n_params, which, n_attrs
     cdef Py_ssize_t kind[MAX_PARAMS]
     cdef Py_ssize_t slot[MAX_PARAMS]
     cdef Py_ssize_t bit[MAX_PARAMS]     # a tensor parameter's bit in `present`, -1 for required ones
@@ -980,9 +989,8 @@ cdef class BufferCall(Route):
         if which not in (0, 1):
             raise ValueError("BufferCall: which is 0 (dispatch) or 1 (combine)")
         self.function, self.which, self.op = function, which, op
-        self.names = tuple(code.co_varnames[1:n])
-        self.index = {name: i for i, name in enumerate(self.names)}
-        self.n_positional = code.co_argcount - 1
+        self.params = Parameters(tuple(code.co_varnames[1:n]), code.co_argcount - 1)
+        self.index = self.params.index
         self.n_params = n - 1
         self.tensor_params, self.attr_params = tensor_params, attr_params
         self.current_stream, self.reraise, self.caller_names = current_stream, reraise, caller_names
@@ -1055,7 +1063,7 @@ cdef class BufferCall(Route):
         cdef OpSpec sp = <OpSpec>spec
         for i in range(self.n_params):
             if self.kind[i] == KIND_INPUT:
-                op_param = next(o for p, o, _ in self.tensor_params if p == self.names[i])
+                op_param = next(o for p, o, _ in self.tensor_params if p == self.params.names[i])
                 self.slot[i] = sp.roles[sp.index[op_param]]
         self.x_input = self.slot[self.index[self.tensor_params[0][0]]]
         self.ids_input = self.slot[self.index[self.tensor_params[1][0]]]
@@ -1075,7 +1083,7 @@ cdef class BufferCall(Route):
         """The result after a launch, or None (before anything ran) for the Python method."""
         cdef PyObject *given[MAX_PARAMS]
         cdef PyObject *ins[MAX_TABLE]
-        cdef Py_ssize_t i, k, n_kw = 0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames)
+        cdef Py_ssize_t i, k
         cdef int present = 0
         cdef Py_ssize_t kind
         cdef BufferRouteState st
@@ -1083,20 +1091,13 @@ cdef class BufferCall(Route):
         spec = self.spec
         if spec is None:
             spec = self.set_up()
-        if spec is False or nargs > self.n_positional or buf._route_states is None:
+        if spec is False or buf._route_states is None:
             return None
         st = <BufferRouteState>buf._route_states[self.which]
         attrs = st.attrs
         config = st.config
-        if config is None or attrs is None or not st.kept:
+        if config is None or attrs is None or not st.kept or not self.params.bind(given, args, nargs, kwnames):
             return None
-        for i in range(self.n_params):
-            given[i] = args[i] if i < nargs else NULL
-        for k in range(n_kw):
-            i = self.position(PyTuple_GET_ITEM(<object>kwnames, k))
-            if i < 0 or given[i] != NULL:
-                return None  # unknown or given twice: the method's
-            given[i] = args[nargs + k]
         for i in range((<OpSpec>spec).n_inputs):
             ins[i] = NULL
         stream = None
@@ -1168,14 +1169,6 @@ cdef class BufferCall(Route):
         except TypeError:
             return None  # an unhashable argument: the method names it
         return result
-
-    cdef inline Py_ssize_t position(self, PyObject *name) except -2:
-        cdef Py_ssize_t i
-        for i in range(self.n_params):
-            if <PyObject *>PyTuple_GET_ITEM(self.names, i) == name:
-                return i
-        where = self.index.get(<object>name)
-        return -1 if where is None else <Py_ssize_t>where
 
 
 def compiled_buffer_method(Py_ssize_t which, tuple tensor_params, tuple attr_params, op, current_stream, reraise,
