@@ -296,3 +296,31 @@ def test_a_group_string_generation_keeps_no_outputs(acl: Any) -> None:
 
     for r in _world(acl, scenario):
         assert r["kept"] == (0, 0) and r["same_bytes"]
+
+
+def test_an_error_of_the_compiled_method_names_the_callers_parameter(acl: Any) -> None:
+    """A call the compiled method takes (a kept set is free) whose topk_idx has the wrong element type:
+    the operator's phase 1 refuses it, and the error names topk_idx, as the Python method's would."""
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        out = _dispatch(buf, s, sets[0])
+        s.synchronize()
+        del out
+        x, ids, w = sets[0]
+        wide = acl.Tensor.from_numpy(ids.numpy().astype(np.int64))
+        try:
+            buf.low_latency_dispatch(x, wide, E, topk_weights=w, stream=s)
+        except acl.AclnnPyError as exc:
+            message = str(exc)
+        else:
+            message = ""
+        again = _dispatch(buf, s, sets[0])  # the buffer is still usable, with the right bytes
+        return {"message": message, "counts": again.ep_recv_counts.numpy(stream=s).tolist()}
+
+    def plain(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        out = _dispatch(buf, s, sets[0])
+        return {"counts": out.ep_recv_counts.numpy(stream=s).tolist()}
+
+    for r, want in zip(_world(acl, scenario), _world(acl, plain)):
+        assert "topk_idx" in r["message"] and "expert_ids" not in r["message"], r["message"]
+        assert r["counts"] == want["counts"]
