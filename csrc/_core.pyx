@@ -927,8 +927,8 @@ cdef class KeptOutputs:
         (work queued before this call may still read them)."""
         cdef int status
         if refill_async != NULL and self.n_blocks:
-            with nogil:
-                status = refill_async(self.block_ptr, self.block_size, self.n_blocks, <void *>stream.handle)
+            # the GIL stays held: the mock only queues the refill (its queues take every task at once)
+            status = refill_async(self.block_ptr, self.block_size, self.n_blocks, <void *>stream.handle)
             if status:
                 raise RuntimeError(f"the mock's poison refill of reused outputs failed (status {status})")
         return 0
