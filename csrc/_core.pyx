@@ -967,8 +967,7 @@ cdef class BufferCall(Route):
 
     cdef readonly object function
     cdef Parameters params          # the method's parameters after self
-    cdef dict index
-    cdef Py_ssize_t n_params, which, n_attrs
+    cdef Py_ssize_t n_params, which
     cdef Py_ssize_t kind[MAX_PARAMS]
     cdef Py_ssize_t slot[MAX_PARAMS]
     cdef Py_ssize_t bit[MAX_PARAMS]     # a tensor parameter's bit in `present`, -1 for required ones
@@ -978,7 +977,7 @@ cdef class BufferCall(Route):
     cdef object op                      # the operator's compiled function
     cdef object spec                    # its OpSpec once set up; False: no compiled route
     cdef Py_ssize_t x_input, ids_input, ctx_input
-    cdef object current_stream, reraise, caller_names, stream_type
+    cdef object current_stream, reraise, caller_names
 
     def __init__(self, function, Py_ssize_t which, tuple tensor_params, tuple attr_params, op, current_stream,
                  reraise, caller_names):
@@ -990,12 +989,11 @@ cdef class BufferCall(Route):
             raise ValueError("BufferCall: which is 0 (dispatch) or 1 (combine)")
         self.function, self.which, self.op = function, which, op
         self.params = Parameters(tuple(code.co_varnames[1:n]), code.co_argcount - 1)
-        self.index = self.params.index
         self.n_params = n - 1
         self.tensor_params, self.attr_params = tensor_params, attr_params
         self.current_stream, self.reraise, self.caller_names = current_stream, reraise, caller_names
         self.spec = None
-        self.n_attrs = len(attr_params)
+        index = self.params.index
         defaults = {name: p.default for name, p in inspect.signature(function).parameters.items()}
         for i in range(self.n_params):
             self.kind[i], self.slot[i], self.bit[i] = KIND_NONE, -1, -1
@@ -1004,18 +1002,18 @@ cdef class BufferCall(Route):
             if param is None:
                 values.append(constant)
                 continue
-            i = self.index[param]
+            i = index[param]
             self.kind[i], self.slot[i] = KIND_ATTR, k
             values.append(defaults.get(param))
         self.defaults = tuple(values)
         bit = 0
         for param, _, optional in tensor_params:
-            i = self.index[param]
+            i = index[param]
             self.kind[i] = KIND_INPUT
             if optional:
                 self.bit[i] = bit
                 bit += 1
-        self.kind[self.index["stream"]] = KIND_STREAM
+        self.kind[index["stream"]] = KIND_STREAM
 
     def remember(self, BufferBase buf, tuple attrs, config, stream, tuple tensors, outputs, result,
                  Py_ssize_t keep):
@@ -1023,18 +1021,17 @@ cdef class BufferCall(Route):
         passed the device check) and, when the call's tensor arguments `tensors` (in `tensor_params`
         order) are device Tensors where required and every output is a Tensor the call allocated, its
         outputs for reuse (at most `keep` sets, the oldest dropped)."""
-        cdef int present = 0, b = 0
+        cdef int present = 0
         if buf._route_states is None:
             buf._forget_calls()
         cdef BufferRouteState st = <BufferRouteState>buf._route_states[self.which]
         st.attrs, st.config, st.stream = attrs, config, stream
         if len(tensors) != len(self.tensor_params) or keep < 1 or not compiled_enabled or buf.context is None:
             return  # kept sets serve the compiled route only, which calls the context's generation
-        for (param, _, optional), v in zip(self.tensor_params, tensors):
-            if optional:
-                if v is not None:
-                    present |= 1 << b
-                b += 1
+        for (param, _, _), v in zip(self.tensor_params, tensors):
+            bit = self.bit[self.params.index[param]]  # the bits fast_call sets
+            if bit >= 0 and v is not None:
+                present |= 1 << bit
         x, ids = tensors[0], tensors[1]
         if not isinstance(x, TensorBase) or not isinstance(ids, TensorBase):
             return
@@ -1061,14 +1058,12 @@ cdef class BufferCall(Route):
             self.spec = False
             return False
         cdef OpSpec sp = <OpSpec>spec
-        for i in range(self.n_params):
-            if self.kind[i] == KIND_INPUT:
-                op_param = next(o for p, o, _ in self.tensor_params if p == self.params.names[i])
-                self.slot[i] = sp.roles[sp.index[op_param]]
-        self.x_input = self.slot[self.index[self.tensor_params[0][0]]]
-        self.ids_input = self.slot[self.index[self.tensor_params[1][0]]]
+        index = self.params.index
+        for param, op_param, _ in self.tensor_params:
+            self.slot[index[param]] = sp.roles[sp.index[op_param]]
+        self.x_input = self.slot[index[self.tensor_params[0][0]]]
+        self.ids_input = self.slot[index[self.tensor_params[1][0]]]
         self.ctx_input = sp.roles[sp.index["context"]]
-        self.stream_type = sp.stream_type
         self.spec = spec
         return spec
 

@@ -11,6 +11,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers.routes import compiled_path
 
 E, BS, H, K = 4, 8, 1024, 2
 POISON = 0xA5
@@ -40,7 +41,6 @@ Scenario = Callable[[Any, Any, Any, int, list[Any]], dict[str, Any]]
 
 def _world(acl: Any, scenario: Scenario, compiled: bool = True) -> list[dict[str, Any]]:
     """`scenario(acl, buf, stream, rank, sets)` on two thread ranks, each with its buffer and stream."""
-    previous = acl.ops.set_compiled_path(compiled)
 
     def rank_fn(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
         with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
@@ -49,15 +49,14 @@ def _world(acl: Any, scenario: Scenario, compiled: bool = True) -> list[dict[str
                 sets = [_inputs(acl, rank, i) for i in range(3)]
                 result = scenario(acl, buf, s, rank, sets)
                 s.synchronize()
-                comm.barrier()
+                if not comm.closed:  # a scenario may close it
+                    comm.barrier()
                 return result
             finally:
                 s.close()
 
-    try:
+    with compiled_path(compiled):
         return acl.launch.run_threads(rank_fn, 2, timeout=120)
-    finally:
-        acl.ops.set_compiled_path(previous)
 
 
 def _dispatch(buf: Any, s: Any, data: tuple[Any, Any, Any]) -> Any:
@@ -264,22 +263,37 @@ def test_close_and_update_ctx_let_the_kept_outputs_go(acl: Any) -> None:
         assert r["before"] == (1, 0) and r["after_update"] == (0, 0) and r["after_close"] == (0, 0)
 
 
-def test_a_closed_communicator_or_input_raises_through_the_compiled_method(acl: Any) -> None:
+def _refusal_after_a_kept_set(acl: Any, buf: Any, s: Any, sets: list[Any], x: Any, ids: Any) -> str:
+    """Make a kept set free (so the compiled method would take the next call), then call with `x` and
+    `ids`: the message of the AclnnPyError or ClosedError raised, or "" when none was."""
+    out = _dispatch(buf, s, sets[0])
+    s.synchronize()
+    del out
+    try:
+        buf.low_latency_dispatch(x, ids, E, topk_weights=sets[0][2], stream=s)
+    except (acl.AclnnPyError, acl.ClosedError) as exc:
+        return str(exc)
+    return ""
+
+
+def test_a_closed_input_or_communicator_raises_through_the_compiled_method(acl: Any) -> None:
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
-        out = _dispatch(buf, s, sets[0])
-        del out  # a free kept set: the next call would be the compiled route's
-        x, ids, w = acl.Tensor.from_numpy(sets[0][0].numpy()), sets[0][1], sets[0][2]
-        x.close()
+        x, ids, _ = sets[0]
+        closed_x = acl.Tensor.from_numpy(x.numpy())
+        closed_x.close()
+        closed_input = _refusal_after_a_kept_set(acl, buf, s, sets, closed_x, ids)
+        s.synchronize()
+        buf.comm.close()  # with a kept set free, as the refused call above took none
+        closed_comm = ""
         try:
-            buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s)
+            _dispatch(buf, s, sets[0])
         except acl.ClosedError as exc:
-            closed_input = str(exc)
-        else:
-            closed_input = ""
-        return {"closed_input": closed_input}
+            closed_comm = str(exc)
+        return {"closed_input": closed_input, "closed_comm": closed_comm}
 
     for r in _world(acl, scenario):
         assert "closed" in r["closed_input"]
+        assert "closed" in r["closed_comm"] and "Communicator" in r["closed_comm"], r["closed_comm"]
 
 
 def test_a_group_string_generation_keeps_no_outputs(acl: Any) -> None:
@@ -303,17 +317,9 @@ def test_an_error_of_the_compiled_method_names_the_callers_parameter(acl: Any) -
     the operator's phase 1 refuses it, and the error names topk_idx, as the Python method's would."""
 
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
-        out = _dispatch(buf, s, sets[0])
-        s.synchronize()
-        del out
-        x, ids, w = sets[0]
+        x, ids, _ = sets[0]
         wide = acl.Tensor.from_numpy(ids.numpy().astype(np.int64))
-        try:
-            buf.low_latency_dispatch(x, wide, E, topk_weights=w, stream=s)
-        except acl.AclnnPyError as exc:
-            message = str(exc)
-        else:
-            message = ""
+        message = _refusal_after_a_kept_set(acl, buf, s, sets, x, wide)
         again = _dispatch(buf, s, sets[0])  # the buffer is still usable, with the right bytes
         return {"message": message, "counts": again.ep_recv_counts.numpy(stream=s).tolist()}
 

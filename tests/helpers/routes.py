@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import sys
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -31,3 +33,16 @@ class PythonOpCalls:
         """(dispatch, combine) calls of this thread so far."""
         me = self._ident()
         return self.counts.get((me, "dispatch"), 0), self.counts.get((me, "combine"), 0)
+
+
+@contextmanager
+def compiled_path(on: bool) -> Iterator[None]:
+    """Operator, plan and buffer calls take the compiled route (`on`) or every call its Python code,
+    within the block; the previous setting after it."""
+    from aclnn_py.ops import set_compiled_path
+
+    previous = set_compiled_path(on)
+    try:
+        yield
+    finally:
+        set_compiled_path(previous)

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import run_python
 from helpers.pool import pool_off
+from helpers.routes import compiled_path
 
 E, BS, H, K = 4, 8, 1024, 2  # experts, tokens per rank, hidden, experts per token
 WARMUP, STEPS = 4, 20
@@ -106,24 +107,16 @@ def test_serving_loop_through_the_buffer_makes_no_malloc_or_free_in_steady_state
 
 def test_python_route_of_the_loop_takes_its_outputs_from_the_pool(acl: Any) -> None:
     """With the compiled route off the buffer allocates every step's outputs: the pool serves them."""
-    previous = acl.ops.set_compiled_path(False)
-    try:
-        with counted_runtime_calls(acl) as counts:
-            right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
-    finally:
-        acl.ops.set_compiled_path(previous)
+    with compiled_path(False), counted_runtime_calls(acl) as counts:
+        right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
     assert all(all(r) and len(r) == STEPS - 2 for r in right), right
     assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 
 
 def test_without_the_pool_the_python_route_allocates_every_step(acl: Any) -> None:
     """The counter above sees the allocations the pool avoids."""
-    previous = acl.ops.set_compiled_path(False)
-    try:
-        with pool_off(acl), counted_runtime_calls(acl) as counts:
-            acl.launch.run_threads(_serving_loop, 2, timeout=120)
-    finally:
-        acl.ops.set_compiled_path(previous)
+    with compiled_path(False), pool_off(acl), counted_runtime_calls(acl) as counts:
+        acl.launch.run_threads(_serving_loop, 2, timeout=120)
     assert counts["aclrtMalloc"] >= 2 * (STEPS - WARMUP) and counts["aclrtFree"] >= 2 * (STEPS - WARMUP - 1)
 
 
