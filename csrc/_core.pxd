@@ -93,6 +93,8 @@ cdef class PlanState:
 
 cdef class PlanBase:
     """The base of plan classes."""
+    cdef void *_vectorcall          # plan(...)'s entry in a class made by compiled_plan_class
+    cdef object _route              # the PlanCall of type(self).__call__, or None
     cdef public PlanState _c_state  # None: every call in Python
     cdef public object _stream      # the stream of the last launch, or None
 

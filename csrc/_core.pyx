@@ -26,6 +26,8 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 cdef extern from "Python.h":
     object PyObject_Vectorcall(object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+    Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     Py_ssize_t Py_REFCNT(PyObject *o)
 
 # the mock's queued poison refill of reused blocks (aclmockRefillPoisonAsync); NULL on CANN
@@ -47,7 +49,10 @@ cdef extern from "entry.h":
     object aclnnpy_entry_type()
     object aclnnpy_method_type()
     object aclnnpy_entry_new(object type, object route)
+    object aclnnpy_plan_class(object base, const char *name, const char *doc, Py_ssize_t vectorcall_offset)
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
+from libc.string cimport memcpy
+from cpython.mem cimport PyMem_Malloc, PyMem_Free
 
 # 0: every OpCall goes to its Python function (set_enabled()). Read without a lock: a call that races
 # a change takes either route, and both give the same result.
@@ -765,7 +770,13 @@ cdef class PlanState:
 
 cdef class PlanBase:
     """The base of plan classes: it holds the plan's ``_c_state`` (a PlanState, or None: every call in
-    Python) and ``_stream``, the stream of its last launch."""
+    Python) and ``_stream``, the stream of its last launch, and the entry by which a class made by
+    :func:`compiled_plan_class` is called."""
+
+    def __cinit__(self, *args, **kwargs):
+        self._vectorcall = <void *>plan_vectorcall
+        route = getattr(getattr(type(self), "__call__", None), "compiled", None)
+        self._route = route if isinstance(route, PlanCall) else None
 
 
 cdef class PlanCall(Route):
@@ -794,11 +805,20 @@ cdef class PlanCall(Route):
             return self.params.names
 
     cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
+        """A call through the method (the plan first): ``Plan.__call__(plan, ...)``, or ``plan(...)`` of
+        a class made by a class statement."""
         if compiled_enabled and nargs >= 1 and isinstance(<object>args[0], PlanBase):
             plan = <PlanBase>args[0]
             if plan._c_state is not None and self.fast_call(plan, args + 1, nargs - 1, kwnames):
                 return getattr(plan, self.result)
         return PyObject_Vectorcall(self.function, args, <size_t>nargs, kwnames)
+
+    cdef object call_plan(self, PlanBase plan, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+        """``plan(...)`` of a class made by compiled_plan_class: the arguments after the plan."""
+        if compiled_enabled and plan._c_state is not None \
+                and self.fast_call(plan, args, PyVectorcall_NARGS(nargsf), kwnames):
+            return getattr(plan, self.result)
+        return call_with_self(self.function, plan, args, nargsf, kwnames)
 
     cdef bint fast_call(self, PlanBase plan, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) except -1:
         """Parse the call by the function's parameter names and launch it: True when launched."""
@@ -827,6 +847,70 @@ cdef class PlanCall(Route):
         if plan._stream is not stream:
             plan._stream = stream
         return True
+
+
+cdef object plan_vectorcall(PyObject *self, PyObject *const *args, size_t nargsf, PyObject *kwnames):
+    """The vectorcall entry of a plan whose class compiled_plan_class made."""
+    plan = <PlanBase>self
+    if plan._route is not None:
+        return (<PlanCall>plan._route).call_plan(plan, args, nargsf, kwnames)
+    return call_with_self(type(plan).__call__, plan, args, nargsf, kwnames)
+
+
+cdef object call_with_self(object function, object first, PyObject *const *args, size_t nargsf,
+                           PyObject *kwnames):
+    """`function` called with `first` before a vectorcall's arguments, without packing them."""
+    cdef Py_ssize_t nargs = PyVectorcall_NARGS(nargsf)
+    cdef Py_ssize_t n = nargs + (0 if kwnames == NULL else PyTuple_GET_SIZE(<object>kwnames))
+    cdef PyObject **stack
+    cdef PyObject *saved
+    cdef PyObject *local[MAX_PARAMS + 1]
+    if nargsf & PY_VECTORCALL_ARGUMENTS_OFFSET:  # the caller lets args[-1] be borrowed for the call
+        stack = <PyObject **>args - 1
+        saved = stack[0]
+        stack[0] = <PyObject *>first
+        try:
+            return PyObject_Vectorcall(function, stack, <size_t>(nargs + 1), kwnames)
+        finally:
+            stack[0] = saved
+    stack = <PyObject **>local
+    if n > MAX_PARAMS:
+        stack = <PyObject **>PyMem_Malloc((n + 1) * sizeof(PyObject *))
+    if stack == NULL:
+        raise MemoryError()
+    try:
+        stack[0] = <PyObject *>first
+        memcpy(stack + 1, args, n * sizeof(PyObject *))
+        return PyObject_Vectorcall(function, stack, <size_t>(nargs + 1), kwnames)
+    finally:
+        if stack != <PyObject **>local:
+            PyMem_Free(stack)
+
+
+cdef list plan_class_names = []  # tp_name of the classes compiled_plan_class made (3.11 keeps the pointer)
+
+
+def compiled_plan_class(cls):
+    """The class a plan class's instances are made from: a subclass of `cls` made here whose instances
+    CPython calls by vectorcall (csrc/entry.h, aclnnpy_plan_class), so that ``plan(...)`` reaches the
+    compiled ``__call__`` with the arguments as they are on the caller's stack. It has `cls`'s module,
+    name and doc and adds nothing else. `cls` derives from PlanBase, its ``__call__`` is a
+    compiled_plan_call, and its metaclass is ``type`` (a class made from a spec takes no metaclass with
+    a ``__new__`` of its own)."""
+    if not isinstance(cls, type) or not issubclass(cls, PlanBase):
+        raise TypeError(f"compiled_plan_class: expected a subclass of PlanBase, got {cls!r}")
+    if type(cls) is not type:
+        raise TypeError(f"compiled_plan_class: {cls.__name__}'s metaclass must be type, got "
+                        f"{type(cls).__name__}")
+    if not isinstance(getattr(getattr(cls, "__call__", None), "compiled", None), PlanCall):
+        raise TypeError(f"compiled_plan_class: {cls.__name__}.__call__ must be a compiled_plan_call")
+    cdef PlanBase probe = PlanBase.__new__(PlanBase)
+    cdef Py_ssize_t offset = <char *>&probe._vectorcall - <char *><PyObject *>probe
+    name = f"{cls.__module__}.{cls.__name__}".encode()
+    plan_class_names.append(name)
+    cdef bytes doc = cls.__doc__.encode() if cls.__doc__ else None
+    cdef const char *doc_text = NULL if doc is None else <const char *>doc
+    return aclnnpy_plan_class(cls, name, doc_text, offset)
 
 
 def compiled_plan_call(str result):

@@ -100,6 +100,35 @@ static PyType_Spec aclnnpy_method_spec = {
     aclnnpy_method_slots,
 };
 
+/* A plan class whose instances CPython calls by vectorcall: a subclass of `base` (a Python class deriving
+ * from _core.PlanBase) made with PyType_FromSpecWithBases, complete when made and never changed. On 3.11 a
+ * class made by a class statement never has Py_TPFLAGS_HAVE_VECTORCALL, so plan(...) would pack its
+ * arguments into a tuple and a dict for tp_call; this one has the flag, and each instance's entry sits at
+ * `vectorcall_offset` (a PlanBase field set when the instance is made). It adds no field and no method:
+ * the layout, the __dict__, weak references, GC and every method are the base's. `name` must outlive the
+ * class (CPython 3.11 keeps the pointer as tp_name); `doc` may be NULL. A new reference, or NULL with an
+ * exception set. */
+static PyObject *aclnnpy_plan_class(PyObject *base, const char *name, const char *doc, Py_ssize_t vectorcall_offset) {
+    PyMemberDef members[] = {  /* copied into the class */
+        {"__vectorcalloffset__", T_PYSSIZET, vectorcall_offset, READONLY, NULL},
+        {NULL, 0, 0, 0, NULL},
+    };
+    /* No tp_call of its own: CPython would then put a __call__ wrapper of it in the class, hiding the
+     * base's compiled __call__ (its route, signature and doc). The inherited tp_call runs that same
+     * __call__, and PyObject_Call uses the vectorcall entry anyway. */
+    PyType_Slot slots[] = {
+        {Py_tp_members, (void *)members},
+        {doc ? Py_tp_doc : 0, (void *)doc},
+        {0, NULL},
+    };
+    PyType_Spec spec = {name, 0, 0, Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_VECTORCALL, slots};
+    PyObject *bases = PyTuple_Pack(1, base);
+    if (!bases) return NULL;
+    PyObject *made = PyType_FromSpecWithBases(&spec, bases);
+    Py_DECREF(bases);
+    return made;
+}
+
 /* The types (new references), or NULL with an exception set. */
 static PyObject *aclnnpy_entry_type(void) { return PyType_FromSpec(&aclnnpy_entry_spec); }
 static PyObject *aclnnpy_method_type(void) { return PyType_FromSpec(&aclnnpy_method_spec); }

@@ -140,7 +140,16 @@ def _origins(target: ast.expr, value: ast.expr, source: str, params: set[str]) -
     return [(target.attr, f"set from `{ast.get_source_segment(source, value)}`")]
 
 
+def _written(cls: type) -> type:
+    """The class its statement made: a plan class the compiled core made from it
+    (``aclnn_py._core.compiled_plan_class``) is a subclass with its name and module that adds no
+    member, so the members to document are the base's."""
+    base = cls.__mro__[1] if len(cls.__mro__) > 1 else object
+    return base if (base.__name__, base.__module__) == (cls.__name__, cls.__module__) else cls
+
+
 def _render_class(name: str, cls: type, lines: list[str]) -> None:
+    cls = _written(cls)
     lines += [f"### class `{name}`", ""]
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         lines += [f"Named tuple: `({', '.join(cls._fields)})`", ""]

@@ -25,7 +25,7 @@ from ._layout import Signature
 if TYPE_CHECKING:
     from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, compiled_plan_call, private_views
+from .executor import Plan, Prepared, compiled_plan_call, compiled_plan_class, private_views
 from .generations import NEWEST
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
@@ -194,6 +194,7 @@ def moe_distribute_combine(
     return out
 
 
+@compiled_plan_class
 class CombinePlan(Plan):
     """Combine with fixed shapes and attributes, launched many times (a repeatable executor).
 

@@ -35,7 +35,7 @@ from ._layout import Signature
 if TYPE_CHECKING:
     from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, compiled_plan_call, private_views
+from .executor import Plan, Prepared, compiled_plan_call, compiled_plan_class, private_views
 from .generations import NEWEST
 from .prechecks_a2 import recv_counts_extra
 
@@ -265,6 +265,7 @@ def moe_distribute_dispatch(
     return outs
 
 
+@compiled_plan_class
 class DispatchPlan(Plan):
     """Dispatch with fixed shapes and attributes, launched many times (a repeatable executor).
 

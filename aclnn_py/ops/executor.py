@@ -28,6 +28,7 @@ from ..tensor import Tensor, destroy_descriptor
 from ._args import as_int32, host_array, wrong_dtype
 
 F = TypeVar("F", bound=Callable[..., object])
+P = TypeVar("P", bound="Plan")
 
 if TYPE_CHECKING:
     from .._core import PlanBase, PlanState
@@ -47,6 +48,19 @@ def compiled_plan_call(result: str) -> Callable[[F], F]:
     except ImportError:
         return lambda function: function
     return compiled(result)
+
+
+def compiled_plan_class(cls: type[P]) -> type[P]:
+    """Decorate a plan class: the class its instances are made from becomes a subclass of `cls` made by
+    the compiled core (``aclnn_py._core.compiled_plan_class``), with `cls`'s name and doc and nothing
+    added, whose instances are called without packing their arguments (``plan(...)`` in a serving loop).
+    Without the compiled parts the class stays as it is."""
+    try:
+        from .._core import compiled_plan_class as compiled
+    except ImportError:
+        return cls
+    made: type[P] = compiled(cls)
+    return made
 
 
 def launch(fn: Any, name: str, executor: Any, workspace_size: int, stream: Stream, inputs: Sequence[Tensor | None],

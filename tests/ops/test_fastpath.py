@@ -739,6 +739,79 @@ def test_a_plan_class_with_a_compiled_call_leaves_what_it_cannot_take_to_python(
         Abstract()
 
 
+HAVE_VECTORCALL = 1 << 11  # Py_TPFLAGS_HAVE_VECTORCALL
+
+
+def test_the_plan_classes_are_made_to_be_called_without_packed_arguments(acl):
+    """DispatchPlan and CombinePlan are the classes compiled_plan_class made from the class statements:
+    instances CPython calls by vectorcall, with the statement's name, module and doc, nothing added."""
+    from aclnn_py.ops import CombinePlan, DispatchPlan
+
+    for cls in (DispatchPlan, CombinePlan):
+        written = cls.__mro__[1]
+        assert cls.__flags__ & HAVE_VECTORCALL and not written.__flags__ & HAVE_VECTORCALL
+        assert (cls.__name__, cls.__qualname__, cls.__module__, cls.__doc__) == \
+            (written.__name__, written.__qualname__, written.__module__, written.__doc__)
+        assert set(vars(cls)) <= {"__module__", "__doc__", "__vectorcalloffset__"}  # the last: 3.11 only
+        assert cls.__call__ is vars(written)["__call__"]
+
+
+def test_a_made_plan_class_reaches_its_call_every_way_it_is_called(acl):
+    """Each way Python calls an object (direct, by keyword, unpacked, through partial, map, the class,
+    a subclass) reaches the compiled __call__ with the plan first; what the core refuses to make."""
+    import functools
+
+    from aclnn_py import _core
+
+    class Written(_core.PlanBase):
+        """A plan class."""
+
+        tag = "p"
+
+        @_core.compiled_plan_call("out")
+        def __call__(self, a, b=None, *, stream=None):
+            return "python", self.tag, a, b, stream
+
+    P = _core.compiled_plan_class(Written)
+    p = P()
+    assert type(p) is P and isinstance(p, Written) and P.__flags__ & HAVE_VECTORCALL
+    assert p(1) == ("python", "p", 1, None, None)
+    assert p(1, 2, stream=3) == ("python", "p", 1, 2, 3)
+    assert p(*(1,), **{"stream": 3}) == ("python", "p", 1, None, 3)  # no spare slot before the arguments
+    assert functools.partial(p, 1, stream=4)(2) == ("python", "p", 1, 2, 4)
+    assert list(map(p, [5, 6])) == [("python", "p", 5, None, None), ("python", "p", 6, None, None)]
+    assert P.__call__(p, 7) == ("python", "p", 7, None, None)
+    assert [p(i)[2] for i in range(3)] == [0, 1, 2]
+    with pytest.raises(TypeError, match="unexpected keyword argument 'k0'"):
+        p(1, **{f"k{i}": i for i in range(80)})  # more than the core's stack holds
+    with pytest.raises(TypeError, match="missing 1 required positional argument"):
+        p()
+
+    class Inherits(P):
+        tag = "inherits"
+
+    class Own(P):
+        def __call__(self, *args, **kwargs):
+            return ("own", *super().__call__(*args, **kwargs))
+
+    assert Inherits()(1, stream=2) == ("python", "inherits", 1, None, 2)
+    assert Own()(1) == ("own", "python", "p", 1, None, None)
+
+    class NotCompiled(_core.PlanBase):
+        def __call__(self):
+            return None
+
+    class Abstract(_core.PlanBase, abc.ABC):
+        __call__ = Written.__call__
+
+    with pytest.raises(TypeError, match="expected a subclass of PlanBase"):
+        _core.compiled_plan_class(int)
+    with pytest.raises(TypeError, match="NotCompiled.__call__ must be a compiled_plan_call"):
+        _core.compiled_plan_class(NotCompiled)
+    with pytest.raises(TypeError, match="Abstract's metaclass must be type, got ABCMeta"):
+        _core.compiled_plan_class(Abstract)
+
+
 def test_the_switch_to_the_python_path(acl):
     """set_compiled_path() returns the previous setting and takes a bool only; ACLNN_PY_COMPILED=0 at
     import turns the compiled path off, a value other than 0 / 1 fails the import naming it."""
