@@ -75,7 +75,7 @@ cdef class PlanState:
     cdef Py_ssize_t slots[64]       # the input slot of each argument
     cdef Py_ssize_t params[64]      # per parameter: the argument it gives, ROLE_STREAM or ROLE_NONE
     cdef list last_in, last_out, bound_in   # shared with the Plan
-    cdef list seen_shape            # per slot: a shape object found equal to the slot's (its identity stands for that)
+    cdef list seen_shape            # per slot, SHAPES_SEEN entries: shape objects found equal to the slot's
     cdef tuple own_shape, own_dtype, outputs
     cdef object tensor_type, stream_type, on_failure
     cdef dict states                # ordered's states by stream key

@@ -27,6 +27,7 @@ from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 cdef extern from "Python.h":
     object PyObject_Vectorcall(object callable, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     Py_ssize_t PyVectorcall_NARGS(size_t nargsf)
+    long long PyLong_AsLongLongAndOverflow(object obj, int *overflow) except? -1
     size_t PY_VECTORCALL_ARGUMENTS_OFFSET
     Py_ssize_t Py_REFCNT(PyObject *o)
 
@@ -61,6 +62,7 @@ cdef bint compiled_enabled = True
 cdef enum:
     MAX_TABLE = 64   # descriptor-table entries: an operator's inputs, then its outputs
     MAX_PARAMS = 64  # parameters of an operator function
+    SHAPES_SEEN = 4  # per plan input: the shape objects last found equal to its shape (double buffers and more)
 
 # what a parameter of an operator function is to the parser, when it is not a tensor input (>= 0)
 cdef enum:
@@ -649,7 +651,7 @@ cdef class PlanState:
         self.plan = <aclnnpy_plan *>plan
         self.want_in = <uintptr_t *>want_in
         self.last_in, self.last_out, self.bound_in = last_in, last_out, bound_in
-        self.seen_shape = list(own_shape)
+        self.seen_shape = [shape for shape in own_shape for _ in range(SHAPES_SEEN)]
         self.own_shape, self.own_dtype, self.outputs = own_shape, own_dtype, outputs
         self.tensor_type, self.stream_type, self.on_failure = tensor_type, stream_type, on_failure
 
@@ -722,18 +724,32 @@ cdef class PlanState:
     cdef uintptr_t address(self, TensorBase t, Py_ssize_t i) except? 0:
         """The data address of `t` when it matches slot `i` (open, contiguous, the slot's DataType and
         shape), else 0."""
+        cdef Py_ssize_t j, first = i * SHAPES_SEEN
+        cdef int overflow = 0
+        cdef long long ptr, offset = 0
         own_shape = <object>PyTuple_GET_ITEM(self.own_shape, i)
         if own_shape is None or not t._open or not t._contiguous \
                 or t.dtype is not <object>PyTuple_GET_ITEM(self.own_dtype, i):
             return 0
         shape = t.shape
-        if shape is not <object>PyList_GET_ITEM(self.seen_shape, i):  # a loop passes the same few Tensors
+        for j in range(first, first + SHAPES_SEEN):  # a loop passes the same few Tensors
+            if shape is <object>PyList_GET_ITEM(self.seen_shape, j):
+                break
+        else:
             if shape != own_shape:
                 return 0
-            self.seen_shape[i] = shape
-        if type(t._ptr) is not int or type(t._offset_nbytes) is not int or t._ptr <= 0 or t._offset_nbytes < 0:
+            for j in range(first + SHAPES_SEEN - 1, first, -1):
+                self.seen_shape[j] = self.seen_shape[j - 1]
+            self.seen_shape[first] = shape
+        if type(t._ptr) is not int or type(t._offset_nbytes) is not int:
             return 0
-        return <uintptr_t>t._ptr + <uintptr_t>t._offset_nbytes
+        # C integers: a Python comparison of each would cost more than the rest of the check
+        ptr = PyLong_AsLongLongAndOverflow(t._ptr, &overflow)
+        if not overflow:
+            offset = PyLong_AsLongLongAndOverflow(t._offset_nbytes, &overflow)
+        if overflow or ptr <= 0 or offset < 0:
+            return 0
+        return <uintptr_t>ptr + <uintptr_t>offset
 
     cdef int retire(self, object stream, list anchors) except -1:
         """Hold the anchors a call unbound on `stream`: the launches before it used them. One among the

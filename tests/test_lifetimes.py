@@ -482,6 +482,42 @@ def test_finalizers_run_by_a_release_may_hold_and_close_streams() -> None:
     assert "Exception ignored" not in r.stderr
 
 
+def test_the_collector_may_finalize_objects_inside_the_librarys_locks() -> None:
+    """With a collection at almost every allocation, garbage cycles holding unclosed DeviceMemory,
+    streams and objects that hold on a stream when finalized are collected while this thread allocates,
+    frees, copies and synchronises: inside the memory pool's and the holds' locks too (CPython 3.12+
+    collects at any call; before, the pool's lock deadlocked there). In a subprocess: a hang there
+    cannot stall the suite."""
+    code = ("import gc\n"
+            "import numpy as np\n"
+            "import aclnn_py as acl\n"
+            "from aclnn_py.runtime import get_memory_pool, ordered\n"
+            "acl.init('mock'); dev = acl.Device(0).set_current()\n"
+            "s = dev.create_stream()\n"
+            "host = np.ones(64, np.float32)\n"
+            "class Cycle:\n"
+            "    def __del__(self):\n"
+            "        ordered.hold(s, 'held by a finalizer')\n"
+            "gc.set_threshold(1)\n"
+            "for i in range(1500):\n"
+            "    c = Cycle(); c.me = c\n"
+            "    c.mem = acl.DeviceMemory(256 * (1 + i % 7))  # unclosed: the collector closes it\n"
+            "    c.stream = dev.create_stream() if i % 50 == 0 else None\n"
+            "    t = acl.Tensor.empty((64,), 'float32')\n"
+            "    t.copy_from(host, s)\n"
+            "    t.close()\n"
+            "    acl.DeviceMemory(512).close()\n"
+            "    if i % 100 == 0:\n"
+            "        s.synchronize()\n"
+            "gc.set_threshold(700); del c; gc.collect()\n"
+            "s.synchronize(); ordered.reap()\n"
+            "print('in use:', get_memory_pool().used_bytes())\n")
+    r = run_python(code, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["in use: 0"], r.stdout + r.stderr
+    assert "Exception ignored" not in r.stderr, r.stderr
+
+
 def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> None:
     """A synchronisation by another thread that began before a launch was queued cannot release what
     the launch uses (the hold is taken after queueing)."""

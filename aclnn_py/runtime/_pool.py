@@ -5,7 +5,10 @@ A block comes back to the pool only when its :class:`~aclnn_py.DeviceMemory` is 
 after the owner was closed, every export claim was let go and every stream-ordered hold ended (a
 synchronisation saw the stream pass the launch) — so a block handed out again is used by no queued
 work on any stream. Handing one out is a dict and list operation under one lock; ``aclrtMalloc`` runs
-only when no cached block of the request's size class exists.
+only when no cached block of the request's size class exists. Giving one back takes no lock: the
+garbage collector releases an unclosed DeviceMemory from a finalizer, and from CPython 3.12 it may
+run one at any call, also while this thread is inside the pool's lock. Returned blocks are queued and
+filed by the pool's next step under the lock.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import atexit
 import os
 import threading
 import weakref
+from collections import deque
 from collections.abc import Callable
 
 from ..errors import AclError, acl_error, check_acl
@@ -71,6 +75,9 @@ class MemoryPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._devices: dict[int, _DeviceBlocks] = {}
+        # (address or 0, size class, device) of blocks given back and not yet filed; 0: only counted
+        # (freed already, or by someone else). Appending needs no lock (see the module's docstring).
+        self._returned: deque[tuple[int, int, int]] = deque()
         self._limit = 0  # 0: no limit
         self._closing = False  # set at interpreter exit: blocks are freed, no longer cached
         _pools.add(self)
@@ -80,6 +87,8 @@ class MemoryPool:
         """The address of a block of exactly `nbytes` (a :func:`block_size`) on `device`, the calling
         thread's current device: a cached one, else a new ``aclrtMalloc``."""
         with self._lock:
+            if self._returned:
+                self._file_returned()
             blocks = self._devices.get(device)
             if blocks is None:
                 blocks = self._devices[device] = _DeviceBlocks()
@@ -94,20 +103,28 @@ class MemoryPool:
         return self._malloc_new(nbytes, device, blocks)
 
     def free(self, ptr: int, nbytes: int, device: int) -> None:
-        """Take back a block :meth:`malloc` handed out; no queued work may use it any more."""
-        with self._lock:
-            blocks = self._devices[device]
-            blocks.used -= nbytes
-            if not self._closing:
-                blocks.held += nbytes
-                blocks.free.setdefault(nbytes, []).append(ptr)
-                return
-        raw_free(ptr)
+        """Take back a block :meth:`malloc` handed out; no queued work may use it any more. Queued
+        without the lock; once the pool is closing (interpreter exit) it is freed at once instead."""
+        if self._closing:
+            raw_free(ptr)
+            ptr = 0
+        self._returned.append((ptr, nbytes, device))
 
     def forget(self, nbytes: int, device: int) -> None:
         """A block handed out was freed by someone else (``aclrtFree`` behind the wrapper's back)."""
-        with self._lock:
-            self._devices[device].used -= nbytes
+        self._returned.append((0, nbytes, device))
+
+    def _file_returned(self) -> None:
+        """File the queued blocks as free and cached (the caller holds the lock). A finalizer the
+        collector runs meanwhile may queue more: the loop files those too."""
+        returned = self._returned
+        while returned:
+            ptr, nbytes, device = returned.popleft()
+            blocks = self._devices[device]
+            blocks.used -= nbytes
+            if ptr:
+                blocks.held += nbytes
+                blocks.free.setdefault(nbytes, []).append(ptr)
 
     def _malloc_new(self, nbytes: int, device: int, blocks: _DeviceBlocks) -> int:
         if self._limit:
@@ -120,6 +137,8 @@ class MemoryPool:
             ptr = raw_malloc(nbytes)  # the cached blocks were in the way: once more without them
         with self._lock:
             blocks.used += nbytes
+            if self._returned:
+                self._file_returned()
         return ptr
 
     def _make_room(self, nbytes: int, device: int, blocks: _DeviceBlocks) -> None:
@@ -138,24 +157,28 @@ class MemoryPool:
     def used_bytes(self, device: int | None = None) -> int:
         """Bytes of blocks in use (handed out and not yet given back), on `device` or all devices."""
         with self._lock:
-            return sum(b.used for d, b in self._devices.items() if device is None or d == device)
+            self._file_returned()
+            return sum(b.used for d, b in list(self._devices.items()) if device is None or d == device)
 
     def held_bytes(self, device: int | None = None) -> int:
         """Bytes of free blocks the pool keeps for reuse, on `device` or all devices."""
         with self._lock:
-            return sum(b.held for d, b in self._devices.items() if device is None or d == device)
+            self._file_returned()
+            return sum(b.held for d, b in list(self._devices.items()) if device is None or d == device)
 
     def total_bytes(self, device: int | None = None) -> int:
         """:meth:`used_bytes` + :meth:`held_bytes`: what the pool has taken with ``aclrtMalloc``."""
         with self._lock:
-            return sum(b.used + b.held for d, b in self._devices.items() if device is None or d == device)
+            self._file_returned()
+            return sum(b.used + b.held for d, b in list(self._devices.items()) if device is None or d == device)
 
     def free_all_blocks(self, device: int | None = None) -> int:
         """``aclrtFree`` every cached free block (of `device`, or of all devices); blocks in use are
         untouched. Returns how many blocks were freed."""
         with self._lock:
+            self._file_returned()
             taken: list[int] = []
-            for d, blocks in self._devices.items():
+            for d, blocks in list(self._devices.items()):
                 if device is None or d == device:
                     for ptrs in blocks.free.values():
                         taken.extend(ptrs)

@@ -65,12 +65,14 @@ class _StreamState(StreamStateBase):
         return self.retired + ([self.workspace] if self.workspace is not None else [])
 
     def pending(self) -> int:
-        return sum(len(s) for s in self.segments)
+        return sum(len(s) for s in list(self.segments))
 
 
 # Held objects are dropped only after the lock is released: dropping one may run a finalizer (a closed
-# plan's release, an unclosed object's __del__) that holds again or forgets a stream.
-_lock = threading.Lock()
+# plan's release, an unclosed object's __del__) that holds again or forgets a stream. The lock is
+# reentrant because the garbage collector may run such a finalizer inside it all the same (from CPython
+# 3.12 at any call); every step under it stays valid when one does (iterations run over copies).
+_lock = threading.RLock()
 _states: dict[int, _StreamState] = {}
 _spare_events: list[QueuedEvent] = []
 
@@ -164,10 +166,14 @@ def _checkpoint(stream: QueueingStream) -> None:
 
 def _reap(st: _StreamState, released: list[list[object]]) -> None:
     """Take what completed checkpoints cover into `released` (caller holds the lock)."""
-    while st.checkpoints and st.checkpoints[0][0].query():
-        ev, closed = st.checkpoints.popleft()
-        _spare_events.append(ev)
-        st.drop_through(closed, released)
+    while st.checkpoints:
+        ev, closed = st.checkpoints[0]
+        if not ev.query():
+            return
+        if st.checkpoints and st.checkpoints[0][0] is ev:  # else a finalizer run by query() reaped it
+            st.checkpoints.popleft()
+            _spare_events.append(ev)
+            st.drop_through(closed, released)
 
 
 def mark(stream: QueueingStream) -> int:
@@ -237,9 +243,10 @@ def reap() -> int:
     """Release what completed; returns how many holds are still pending."""
     released: list[list[object]] = []
     with _lock:
-        for st in _states.values():
+        states = list(_states.values())
+        for st in states:
             _reap(st, released)
-        return sum(st.pending() for st in _states.values())
+        return sum(st.pending() for st in states)
 
 
 def held(stream: QueueingStream) -> int:
@@ -252,4 +259,4 @@ def held(stream: QueueingStream) -> int:
 def workspace_bytes() -> int:
     """Bytes of workspace blocks currently kept for streams (retired ones included)."""
     with _lock:
-        return sum(mem.size for st in _states.values() for mem in st.blocks())
+        return sum(mem.size for st in list(_states.values()) for mem in st.blocks())
