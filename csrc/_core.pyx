@@ -823,14 +823,13 @@ cdef class PlanCall(Route):
     cdef object call(self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames):
         """A call through the method (the plan first): ``Plan.__call__(plan, ...)``, or ``plan(...)`` of
         a class made by a class statement."""
-        if compiled_enabled and nargs >= 1 and isinstance(<object>args[0], PlanBase):
-            plan = <PlanBase>args[0]
-            if plan._c_state is not None and self.fast_call(plan, args + 1, nargs - 1, kwnames):
-                return getattr(plan, self.result)
+        if nargs >= 1 and isinstance(<object>args[0], PlanBase):
+            return self.call_plan(<PlanBase>args[0], args + 1, <size_t>(nargs - 1), kwnames)
         return PyObject_Vectorcall(self.function, args, <size_t>nargs, kwnames)
 
     cdef object call_plan(self, PlanBase plan, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-        """``plan(...)`` of a class made by compiled_plan_class: the arguments after the plan."""
+        """A call of `plan` with the arguments after it: ``plan(...)`` of a class made by
+        compiled_plan_class, or through the method."""
         if compiled_enabled and plan._c_state is not None \
                 and self.fast_call(plan, args, PyVectorcall_NARGS(nargsf), kwnames):
             return getattr(plan, self.result)

@@ -557,3 +557,11 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
     assert ordered.held(s) == 0
     for obj in (t_in, t_out, s):
         obj.close()
+
+
+def test_a_resource_class_without_release_or_label_is_refused_when_defined() -> None:
+    from aclnn_py.runtime._resource import Resource
+
+    with pytest.raises(TypeError, match="Partial derives from Resource and must define _release, _label"):
+        class Partial(Resource):
+            pass

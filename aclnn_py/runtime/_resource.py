@@ -4,6 +4,7 @@ that names the object, ``with`` closing it, and release at collection for what w
 
 from __future__ import annotations
 
+import abc
 from typing import TypeVar
 
 from ..errors import ClosedError
@@ -18,13 +19,19 @@ class Resource:
     # `_open` is each subclass's own slot (or __dict__ entry), so that a subclass may also derive from
     # a compiled base with a layout of its own (a plan derives from _core.PlanBase). Not an abc.ABC: the
     # plan classes are made from a type spec (_core.compiled_plan_class), which takes no metaclass with
-    # a __new__ of its own; a subclass missing a method fails at its first use instead.
+    # a __new__ of its own; __init_subclass__ refuses a subclass without the abstract methods instead.
     __slots__ = ()
     _open: bool
 
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        missing = [name for name in ("_release", "_label") if getattr(cls, name) is getattr(Resource, name)]
+        if missing:
+            raise TypeError(f"{cls.__name__} derives from Resource and must define {', '.join(missing)}")
+
+    @abc.abstractmethod
     def _release(self) -> None:
         """Give the resource back to the C side (called exactly once)."""
-        raise NotImplementedError(f"{type(self).__name__} must define _release")
 
     @property
     def closed(self) -> bool:
@@ -36,9 +43,9 @@ class Resource:
             self._open = False  # type: ignore[misc]  # a subclass's slot (see __slots__)
             self._release()
 
+    @abc.abstractmethod
     def _label(self) -> str:
         """What the object is, e.g. ``Stream(0x55d0…, owned, device 0)`` (its repr while open)."""
-        raise NotImplementedError(f"{type(self).__name__} must define _label")
 
     def require_open(self, operation: str) -> None:
         """Raise :class:`~aclnn_py.ClosedError` naming this object and `operation` if it is closed."""
