@@ -79,7 +79,7 @@ class PlanState:
                  params: tuple[int, ...], last_in: list[object], own_shape: tuple[tuple[int, ...] | None, ...],
                  own_dtype: tuple[DataType | None, ...], outputs: tuple[object, ...], last_out: list[object],
                  bound_in: list[object], tensor_type: type, stream_type: type, on_failure: Callable[[int], None],
-                 ordered: tuple[Any, ...]) -> None: ...
+                 ordered: tuple[Any, ...], result: object) -> None: ...
 
 class PlanBase:
     """The base of plan classes."""

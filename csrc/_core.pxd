@@ -78,6 +78,7 @@ cdef class PlanState:
     cdef list seen_shape            # per slot, SHAPES_SEEN entries: shape objects found equal to the slot's
     cdef tuple own_shape, own_dtype, outputs
     cdef object tensor_type, stream_type, on_failure
+    cdef object result              # what a launched call returns: the plan's own outputs
     cdef dict states                # ordered's states by stream key
     cdef object state_type, hold, checkpoint
     cdef Py_ssize_t every
@@ -86,7 +87,7 @@ cdef class PlanState:
     cdef int bind_and_launch(self, PyObject **values, object stream) except -1
     cdef bint own_outputs(self)
     cdef uintptr_t address(self, TensorBase t, Py_ssize_t i) except? 0
-    cdef int retire(self, object stream, list anchors) except -1
+    cdef object retire(self, object stream, object state, object anchor)
     cdef object state_of(self, object stream)
     cdef bint held_recently(self, StreamStateBase state, object obj, Py_ssize_t window)
 

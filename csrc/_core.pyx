@@ -614,7 +614,7 @@ cdef class PlanState:
 
     def __init__(self, uintptr_t launch, uintptr_t enter, uintptr_t leave, uintptr_t plan, uintptr_t want_in,
                  tuple slots, tuple params, list last_in, tuple own_shape, tuple own_dtype, tuple outputs,
-                 list last_out, list bound_in, tensor_type, stream_type, on_failure, tuple ordered):
+                 list last_out, list bound_in, tensor_type, stream_type, on_failure, tuple ordered, result):
         cdef Py_ssize_t n_slots = len(last_in)
         if not launch or not enter or not leave or not plan or not want_in:
             raise ValueError("PlanState: launch, enter, leave, plan and want_in must be addresses")
@@ -654,6 +654,7 @@ cdef class PlanState:
         self.seen_shape = [shape for shape in own_shape for _ in range(SHAPES_SEEN)]
         self.own_shape, self.own_dtype, self.outputs = own_shape, own_dtype, outputs
         self.tensor_type, self.stream_type, self.on_failure = tensor_type, stream_type, on_failure
+        self.result = result
 
     cdef int step(self, PyObject **values, object stream) except -1:
         """One step, as aclnnpy_plan_enter / _leave bracket the Python path's (while another thread's step
@@ -669,49 +670,48 @@ cdef class PlanState:
         cdef Py_ssize_t k, i
         cdef uintptr_t addr
         cdef TensorBase tb
-        cdef bint taken = True
-        cdef list retired = None
+        cdef PyObject *v
+        cdef PyObject *last
+        cdef PyObject *unbound
         cdef aclnnStatus status
         if type(stream) is not self.stream_type or not (<StreamBase>stream)._open or not self.own_outputs():
             return 0
         cdef aclrtStream handle = <aclrtStream>(<StreamBase>stream).handle
+        cdef object state = None  # the stream's hold state, looked up at the first anchor unbound
+        cdef bint looked_up = False
         for k in range(self.n_values):
-            v = <object>values[k]
+            v = values[k]
             i = self.slots[k]
-            last = self.last_in[i]
-            if v is None and last is None:
+            last = PyList_GET_ITEM(self.last_in, i)
+            if v == <PyObject *>None and last == <PyObject *>None:
                 continue  # absent
             # the same Tensor as last call too: a view's address may have moved since
-            addr = self.address(<TensorBase>v, i) if type(v) is self.tensor_type else 0
+            addr = self.address(<TensorBase>v, i) if type(<object>v) is self.tensor_type else 0
             if not addr:
-                taken = False  # a host array, closed, not of the plan's layout: the Python path
-                break
+                return 0  # a host array, closed, not of the plan's layout: the Python path
             tb = <TensorBase>v
             if tb._writer is not None and tb._writer is not stream:
-                taken = False  # the Python path orders the launch after that write
-                break
+                return 0  # the Python path orders the launch after that write
             self.want_in[i] = addr
             anchor = tb._mem if tb._mem is not None else tb._owner
-            unbound = self.bound_in[i]
-            if anchor is not unbound:  # by anchor, not Tensor: a view rebound since may have a new one
-                if unbound is not None:
-                    if retired is None:
-                        retired = []
-                    retired.append(unbound)
+            unbound = PyList_GET_ITEM(self.bound_in, i)
+            if <PyObject *>anchor != unbound:  # by anchor, not Tensor: a view rebound since may have a new one
+                # held before the list lets go of it: the launches queued before this call read it
+                if unbound != <PyObject *>None:
+                    if not looked_up:
+                        state, looked_up = self.state_of(stream), True
+                    state = self.retire(stream, state, <object>unbound)
                 self.bound_in[i] = anchor
-            if v is not last:
-                self.last_in[i] = v  # what the Python path records
-        if retired is not None:
-            self.retire(stream, retired)
-        if not taken:
-            return 0
+            if v != last:
+                self.last_in[i] = <object>v  # what the Python path records
         with nogil:
             status = self.launch(self.plan, handle)
         if status:
             self.on_failure(status)
             raise SystemError(f"plan step: status {status} was not raised")
         for t in self.outputs:
-            (<TensorBase>t)._writer = stream
+            if (<TensorBase>t)._writer is not stream:
+                (<TensorBase>t)._writer = stream
         return 1
 
     cdef bint own_outputs(self):
@@ -751,23 +751,22 @@ cdef class PlanState:
             return 0
         return <uintptr_t>ptr + <uintptr_t>offset
 
-    cdef int retire(self, object stream, list anchors) except -1:
-        """Hold the anchors a call unbound on `stream`: the launches before it used them. One among the
-        stream's latest holds is held already (a loop alternating a few buffers retires the same ones)."""
-        state = self.state_of(stream)
-        for anchor in anchors:
-            if state is not None and self.held_recently(<StreamStateBase>state, anchor, 4 * self.n_values):
-                continue
-            if state is None:  # the stream's first hold: ordered.hold() makes its state
-                self.hold(stream, anchor)
-                state = self.state_of(stream)
-                continue
-            # reading the open segment and appending to it is one step under the GIL
-            current = (<StreamStateBase>state).current
-            current.append(anchor)
-            if len(current) >= self.every:
-                self.checkpoint(stream)
-        return 0
+    cdef object retire(self, object stream, object state, object anchor):
+        """Hold an anchor a call unbound on `stream` (whose hold state is `state`, or None): the launches
+        before it used it. One among the stream's latest holds is held already (a loop alternating a
+        few buffers retires the same ones). Returns the stream's state after the hold."""
+        if state is not None and self.held_recently(<StreamStateBase>state, anchor, 4 * self.n_values):
+            return state
+        if state is None:  # the stream's first hold: ordered.hold() makes its state
+            self.hold(stream, anchor)
+            return self.state_of(stream)
+        # reading the open segment and appending to it is one step under the GIL
+        current = (<StreamStateBase>state).current
+        current.append(anchor)
+        if len(current) >= self.every:
+            self.checkpoint(stream)
+            return self.state_of(stream)  # the checkpoint opened a new segment
+        return state
 
     cdef object state_of(self, object stream):
         state = self.states.get((<StreamBase>stream)._key)
@@ -797,8 +796,9 @@ cdef class PlanBase:
 
 cdef class PlanCall(Route):
     """The compiled route of a plan class's ``__call__``: a call of a plan whose ``_c_state`` is set, in
-    the steady state, is launched here and returns the plan's attribute `result`; every other call goes
-    to the Python `function` with the arguments as given."""
+    the steady state, is launched here and returns the plan's attribute `result`, a read-only one (the
+    plan's state holds its object); every other call goes to the Python `function` with the arguments
+    as given."""
 
     cdef readonly object function
     cdef readonly str result
@@ -830,37 +830,38 @@ cdef class PlanCall(Route):
     cdef object call_plan(self, PlanBase plan, PyObject *const *args, size_t nargsf, PyObject *kwnames):
         """A call of `plan` with the arguments after it: ``plan(...)`` of a class made by
         compiled_plan_class, or through the method."""
-        if compiled_enabled and plan._c_state is not None \
-                and self.fast_call(plan, args, PyVectorcall_NARGS(nargsf), kwnames):
-            return getattr(plan, self.result)
+        cdef PlanState st = plan._c_state  # kept: `_c_state` may be reset while the launch runs
+        if compiled_enabled and st is not None and self.fast_call(plan, st, args, PyVectorcall_NARGS(nargsf), kwnames):
+            return st.result
         return call_with_self(self.function, plan, args, nargsf, kwnames)
 
-    cdef bint fast_call(self, PlanBase plan, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames) except -1:
+    cdef bint fast_call(self, PlanBase plan, PlanState st, PyObject *const *args, Py_ssize_t nargs,
+                        PyObject *kwnames) except -1:
         """Parse the call by the function's parameter names and launch it: True when launched."""
         cdef PyObject *given[MAX_PARAMS]
         cdef PyObject *values[MAX_PARAMS]
+        cdef PyObject *v
+        cdef PyObject *stream = <PyObject *>None
         cdef Py_ssize_t i, k, a
-        cdef PlanState st = plan._c_state  # kept: `_c_state` may be reset while the launch runs
         cdef Py_ssize_t n = self.params.n
         if st.n_params != n or not self.params.bind(given, args, nargs, kwnames):
             return False
-        stream = None
         for k in range(st.n_values):
             values[k] = <PyObject *>None
-        for i in range(n):
-            v = None if given[i] == NULL else <object>given[i]
+        for i in range(n):  # the arguments are the caller's: alive until this call returns
+            v = <PyObject *>None if given[i] == NULL else given[i]
             a = st.params[i]
             if a == ROLE_STREAM:
                 stream = v
             elif a == ROLE_NONE:
-                if v is not None:
+                if v != <PyObject *>None:
                     return False
             else:
-                values[a] = <PyObject *>v if given[i] != NULL else <PyObject *>None
-        if not st.step(values, stream):
+                values[a] = v
+        if not st.step(values, <object>stream):
             return False
-        if plan._stream is not stream:
-            plan._stream = stream
+        if plan._stream is not <object>stream:
+            plan._stream = <object>stream
         return True
 
 

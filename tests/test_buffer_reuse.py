@@ -196,6 +196,10 @@ def test_a_call_on_another_stream_gets_new_outputs(acl: Any) -> None:
             out = _dispatch(buf, s, sets[0])
             first = id(out)
             del out
+            # collective calls must run in one order on every rank: the second waits for the first
+            done = acl.Event()
+            done.record(s)
+            s2.wait_event(done)
             nxt = _dispatch(buf, s2, sets[1])
             s2.synchronize()
             return {"new": id(nxt) != first}

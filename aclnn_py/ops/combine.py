@@ -229,10 +229,15 @@ class CombinePlan(Plan):
                                    repeatable=True)
         super().__init__(prepared)
         self.config = cfg
-        self.x_out = prepared.result
+        self._x_out: Tensor = prepared.result
         self._with_es = with_expert_scales
         self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
         self._c_state = self._fast_path(PLAN_INPUTS if with_expert_scales else PLAN_INPUTS_UNWEIGHTED)
+
+    @property
+    def x_out(self) -> Tensor:
+        """The plan's own output: what a call without `x_out` writes and returns."""
+        return self._x_out
 
     @compiled_plan_call("x_out")
     def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,

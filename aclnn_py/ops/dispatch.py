@@ -296,9 +296,14 @@ class DispatchPlan(Plan):
         self.config = cfg
         self.bs, self.hidden, self.topk = int(bs), int(hidden), int(topk)
         self.x_dtype = as_datatype(x_dtype)
-        self.outputs = prepared.result
+        self._outputs: DispatchOutputs = prepared.result
         self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
         self._c_state = self._fast_path(PLAN_INPUTS)
+
+    @property
+    def outputs(self) -> DispatchOutputs:
+        """The plan's own outputs: what a call without `outputs` writes and returns."""
+        return self._outputs
 
     @compiled_plan_call("outputs")
     def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,

@@ -41,8 +41,9 @@ else:
 
 def compiled_plan_call(result: str) -> Callable[[F], F]:
     """Decorate a plan class's ``__call__`` so that its steady-state calls are parsed and launched by the
-    compiled core (``aclnn_py._core.PlanCall``), which then returns the plan's attribute `result`; every
-    other call runs the decorated function. Without the compiled parts the function stays as it is."""
+    compiled core (``aclnn_py._core.PlanCall``), which then returns the plan's attribute `result` (a
+    read-only property: the plan's compiled state holds the object it gives); every other call runs the
+    decorated function. Without the compiled parts the function stays as it is."""
     try:
         from .._core import compiled_plan_call as compiled
     except ImportError:
@@ -275,7 +276,8 @@ class Plan(Resource, PlanBase):
             int(ffi.cast("uintptr_t", self._args)), int(ffi.cast("uintptr_t", self._want_in)), in_slots, params,
             self._last_in, tuple(None if t is None else t.shape for t in own),
             tuple(None if t is None else t.dtype for t in own), tuple(self._own_out), self._last_out, self._bound_in,
-            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view())
+            Tensor, Stream, functools.partial(_launch_failed, self._args, self._op), ordered.compiled_view(),
+            getattr(self, route.result))
 
     @property
     def workspace_size(self) -> int:

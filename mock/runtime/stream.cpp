@@ -4,7 +4,8 @@
 // numbers (never pointers) looked up in a registry, so a destroyed or garbage handle is reported
 // (ACL_ERROR_RT_INVALID_HANDLE, 107017) instead of being dereferenced, and a handle value is never
 // reused. A NULL stream is the current device's default stream, created lazily and kept for the
-// life of the process. Waiting (synchronize, events) uses condition variables, never spinning.
+// life of the process. Waiting (synchronize, events) uses condition variables, never spinning; only
+// a worker whose queue just ran empty polls it for a few microseconds before it sleeps.
 //
 // Process lifetime: the registries are heap objects that are never destroyed, and this library pins
 // itself (RTLD_NODELETE) when it starts its first worker, so at interpreter shutdown or exit() idle
@@ -39,6 +40,14 @@ std::atomic<uint64_t> g_tasks_run{0};
 std::atomic<uint64_t> g_tasks_failed{0};
 std::atomic<uint64_t> g_next_id{1};
 thread_local const Stream *t_worker_of = nullptr;
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    asm volatile("yield");
+#endif
+}
 }  // namespace
 
 void pin_library_of(const void *addr) {
@@ -80,6 +89,8 @@ public:
                             name ? name : "enqueue");
             q.push_back(Item{std::move(t), name ? name : "task", ++submitted});
             if (ticket) *ticket = submitted;
+            pushed.store(submitted, std::memory_order_release);
+            if (!sleeping) return ACL_SUCCESS;  // the worker is running or polling: no wake needed
         }
         cv_work.notify_one();
         return ACL_SUCCESS;
@@ -120,7 +131,15 @@ private:
             Item it;
             {
                 std::unique_lock<std::mutex> lk(mu);
+                if (q.empty() && !stop) {
+                    uint64_t seen = submitted;
+                    lk.unlock();
+                    poll_for_work(seen);
+                    lk.lock();
+                }
+                sleeping = true;
                 cv_work.wait(lk, [&] { return stop || !q.empty(); });
+                sleeping = false;
                 if (q.empty()) return;  // stop requested and drained
                 it = std::move(q.front());
                 q.pop_front();
@@ -157,6 +176,24 @@ private:
         }
     }
 
+    // An idle worker polls for new work a few microseconds before it sleeps: a host that launches
+    // steadily (a serving loop) then never pays a futex wake per launch, as a device's doorbell costs
+    // no system call; a quiet stream sleeps on the condition variable as before.
+    void poll_for_work(uint64_t seen) const {
+        auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollMicros);
+        for (int i = 1;; ++i) {
+            if (pushed.load(std::memory_order_acquire) != seen) return;
+            cpu_relax();
+            if (i % 64 == 0) {
+                if (std::chrono::steady_clock::now() >= until) return;
+                std::this_thread::yield();
+            }
+        }
+    }
+
+    static constexpr int kPollMicros = 20;
+    std::atomic<uint64_t> pushed{0};
+    bool sleeping = false;  // waiting on cv_work (under mu)
     std::deque<Item> q;
     bool stop = false;
     std::thread worker;

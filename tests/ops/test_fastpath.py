@@ -91,17 +91,22 @@ def _mixed_sequence(acl, buf, stream, rng):
             d = plan(*args, stream=stream)
         stream.synchronize()
         same = _same_as_per_call(buf, stream, d, host)
-        report.append((name, same, python_path.n - before, d.expand_x._writer is stream))
+        report.append((name, same, python_path.n - before, d.expand_x._writer is stream, d is plan.outputs))
+    try:
+        plan.outputs = d  # type: ignore[misc]
+        report.append(("outputs assigned", True, 0, True, True))
+    except AttributeError:
+        pass  # read-only: what the C step returns is always what the attribute gives
     plan.close()
     return report
 
 
 def test_the_c_step_gives_the_python_paths_bytes_and_takes_only_its_calls(acl):
     for report in _run(_mixed_sequence):
-        assert [(name, same, writer) for name, same, _, writer in report] == \
-            [(name, True, True) for name, *_ in report]
+        assert [(name, same, writer, own) for name, same, _, writer, own in report] == \
+            [(name, True, True, True) for name, *_ in report]
         # host arrays are uploaded by the Python path; Tensors of the plan's layout never reach it
-        assert {name: python for name, _, python, _ in report} == {
+        assert {name: python for name, _, python, *_ in report} == {
             "tensors A": 0, "host arrays": 1, "tensors A again": 0, "same tensors": 0, "tensors B": 0,
             "by keyword": 0, "bound method": 0}
 
@@ -296,6 +301,9 @@ def test_a_plan_class_keeps_its_signature_and_a_subclass_its_own_call(acl):
     assert not hasattr(Traced.__call__, "compiled")  # its __call__ is its own: no compiled state is made for it
     for cls in (DispatchPlan, CombinePlan):
         assert isinstance(cls.__call__, _core.CompiledPlanCall) and isinstance(cls.__call__.compiled, _core.PlanCall)
+        # the compiled call returns the object its state holds: the attribute it names cannot be reassigned
+        result = getattr(cls, cls.__call__.compiled.result)
+        assert isinstance(result, property) and result.fset is None
 
 
 def _launch_failure(acl, buf, stream, rng):
@@ -384,7 +392,7 @@ def test_the_step_state_checks_what_it_is_given(acl):
 
     def state(launch, slots, params, tensor_type=Tensor, on_failure=print, ordered_view=view):
         return _core.PlanState(launch, 1, 1, 1, 1, slots, params, [None], (None,), (None,), (), [None], [None],
-                               tensor_type, Stream, on_failure, ordered_view)
+                               tensor_type, Stream, on_failure, ordered_view, None)
 
     with pytest.raises(TypeError, match="must derive from TensorBase / StreamBase"):
         state(1, (0,), (0,), tensor_type=NoSlots)
