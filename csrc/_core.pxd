@@ -2,6 +2,7 @@
 # that derive from these bases (aclnn_py.Tensor, aclnn_py.Stream, the stream-ordered state, MoeConfig)
 # and by the compiled core (csrc/_core.pyx), which reads their fields instead of looking them up by name.
 
+cimport cython
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 
@@ -63,6 +64,7 @@ cdef class PackedBase:
     cdef const char **strings
 
 
+@cython.final
 cdef class PlanState:
     """A plan's fixed part, what its compiled __call__ reads (aclnn_py.ops.executor.Plan._fast_path)."""
     cdef aclnnpy_plan *plan
@@ -85,11 +87,11 @@ cdef class PlanState:
 
     cdef int step(self, PyObject **values, object stream) except -1
     cdef int bind_and_launch(self, PyObject **values, object stream) except -1
-    cdef bint own_outputs(self)
+    cdef bint own_outputs(self) noexcept
     cdef uintptr_t address(self, TensorBase t, Py_ssize_t i) except? 0
     cdef object retire(self, object stream, object state, object anchor)
     cdef object state_of(self, object stream)
-    cdef bint held_recently(self, StreamStateBase state, object obj, Py_ssize_t window)
+    cdef bint held_recently(self, StreamStateBase state, object obj, Py_ssize_t window) noexcept
 
 
 cdef class PlanBase:

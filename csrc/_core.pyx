@@ -19,8 +19,8 @@ import functools
 import inspect
 
 cimport cython
-from cpython.ref cimport PyObject
-from cpython.list cimport PyList_GET_ITEM
+from cpython.ref cimport Py_INCREF, Py_XDECREF, PyObject
+from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE, PyList_SET_ITEM
 from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE
 
 
@@ -610,6 +610,17 @@ def compiled_operator(function, setup):
 # another stream) is the Python __call__'s, before anything was launched.
 
 
+cdef inline int list_put(list items, Py_ssize_t i, object value) except -1:
+    """items[i] = value, without the generic item assignment's call (a plan step makes several)."""
+    if not 0 <= i < PyList_GET_SIZE(items):
+        raise IndexError("PlanState: a list it shares with the plan changed length")
+    cdef PyObject *old = PyList_GET_ITEM(items, i)
+    Py_INCREF(value)
+    PyList_SET_ITEM(items, i, value)
+    Py_XDECREF(old)  # last: its release may run a finalizer
+    return 0
+
+
 cdef class PlanState:
 
     def __init__(self, uintptr_t launch, uintptr_t enter, uintptr_t leave, uintptr_t plan, uintptr_t want_in,
@@ -701,9 +712,9 @@ cdef class PlanState:
                     if not looked_up:
                         state, looked_up = self.state_of(stream), True
                     state = self.retire(stream, state, <object>unbound)
-                self.bound_in[i] = anchor
+                list_put(self.bound_in, i, anchor)
             if v != last:
-                self.last_in[i] = <object>v  # what the Python path records
+                list_put(self.last_in, i, <object>v)  # what the Python path records
         with nogil:
             status = self.launch(self.plan, handle)
         if status:
@@ -714,7 +725,7 @@ cdef class PlanState:
                 (<TensorBase>t)._writer = stream
         return 1
 
-    cdef bint own_outputs(self):
+    cdef bint own_outputs(self) noexcept:
         """The outputs bound to the executor are the plan's own (no caller's output is)."""
         for t in self.last_out:
             if t is not None:
@@ -774,11 +785,13 @@ cdef class PlanState:
             return None
         return state
 
-    cdef bint held_recently(self, StreamStateBase state, object obj, Py_ssize_t window):
+    cdef bint held_recently(self, StreamStateBase state, object obj, Py_ssize_t window) noexcept:
         cdef list current = state.current
-        cdef Py_ssize_t n = len(current), j
+        if current is None:
+            return False
+        cdef Py_ssize_t n = PyList_GET_SIZE(current), j
         for j in range(n - 1, max(n - window, 0) - 1, -1):
-            if current[j] is obj:
+            if PyList_GET_ITEM(current, j) == <PyObject *>obj:
                 return True
         return False
 
