@@ -86,14 +86,20 @@ COMBINE_TENSORS = (("x", "expand_x", False), ("topk_idx", "expert_ids", False),
                    ("shared_expert_x", "shared_expert_x", True), ("elastic_info", "elastic_info", True),
                    ("ori_x", "ori_x", True), ("const_expert_alpha_1", "const_expert_alpha_1", True),
                    ("const_expert_alpha_2", "const_expert_alpha_2", True), ("const_expert_v", "const_expert_v", True))
-DISPATCH_KEY = (("num_experts", None), ("comm_alg", None), ("quant_mode", None), (None, 0),
-                ("zero_expert_num", None), ("copy_expert_num", None), ("const_expert_num", None),
-                ("expert_shard_type", None), ("shared_expert_num", None), ("shared_expert_rank_num", None),
-                ("expert_token_nums_type", None), ("num_max_dispatch_tokens_per_rank", None))
-COMBINE_KEY = (("num_experts", None), ("comm_alg", None), (None, 0), ("comm_quant_mode", None),
-               ("zero_expert_num", None), ("copy_expert_num", None), ("const_expert_num", None),
-               ("expert_shared_type", None), ("shared_expert_num", None), ("shared_expert_rank_num", None),
-               (None, 1), ("num_max_dispatch_tokens_per_rank", None))
+#: What makes a buffer's MoeConfig, in the order of its key in the buffer's config cache.
+CONFIG_FIELDS = ("num_experts", "comm_alg", "quant_mode", "comm_quant_mode", "zero_expert_num", "copy_expert_num",
+                 "const_expert_num", "expert_shard_type", "shared_expert_num", "shared_expert_rank_num",
+                 "expert_token_nums_type", "num_max_dispatch_tokens_per_rank")
+
+
+def _key_params(renamed: Mapping[str, str], fixed: Mapping[str, int]) -> tuple[tuple[str | None, int | None], ...]:
+    """A method's config key, per CONFIG_FIELDS entry: (the method's parameter that gives it, None) — the
+    field's own name unless `renamed` — or (None, its value) when `fixed` by the method."""
+    return tuple((None, fixed[f]) if f in fixed else (renamed.get(f, f), None) for f in CONFIG_FIELDS)
+
+
+DISPATCH_KEY = _key_params({}, {"comm_quant_mode": 0})
+COMBINE_KEY = _key_params({"expert_shard_type": "expert_shared_type"}, {"quant_mode": 0, "expert_token_nums_type": 1})
 #: Output sets a method keeps for reuse: a loop holding one step's results while it makes the next one's
 #: (``r = buf.low_latency_dispatch(...)`` rebinds `r` after the call) needs two; more would keep device
 #: memory (expand_x can be large) out of the pool for loops that rarely need it.
@@ -278,13 +284,11 @@ class MoeDistributeBuffer(BufferBase):
                                          num_shared_expert, num_shared_expert_ranks, comm_alg)
 
     # ---- attributes -------------------------------------------------------------------------------------
-    def _config(self, method: str, names: Mapping[str, str], num_experts: int, comm_alg: str, quant_mode: int,
-                comm_quant_mode: int, zero: int, copy: int, const: int, shard: int, shared: int, shared_ranks: int,
-                token_nums_type: int, max_tokens: int) -> tuple[MoeConfig, tuple[object, ...]]:
-        """The config of these attributes (made once per distinct set) and its key, the attributes in
-        the order of DISPATCH_KEY / COMBINE_KEY."""
-        key = (num_experts, comm_alg, quant_mode, comm_quant_mode, zero, copy, const, shard, shared, shared_ranks,
-               token_nums_type, max_tokens)
+    def _config(self, method: str, names: Mapping[str, str], key_params: tuple[tuple[str | None, int | None], ...],
+                **given: object) -> tuple[MoeConfig, tuple[object, ...]]:
+        """The config of a call's attributes (made once per distinct set) and its key: `given` by the
+        method's parameter names, `key_params` (DISPATCH_KEY / COMBINE_KEY) says which gives each field."""
+        key = tuple(given[param] if param is not None else value for param, value in key_params)
         try:
             cfg = self._configs.get(key)
         except TypeError:  # an unhashable argument: MoeConfig names it below
@@ -292,14 +296,14 @@ class MoeDistributeBuffer(BufferBase):
         self.comm.require_open(f"run {method}")
         if cfg is not None:
             return cfg, key
+        fields: dict[str, Any] = dict(zip(CONFIG_FIELDS, key))
+        max_tokens = fields.pop("num_max_dispatch_tokens_per_rank")
         global_bs = max_tokens * self.world_size if type(max_tokens) is int else max_tokens
         try:
-            cfg = MoeConfig(ep_world_size=self.world_size, ep_rank_id=self.rank_id, moe_expert_num=num_experts,
-                            ccl_buffer_size=self.ccl_buffer_size, expert_shard_type=shard, shared_expert_num=shared,
-                            shared_expert_rank_num=shared_ranks, zero_expert_num=zero, copy_expert_num=copy,
-                            const_expert_num=const, global_bs=global_bs, comm_alg=comm_alg, quant_mode=quant_mode,
-                            expert_token_nums_type=token_nums_type, comm_quant_mode=comm_quant_mode, soc=self.soc,
-                            generation=self.generation, group_ep=self.group_name if self.context is None else "")
+            cfg = MoeConfig(ep_world_size=self.world_size, ep_rank_id=self.rank_id,
+                            moe_expert_num=fields.pop("num_experts"), ccl_buffer_size=self.ccl_buffer_size,
+                            global_bs=global_bs, soc=self.soc, generation=self.generation,
+                            group_ep=self.group_name if self.context is None else "", **fields)
         except TypeError as exc:
             raise TypeError(f"{method}(): {renamed(exc, names)}") from None
         if len(self._configs) > 64:
@@ -343,9 +347,12 @@ class MoeDistributeBuffer(BufferBase):
         low-precision x given as uint8 codes (HiFloat8, or packed fp4 of shape (BS, H/2));
         ``x_smooth_scales_dtype`` that of ``x_smooth_scale`` (e.g. ``DataType.FLOAT8_E8M0`` for per-token
         e8m0 bytes). Each takes a numpy / ml_dtypes dtype or an ``aclnn_py.DataType``."""
-        cfg, key = self._config("low_latency_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0,
-                           zero_expert_num, copy_expert_num, const_expert_num, expert_shard_type, shared_expert_num,
-                           shared_expert_rank_num, expert_token_nums_type, num_max_dispatch_tokens_per_rank)
+        cfg, key = self._config(
+            "low_latency_dispatch", DISPATCH_NAMES, DISPATCH_KEY, num_experts=num_experts, comm_alg=comm_alg,
+            quant_mode=quant_mode, zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
+            const_expert_num=const_expert_num, expert_shard_type=expert_shard_type, shared_expert_num=shared_expert_num,
+            shared_expert_rank_num=shared_expert_rank_num, expert_token_nums_type=expert_token_nums_type,
+            num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank)
         s = self.comm.stream_for(stream)
         outputs = None
         plain = x_dtype is None and x_smooth_scales_dtype is None and y_dtype is None
@@ -383,9 +390,12 @@ class MoeDistributeBuffer(BufferBase):
         if assist_info_for_combine is None or ep_send_counts is None:
             raise ValueError("low_latency_combine: assist_info_for_combine and ep_send_counts are required "
                              "(pass the dispatch outputs)")
-        cfg, key = self._config("low_latency_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode,
-                           zero_expert_num, copy_expert_num, const_expert_num, expert_shared_type, shared_expert_num,
-                           shared_expert_rank_num, 1, num_max_dispatch_tokens_per_rank)
+        cfg, key = self._config(
+            "low_latency_combine", COMBINE_NAMES, COMBINE_KEY, num_experts=num_experts, comm_alg=comm_alg,
+            comm_quant_mode=comm_quant_mode, zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
+            const_expert_num=const_expert_num, expert_shared_type=expert_shared_type,
+            shared_expert_num=shared_expert_num, shared_expert_rank_num=shared_expert_rank_num,
+            num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank)
         s = self.comm.stream_for(stream)
         optional = (topk_weights, x_active_mask, expand_scales, shared_expert_x, elastic_info, ori_x,
                     const_expert_alpha_1, const_expert_alpha_2, const_expert_v)
@@ -412,9 +422,12 @@ class MoeDistributeBuffer(BufferBase):
         """A :class:`~aclnn_py.ops.DispatchPlan` on this communicator: one phase 1, then each call
         ``plan(x, topk_idx, topk_weights=..., x_active_mask=..., scales=...)`` is a launch
         (``expert_scales=`` is the same input as ``topk_weights=``; its errors use this class's names)."""
-        cfg, _ = self._config("plan_dispatch", DISPATCH_NAMES, num_experts, comm_alg, quant_mode, 0, zero_expert_num,
-                           copy_expert_num, const_expert_num, 0, shared_expert_num, shared_expert_rank_num,
-                           expert_token_nums_type, num_max_dispatch_tokens_per_rank)
+        cfg, _ = self._config(
+            "plan_dispatch", DISPATCH_NAMES, DISPATCH_KEY, num_experts=num_experts, comm_alg=comm_alg,
+            quant_mode=quant_mode, zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
+            const_expert_num=const_expert_num, expert_shard_type=0, shared_expert_num=shared_expert_num,
+            shared_expert_rank_num=shared_expert_rank_num, expert_token_nums_type=expert_token_nums_type,
+            num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank)
         plan = DispatchPlan(self.context, bs=num_tokens, hidden=hidden, topk=topk, x_dtype=x_dtype, config=cfg,
                             scales_shape=smooth_scales_shape, scales_dtype=x_smooth_scales_dtype,
                             mask_shape=mask_shape, with_expert_scales=with_weights, y_dtype=y_dtype,
@@ -433,9 +446,12 @@ class MoeDistributeBuffer(BufferBase):
         """A :class:`~aclnn_py.ops.CombinePlan` sized from a dispatch plan's outputs: each call is
         ``plan(expert_out, topk_idx, assist_info, ep_send_counts, topk_weights, ...)`` (its errors use
         this class's names)."""
-        cfg, _ = self._config("plan_combine", COMBINE_NAMES, num_experts, comm_alg, 0, comm_quant_mode, zero_expert_num,
-                           copy_expert_num, const_expert_num, 0, shared_expert_num, shared_expert_rank_num, 1,
-                           num_max_dispatch_tokens_per_rank)
+        cfg, _ = self._config(
+            "plan_combine", COMBINE_NAMES, COMBINE_KEY, num_experts=num_experts, comm_alg=comm_alg,
+            comm_quant_mode=comm_quant_mode, zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,
+            const_expert_num=const_expert_num, expert_shared_type=0, shared_expert_num=shared_expert_num,
+            shared_expert_rank_num=shared_expert_rank_num,
+            num_max_dispatch_tokens_per_rank=num_max_dispatch_tokens_per_rank)
         d = dispatch_plan.outputs
         plan = CombinePlan(
             self.context, a=d.expand_x.shape[0], bs=dispatch_plan.bs, hidden=dispatch_plan.hidden,
