@@ -727,8 +727,9 @@ cdef class PlanState:
 
     cdef bint own_outputs(self) noexcept:
         """The outputs bound to the executor are the plan's own (no caller's output is)."""
-        for t in self.last_out:
-            if t is not None:
+        cdef Py_ssize_t j
+        for j in range(PyList_GET_SIZE(self.last_out)):
+            if PyList_GET_ITEM(self.last_out, j) != <PyObject *>None:
                 return False
         return True
 
