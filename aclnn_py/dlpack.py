@@ -94,7 +94,9 @@ _api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 # ------------------------------------------------------------------------------------------ export
 
-_live_lock = threading.Lock()
+# Reentrant: the sweep a deleter schedules is a pending call, which CPython may run inside a sweep (or
+# an export) this thread is running, at any point the interpreter checks for pending work.
+_live_lock = threading.RLock()
 _live: dict[int, Any] = {}   # address of the managed struct -> (done flag, what keeps it and the memory)
 
 
@@ -131,8 +133,8 @@ def sweep() -> int:
     """Release the exports their consumers are done with; returns how many exports are still live.
     Runs by itself shortly after a consumer calls the deleter."""
     with _live_lock:
-        for addr in [a for a, entry in _live.items() if entry[0][0]]:
-            del _live[addr]
+        for addr in [a for a, entry in list(_live.items()) if entry[0][0]]:  # over a copy: a nested sweep
+            _live.pop(addr, None)                                             # may remove entries meanwhile
         return len(_live)
 
 

@@ -457,6 +457,15 @@ def test_a_failed_deferred_release_is_reported_as_unraisable(acl: Any, device0: 
         ordered.release_after(s, failing_release)
 
 
+def _clean_run(code: str, timeout: float) -> list[str]:
+    """`code` run in a child interpreter, which must exit cleanly (a hang fails at `timeout` instead of
+    stalling the suite) and report no ignored exception: its output lines."""
+    r = run_python(code, timeout=timeout)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "Exception ignored" not in r.stderr, r.stderr
+    return r.stdout.splitlines()
+
+
 def test_finalizers_run_by_a_release_may_hold_and_close_streams() -> None:
     """Dropping what a stream held runs finalizers: a closed plan's release, or the __del__ of an
     unclosed object (a plan, a stream) that was only kept by the hold. They take the holds' lock
@@ -476,10 +485,7 @@ def test_finalizers_run_by_a_release_may_hold_and_close_streams() -> None:
             "print('held after the synchronisation:', ordered.held(s))\n"
             "s.close()\n"
             "print('done')\n")
-    r = run_python(code, timeout=60)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["held after the synchronisation: 1", "done"], r.stdout + r.stderr
-    assert "Exception ignored" not in r.stderr
+    assert _clean_run(code, timeout=60) == ["held after the synchronisation: 1", "done"]
 
 
 def test_the_collector_may_finalize_objects_inside_the_librarys_locks() -> None:
@@ -512,10 +518,43 @@ def test_the_collector_may_finalize_objects_inside_the_librarys_locks() -> None:
             "gc.set_threshold(700); del c; gc.collect()\n"
             "s.synchronize(); ordered.reap()\n"
             "print('in use:', get_memory_pool().used_bytes())\n")
-    r = run_python(code, timeout=120)
-    assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["in use: 0"], r.stdout + r.stderr
-    assert "Exception ignored" not in r.stderr, r.stderr
+    assert _clean_run(code, timeout=120) == ["in use: 0"]
+
+
+def test_a_sweep_scheduled_while_exports_are_swept_runs_inside_that_sweep() -> None:
+    """A consumer finishing with a DLPack export (its deleter, here from another thread) schedules a
+    sweep as a pending call, which CPython may run inside a sweep this thread is in the middle of:
+    it runs there too, and neither loses nor double-releases an export (before, it deadlocked on the
+    exports' lock). In a subprocess: a hang there cannot stall the suite."""
+    code = ("import ctypes, sys, threading\n"
+            "import numpy as np\n"
+            "import aclnn_py as acl\n"
+            "from aclnn_py import dlpack\n"
+            "sys.setswitchinterval(1e-5)\n"
+            "acl.init('mock'); acl.Device(0).set_current()\n"
+            "t = acl.Tensor.from_numpy(np.ones(4, np.float32))\n"
+            "get, rename = ctypes.pythonapi.PyCapsule_GetPointer, ctypes.pythonapi.PyCapsule_SetName\n"
+            "get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]\n"
+            "rename.restype, rename.argtypes = ctypes.c_int, [ctypes.py_object, ctypes.c_char_p]\n"
+            "class Managed(ctypes.Structure):  # DLManagedTensor: the tensor, manager_ctx, deleter\n"
+            "    _fields_ = [('dl', ctypes.c_byte * 48), ('ctx', ctypes.c_void_p),\n"
+            "                ('deleter', ctypes.CFUNCTYPE(None, ctypes.c_void_p))]\n"
+            "kept = [t.__dlpack__() for _ in range(300)]  # live: every sweep walks them\n"
+            "finished = [t.__dlpack__() for _ in range(1500)]\n"
+            "addresses = [get(c, b'dltensor') for c in finished]\n"
+            "for c in finished:\n"
+            "    rename(c, b'used_dltensor')  # consumed, as a consumer marks it\n"
+            "def consumer():\n"
+            "    for a in addresses:\n"
+            "        Managed.from_address(a).deleter(a)\n"
+            "th = threading.Thread(target=consumer); th.start()\n"
+            "while th.is_alive():\n"
+            "    dlpack.sweep()\n"
+            "th.join()\n"
+            "print('live:', dlpack.sweep())\n"
+            "del kept\n"
+            "print('live:', dlpack.sweep())\n")
+    assert _clean_run(code, timeout=60) == ["live: 300", "live: 0"]
 
 
 def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> None:
