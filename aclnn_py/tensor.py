@@ -267,6 +267,9 @@ class Tensor(TensorBase):
         described as 1-D, as torch_npu does."""
         d = self._desc
         if d is None:
+            if self._desc_addr is not None:  # made by an operator's compiled call, with this layout
+                d = self._desc = initialized().ffi.cast("aclTensor *", self._desc_addr)
+                return d
             if not self._open:
                 raise ClosedError(self._label(), "pass it to an operator")
             b = initialized()
@@ -289,8 +292,8 @@ class Tensor(TensorBase):
         """The descriptor, no longer this Tensor's to destroy (None when it has none): for an executor
         that refers to it and outlives the Tensor. Pass it to :func:`destroy_descriptor` once the
         executor is destroyed."""
-        d, self._desc = self._desc, None
-        self._desc_addr = None
+        d = self.descriptor() if self._desc_addr is not None else None
+        self._desc, self._desc_addr = None, None
         return d
 
     # ---- host transfer -------------------------------------------------------------------------------

@@ -36,6 +36,59 @@ ctypedef int (*refill_fn)(void *const *ptrs, const size_t *sizes, size_t n, void
 cdef refill_fn refill_async = NULL
 
 
+# aclCreateTensor, with plain C types for its enum parameters (aclDataType, aclFormat)
+ctypedef aclTensor *(*create_tensor_fn)(const int64_t *dims, uint64_t n_dims, int dtype, const int64_t *strides,
+                                        int64_t offset, int fmt, const int64_t *storage, uint64_t n_storage,
+                                        void *data) noexcept nogil
+cdef create_tensor_fn create_tensor = NULL
+cdef int format_nd = 0
+
+
+def set_tensor_maker(uintptr_t address, int fmt):
+    """The backend's aclCreateTensor and ACL_FORMAT_ND: an operator's compiled call describes a plain
+    input Tensor that has no descriptor yet (a model's new activations) with them, as
+    Tensor.descriptor() describes it."""
+    global create_tensor, format_nd
+    create_tensor, format_nd = <create_tensor_fn>address, fmt
+
+
+cdef enum:
+    MAX_DESCRIBED_DIMS = 16  # a Tensor of more dimensions is described by Tensor.descriptor()
+
+
+cdef bint describe_plain(TensorBase t) except -1:
+    """Give `t` its descriptor here when it is contiguous from the start of its storage, with the
+    layout Tensor.descriptor() gives (row-major strides, offset 0, 1-D storage of its elements): True
+    when made; False leaves it to that method (another layout, or aclCreateTensor refused)."""
+    cdef int64_t dims[MAX_DESCRIBED_DIMS]
+    cdef int64_t strides[MAX_DESCRIBED_DIMS]
+    cdef int64_t storage = 1, step = 1, d
+    cdef int overflow = 0
+    cdef long long ptr
+    cdef Py_ssize_t i, n
+    cdef aclTensor *made
+    if create_tensor == NULL or not t._contiguous or type(t.shape) is not tuple or type(t._ptr) is not int \
+            or type(t._offset_nbytes) is not int or t._offset_nbytes != 0 or not isinstance(t.dtype, int):
+        return False
+    n = PyTuple_GET_SIZE(t.shape)
+    if n > MAX_DESCRIBED_DIMS:
+        return False
+    for i in range(n - 1, -1, -1):
+        d = <object>PyTuple_GET_ITEM(t.shape, i)
+        dims[i], strides[i] = d, step
+        step *= d if d > 1 else 1
+        storage *= d
+    ptr = PyLong_AsLongLongAndOverflow(t._ptr, &overflow)
+    if overflow or ptr <= 0:
+        return False
+    made = create_tensor(dims if n else NULL, <uint64_t>n, <int>t.dtype, strides if n else NULL, 0, format_nd,
+                         &storage, 1, <void *>ptr)
+    if made == NULL:
+        return False
+    t.desc = <uintptr_t>made
+    return True
+
+
 def set_poison_refill(uintptr_t address):
     """The mock's aclmockRefillPoisonAsync (0: none, as on CANN): outputs a buffer reuses get the
     poison of new memory again, queued on the stream of the call that reuses them."""
@@ -468,7 +521,8 @@ cdef class OpSpec:
             if not tb.desc:
                 if not describe or not tb._open:
                     return None  # no descriptor yet, or closed: Python makes it or raises
-                t.descriptor()
+                if not describe_plain(tb):
+                    t.descriptor()
             table[i] = <aclTensor *>tb.desc
             held[i] = tb._mem if tb._mem is not None else tb._owner
             w = tb._writer

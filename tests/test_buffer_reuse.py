@@ -334,3 +334,36 @@ def test_an_error_of_the_compiled_method_names_the_callers_parameter(acl: Any) -
     for r, want in zip(_world(acl, scenario), _world(acl, plain)):
         assert "topk_idx" in r["message"] and "expert_ids" not in r["message"], r["message"]
         assert r["counts"] == want["counts"]
+
+
+def test_new_input_tensors_are_described_by_the_compiled_call(acl: Any) -> None:
+    """A serving loop's activations are new Tensors each step, with no descriptor yet: the compiled
+    route makes it (the layout Tensor.descriptor() makes: the same bytes as the Python route), the
+    Tensor owns it as if it had made it itself, and closing the Tensor destroys it."""
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        b = acl.backend()
+        ffi, lib = b.ffi, b.lib
+        made_in_call, snapshots, alive_after_close = [], [], []
+        for step in range(4):
+            x, ids, w = (acl.Tensor.from_numpy(t.numpy()) for t in sets[step % 2])  # new, undescribed
+            out = _dispatch(buf, s, (x, ids, w))
+            made_in_call.append(x._desc is None and x._desc_addr is not None)
+            snapshots.append(_snapshot(out, s))
+            addr = x._desc_addr
+            same = int(ffi.cast("uintptr_t", x.descriptor())) == addr  # the Tensor hands out the one made
+            kind = ffi.new("aclDataType *")
+            described = lib.aclGetDataType(ffi.cast("aclTensor *", addr), kind) == 0 and kind[0] == int(x.dtype)
+            del out
+            for t in (x, ids, w):
+                t.close()
+            gone = lib.aclGetDataType(ffi.cast("aclTensor *", addr), kind) != 0  # destroyed with the Tensor
+            alive_after_close.append((same, described, gone))
+        return {"made in call": made_in_call, "snapshots": snapshots, "checks": alive_after_close}
+
+    compiled, python = _world(acl, scenario), _world(acl, scenario, compiled=False)
+    for c, p in zip(compiled, python):
+        assert c["made in call"] == [False, True, True, True]  # the first call is the method's (it keeps outputs)
+        assert p["made in call"] == [False] * 4
+        assert c["snapshots"] == p["snapshots"]
+        assert c["checks"] == p["checks"] == [(True, True, True)] * 4
