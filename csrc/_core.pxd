@@ -32,12 +32,15 @@ cdef class TensorBase:
     cdef public object _mem         # DeviceMemory owned, or None
     cdef public object _owner       # what keeps borrowed memory valid, or None
     cdef public object _writer      # the Stream whose queued work last wrote it, or None
-    cdef public object _ptr         # int: the storage base
-    cdef public object _offset_nbytes
+    cdef object ptr_value           # _ptr: int, the storage base
+    cdef object offset_value        # _offset_nbytes: int, the view's start within it
+    cdef uintptr_t data             # their sum, kept as they are set; 0 unless both are ints, base > 0, offset >= 0
     cdef public bint _open
     cdef public bint _contiguous
     cdef public bint _shared        # exported, or read by work on a stream other than its writer's
     cdef uintptr_t desc             # the aclTensor descriptor's address, 0 when it has none
+
+    cdef void refresh_data(self) noexcept
 
 
 cdef class StreamBase:

@@ -63,12 +63,10 @@ cdef bint describe_plain(TensorBase t) except -1:
     cdef int64_t dims[MAX_DESCRIBED_DIMS]
     cdef int64_t strides[MAX_DESCRIBED_DIMS]
     cdef int64_t storage = 1, step = 1, d
-    cdef int overflow = 0
-    cdef long long ptr
     cdef Py_ssize_t i, n
     cdef aclTensor *made
-    if create_tensor == NULL or not t._contiguous or type(t.shape) is not tuple or type(t._ptr) is not int \
-            or type(t._offset_nbytes) is not int or t._offset_nbytes != 0 or not isinstance(t.dtype, int):
+    if create_tensor == NULL or not t.data or not t._contiguous or type(t.shape) is not tuple \
+            or t.offset_value != 0 or not isinstance(t.dtype, int):
         return False
     n = PyTuple_GET_SIZE(t.shape)
     if n > MAX_DESCRIBED_DIMS:
@@ -78,11 +76,8 @@ cdef bint describe_plain(TensorBase t) except -1:
         dims[i], strides[i] = d, step
         step *= d if d > 1 else 1
         storage *= d
-    ptr = PyLong_AsLongLongAndOverflow(t._ptr, &overflow)
-    if overflow or ptr <= 0:
-        return False
     made = create_tensor(dims if n else NULL, <uint64_t>n, <int>t.dtype, strides if n else NULL, 0, format_nd,
-                         &storage, 1, <void *>ptr)
+                         &storage, 1, <void *>t.data)
     if made == NULL:
         return False
     t.desc = <uintptr_t>made
@@ -144,6 +139,37 @@ def enabled():
 
 cdef class TensorBase:
     """The typed part of aclnn_py.Tensor."""
+
+    property _ptr:
+        """The storage base address (an int; 0 once closed)."""
+        def __get__(self):
+            return self.ptr_value
+
+        def __set__(self, value):
+            self.ptr_value = value
+            self.refresh_data()
+
+    property _offset_nbytes:
+        """The view's start within the storage, in bytes."""
+        def __get__(self):
+            return self.offset_value
+
+        def __set__(self, value):
+            self.offset_value = value
+            self.refresh_data()
+
+    cdef void refresh_data(self) noexcept:
+        """`data` for the values set: read by the compiled calls as a C integer, not as two objects."""
+        cdef int overflow = 0
+        cdef long long ptr = 0, offset = 0
+        self.data = 0
+        if type(self.ptr_value) is not int or type(self.offset_value) is not int:
+            return
+        ptr = PyLong_AsLongLongAndOverflow(self.ptr_value, &overflow)
+        if not overflow:
+            offset = PyLong_AsLongLongAndOverflow(self.offset_value, &overflow)
+        if not overflow and ptr > 0 and offset >= 0:
+            self.data = <uintptr_t>ptr + <uintptr_t>offset
 
     property _desc_addr:
         """The descriptor's address, or None."""
@@ -791,8 +817,6 @@ cdef class PlanState:
         """The data address of `t` when it matches slot `i` (open, contiguous, the slot's DataType and
         shape), else 0."""
         cdef Py_ssize_t j, first = i * SHAPES_SEEN
-        cdef int overflow = 0
-        cdef long long ptr, offset = 0
         own_shape = <object>PyTuple_GET_ITEM(self.own_shape, i)
         if own_shape is None or not t._open or not t._contiguous \
                 or t.dtype is not <object>PyTuple_GET_ITEM(self.own_dtype, i):
@@ -807,15 +831,7 @@ cdef class PlanState:
             for j in range(first + SHAPES_SEEN - 1, first, -1):
                 self.seen_shape[j] = self.seen_shape[j - 1]
             self.seen_shape[first] = shape
-        if type(t._ptr) is not int or type(t._offset_nbytes) is not int:
-            return 0
-        # C integers: a Python comparison of each would cost more than the rest of the check
-        ptr = PyLong_AsLongLongAndOverflow(t._ptr, &overflow)
-        if not overflow:
-            offset = PyLong_AsLongLongAndOverflow(t._offset_nbytes, &overflow)
-        if overflow or ptr <= 0 or offset < 0:
-            return 0
-        return <uintptr_t>ptr + <uintptr_t>offset
+        return t.data  # 0 for a base or an offset that is not a plain address
 
     cdef object retire(self, object stream, object state, object anchor):
         """Hold an anchor a call unbound on `stream` (whose hold state is `state`, or None): the launches
@@ -993,7 +1009,9 @@ def compiled_plan_class(cls):
     name = f"{cls.__module__}.{cls.__name__}".encode()
     plan_class_names.append(name)
     cdef bytes doc = cls.__doc__.encode() if cls.__doc__ else None
-    cdef const char *doc_text = NULL if doc is None else <const char *>doc
+    cdef const char *doc_text = NULL
+    if doc is not None:
+        doc_text = doc
     return aclnnpy_plan_class(cls, name, doc_text, offset)
 
 
