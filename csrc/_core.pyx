@@ -767,6 +767,9 @@ cdef class PlanState:
         cdef aclnnStatus status
         if type(stream) is not self.stream_type or not (<StreamBase>stream)._open or not self.own_outputs():
             return 0
+        if PyList_GET_SIZE(self.last_in) != PyTuple_GET_SIZE(self.own_shape) \
+                or PyList_GET_SIZE(self.bound_in) != PyTuple_GET_SIZE(self.own_shape):
+            return 0  # the lists it shares with the plan are read by index below: the Python path
         cdef aclrtStream handle = <aclrtStream>(<StreamBase>stream).handle
         cdef object state = None  # the stream's hold state, looked up at the first anchor unbound
         cdef bint looked_up = False
