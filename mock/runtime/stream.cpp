@@ -89,8 +89,6 @@ public:
                             name ? name : "enqueue");
             q.push_back(Item{std::move(t), name ? name : "task", ++submitted});
             if (ticket) *ticket = submitted;
-            pushed.store(submitted, std::memory_order_release);
-            if (!sleeping) return ACL_SUCCESS;  // the worker is running or polling: no wake needed
         }
         cv_work.notify_one();
         return ACL_SUCCESS;
@@ -114,7 +112,8 @@ public:
 
     std::mutex mu;
     std::condition_variable cv_work, cv_done;
-    uint64_t submitted = 0, completed = 0;
+    std::atomic<uint64_t> submitted{0};  // written under mu; read without it by a polling worker
+    uint64_t completed = 0;
     int first_err = 0;
     std::string first_msg;
 
@@ -137,9 +136,7 @@ private:
                     poll_for_work(seen);
                     lk.lock();
                 }
-                sleeping = true;
                 cv_work.wait(lk, [&] { return stop || !q.empty(); });
-                sleeping = false;
                 if (q.empty()) return;  // stop requested and drained
                 it = std::move(q.front());
                 q.pop_front();
@@ -182,7 +179,7 @@ private:
     void poll_for_work(uint64_t seen) const {
         auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(kPollMicros);
         for (int i = 1;; ++i) {
-            if (pushed.load(std::memory_order_acquire) != seen) return;
+            if (submitted.load(std::memory_order_acquire) != seen) return;
             cpu_relax();
             if (i % 64 == 0) {
                 if (std::chrono::steady_clock::now() >= until) return;
@@ -192,8 +189,6 @@ private:
     }
 
     static constexpr int kPollMicros = 20;
-    std::atomic<uint64_t> pushed{0};
-    bool sleeping = false;  // waiting on cv_work (under mu)
     std::deque<Item> q;
     bool stop = false;
     std::thread worker;
