@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
+import signal
 import sys
 import traceback
 from collections.abc import Callable
@@ -48,6 +50,15 @@ class Parser(argparse.ArgumentParser):
         raise UsageError(f"{message} (see {self.prog} --help)", self.prog)
 
 
+def _exit_interrupted(signum: int, frame: object) -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:  # noqa: BLE001 - a closed or broken stream: exiting is what matters
+            pass
+    os._exit(130)
+
+
 def run_main(name: str, body: Callable[[], int], prog: Callable[[], str] | None = None) -> int:
     """Run a command line's `body` and return its exit status, with the conventions: a
     :class:`UsageError` prints ``<prog>: error: <message>`` and gives 2, Ctrl-C gives 130, any other
@@ -59,6 +70,8 @@ def run_main(name: str, body: Callable[[], int], prog: Callable[[], str] | None 
         print(f"{e.prog or (prog() if prog else name)}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
+        # what is left is the interpreter's exit: a Ctrl-C pressed again meanwhile ends it at once, quietly
+        signal.signal(signal.SIGINT, _exit_interrupted)
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
     except Exception:  # noqa: BLE001 - an internal error: the traceback is what a bug report needs

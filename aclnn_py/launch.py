@@ -14,6 +14,7 @@ import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
 import pickle
+import select
 import signal
 import sys
 import threading
@@ -94,17 +95,53 @@ def _exit_if_importing_main() -> None:
         os._exit(_UNGUARDED_MAIN_EXIT)
 
 
-def _die_with_parent(parent_pid: int) -> None:
-    """Linux: get SIGKILLed when the parent process goes away, so no rank outlives the launcher
-    (under forkserver the parent is the fork server, which exits with the launcher; parent_pid 0
-    skips the check that the parent is still the expected one)."""
+def _process_start_time(pid: int) -> int | None:
+    """When process `pid` started (clock ticks since boot, Linux), or None: with the pid it tells a
+    process apart from a later one that reuses its pid."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+        return int(stat[stat.rindex(b")") + 2:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _die_with_launcher(launcher: tuple[int, int | None]) -> None:
+    """End this rank the moment the launching process ends, however it ends (SIGKILL, SIGTERM, a crash):
+    a thread waits on a pidfd of the launcher (Linux 5.3+; elsewhere it polls the pid every 0.1 s) and
+    SIGKILLs this process when it is gone. Under forkserver the rank's parent is the fork server, which
+    outlives a killed launcher, so the parent-death signal alone cannot do it; it still covers the
+    parent (the launcher under spawn, the fork server under forkserver)."""
+    pid, started = launcher
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the parent's cleanup still kills the ranks
+    except Exception:  # noqa: BLE001 - not Linux: the pid watch below still ends the rank
         pass
-    if parent_pid and os.getppid() != parent_pid:
-        os._exit(1)
+    try:
+        fd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        os._exit(1)  # the launcher is gone already
+    except (AttributeError, OSError):  # no pidfd here
+        fd = None
+    if started is not None and _process_start_time(pid) != started:
+        os._exit(1)  # the pid belongs to another process now: the launcher is gone
+
+    def watch() -> None:
+        if fd is not None:
+            select.select([fd], [], [])  # readable once the launcher has exited
+        else:
+            while True:
+                time.sleep(0.1)
+                try:
+                    os.kill(pid, 0)
+                except ProcessLookupError:
+                    break
+                except PermissionError:
+                    pass
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="aclnn_py-launcher-watch", daemon=True).start()
 
 
 def _pack_exception(exc: BaseException) -> tuple[Any, ...]:
@@ -144,9 +181,9 @@ def _unpack_exception(packed: tuple[Any, ...], rank: int, tb: str) -> BaseExcept
     return RankError(rank, "failed with an exception that could not be transferred")
 
 
-def _child_main(rank: int, world_size: int, conn: Any, parent_pid: int, fn: Callable[..., Any],
+def _child_main(rank: int, world_size: int, conn: Any, launcher: tuple[int, int | None], fn: Callable[..., Any],
                 args: tuple[Any, ...], set_device: bool, environ: dict[str, str]) -> None:
-    _die_with_parent(parent_pid)
+    _die_with_launcher(launcher)
     # A forkserver child inherits the server's environment, not the launcher's current one.
     for k in set(os.environ) - set(environ):
         del os.environ[k]
@@ -180,18 +217,30 @@ def _child_main(rank: int, world_size: int, conn: Any, parent_pid: int, fn: Call
 
 
 def _stop(procs: Sequence[Any], grace: float = 1.0) -> None:
-    """SIGTERM every live rank, SIGKILL what is left after `grace` seconds, and reap them all."""
+    """SIGTERM every live rank, SIGKILL what is left after `grace` seconds, and reap them all. A Ctrl-C
+    meanwhile cuts the grace short (SIGKILL at once) and is raised after every rank is reaped, so no
+    rank is left for interpreter exit to wait on, however often Ctrl-C is pressed."""
+    interrupted = False
+    try:
+        for p in procs:
+            if p.is_alive():
+                p.terminate()
+        end = time.monotonic() + grace
+        for p in procs:
+            p.join(max(end - time.monotonic(), 0))
+    except KeyboardInterrupt:
+        interrupted = True
     for p in procs:
-        if p.is_alive():
-            p.terminate()
-    end = time.monotonic() + grace
-    for p in procs:
-        p.join(max(end - time.monotonic(), 0))
-    for p in procs:
-        if p.is_alive():
-            p.kill()
-    for p in procs:
-        p.join()
+        while True:
+            try:
+                if p.is_alive():
+                    p.kill()
+                p.join()
+                break
+            except KeyboardInterrupt:  # a SIGKILLed rank is reaped within milliseconds: keep reaping
+                interrupted = True
+    if interrupted:
+        raise KeyboardInterrupt
 
 
 @overload
@@ -222,8 +271,8 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
     raised: its exception instance (with ``.rank`` and the remote traceback as ``__cause__``) or a
     :class:`RankError`; if rank 0 fails before it made the root info, every other rank fails with a
     RuntimeError saying so. Either way, when `timeout` seconds pass first, every rank is killed and
-    :class:`TimeoutError` names the ranks still running. No rank outlives this call (and, on Linux,
-    none outlives this process). `start_method` is "forkserver" (default: a server process imports
+    :class:`TimeoutError` names the ranks still running. No rank outlives this call, and on Linux none
+    outlives this process however it ends (SIGKILL included: each rank watches it). `start_method` is "forkserver" (default: a server process imports
     the package once and forks each rank from it, so ranks start in milliseconds) or "spawn" (a
     fresh interpreter per rank); "fork" is refused because the launching process may have threads
     (the mock's stream workers). Each rank sees the launcher's environment as of this call.
@@ -248,12 +297,12 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
                                    ["aclnn_py", "aclnn_py.hccl", "aclnn_py.launch"])
     procs: list[Any] = []
     conns: list[Any] = []
+    launcher = (os.getpid(), _process_start_time(os.getpid()))
     try:
         for r in range(world_size):
             parent_end, child_end = ctx.Pipe(duplex=True)
-            parent_pid = os.getpid() if start_method == "spawn" else 0
             p = ctx.Process(target=_child_main, name=f"aclnn_py-rank{r}",
-                            args=(r, world_size, child_end, parent_pid, fn, tuple(args), set_device,
+                            args=(r, world_size, child_end, launcher, fn, tuple(args), set_device,
                                   dict(os.environ)),
                             daemon=False)
             p.start()
@@ -265,6 +314,31 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
         _stop(procs)
         for c in conns:
             c.close()
+
+
+#: What multiprocessing reports as the exit code of a forkserver child whose status never arrived.
+_STATUS_UNKNOWN = 255
+
+
+def _fork_server_gone(wait: float = 1.0) -> bool:
+    """Whether multiprocessing's fork server of this process was started and has ended, or ends within
+    `wait` seconds: a rank's status 255 arrives as the dying server closes its socket, which may be a
+    moment before the server's exit is complete."""
+    from multiprocessing import forkserver
+
+    pid = getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
+    if not pid:
+        return False
+    try:  # readable once the server has exited; unlike waitpid it leaves it for multiprocessing to reap
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    except (AttributeError, OSError):
+        return False
+    try:
+        return bool(select.select([fd], [], [], wait)[0])
+    finally:
+        os.close(fd)
 
 
 def _working_directory_shadows_package() -> bool:
@@ -311,8 +385,12 @@ class _Supervisor:
                 code = self.procs[r].exitcode
                 if code == _UNGUARDED_MAIN_EXIT:
                     raise RuntimeError(_UNGUARDED_MAIN_MESSAGE)
-                how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
-                       if code is not None and code < 0 else f"exited with code {code}")
+                if code == _STATUS_UNKNOWN and _fork_server_gone():
+                    how = ("ended when the fork server that started it was killed (its exit status is lost with "
+                           "the server)")
+                else:
+                    how = (f"was killed by signal {-code} ({signal.Signals(-code).name})"
+                           if code is not None and code < 0 else f"exited with code {code}")
                 self._failed(r, RankError(r, f"the process {how} without returning a result"))
 
     def _drain(self, r: int) -> None:

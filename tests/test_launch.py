@@ -278,8 +278,9 @@ def test_spawn_wait_when_rank0_fails_before_the_root_info(acl):
         if r == 0:
             p = ctx.Process(target=lr.rank0_without_root, args=(child_end,))
         else:
+            me = (os.getpid(), launch._process_start_time(os.getpid()))
             p = ctx.Process(target=launch._child_main,
-                            args=(r, 3, child_end, 0, lr.identify, ("x",), False, dict(os.environ)))
+                            args=(r, 3, child_end, me, lr.identify, ("x",), False, dict(os.environ)))
         p.start()
         child_end.close()
         procs.append(p)
