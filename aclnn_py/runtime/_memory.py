@@ -10,6 +10,7 @@ from the memory pool (:mod:`aclnn_py.runtime._pool`) and goes back to it instead
 from __future__ import annotations
 
 import threading
+from contextlib import nullcontext
 from typing import Any
 
 import numpy as np
@@ -19,7 +20,7 @@ from . import _pool
 from ._init import initialized
 from ._queue import QueueingStream
 from ._resource import Resource
-from ._thread import current_device_id
+from ._thread import current_device_id, on_device
 
 _exports_lock = threading.Lock()
 
@@ -30,22 +31,16 @@ class DeviceMemory(Resource):
     __slots__ = ("_ptr", "size", "device", "_open", "_exports", "_source", "_block", "__weakref__")
 
     def __init__(self, size: int, device: int | None = None):
-        b = initialized()
-        if device is not None:
-            check_acl(b.lib.aclrtSetDevice(int(device)), "aclrtSetDevice")
         size = int(size)
-        # aclrtMalloc allocates on the calling thread's device: record which one that was
         #: The id of the device the memory was allocated on.
         self.device = int(device) if device is not None else current_device_id()
         pool = _pool.current if size > 0 else None  # aclrtMalloc itself refuses a size <= 0
         #: The pool the block came from (None: a plain aclrtMalloc), and the block's size class.
         self._source: _pool.MemoryPool | None = pool
-        if pool is None:
-            self._block = size
-            self._ptr = _pool.raw_malloc(size)
-        else:
-            self._block = _pool.block_size(size)
-            self._ptr = pool.malloc(self._block, self.device)
+        self._block = size if pool is None else _pool.block_size(size)
+        # aclrtMalloc allocates on the calling thread's device
+        with nullcontext() if device is None else on_device(self.device):
+            self._ptr = _pool.raw_malloc(size) if pool is None else pool.malloc(self._block, self.device)
         #: Bytes asked for (on CANN the block may be larger: its size class).
         self.size = size
         self._exports = 0
@@ -61,8 +56,10 @@ class DeviceMemory(Resource):
     def export(self) -> MemoryExport:
         """A claim that keeps the memory allocated until it is released or collected, even after
         :meth:`close`."""
-        if not self._open:
-            raise self._closed("export it")
+        with _exports_lock:  # not between a close's decision and its free
+            if not self._open:
+                raise self._closed("export it")
+            self._exports += 1
         return MemoryExport(self)
 
     @property
@@ -70,10 +67,20 @@ class DeviceMemory(Resource):
         """How many exports keep this memory allocated."""
         return self._exports
 
-    def _release(self) -> None:
+    def close(self) -> None:
+        """Release the memory now, or, while exports claim it, when the last of them goes. Idempotent;
+        any later use raises :class:`~aclnn_py.ClosedError`."""
+        # closing and the release of the last export decide under one lock which of them frees: a
+        # close that cleared `_open` outside it could free a block the export's release freed too
         with _exports_lock:
-            if self._exports:
-                return  # the last export frees it
+            if not self._open:
+                return
+            self._open = False
+            free_now = not self._exports
+        if free_now:
+            self._free()
+
+    def _release(self) -> None:  # close() decides and frees itself
         self._free()
 
     def _free(self) -> None:
@@ -93,13 +100,12 @@ class DeviceMemory(Resource):
 
 
 class MemoryExport:
-    """Keeps a :class:`DeviceMemory` allocated while it lives (see :meth:`DeviceMemory.export`)."""
+    """Keeps a :class:`DeviceMemory` allocated while it lives (made by :meth:`DeviceMemory.export`,
+    which counts it)."""
 
     __slots__ = ("memory",)
 
     def __init__(self, memory: DeviceMemory):
-        with _exports_lock:
-            memory._exports += 1
         self.memory: DeviceMemory | None = memory
 
     def release(self) -> None:
@@ -134,6 +140,18 @@ def copy_to_device(dst: int, dst_max: int, src: np.ndarray, stream: QueueingStre
     else:
         check_acl(b.lib.aclrtMemcpyAsync(b.ffi.cast("void *", dst), dst_max, srcp, src.nbytes,
                                          b.lib.ACL_MEMCPY_HOST_TO_DEVICE, stream._cdata), "aclrtMemcpyAsync")
+
+
+def copy_on_device(dst: int, dst_max: int, src: int, count: int, stream: QueueingStream | None = None) -> None:
+    """Copy `count` bytes between device addresses: synchronous without `stream`, else queued on it
+    (the caller keeps both blocks allocated until the stream passes the copy)."""
+    b = initialized()
+    d, s = b.ffi.cast("void *", dst), b.ffi.cast("void *", src)
+    kind = b.lib.ACL_MEMCPY_DEVICE_TO_DEVICE
+    if stream is None:
+        check_acl(b.lib.aclrtMemcpy(d, dst_max, s, count, kind), "aclrtMemcpy")
+    else:
+        check_acl(b.lib.aclrtMemcpyAsync(d, dst_max, s, count, kind, stream._cdata), "aclrtMemcpyAsync")
 
 
 def copy_to_host(dst: np.ndarray, src: int, count: int) -> None:

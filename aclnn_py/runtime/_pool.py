@@ -80,6 +80,10 @@ class MemoryPool:
         self._returned: deque[tuple[int, int, int]] = deque()
         self._limit = 0  # 0: no limit
         self._closing = False  # set at interpreter exit: blocks are freed, no longer cached
+        # checked mode (set_checked): blocks handed out, by (device, address) -> size class, and what
+        # broke the pool's invariants since it was turned on
+        self._live: dict[tuple[int, int], int] | None = None
+        self._violations: list[str] = []
         _pools.add(self)
 
     # ---- the hot path (DeviceMemory) -----------------------------------------------------------------
@@ -97,6 +101,8 @@ class MemoryPool:
             if ptr:
                 blocks.held -= nbytes
                 blocks.used += nbytes
+                if self._live is not None:
+                    self._hand_out(ptr, nbytes, device)
         if ptr:
             _refill_poison(ptr, nbytes)
             return ptr
@@ -123,6 +129,8 @@ class MemoryPool:
             blocks = self._devices[device]
             blocks.used -= nbytes
             if ptr:
+                if self._live is not None:
+                    self._take_back(ptr, nbytes, device, blocks)
                 blocks.held += nbytes
                 blocks.free.setdefault(nbytes, []).append(ptr)
 
@@ -137,9 +145,57 @@ class MemoryPool:
             ptr = raw_malloc(nbytes)  # the cached blocks were in the way: once more without them
         with self._lock:
             blocks.used += nbytes
+            if self._live is not None:
+                self._hand_out(ptr, nbytes, device)
             if self._returned:
                 self._file_returned()
         return ptr
+
+    # ---- checked mode (tests) ------------------------------------------------------------------------
+    def set_checked(self, on: bool) -> None:
+        """Checked mode, for tests: the pool tracks the blocks it hands out and records every break of
+        its invariants — a block handed out while another holder has it, a block given back twice —
+        which :meth:`verify` reports. Blocks handed out before it was turned on are not tracked."""
+        with self._lock:
+            self._file_returned()
+            self._live = {} if on else None
+            self._violations = []
+
+    def verify(self) -> None:
+        """In checked mode: raise AssertionError naming what broke the invariants — no block both in use
+        and free, no block twice on a free list, no two blocks in use overlapping."""
+        with self._lock:
+            self._file_returned()
+            live = dict(self._live or {})
+            problems = list(self._violations)
+            for device, blocks in self._devices.items():
+                seen: set[int] = set()
+                for nbytes, ptrs in blocks.free.items():
+                    for ptr in ptrs:
+                        if ptr in seen:
+                            problems.append(f"block 0x{ptr:x} ({nbytes} bytes, device {device}) is free twice")
+                        seen.add(ptr)
+                        if (device, ptr) in live:
+                            problems.append(f"block 0x{ptr:x} (device {device}) is both in use and free")
+        spans = sorted((device, ptr, ptr + size) for (device, ptr), size in live.items())
+        for (d1, p1, end1), (d2, p2, _) in zip(spans, spans[1:]):
+            if d1 == d2 and p2 < end1:
+                problems.append(f"blocks 0x{p1:x} and 0x{p2:x} in use on device {d1} overlap")
+        if problems:
+            raise AssertionError("memory pool invariants broken: " + "; ".join(problems))
+
+    def _hand_out(self, ptr: int, nbytes: int, device: int) -> None:
+        live = self._live
+        assert live is not None
+        if (device, ptr) in live:
+            self._violations.append(f"block 0x{ptr:x} ({nbytes} bytes, device {device}) handed out while in use")
+        live[(device, ptr)] = nbytes
+
+    def _take_back(self, ptr: int, nbytes: int, device: int, blocks: _DeviceBlocks) -> None:
+        live = self._live
+        assert live is not None
+        if live.pop((device, ptr), None) is None and ptr in blocks.free.get(nbytes, ()):
+            self._violations.append(f"block 0x{ptr:x} ({nbytes} bytes, device {device}) given back twice")
 
     def _make_room(self, nbytes: int, device: int, blocks: _DeviceBlocks) -> None:
         """Keep `device` within the limit: drop cached blocks first, then refuse like ``aclrtMalloc``

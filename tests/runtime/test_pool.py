@@ -24,6 +24,19 @@ WARMUP, STEPS = 4, 20
 _steady = threading.local()  # set on a rank thread once its warm-up is over
 
 
+@pytest.fixture(autouse=True)
+def checked_pool(acl: Any) -> Iterator[Any]:
+    """Every test of this suite runs with the pool in checked mode and ends with its invariants checked:
+    no block both in use and free, none free twice, no two blocks in use overlapping."""
+    pool = acl.get_memory_pool()
+    pool.set_checked(True)
+    try:
+        yield pool
+        pool.verify()
+    finally:
+        pool.set_checked(False)
+
+
 @pytest.fixture
 def rounded_classes(monkeypatch: pytest.MonkeyPatch) -> None:
     """The size classes of real CANN (on the mock every size is its own class), for the tests of
@@ -434,3 +447,52 @@ def test_two_threads_never_get_the_same_block(acl: Any, device0: Any) -> None:
     assert errors == [] and live == {}
     gc.collect()
     assert pool.used_bytes(0) == used0  # every block handed out was counted back in
+
+
+class _OtherThreadFirst:
+    """A stand-in for the exports' lock that, the first time the calling thread enters it, first lets
+    `action` run to its end on another thread: the interleaving where a last export is released just as
+    its memory is closed."""
+
+    def __init__(self, lock: Any, action: Any):
+        self.lock, self.action, self.owner = lock, action, threading.get_ident()
+
+    def __enter__(self) -> None:
+        action, self.action = self.action, None
+        if action is not None and threading.get_ident() == self.owner:
+            t = threading.Thread(target=action)
+            t.start()
+            t.join(10)
+        self.lock.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.lock.release()
+
+
+def test_close_racing_the_last_export_frees_the_block_once(acl: Any, device0: Any,
+                                                           monkeypatch: pytest.MonkeyPatch, checked_pool: Any) -> None:
+    from aclnn_py.runtime import _memory
+
+    mem = acl.DeviceMemory(4096 + 32)  # a size class of its own on the mock
+    export = mem.export()
+    monkeypatch.setattr(_memory, "_exports_lock", _OtherThreadFirst(_memory._exports_lock, export.release))
+    mem.close()
+    monkeypatch.undo()
+    a, b = acl.DeviceMemory(4096 + 32), acl.DeviceMemory(4096 + 32)
+    assert a.ptr != b.ptr, "two live allocations got the same block"
+    checked_pool.verify()
+
+
+def test_checked_mode_reports_a_block_given_back_twice(acl: Any, device0: Any) -> None:
+    """The invariant check itself, on a pool of its own: a block returned twice is named."""
+    from aclnn_py.runtime import _pool
+
+    pool = acl.MemoryPool()
+    pool.set_checked(True)
+    ptr = pool.malloc(8192, 0)
+    pool.free(ptr, 8192, 0)
+    pool.free(ptr, 8192, 0)
+    with pytest.raises(AssertionError, match=f"block 0x{ptr:x} .* given back twice"):
+        pool.verify()
+    pool._devices.clear()  # the block is on its free list twice: freed here once
+    _pool.raw_free(ptr)
