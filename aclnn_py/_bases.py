@@ -15,10 +15,10 @@ else:
 
         class TensorBase:
             __slots__ = ("shape", "dtype", "_mem", "_owner", "_writer", "_ptr", "_offset_nbytes", "_open",
-                         "_contiguous", "_shared", "_desc_addr")
+                         "_contiguous", "_shared", "_desc_addr", "device", "_span")
 
         class StreamBase:
-            __slots__ = ("_open", "_key", "_handle")
+            __slots__ = ("_open", "_key", "_handle", "_device")
 
         class StreamStateBase:
             __slots__ = ("current", "workspace")

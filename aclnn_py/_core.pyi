@@ -29,11 +29,14 @@ class TensorBase:
     _contiguous: bool
     _shared: bool
     _desc_addr: int | None
+    device: int | None
+    _span: int
 
 class StreamBase:
     _open: bool
     _key: int
     _handle: int
+    _device: int | None
 
 class StreamStateBase:
     current: list[object]
@@ -61,7 +64,10 @@ class OpCore:
 class OpSpec:
     def __init__(self, core: OpCore, names: tuple[str, ...], n_positional: int, roles: tuple[int, ...],
                  none_as: tuple[object, ...], outputs_type: type | None, key: tuple[object, ...], tensor_type: type,
-                 stream_type: type, config_type: type) -> None: ...
+                 stream_type: type, config_type: type, in_names: tuple[str, ...], out_names: tuple[str, ...]) -> None: ...
+
+def check_placement(in_names: tuple[str, ...], inputs: Sequence[object], out_names: tuple[str, ...],
+                    outputs: Sequence[object], stream: StreamBase) -> None: ...
 
 class OpCall:
     function: Callable[..., Any]
@@ -102,7 +108,7 @@ def compiled_plan_call(result: str) -> Callable[[_F], _F]: ...
 def compiled_plan_class(cls: type[_P]) -> type[_P]: ...
 
 def set_poison_refill(address: int) -> None: ...
-def set_tensor_maker(address: int, fmt: int) -> None: ...
+def set_descriptor_functions(create: int, destroy: int, fmt: int) -> None: ...
 
 class BufferBase:
     context: Tensor | None

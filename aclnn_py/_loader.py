@@ -271,7 +271,22 @@ def _load(kind: str, root: Path) -> Backend:
             raise
     lib = _Lib(raw, missing)
     errors.set_message_reader(lambda: _recent_message(ffi, lib))
-    return Backend(kind=kind, root=root, ffi=ffi, lib=lib, libraries=loaded, symbols=symbols, abi=abi)
+    made = Backend(kind=kind, root=root, ffi=ffi, lib=lib, libraries=loaded, symbols=symbols, abi=abi)
+    _give_core_descriptor_functions(made)
+    return made
+
+
+def _give_core_descriptor_functions(b: Backend) -> None:
+    """The compiled core makes and destroys Tensor descriptors itself (a Tensor collected with one)."""
+    try:
+        from . import _core
+    except ImportError:  # the package explains the missing compiled parts when they are needed
+        return
+
+    def address(name: str) -> int:
+        return int(b.ffi.cast("uintptr_t", b.function_pointer(name)))
+
+    _core.set_descriptor_functions(address("aclCreateTensor"), address("aclDestroyTensor"), b.lib.ACL_FORMAT_ND)
 
 
 def _recent_message(ffi: Any, lib: Any) -> str | None:

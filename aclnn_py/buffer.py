@@ -45,7 +45,7 @@ from .hccl import Communicator, build_context, rebuild_context
 from .ops import generations, prechecks, sizing
 from .ops._caller import Vocabulary, renamed, reraise
 from .ops.combine import CombinePlan, moe_distribute_combine, x_out_layout
-from .ops.config import MoeConfig
+from .ops.config import MoeConfig, plain_key
 from .ops.dispatch import DispatchOutputs, DispatchPlan, allocate_outputs, moe_distribute_dispatch
 from .ops.executor import Plan
 from .runtime import Stream, StreamArg, current_stream, initialized, resolve_stream, soc_name
@@ -289,10 +289,9 @@ class MoeDistributeBuffer(BufferBase):
         """The config of a call's attributes (made once per distinct set) and its key: `given` by the
         method's parameter names, `key_params` (DISPATCH_KEY / COMBINE_KEY) says which gives each field."""
         key = tuple(given[param] if param is not None else value for param, value in key_params)
-        try:
-            cfg = self._configs.get(key)
-        except TypeError:  # an unhashable argument: MoeConfig names it below
-            cfg = None
+        # looked up only with plain ints and strs: 8.0, Decimal(8) or True equal 8 as keys, and a value
+        # MoeConfig refuses must be refused whatever ran before
+        cfg = self._configs.get(key) if plain_key(key) else None
         self.comm.require_open(f"run {method}")
         if cfg is not None:
             return cfg, key
@@ -306,12 +305,10 @@ class MoeDistributeBuffer(BufferBase):
                             group_ep=self.group_name if self.context is None else "", **fields)
         except TypeError as exc:
             raise TypeError(f"{method}(): {renamed(exc, names)}") from None
-        if len(self._configs) > 64:
-            self._configs.clear()
-        try:
+        if plain_key(key):
+            if len(self._configs) > 64:
+                self._configs.clear()
             self._configs[key] = cfg
-        except TypeError:
-            pass
         return cfg, key
 
     def _stream_for(self, stream: StreamArg) -> Stream:

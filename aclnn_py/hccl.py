@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import struct
 import threading
-from typing import Any
+import weakref
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -148,7 +149,7 @@ class Communicator(Resource):
     """
 
     __slots__ = ("_open", "_cdata", "rank", "world_size", "name", "device", "window_address", "window_size",
-                 "__weakref__")
+                 "_plans", "__weakref__")
 
     def __init__(self, world_size: int, rank: int, root: RootInfo | bytes | bytearray | memoryview,
                  device: int | None = None):
@@ -158,6 +159,8 @@ class Communicator(Resource):
         if not 0 <= rank < world_size:
             raise ValueError(f"rank: must be in [0, world_size) (got {rank} with world_size {world_size})")
         info = _as_root(root)
+        # plans whose context addresses this communicator's windows: closing it makes them refuse calls
+        self._plans: weakref.WeakSet[ContextUser] = weakref.WeakSet()
         if device is not None:
             Device(_int_arg(device, "device")).set_current()
         current = Device.current().id
@@ -246,7 +249,10 @@ class Communicator(Resource):
 
     def _release(self) -> None:
         """``HcclCommDestroy``: unmap the windows (a kernel still waiting on this communicator fails
-        promptly). Synchronise streams with queued work that uses it first."""
+        promptly). Synchronise streams with queued work that uses it first. Plans made with a context of
+        this communicator refuse every later call (ClosedError) instead of launching onto its windows."""
+        for plan in list(self._plans):
+            plan._communicator_closed(self._label())
         check_hccl(initialized().lib.HcclCommDestroy(self._cdata), "HcclCommDestroy")
 
     def _label(self) -> str:
@@ -326,12 +332,38 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     return blob, ccl_buffer_size
 
 
+class ContextUser(Protocol):
+    """What keeps a context tensor to launch with (a plan): told when the context's communicator closes."""
+
+    @property
+    def context(self) -> Tensor | None: ...
+
+    def _communicator_closed(self, label: str) -> None: ...
+
+
+#: Each context tensor made by build_context (or rewritten by rebuild_context) -> its communicator.
+_context_comms: weakref.WeakKeyDictionary[Tensor, Communicator] = weakref.WeakKeyDictionary()
+
+
+def communicator_of(context: Tensor | None) -> Communicator | None:
+    """The communicator whose windows `context` addresses, when build_context / rebuild_context made it."""
+    return None if context is None else _context_comms.get(context)
+
+
+def watch_context(user: ContextUser, context: Tensor | None) -> None:
+    """Tell `user` when the communicator of `context` closes (a context made elsewhere: never)."""
+    comm = communicator_of(context)
+    if comm is not None:
+        comm._plans.add(user)
+
+
 def build_context(comm: Communicator, stream: StreamArg = None) -> tuple[Tensor, int]:
     """The MoE context tensor for `comm`: an int32 (4100,) device tensor holding the context struct
     (see :func:`context_bytes`), and ``ccl_buffer_size``, the window size in bytes."""
     blob, ccl_buffer_size = context_bytes(comm)
     arr = np.frombuffer(blob, dtype="<i4").copy()
     tensor = Tensor.from_numpy(arr, stream=stream)
+    _context_comms[tensor] = comm
     return tensor, ccl_buffer_size
 
 
@@ -343,6 +375,13 @@ def rebuild_context(comm: Communicator, context: Tensor) -> int:
     if context.shape != (CONTEXT_INT32,) or context.dtype != DataType.INT32:
         raise ValueError(f"context: expected an int32 ({CONTEXT_INT32},) tensor (got {context!r})")
     context.copy_from(np.frombuffer(blob, dtype="<i4"), stream=None)
+    old = _context_comms.get(context)
+    _context_comms[context] = comm
+    if old is not None and old is not comm:  # the plans made with this context follow it
+        for plan in list(old._plans):
+            if plan.context is context:
+                old._plans.discard(plan)
+                comm._plans.add(plan)
     return ccl_buffer_size
 
 

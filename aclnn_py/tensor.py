@@ -34,6 +34,7 @@ from .runtime import (
     DeviceMemory,
     Stream,
     StreamArg,
+    copy_on_device,
     copy_to_device,
     copy_to_host,
     explicit_or_current,
@@ -78,9 +79,9 @@ class Tensor(TensorBase):
     for a borrowed Tensor; None when the Tensor cannot know it (:meth:`from_address`, or a zero-copy
     :meth:`from_dlpack` of memory that is not a Tensor's, without `device`)."""
 
-    # shape, dtype, _ptr, _offset_nbytes, _mem, _owner, _writer, _open, _contiguous and the descriptor's
-    # address are typed fields of TensorBase (csrc/_core.pxd), which the compiled core reads
-    __slots__ = ("strides", "offset", "device", "_desc", "__weakref__")
+    # shape, dtype, device, _ptr, _offset_nbytes, _span, _mem, _owner, _writer, _open, _contiguous and the
+    # descriptor's address are typed fields of TensorBase (csrc/_core.pxd), which the compiled core reads
+    __slots__ = ("strides", "offset", "_desc", "__weakref__")
 
     def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
                  offset: int = 0, owner: object = None, device: int | None = None):
@@ -108,6 +109,7 @@ class Tensor(TensorBase):
         # a Tensor's layout never changes, and the operator paths ask for these on every call
         self._contiguous = self.strides == _row_major(self.shape)
         self._offset_nbytes = (self.offset * self.dtype.bits) // 8
+        self._span = self.nbytes if self.size else 0
         self._mem: DeviceMemory | None = mem
         self._desc: Any = None
         self._desc_addr: int | None = None  # the descriptor's address, for the C fast path
@@ -192,12 +194,45 @@ class Tensor(TensorBase):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        if getattr(self, "_desc", None) is not None:
-            try:
-                self.release_descriptor()
-            except Exception:
-                pass
+    # a Tensor collected with a descriptor has it destroyed by its compiled base (csrc/_core.pyx), also
+    # when an operator's compiled call made it
+
+    # ---- copies --------------------------------------------------------------------------------------
+    def clone(self, stream: StreamArg = None) -> Tensor:
+        """A new Tensor with a copy of this one's elements in new device memory on the same device
+        (contiguous): the copy is queued on `stream` (default: the current stream of a ``with stream:``
+        block, else synchronous) after the pending writes of this Tensor. Costs an allocation from the
+        memory pool and a device-to-device copy of :attr:`nbytes`. ``copy.copy(t)`` and
+        ``copy.deepcopy(t)`` make the same copy, as numpy's and CuPy's arrays do (a second view of the
+        same memory is ``Tensor.from_dlpack(t)``); a Tensor cannot be pickled (pickle its ``numpy()``)."""
+        self._check_open("copy it")
+        s = explicit_or_current(stream)
+        if not self.is_contiguous:  # the elements are gathered on the host, then uploaded
+            return Tensor.from_numpy(self.numpy(stream), stream=s, device=self.device, dtype=self.dtype)
+        out = Tensor.empty(self.shape, self.dtype, device=self.device)
+        n = self.nbytes
+        if s is None:
+            self._wait_for_writes(None)
+        else:
+            order_after_writes(s, (self,))
+        if n:
+            copy_on_device(out.data_ptr, n, self.data_ptr, n, s)
+        if s is not None:
+            ordered.hold(s, (self._anchor(), out._anchor()))  # the queued copy reads and writes them later
+            out._writer = s
+        return out
+
+    def __copy__(self) -> Tensor:
+        """``copy.copy(t)``: :meth:`clone`."""
+        return self.clone()
+
+    def __deepcopy__(self, memo: dict[int, object]) -> Tensor:
+        """``copy.deepcopy(t)``: a real copy (:meth:`clone`)."""
+        return self.clone()
+
+    def __reduce__(self) -> tuple[object, ...]:
+        raise TypeError(f"{self._label()} holds device memory and cannot be pickled; pickle its numpy() "
+                        "download instead")
 
     def _check_open(self, operation: str) -> None:
         if not self._open:
@@ -345,7 +380,7 @@ class Tensor(TensorBase):
             order_after_writes(stream, (self,))  # the new bytes land after a pending write on another stream
         copy_to_device(self.data_ptr, self.nbytes, arr, stream)
         if stream is not None:
-            ordered.hold(stream, arr)  # the queued copy reads `arr` later
+            ordered.hold(stream, (arr, self._anchor()))  # the queued copy reads `arr`, writes the memory later
             self._writer = stream
 
     def copy_from(self, array: object, stream: StreamArg = None) -> None:

@@ -39,6 +39,8 @@ cdef class TensorBase:
     cdef public bint _contiguous
     cdef public bint _shared        # exported, or read by work on a stream other than its writer's
     cdef uintptr_t desc             # the aclTensor descriptor's address, 0 when it has none
+    cdef int dev                    # device: the id of the device the memory lives on, -1 when unknown
+    cdef Py_ssize_t span            # _span: bytes from element 0 to one past the last element (0 if empty)
 
     cdef void refresh_data(self) noexcept
 
@@ -47,6 +49,7 @@ cdef class StreamBase:
     cdef public bint _open
     cdef public object _key         # int: names the stream in this process
     cdef uintptr_t handle           # the aclrtStream (0: the default stream)
+    cdef int dev                    # _device: the device it belongs to, -1 when unknown (a borrowed handle)
 
 
 cdef class StreamStateBase:

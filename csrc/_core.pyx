@@ -1,4 +1,5 @@
-# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False
+# cython: language_level=3, boundscheck=False, wraparound=False, initializedcheck=False, auto_pickle=False
+# (auto_pickle off: a copy of a base's C fields would share the handle or descriptor that it releases)
 """aclnn_py._core: the operators' one launch path, compiled (docs/concepts.md, "The compiled steady state").
 
 An operator call ends here whichever way it came: :meth:`OpCore.run` gathers the tensors' descriptors
@@ -40,16 +41,19 @@ cdef refill_fn refill_async = NULL
 ctypedef aclTensor *(*create_tensor_fn)(const int64_t *dims, uint64_t n_dims, int dtype, const int64_t *strides,
                                         int64_t offset, int fmt, const int64_t *storage, uint64_t n_storage,
                                         void *data) noexcept nogil
+ctypedef aclnnStatus (*destroy_tensor_fn)(const aclTensor *tensor) noexcept nogil
 cdef create_tensor_fn create_tensor = NULL
+cdef destroy_tensor_fn destroy_tensor = NULL
 cdef int format_nd = 0
 
 
-def set_tensor_maker(uintptr_t address, int fmt):
-    """The backend's aclCreateTensor and ACL_FORMAT_ND: an operator's compiled call describes a plain
-    input Tensor that has no descriptor yet (a model's new activations) with them, as
-    Tensor.descriptor() describes it."""
-    global create_tensor, format_nd
-    create_tensor, format_nd = <create_tensor_fn>address, fmt
+def set_descriptor_functions(uintptr_t create, uintptr_t destroy, int fmt):
+    """The backend's aclCreateTensor, aclDestroyTensor and ACL_FORMAT_ND, set when it is loaded: an
+    operator's compiled call describes a plain input Tensor that has no descriptor yet (a model's new
+    activations) as Tensor.descriptor() describes it, and a Tensor collected with a descriptor destroys
+    it, whoever made it."""
+    global create_tensor, destroy_tensor, format_nd
+    create_tensor, destroy_tensor, format_nd = <create_tensor_fn>create, <destroy_tensor_fn>destroy, fmt
 
 
 cdef enum:
@@ -138,7 +142,15 @@ def enabled():
 
 
 cdef class TensorBase:
-    """The typed part of aclnn_py.Tensor."""
+    """The typed part of aclnn_py.Tensor. It owns the descriptor whose address `desc` holds: the one
+    place that destroys it when the Tensor is collected (Tensor.close() and release_descriptor() destroy
+    it earlier and clear the field)."""
+
+    def __dealloc__(self):
+        cdef aclTensor *d = <aclTensor *>self.desc
+        self.desc = 0
+        if d != NULL and destroy_tensor != NULL:
+            destroy_tensor(d)
 
     property _ptr:
         """The storage base address (an int; 0 once closed)."""
@@ -179,6 +191,22 @@ cdef class TensorBase:
         def __set__(self, value):
             self.desc = 0 if value is None else <uintptr_t>value
 
+    property device:
+        """The id of the device the memory lives on; None when unknown."""
+        def __get__(self):
+            return None if self.dev < 0 else self.dev
+
+        def __set__(self, value):
+            self.dev = -1 if value is None else value
+
+    property _span:
+        """Bytes from element 0 to one past the last element the view reaches (0 when it has none)."""
+        def __get__(self):
+            return self.span
+
+        def __set__(self, Py_ssize_t value):
+            self.span = value
+
 
 cdef class StreamBase:
     """The typed part of aclnn_py.Stream."""
@@ -190,6 +218,14 @@ cdef class StreamBase:
 
         def __set__(self, uintptr_t value):
             self.handle = value
+
+    property _device:
+        """The device the stream belongs to, or None (a borrowed handle)."""
+        def __get__(self):
+            return None if self.dev < 0 else self.dev
+
+        def __set__(self, value):
+            self.dev = -1 if value is None else value
 
 
 cdef class StreamStateBase:
@@ -226,6 +262,52 @@ cdef class PackedBase:
 
         def __set__(self, uintptr_t value):
             self.strings = <const char **>value
+
+
+cdef inline bint overlap(TensorBase a, TensorBase b) noexcept:
+    return a.span > 0 and b.span > 0 and a.data < b.data + <uintptr_t>b.span and b.data < a.data + <uintptr_t>a.span
+
+
+cdef str placement_problem(tuple in_names, PyObject **ins, Py_ssize_t n_in, tuple out_names, PyObject **outs,
+                           Py_ssize_t n_out, int device):
+    """What is wrong with where a call's caller-given outputs lie, or None: two outputs overlapping, an
+    output overlapping an input (the operator would read what it writes), an output on another device
+    than the call's stream (`device`, -1: unknown). `ins`/`outs`: Tensors or NULL, named in that order."""
+    cdef Py_ssize_t i, j
+    cdef TensorBase o, t
+    for j in range(n_out):
+        if outs[j] == NULL:
+            continue
+        o = <TensorBase>outs[j]
+        if device >= 0 and o.dev >= 0 and o.dev != device:
+            return (f"outputs: {out_names[j]} is on device {o.dev}, but the call's stream is on device "
+                    f"{device}")
+        for i in range(j):
+            if outs[i] != NULL and overlap(o, <TensorBase>outs[i]):
+                return (f"outputs: {out_names[i]} and {out_names[j]} overlap in memory (each output needs "
+                        f"memory of its own)")
+        for i in range(n_in):
+            if ins[i] != NULL and overlap(o, <TensorBase>ins[i]):
+                return (f"outputs: {out_names[j]} overlaps the input {in_names[i]} in memory (the operator "
+                        f"would read what it writes)")
+    return None
+
+
+def check_placement(tuple in_names, inputs, tuple out_names, outputs, StreamBase stream):
+    """Raise ValueError naming both parties when a call's outputs (the caller's Tensors, or None) overlap
+    each other or its inputs, or lie on another device than `stream` (see placement_problem)."""
+    cdef PyObject *ins[MAX_TABLE]
+    cdef PyObject *outs[MAX_TABLE]
+    cdef Py_ssize_t i
+    if len(inputs) > MAX_TABLE or len(outputs) > MAX_TABLE:
+        raise ValueError(f"check_placement: at most {MAX_TABLE} inputs and outputs")
+    for i, t in enumerate(inputs):
+        ins[i] = <PyObject *>t if isinstance(t, TensorBase) else NULL
+    for i, t in enumerate(outputs):
+        outs[i] = <PyObject *>t if isinstance(t, TensorBase) else NULL
+    problem = placement_problem(in_names, ins, len(inputs), out_names, outs, len(outputs), stream.dev)
+    if problem is not None:
+        raise ValueError(problem)
 
 
 cdef class OpCore:
@@ -434,6 +516,7 @@ cdef class OpSpec:
     cdef Py_ssize_t n_params, n_inputs, n_outputs
     cdef Py_ssize_t roles[MAX_PARAMS]
     cdef tuple none_as           # per input: None (NULL is passed), False (Python's call) or a maker
+    cdef tuple in_names, out_names  # the operator's inputs and outputs, as its errors name them
     cdef object tensor_type, stream_type, config_type, outputs_type
     cdef str key_op
     cdef Py_ssize_t key_input[3]
@@ -443,7 +526,7 @@ cdef class OpSpec:
     cdef Py_ssize_t last_dims[3]
 
     def __init__(self, OpCore core, tuple names, Py_ssize_t n_positional, tuple roles, tuple none_as,
-                 outputs_type, tuple key, tensor_type, stream_type, config_type):
+                 outputs_type, tuple key, tensor_type, stream_type, config_type, tuple in_names, tuple out_names):
         cdef Py_ssize_t n = len(names)
         if n > MAX_PARAMS or len(roles) != n or n_positional > n:
             raise ValueError(f"OpSpec: one role per parameter, at most {MAX_PARAMS}")
@@ -453,6 +536,9 @@ cdef class OpSpec:
         self.index = self.params.index
         self.n_inputs = len(core.layout.inputs)
         self.n_outputs = len(core.layout.outputs)
+        if len(in_names) != self.n_inputs or len(out_names) != self.n_outputs:
+            raise ValueError("OpSpec: one name per input and per output")
+        self.in_names, self.out_names = in_names, out_names
         if len(none_as) != self.n_inputs:
             raise ValueError("OpSpec: none_as has one entry per input")
         for i in range(n):
@@ -554,8 +640,12 @@ cdef class OpSpec:
             w = tb._writer
             if w is not None and w is not stream:
                 order = True
-        if not self.gather_outputs(outputs, table + self.n_inputs, held, self.n_inputs):
+        cdef PyObject *outs[MAX_TABLE]
+        if not self.gather_outputs(outputs, table + self.n_inputs, held, self.n_inputs, outs):
             return None
+        if reused is None and placement_problem(self.in_names, ins, self.n_inputs, self.out_names, outs,
+                                                self.n_outputs, (<StreamBase>stream).dev) is not None:
+            return None  # the caller's outputs overlap or lie on another device: Python raises, naming them
         cdef ConfigBase cfg = <ConfigBase>config
         if self.core.phase2_name not in cfg._operators:
             return None  # a config of another generation: the Python function picks its operator
@@ -567,7 +657,10 @@ cdef class OpSpec:
         self.core.launch(table, held, self.core.attrs_of(cfg), <StreamBase>stream, inputs, outputs, order)
         return outputs
 
-    cdef bint gather_outputs(self, object outputs, aclTensor **table, list held, Py_ssize_t at) except -1:
+    cdef bint gather_outputs(self, object outputs, aclTensor **table, list held, Py_ssize_t at,
+                             PyObject **outs) except -1:
+        """The outputs' descriptors into `table`, anchors into `held` from `at`, the Tensors (or NULL) into
+        `outs`; False for outputs the Python function handles."""
         cdef TensorBase tb
         cdef Py_ssize_t j
         if self.outputs_type is None:
@@ -581,6 +674,7 @@ cdef class OpSpec:
             t = outputs if single else <object>PyTuple_GET_ITEM(outputs, j)
             if t is None and not single:
                 table[j] = NULL  # an optional output left NULL: C refuses it where it is needed
+                outs[j] = NULL
                 continue
             if type(t) is not self.tensor_type:
                 return False
@@ -588,6 +682,7 @@ cdef class OpSpec:
             if not tb.desc:
                 return False
             table[j] = <aclTensor *>tb.desc
+            outs[j] = <PyObject *>t
             held[at + j] = tb._mem if tb._mem is not None else tb._owner
         return True
 
@@ -1346,13 +1441,11 @@ cdef class BufferCall(Route):
         key = list(self.defaults)
         for i in range(self.n_params):
             if self.kind[i] == KIND_ATTR and given[i] != NULL:
-                key[self.slot[i]] = <object>given[i]
-        result = tuple(key)
-        try:
-            hash(result)
-        except TypeError:
-            return None  # an unhashable argument: the method names it
-        return result
+                v = <object>given[i]
+                if type(v) is not int and type(v) is not str:
+                    return None  # the method's config lookup takes plain ints and strs only, and names the rest
+                key[self.slot[i]] = v
+        return tuple(key)
 
 
 def compiled_buffer_method(Py_ssize_t which, tuple tensor_params, tuple attr_params, op, current_stream, reraise,

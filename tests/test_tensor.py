@@ -172,3 +172,65 @@ def test_set_raw_tensor_addr_needs_a_32_byte_aligned_base(acl):
     cell = ffi.new("void **")
     assert lib.aclGetRawTensorAddr(t, cell) == 0 and int(ffi.cast("uintptr_t", cell[0])) == mem.ptr + 64
     assert lib.aclDestroyTensor(t) == 0
+
+
+# ---- copies ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("copier", ["copy", "deepcopy", "clone"])
+def test_a_copy_is_a_tensor_of_its_own(acl, mock, copier):
+    """copy.copy / copy.deepcopy / clone(): new memory with the same bytes and a descriptor of its own;
+    either survives the other's close and changes."""
+    import copy
+
+    a = np.arange(24, dtype=np.float32).reshape(4, 6)
+    t = acl.Tensor.from_numpy(a)
+    t.descriptor()
+    c = {"copy": copy.copy, "deepcopy": copy.deepcopy, "clone": lambda x: x.clone()}[copier](t)
+    assert isinstance(c, acl.Tensor) and c.ptr != t.ptr and (c.shape, c.dtype) == (t.shape, t.dtype)
+    assert c._desc_addr is None or c._desc_addr != t._desc_addr
+    assert c.numpy().tobytes() == a.tobytes()
+    t.copy_from(a + 1)
+    assert c.numpy().tobytes() == a.tobytes()  # the original's later writes do not reach the copy
+    before = mock.stats()["tensors"]
+    t.close()
+    assert c.numpy().tobytes() == a.tobytes()
+    c.descriptor()
+    c.close()  # a complete Tensor: closing it destroys its own descriptor
+    assert mock.stats()["tensors"] == before - 1
+    assert c.closed
+
+
+def test_clone_on_a_stream_follows_pending_writes(acl, device0):
+    with device0.create_stream() as s:
+        a = np.arange(1 << 16, dtype=np.int32)
+        t = acl.Tensor.from_numpy(a, stream=s)  # queued
+        c = t.clone(stream=s)
+        assert c.writer is s
+        del t  # the queued copy still reads the source's memory
+        assert np.array_equal(c.numpy(), a)
+
+
+def test_a_strided_view_clones_to_a_contiguous_tensor(acl):
+    base = acl.Tensor.from_numpy(np.arange(12, dtype=np.float32).reshape(3, 4))
+    view = acl.Tensor.from_address(base.ptr, (3, 2), np.float32, strides=(4, 2), owner=base)
+    c = view.clone()
+    assert c.is_contiguous and np.array_equal(c.numpy(), np.arange(12, dtype=np.float32).reshape(3, 4)[:, ::2])
+
+
+def test_a_tensor_is_not_pickled(acl):
+    import pickle
+
+    with pytest.raises(TypeError, match=r"cannot be pickled; pickle its numpy\(\)"):
+        pickle.dumps(acl.Tensor.from_numpy(np.zeros(3, np.float32)))
+
+
+def test_making_a_tensor_on_another_device_keeps_the_callers_device(acl, device0):
+    """Tensor.from_numpy(..., device=d) / Tensor.empty / DeviceMemory on another device: the calling
+    thread's device (and current stream's device) stays what it was, as with CuPy's device context."""
+    t = acl.Tensor.from_numpy(np.ones(8, np.float32), device=1)
+    assert t.device == 1
+    assert acl.Device.current().id == 0
+    e = acl.Tensor.empty((4,), np.float32, device=2)
+    m = acl.DeviceMemory(64, device=3)
+    assert (e.device, m.device, acl.Device.current().id) == (2, 3, 0)
+    assert acl.Stream.default().device == 0
+    np.testing.assert_array_equal(t.numpy(), np.ones(8, np.float32))

@@ -104,6 +104,16 @@ def given_output(given: object, param: str) -> Tensor:
     return given
 
 
+def check_given_outputs(in_names: Sequence[str], inputs: Sequence[object], out_names: Sequence[str],
+                        outputs: Sequence[object], stream: Stream) -> None:
+    """ValueError naming both when outputs the caller gave (Tensors; None or anything else: allocated
+    here) overlap each other or an input (Tensors; anything else is host data) in memory, or lie on
+    another device than `stream`."""
+    from .._core import check_placement
+
+    check_placement(tuple(in_names), inputs, tuple(out_names), outputs, stream)
+
+
 #: an output entry the wrapper allocates (the caller gave none)
 ALLOCATED = object()
 

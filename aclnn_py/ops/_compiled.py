@@ -104,7 +104,8 @@ def operator_spec(names: tuple[str, ...], n_positional: int, *, signature: Signa
     none_as = tuple(False if i < required else make_if_none.get(name) for i, name in enumerate(inputs))
     op, *dims = key
     return OpSpec(signature.core, names, n_positional, roles, none_as, outputs_type,
-                  (op, *((inputs.index(param), dim) for param, dim in dims)), Tensor, Stream, MoeConfig)
+                  (op, *((inputs.index(param), dim) for param, dim in dims)), Tensor, Stream, MoeConfig, inputs,
+                  signature.outputs)
 
 
 _apply_environment()

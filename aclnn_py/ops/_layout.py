@@ -78,7 +78,7 @@ class Signature:
     @functools.cached_property
     def core(self) -> OpCore:
         """The operator's launch in the compiled core: every call of the operator ends there."""
-        from .._core import OpCore, set_tensor_maker
+        from .._core import OpCore
         from ..errors import check_aclnn
         from ..runtime import order_after_writes, ordered
 
@@ -89,6 +89,5 @@ class Signature:
             return int(b.ffi.cast("uintptr_t", b.function_pointer(name)))
 
         states, _, _, _, checkpoint, every = ordered.compiled_view()
-        set_tensor_maker(address("aclCreateTensor"), b.lib.ACL_FORMAT_ND)  # new inputs described in the call
         return OpCore(layout, address(layout.helper), address(layout.phase2), address("aclDestroyAclOpExecutor"),
                       states, ordered.state, checkpoint, every, ordered.workspace, order_after_writes, check_aclnn)

@@ -17,7 +17,15 @@ from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import generations, prechecks
-from ._args import given_output, host_weights, ids_tensor, input_tensor, required_tensor, unread_output
+from ._args import (
+    check_given_outputs,
+    given_output,
+    host_weights,
+    ids_tensor,
+    input_tensor,
+    required_tensor,
+    unread_output,
+)
 from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
 from ._compiled import compiled_op, operator_spec
 from ._layout import Signature
@@ -89,12 +97,13 @@ def _convert(context: Tensor | None, tensors: Sequence[TensorArg | None], s: Str
     return ins
 
 
-def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, precheck: bool) -> Tensor:
+def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, precheck: bool, s: Stream) -> Tensor:
     """x_out, after the pre-checks (which raise only with `precheck`): (BS, H) in expand_x's dtype
     (bf16 for an int32 expand_x) unless given; empty when phase 1 will refuse the call before it reads
     x_out."""
     if given is not None:
         given_output(given, "x_out")
+        check_given_outputs(INPUTS, ins, OUTPUTS, (given,), s)
     found = prechecks.verdict(cfg, "combine", ins, None if given is None else (given,))
     if precheck and isinstance(found, AclnnParamInvalid):
         raise found
@@ -138,7 +147,7 @@ def prepare_combine(
                              tp_send_counts, x_active_mask, activation_scale, weight_scale, group_list,
                              expand_scales, shared_expert_x, elastic_info, ori_x, const_expert_alpha_1,
                              const_expert_alpha_2, const_expert_v, performance_info), s)
-    out = _x_out(cfg, ins, x_out, precheck)
+    out = _x_out(cfg, ins, x_out, precheck, s)
     if repeatable:
         ins = private_views(ins)
         out = private_views([out])[0]  # type: ignore[assignment]
@@ -186,7 +195,7 @@ def moe_distribute_combine(
                              const_expert_alpha_2, const_expert_v, performance_info), s)
     if cfg.generation != NEWEST:
         generations.refuse_unsupported(cfg, "combine", generations.given_inputs(INPUTS, ins))
-    out = _x_out(cfg, ins, x_out, precheck)
+    out = _x_out(cfg, ins, x_out, precheck, s)
     if cfg.generation == NEWEST:
         SIGNATURE.core.run(ins, (out,), cfg, s)
     else:
@@ -228,6 +237,7 @@ class CombinePlan(Plan):
                                    const_expert_alpha_2=consts[1], const_expert_v=consts[2], stream=stream,
                                    repeatable=True)
         super().__init__(prepared)
+        self._watch_context(context)
         self.config = cfg
         self._x_out: Tensor = prepared.result
         self._with_es = with_expert_scales

@@ -10,7 +10,7 @@ shapes passed the pre-checks, so a repeated call pays a set lookup instead of th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -112,13 +112,15 @@ class MoeConfig(ConfigBase):
         SoC so repeated calls reuse one config."""
         soc = soc_name()
         key = (soc, tuple(attrs.items()))
-        cfg = _by_attrs.get(key)
+        cacheable = plain_key(attrs.values())
+        cfg = _by_attrs.get(key) if cacheable else None
         if cfg is None:
             _check_attr_names(attrs)
             cfg = cls(soc=soc, **attrs)  # type: ignore[arg-type]
-            if len(_by_attrs) > 256:
-                _by_attrs.clear()
-            _by_attrs[key] = cfg
+            if cacheable:
+                if len(_by_attrs) > 256:
+                    _by_attrs.clear()
+                _by_attrs[key] = cfg
         return cfg
 
     # ---- derived numbers ----------------------------------------------------------------------------------
@@ -206,6 +208,13 @@ def _field_value(config: MoeConfig, layout: RunLayout, c_name: str) -> int | str
 _ATTR_NAMES = frozenset(f.name for f in dataclasses.fields(MoeConfig) if f.init)
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(MoeConfig) if f.init and f.name != "soc")
 _by_attrs: dict[tuple[str, tuple[tuple[str, int | str], ...]], MoeConfig] = {}
+
+
+def plain_key(values: Iterable[object]) -> bool:
+    """Every value is exactly an int or a str: a config cache looks such keys up. Another type may equal
+    a cached key (8.0, Decimal(8) and True equal 8) while MoeConfig refuses it, and a refusal must not
+    depend on what was cached before."""
+    return all(v.__class__ is int or v.__class__ is str for v in values)
 
 
 def _check_attr_names(attrs: Mapping[str, object]) -> None:

@@ -20,6 +20,7 @@ from ..tensor import Tensor, TensorArg
 from . import generations, prechecks
 from ._args import (
     ALLOCATED,
+    check_given_outputs,
     given_output,
     host_weights,
     ids_tensor,
@@ -133,17 +134,20 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
 
 
 def _outputs(cfg: MoeConfig, ins: list[Tensor | None], outputs: DispatchOutputs | Mapping[str, Tensor | None] | None,
-             y_dtype: DTypeLike | None, precheck: bool) -> DispatchOutputs:
+             y_dtype: DTypeLike | None, precheck: bool, s: Stream) -> DispatchOutputs:
     """The outputs of this call, after the pre-checks (which raise only with `precheck`). When phase 1
     will refuse the call before it reads the outputs, the missing ones are empty
     (:func:`~aclnn_py.ops._args.unread_output`)."""
     if isinstance(outputs, DispatchOutputs):
+        check_given_outputs(INPUTS, ins, OUTPUTS, outputs, s)
         found = prechecks.verdict(cfg, "dispatch", ins, outputs)
     else:
         given = _given_outputs(outputs)
         for name, value in given.items():
             if value is not None:
                 given_output(value, name)
+        if given:
+            check_given_outputs(INPUTS, ins, OUTPUTS, [given.get(n) for n in OUTPUTS], s)
         found = prechecks.verdict(cfg, "dispatch", ins, [given.get(n, ALLOCATED) for n in OUTPUTS])
     if precheck and isinstance(found, AclnnParamInvalid):
         raise found
@@ -214,7 +218,7 @@ def prepare_dispatch(
     s = resolve_stream(stream)
     ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
                    performance_info, x_dtype, scales_dtype, s)
-    outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
+    outs = _outputs(cfg, ins, outputs, y_dtype, precheck, s)
     if repeatable:
         ins = private_views(ins)
         outs = DispatchOutputs(*private_views(outs))  # type: ignore[arg-type]
@@ -257,7 +261,7 @@ def moe_distribute_dispatch(
                    performance_info, x_dtype, scales_dtype, s)
     if cfg.generation != NEWEST:
         generations.refuse_unsupported(cfg, "dispatch", generations.given_inputs(INPUTS, ins))
-    outs = _outputs(cfg, ins, outputs, y_dtype, precheck)
+    outs = _outputs(cfg, ins, outputs, y_dtype, precheck, s)
     if cfg.generation == NEWEST:
         SIGNATURE.core.run(ins, outs, cfg, s)
     else:
@@ -293,6 +297,7 @@ class DispatchPlan(Plan):
         prepared = prepare_dispatch(context, xt, ids, config=cfg, scales=scales, x_active_mask=mask,
                                     expert_scales=es, y_dtype=y_dtype, stream=stream, repeatable=True)
         super().__init__(prepared)
+        self._watch_context(context)
         self.config = cfg
         self.bs, self.hidden, self.topk = int(bs), int(hidden), int(topk)
         self.x_dtype = as_datatype(x_dtype)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import numpy as np
 
 from ..errors import AclnnParamInvalid, ClosedError, check_aclnn, param_invalid
+from ..hccl import watch_context
 from ..runtime import (
     DeviceMemory,
     Resource,
@@ -25,7 +26,7 @@ from ..runtime import (
     resolve_stream,
 )
 from ..tensor import Tensor, destroy_descriptor
-from ._args import as_int32, host_array, wrong_dtype
+from ._args import as_int32, check_given_outputs, host_array, wrong_dtype
 
 F = TypeVar("F", bound=Callable[..., object])
 P = TypeVar("P", bound="Plan")
@@ -245,6 +246,8 @@ class Plan(Resource, PlanBase):
         self._c_state = None  # set by the subclass (_fast_path); None: every call in Python
         self._stream: Stream | None = None  # of the last launch (the compiled call sets it too)
         self._stale: str | None = None
+        self._closed_comm: str | None = None  # the label of the context's communicator once it closed
+        self._context: Tensor | None = None
         self._open = True
 
     def _fast_path(self, in_slots: tuple[int, ...]) -> PlanState | None:
@@ -286,6 +289,20 @@ class Plan(Resource, PlanBase):
     def invalidate(self, reason: str) -> None:
         """Refuse every later call with `reason` (e.g. the communicator the plan was built for changed)."""
         self._stale = reason
+        self._c_state = None
+
+    @property
+    def context(self) -> Tensor | None:
+        """The context tensor the plan was built with (None: a group-string generation)."""
+        return self._context
+
+    def _watch_context(self, context: Tensor | None) -> None:
+        self._context = context
+        watch_context(self, context)
+
+    def _communicator_closed(self, label: str) -> None:
+        """The communicator of the plan's context closed: every later call raises ClosedError naming it."""
+        self._closed_comm = label
         self._c_state = None
 
     def _refuse(self, message: str) -> AclnnParamInvalid:
@@ -352,6 +369,8 @@ class Plan(Resource, PlanBase):
         the output tensors the launch writes."""
         if not self._open:
             raise self._closed("launch it")
+        if self._closed_comm is not None:
+            raise ClosedError(self._closed_comm, f"launch {self._label()}, made with a context of it")
         if self._stale is not None:
             raise self._refuse(self._stale)
         if self._enter(self._args):
@@ -365,6 +384,8 @@ class Plan(Resource, PlanBase):
     def _bind_and_launch(self, in_slots: tuple[int, ...], in_values: tuple[object, ...],
                          out_values: Sequence[object] | None, stream: StreamArg) -> list[Tensor | None]:
         s = resolve_stream(stream)
+        if out_values is not None:  # checked before anything is bound
+            check_given_outputs([self.input_names[i] for i in in_slots], in_values, self.output_names, out_values, s)
         for i, v in zip(in_slots, in_values):
             if v is self._last_in[i]:
                 if v is None:

@@ -9,7 +9,7 @@ raises :class:`~aclnn_py.ClosedError` naming it.
 from . import ordered
 from ._device import Device
 from ._init import init, initialized, soc_name, version
-from ._memory import DeviceMemory, MemoryExport, copy_to_device, copy_to_host, fill
+from ._memory import DeviceMemory, MemoryExport, copy_on_device, copy_to_device, copy_to_host, fill
 from ._pool import MemoryPool, get_memory_pool, set_allocator
 from ._resource import Resource
 from ._stream import (
@@ -25,7 +25,7 @@ from ._stream import (
 from ._thread import out_cell
 
 __all__ = [
-    "Device", "DeviceMemory", "Event", "MemoryExport", "MemoryPool", "Resource", "Stream", "StreamArg", "StreamLike", "copy_to_device", "copy_to_host",
+    "Device", "DeviceMemory", "Event", "MemoryExport", "MemoryPool", "Resource", "Stream", "StreamArg", "StreamLike", "copy_on_device", "copy_to_device", "copy_to_host",
     "current_stream", "explicit_or_current", "fill", "get_memory_pool", "order_after_writes", "init", "initialized", "ordered", "out_cell", "resolve_stream",
     "set_allocator", "soc_name",
     "version",

@@ -41,9 +41,9 @@ class Stream(Resource, StreamBase):
     """An ACL stream (``aclrtStream``). Made by :meth:`Device.create_stream`, :meth:`from_handle` or
     :meth:`default`, not by calling the class."""
 
-    # _open, _handle and _key (names the stream in this process; the NULL handle is per device) are
-    # typed fields of StreamBase (csrc/_core.pxd), which the compiled core reads
-    __slots__ = ("_cdata", "_owned", "_device", "_order_event", "__weakref__")
+    # _open, _handle, _device and _key (names the stream in this process; the NULL handle is per device)
+    # are typed fields of StreamBase (csrc/_core.pxd), which the compiled core reads
+    __slots__ = ("_cdata", "_owned", "_order_event", "__weakref__")
     _cdata: Any          # the aclrtStream
     _owned: bool
     _device: int | None

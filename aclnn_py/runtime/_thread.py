@@ -4,6 +4,8 @@ out-parameter cells. Below the device and stream modules, which both need them."
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from ..errors import check_acl
@@ -28,3 +30,23 @@ def current_device_id() -> int:
     cell = out_cell("int32_t *")
     check_acl(initialized().lib.aclrtGetDevice(cell), "aclrtGetDevice")
     return int(cell[0])
+
+
+@contextmanager
+def on_device(device: int) -> Iterator[None]:
+    """The calling thread works on `device` within the block and on its previous context after it, as
+    CuPy's ``with Device(i):`` does: making memory on another device leaves the caller where it was. A
+    thread that had no context keeps `device`."""
+    b = initialized()
+    ffi, lib = b.ffi, b.lib
+    saved = ffi.new("aclrtContext *")
+    had = lib.aclrtGetCurrentContext(saved) == 0
+    if had and current_device_id() == device:
+        yield
+        return
+    check_acl(lib.aclrtSetDevice(device), "aclrtSetDevice")
+    try:
+        yield
+    finally:
+        if had:
+            check_acl(lib.aclrtSetCurrentContext(saved[0]), "aclrtSetCurrentContext")

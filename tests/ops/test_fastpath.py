@@ -527,7 +527,7 @@ def test_the_core_checks_what_it_is_built_with(acl):
         OpCore(huge, 1, 1, 1, states, print, checkpoint, every, print, print, print)
     core = OpCore(layout, 1, 1, 1, states, print, checkpoint, every, print, print, print)
     args = dict(outputs_type=None, key=("op", (0, 0), (0, 1), (0, 1)), tensor_type=Tensor, stream_type=Stream,
-                config_type=object)
+                config_type=object, in_names=("a",), out_names=("b",))
     with pytest.raises(ValueError, match="one role per parameter"):
         OpSpec(core, ("a", "b"), 2, (0,), (False,), **args)
     with pytest.raises(ValueError, match="role 3 of b is out of range"):
