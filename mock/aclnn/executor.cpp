@@ -158,19 +158,20 @@ aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, acl
                     "%s: executor is not repeatable: call aclSetAclOpExecutorRepeatable after phase 1",
                     api);
     std::vector<Slot> *slots = nullptr;
-    size_t i = index;
+    const size_t api_inputs = ex.inputs.size() - ex.hidden_inputs;
+    size_t i = index + ex.hidden_inputs;
     const char *what = "input";
     size_t limit = 0;
     switch (which) {
-    case Which::Input: slots = &ex.inputs; limit = ex.inputs.size(); break;
-    case Which::Output: slots = &ex.outputs; limit = ex.outputs.size(); what = "output"; break;
+    case Which::Input: slots = &ex.inputs; limit = api_inputs; break;
+    case Which::Output: slots = &ex.outputs; limit = ex.outputs.size(); i = index; what = "output"; break;
     case Which::Any:
-        limit = ex.inputs.size() + ex.outputs.size();
-        if (index < ex.inputs.size()) {
+        limit = api_inputs + ex.outputs.size();
+        if (index < api_inputs) {
             slots = &ex.inputs;
         } else {
             slots = &ex.outputs;
-            i = index - ex.inputs.size();
+            i = index - api_inputs;
             what = "output";
         }
         break;
@@ -182,7 +183,7 @@ aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, acl
     if (!slot.present)
         return fail(ACLNN_ERR_PARAM_INVALID,
                     "%s: %s %zu of op %s was NULL at phase 1 and cannot be rebound (index %zu)", api,
-                    what, i, ex.op_name(), index);
+                    what, slots == &ex.inputs ? i - ex.hidden_inputs : i, ex.op_name(), index);
     if (reinterpret_cast<uintptr_t>(addr) % 32 != 0)
         return fail(ACLNN_ERR_PARAM_INVALID, "%s: addr must be 32-byte aligned (got %p)", api, addr);
     slot.desc.data = addr;

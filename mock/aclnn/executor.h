@@ -69,6 +69,10 @@ public:
     const char *op_name() const { return op_name_; }
     std::vector<Slot> inputs;
     std::vector<Slot> outputs;
+    // Leading input slots the op's aclnn API has no parameter for (the group-string generations keep
+    // the context slot of the op they map onto, always NULL): aclSetInputTensorAddr's index i, which
+    // counts the API's input parameters, is slot i + hidden_inputs.
+    size_t hidden_inputs = 0;
     uint64_t workspace_size = 0;
     bool repeatable = false;
 

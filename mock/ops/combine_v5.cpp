@@ -267,6 +267,7 @@ private:
 int make_executor(const CombineArgs &a, const CombineParams &p, uint64_t *workspace_size,
                   aclOpExecutor **executor) {
     auto ex = std::make_shared<CombineExecutor>(p);
+    ex->hidden_inputs = p.generation < 5 ? 1 : 0;  // the group-string generations' APIs take no context
     ex->inputs.reserve(kNumIn);
     for (const aclTensor *t : a.in) ex->inputs.push_back(slot_of(t));
     ex->outputs.push_back(slot_of(a.x_out));

@@ -412,6 +412,7 @@ int make_executor(const DispatchArgs &a, const DispatchParams &p, uint64_t *work
                                     a.elastic_info, a.performance_info};
     const aclTensor *outs[kNumOut] = {a.expand_x, a.dynamic_scales, a.assist_info, a.expert_token_nums,
                                       a.ep_recv_counts, a.tp_recv_counts, a.expand_scales};
+    ex->hidden_inputs = p.generation < 5 ? 1 : 0;  // the group-string generations' APIs take no context
     ex->inputs.reserve(kNumIn);
     ex->outputs.reserve(kNumOut);
     for (const aclTensor *t : ins) ex->inputs.push_back(slot_of(t));
