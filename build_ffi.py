@@ -159,7 +159,6 @@ def generate(include_dir: Path) -> tuple[str, str]:
         "void *aclnnpy_dlsym(void *handle, const char *name) { return dlsym(handle, name); }\n"
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
-    src += ['#include "dlpack.c"', '#include "plan.c"']  # csrc/: they call the trampolines above
     src += [body for _, body in runs]
     # The prototypes this module was generated from, for the ABI guard (aclnn_py/_abi.py).
     src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")

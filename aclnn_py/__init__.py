@@ -24,6 +24,10 @@ from ._version import __version__
 # CMake build tree): make them importable as submodules of this package.
 if _origin().compiled_dir is not None and _origin().compiled_dir != _origin().package_dir:
     __path__.append(str(_origin().compiled_dir))
+if _origin().compiled_dir is None:  # the library is its compiled core: say where it was looked for
+    from .errors import BackendError as _BackendError
+
+    raise _BackendError(f"the compiled parts of aclnn_py were not found: {_origin().problem}")
 
 from . import dtypes, errors, golden, hccl, launch, ops  # noqa: E402
 from ._loader import Backend, backend, mock_root  # noqa: E402
@@ -43,6 +47,7 @@ from .errors import (  # noqa: E402
     HcclError,
     HcclTimeoutError,
     MissingSymbolError,
+    RecycledError,
 )
 from .ops import MoeConfig  # noqa: E402
 from .runtime import (  # noqa: E402
@@ -64,7 +69,7 @@ __all__ = [
     "AclError", "AclTimeoutError", "AclnnError", "AclnnInnerError", "AclnnParamInvalid", "AclnnParamNullptr",
     "AclnnPyError", "AclnnRuntimeError", "Backend", "BackendError", "ClosedError", "DataType", "Device",
     "DeviceMemory", "Event", "HcclError", "HcclTimeoutError", "LowLatencyDispatchResult", "MissingSymbolError",
-    "MemoryPool", "MoeConfig", "MoeDistributeBuffer", "Stream", "StreamLike", "Tensor", "__version__", "backend",
+    "MemoryPool", "MoeConfig", "MoeDistributeBuffer", "RecycledError", "Stream", "StreamLike", "Tensor", "__version__", "backend",
     "current_stream", "dtypes", "errors", "get_memory_pool", "golden", "hccl", "init", "launch", "mock_root", "ops",
     "set_allocator", "soc_name",
 ]

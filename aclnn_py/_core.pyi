@@ -1,36 +1,58 @@
-"""Stubs of the compiled core (csrc/_core.pyx); the typed fields are declared in csrc/_core.pxd."""
+"""Stubs of the compiled core (csrc/_core.pyx and csrc/core/*.pxi); the fields of the bases are stated in
+csrc/_core.pxd, and tests/test_stubs.py holds these stubs to it and to the compiled module."""
 
-from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
-from .dtypes import DataType
+from typing_extensions import CapsuleType
+
+from ._abi import RunLayout
+from .buffer import LowLatencyDispatchResult
+from .dtypes import DataType, DTypeLike
+from .errors import AclnnParamInvalid
 from .hccl import Communicator
+from .ops.config import MoeConfig
+from .ops.dispatch import DispatchOutputs
+from .runtime import StreamArg
 from .runtime._memory import DeviceMemory
 from .runtime._stream import Stream
-from .tensor import Tensor
+from .tensor import Tensor, TensorArg
 
-ROLES: dict[str, int]
+NEWEST: int
 
-_F = TypeVar("_F", bound=Callable[..., object])
-_P = TypeVar("_P", bound="PlanBase")
-
-def set_enabled(flag: bool) -> bool: ...
-def enabled() -> bool: ...
+def bind_backend(*, create_tensor_address: int, destroy_tensor_address: int, set_input_addr_address: int,
+                 set_output_addr_address: int, destroy_executor_address: int, format_nd_value: int,
+                 refill_poison_address: int = 0) -> None: ...
+def bind_holds(*, states: dict[int, Any], make: Callable[[Any], Any], record_checkpoint: Callable[[Any], None],
+               workspace: Callable[[Any, int], int], every: int) -> None: ...
+def hold_until_passed(stream: object, obj: object) -> None: ...
+def destroy_descriptor(address: int) -> None: ...
+def check_placement(in_names: tuple[str, ...], inputs: Sequence[object], out_names: tuple[str, ...],
+                    outputs: Sequence[object], stream: StreamBase) -> None: ...
 
 class TensorBase:
     shape: tuple[int, ...]
     dtype: DataType
+    strides: tuple[int, ...]
+    offset: int
     _mem: DeviceMemory | None
     _owner: object
     _writer: Stream | None
-    _ptr: int
-    _offset_nbytes: int
     _open: bool
     _contiguous: bool
     _shared: bool
-    _desc_addr: int | None
+    _ptr: int
+    _offset_nbytes: int
+    @property
+    def _desc_addr(self) -> int | None: ...
     device: int | None
     _span: int
+    @property
+    def recycled(self) -> bool: ...
+    def _describe(self) -> None: ...
+    def _drop_descriptor(self) -> None: ...
+    def _take_descriptor(self) -> int: ...
+    def _check_readable(self, operation: str) -> None: ...
 
 class StreamBase:
     _open: bool
@@ -43,89 +65,185 @@ class StreamStateBase:
     workspace: DeviceMemory | None
 
 class ConfigBase:
-    _passed: set[tuple[str, int, int, int]]
-    _packed: dict[str, Any]
+    _passed: set[tuple[object, ...]]
+    _packed: dict[str, PackedBase]
+    _operators: tuple[str, str]
 
 class PackedBase:
-    layout: Any
+    layout: RunLayout
     ints_address: int
     strings_address: int
 
-class OpCore:
-    layout: Any
-    def __init__(self, layout: Any, run: int, phase2: int, destroy: int, states: dict[int, Any],
-                 state_of: Callable[[Any], Any], checkpoint: Callable[[Any], None], every: int,
-                 grow: Callable[[Any, int], int], order_after_writes: Callable[[Any, Any], None],
-                 raise_status: Callable[[int, str], None]) -> None: ...
-    def run(self, inputs: Sequence[object], outputs: Sequence[object], config: ConfigBase,
+class Launcher:
+    layout: RunLayout
+    phase1_name: str
+    phase2_name: str
+    n_in: int
+    n_out: int
+    def __init__(self, layout: RunLayout, run: int, phase2: int, in_at: tuple[int, ...], out_at: tuple[int, ...],
+                 input_names: tuple[str, ...], output_names: tuple[str, ...]) -> None: ...
+    @property
+    def input_positions(self) -> tuple[int, ...]: ...
+    @property
+    def output_positions(self) -> tuple[int, ...]: ...
+    def run(self, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None], config: ConfigBase,
             stream: StreamBase) -> None: ...
-    def phase1(self, inputs: Sequence[object], outputs: Sequence[object], config: ConfigBase) -> tuple[int, int]: ...
+    def phase1(self, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None],
+               config: ConfigBase) -> tuple[int, int]: ...
+    def launch_executor(self, executor: int, size: int, stream: StreamBase, inputs: Sequence[Tensor | None],
+                        outputs: Sequence[Tensor | None], workspace: int | None = None) -> None: ...
 
-class OpSpec:
-    def __init__(self, core: OpCore, names: tuple[str, ...], n_positional: int, roles: tuple[int, ...],
-                 none_as: tuple[object, ...], outputs_type: type | None, key: tuple[object, ...], tensor_type: type,
-                 stream_type: type, config_type: type, in_names: tuple[str, ...], out_names: tuple[str, ...]) -> None: ...
+class Operator:
+    name: str
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    def __init__(self, name: str, input_names: tuple[str, ...], output_names: tuple[str, ...],
+                 required_inputs: int, key: tuple[tuple[int, int], ...], which: int, outputs_type: type | None,
+                 convert: Callable[..., list[Tensor | None]], make_outputs: Callable[..., object],
+                 verdict: Callable[..., object], refuse_unsupported: Callable[..., None],
+                 launchers_for: Callable[[Any], tuple[Launcher, Launcher]], resolve_config: Callable[..., MoeConfig],
+                 resolve_stream: Callable[[StreamArg], Stream], missing: tuple[int, Callable[[], Tensor]] | None,
+                 param_invalid_type: type[AclnnParamInvalid]) -> None: ...
 
-def check_placement(in_names: tuple[str, ...], inputs: Sequence[object], out_names: tuple[str, ...],
-                    outputs: Sequence[object], stream: StreamBase) -> None: ...
+def register_operator(operator: Operator) -> None: ...
 
-class OpCall:
-    function: Callable[..., Any]
-    names: tuple[str, ...]
-    n_positional: int
-    def __init__(self, function: Callable[..., Any], setup: Callable[[tuple[str, ...], int], OpSpec | None]) -> None: ...
+def moe_distribute_dispatch(
+    context: Tensor | None, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
+    scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
+    elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
+    x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
+    outputs: DispatchOutputs | Mapping[str, Tensor | None] | None = None, stream: StreamArg = None,
+    precheck: bool = True, **attrs: int | str,
+) -> DispatchOutputs: ...
 
-def compiled_operator(function: Callable[..., Any],
-                      setup: Callable[[tuple[str, ...], int], OpSpec | None]) -> Callable[..., Any]: ...
+def moe_distribute_combine(
+    context: Tensor | None, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+    ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *, config: MoeConfig | None = None,
+    tp_send_counts: TensorArg | None = None, x_active_mask: TensorArg | None = None,
+    activation_scale: TensorArg | None = None, weight_scale: TensorArg | None = None,
+    group_list: TensorArg | None = None, expand_scales: TensorArg | None = None,
+    shared_expert_x: TensorArg | None = None, elastic_info: TensorArg | None = None, ori_x: TensorArg | None = None,
+    const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
+    const_expert_v: TensorArg | None = None, performance_info: TensorArg | None = None, x_out: Tensor | None = None,
+    stream: StreamArg = None, precheck: bool = True, **attrs: int | str,
+) -> Tensor: ...
 
-class PlanState:
-    """A plan's fixed part, what its compiled ``__call__`` reads."""
+class ResultSet:
+    issue: int
 
-    def __init__(self, launch: int, enter: int, leave: int, plan: int, want_in: int, slots: tuple[int, ...],
-                 params: tuple[int, ...], last_in: list[object], own_shape: tuple[tuple[int, ...] | None, ...],
-                 own_dtype: tuple[DataType | None, ...], outputs: tuple[object, ...], last_out: list[object],
-                 bound_in: list[object], tensor_type: type, stream_type: type, on_failure: Callable[[int], None],
-                 ordered: tuple[Any, ...], result: object) -> None: ...
-
-class PlanBase:
-    """The base of plan classes."""
-
-    _c_state: PlanState | None
-    _stream: Stream | None  # the stream of the last launch
-
-class PlanCall:
-    function: Callable[..., Any]
-    names: tuple[str, ...]
-    result: str
-    def __init__(self, function: Callable[..., Any], result: str) -> None: ...
-
-class CompiledPlanCall:
-    compiled: PlanCall
-    def __call__(self, *args: object, **kwargs: object) -> object: ...
-    def __get__(self, obj: object, owner: type | None = None) -> Callable[..., object]: ...
-
-def compiled_plan_call(result: str) -> Callable[[_F], _F]: ...
-def compiled_plan_class(cls: type[_P]) -> type[_P]: ...
-
-def set_poison_refill(address: int) -> None: ...
-def set_descriptor_functions(create: int, destroy: int, fmt: int) -> None: ...
+class ResultRing:
+    method: str
+    size: int
+    def __init__(self, method: str, size: int) -> None: ...
+    @property
+    def held(self) -> int: ...
 
 class BufferBase:
     context: Tensor | None
     comm: Communicator
-    _configs: dict[tuple[object, ...], Any]
-    _route_states: list[Any] | None
-    @property
-    def kept_outputs(self) -> tuple[int, ...]: ...
+    _configs: dict[tuple[object, ...], MoeConfig]
+    def _set_up_calls(self, result_sets: int, dispatch_names: Mapping[str, str], combine_names: Mapping[str, str],
+                      result_type: type[LowLatencyDispatchResult], current_stream: Callable[[], Stream]) -> None: ...
     def _forget_calls(self) -> None: ...
+    @property
+    def result_sets(self) -> int: ...
+    @property
+    def held_result_sets(self) -> tuple[int, int]: ...
+    def low_latency_dispatch(
+        self, x: TensorArg, topk_idx: TensorArg, num_experts: int, *, quant_mode: int = 0, comm_alg: str = "",
+        x_smooth_scale: TensorArg | None = None, x_active_mask: TensorArg | None = None,
+        topk_weights: TensorArg | None = None, zero_expert_num: int = 0, copy_expert_num: int = 0,
+        const_expert_num: int = 0, elastic_info: TensorArg | None = None, expert_shard_type: int = 0,
+        shared_expert_num: int = 1, shared_expert_rank_num: int = 0, expert_token_nums_type: int = 1,
+        num_max_dispatch_tokens_per_rank: int = 0, y_dtype: DTypeLike | None = None, x_dtype: DTypeLike | None = None,
+        x_smooth_scales_dtype: DTypeLike | None = None, stream: StreamArg = None, keep: bool = False,
+    ) -> LowLatencyDispatchResult: ...
+    def low_latency_combine(
+        self, x: TensorArg, topk_idx: TensorArg, topk_weights: TensorArg | None,
+        assist_info_for_combine: TensorArg, ep_send_counts: TensorArg, *, num_experts: int = 0,
+        comm_alg: str = "", comm_quant_mode: int = 0, x_active_mask: TensorArg | None = None,
+        expand_scales: TensorArg | None = None, shared_expert_x: TensorArg | None = None,
+        elastic_info: TensorArg | None = None, ori_x: TensorArg | None = None,
+        const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
+        const_expert_v: TensorArg | None = None, zero_expert_num: int = 0, copy_expert_num: int = 0,
+        const_expert_num: int = 0, expert_shared_type: int = 0, shared_expert_num: int = 1,
+        shared_expert_rank_num: int = 0, num_max_dispatch_tokens_per_rank: int = 0, stream: StreamArg = None,
+        keep: bool = False,
+    ) -> Tensor: ...
 
-class BufferCall:
-    function: Callable[..., Any]
-    def remember(self, buf: BufferBase, attrs: tuple[object, ...], config: object, stream: object,
-                 tensors: tuple[object, ...], outputs: object, result: object, keep: int) -> None: ...
-    def attrs_of(self, **kwargs: object) -> tuple[object, ...]: ...
+class Plan:
+    _open: bool
+    config: MoeConfig
+    prepared: Any
+    op: str
+    workspace_memory: DeviceMemory | None
+    _stream: Stream | None
+    _vocabulary: Any
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def workspace_size(self) -> int: ...
+    @property
+    def context(self) -> Tensor | None: ...
+    def invalidate(self, reason: str) -> None: ...
+    def _communicator_closed(self, label: str) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Plan: ...
+    def __exit__(self, *exc: object) -> None: ...
 
-def compiled_buffer_method(which: int, tensor_params: tuple[tuple[str, str, bool], ...],
-                           attr_params: tuple[tuple[str | None, int | None], ...], op: Callable[..., Any],
-                           current_stream: Callable[[], Any], reraise: Callable[..., Any],
-                           caller_names: Any) -> Callable[[_F], _F]: ...
+class DispatchPlan(Plan):
+    bs: int
+    hidden: int
+    topk: int
+    x_dtype: DataType
+    def __init__(self, context: Tensor | None, *, bs: int, hidden: int, topk: int, x_dtype: DTypeLike,
+                 config: MoeConfig | None = None, scales_shape: tuple[int, ...] | None = None,
+                 scales_dtype: DTypeLike | None = None, mask_shape: tuple[int, ...] | None = None,
+                 with_expert_scales: bool = False, y_dtype: DTypeLike | None = None, stream: StreamArg = None,
+                 **attrs: int | str) -> None: ...
+    @property
+    def outputs(self) -> DispatchOutputs: ...
+    def launch(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
+               x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
+               topk_weights: TensorArg | None = None, outputs: DispatchOutputs | None = None,
+               stream: StreamArg = None) -> DispatchOutputs: ...
+    def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
+                 x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
+                 topk_weights: TensorArg | None = None, outputs: DispatchOutputs | None = None,
+                 stream: StreamArg = None) -> DispatchOutputs: ...
+
+class CombinePlan(Plan):
+    def __init__(self, context: Tensor | None, *, a: int, bs: int, hidden: int, topk: int, dtype: DTypeLike,
+                 assist_len: int, counts_len: int, config: MoeConfig | None = None, with_expert_scales: bool = False,
+                 mask_shape: tuple[int, ...] | None = None, with_shared_expert_x: bool = False,
+                 with_ori_x: bool = False, const_experts: int = 0, stream: StreamArg = None,
+                 **attrs: int | str) -> None: ...
+    @property
+    def x_out(self) -> Tensor: ...
+    def launch(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+               ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,
+               topk_weights: TensorArg | None = None, x_active_mask: TensorArg | None = None,
+               shared_expert_x: TensorArg | None = None, ori_x: TensorArg | None = None,
+               const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
+               const_expert_v: TensorArg | None = None, x_out: Tensor | None = None,
+               stream: StreamArg = None) -> Tensor: ...
+    def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
+                 ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,
+                 topk_weights: TensorArg | None = None, x_active_mask: TensorArg | None = None,
+                 shared_expert_x: TensorArg | None = None, ori_x: TensorArg | None = None,
+                 const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
+                 const_expert_v: TensorArg | None = None, x_out: Tensor | None = None,
+                 stream: StreamArg = None) -> Tensor: ...
+
+def dlpack_export(ptr: int, shape: tuple[int, ...], code: int, bits: int, strides: tuple[int, ...],
+                  byte_offset: int, keep: object, versioned: bool, copied: bool) -> CapsuleType: ...
+def dlpack_import(capsule: object, producer: object) -> tuple[int, tuple[int, ...], tuple[int, int],
+                                                               tuple[int, ...] | None, int, ImportedMemory]: ...
+def live_exports() -> int: ...
+
+class ImportedMemory:
+    def release(self) -> None: ...
+
+class HostView:
+    def __init__(self, ptr: int, nbytes: int, owner: object, writable: bool = True) -> None: ...
+    def __buffer__(self, flags: int) -> memoryview: ...

@@ -272,21 +272,29 @@ def _load(kind: str, root: Path) -> Backend:
     lib = _Lib(raw, missing)
     errors.set_message_reader(lambda: _recent_message(ffi, lib))
     made = Backend(kind=kind, root=root, ffi=ffi, lib=lib, libraries=loaded, symbols=symbols, abi=abi)
-    _give_core_descriptor_functions(made)
+    _bind_core(made)
     return made
 
 
-def _give_core_descriptor_functions(b: Backend) -> None:
-    """The compiled core makes and destroys Tensor descriptors itself (a Tensor collected with one)."""
-    try:
-        from . import _core
-    except ImportError:  # the package explains the missing compiled parts when they are needed
-        return
+def _bind_core(b: Backend) -> None:
+    """The compiled core calls these backend functions by address (the trampolines); on the mock, also
+    the refill of reused memory with the poison of new memory."""
+    from . import _core
 
     def address(name: str) -> int:
         return int(b.ffi.cast("uintptr_t", b.function_pointer(name)))
 
-    _core.set_descriptor_functions(address("aclCreateTensor"), address("aclDestroyTensor"), b.lib.ACL_FORMAT_ND)
+    refill = 0
+    if b.is_mock:
+        from . import _mock
+
+        refill = int(_mock.refill_poison_async_address())
+    _core.bind_backend(create_tensor_address=address("aclCreateTensor"),
+                       destroy_tensor_address=address("aclDestroyTensor"),
+                       set_input_addr_address=address("aclSetInputTensorAddr"),
+                       set_output_addr_address=address("aclSetOutputTensorAddr"),
+                       destroy_executor_address=address("aclDestroyAclOpExecutor"),
+                       format_nd_value=b.lib.ACL_FORMAT_ND, refill_poison_address=refill)
 
 
 def _recent_message(ffi: Any, lib: Any) -> str | None:

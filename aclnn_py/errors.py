@@ -75,6 +75,12 @@ class ClosedError(ValueError):
         return (ClosedError, (self.object, self.operation))
 
 
+class RecycledError(ValueError):
+    """A read of a MoeDistributeBuffer result whose memory a later call of the same method took again
+    (the buffer keeps a ring of result sets): the message names the method and how long results stay
+    valid. Keep a result longer with ``clone()`` or ``keep=True``."""
+
+
 class MissingSymbolError(AclnnPyError):
     """The loaded backend does not export a function of the bound ABI."""
 

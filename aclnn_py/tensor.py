@@ -18,7 +18,6 @@ On the mock backend device memory is host memory, so a Tensor is also visible ze
 
 from __future__ import annotations
 
-import ctypes
 import functools
 import math
 from collections.abc import Sequence
@@ -26,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import _loader, dlpack
-from ._bases import TensorBase
+from . import dlpack
+from ._core import HostView, TensorBase
+from ._core import destroy_descriptor as _destroy_descriptor_address
 from .dtypes import DataType, DTypeLike, as_datatype, pack_nibbles, to_numpy, unpack_nibbles
-from .errors import ClosedError, aclnn_error
 from .runtime import (
     DeviceMemory,
     Stream,
@@ -79,9 +78,8 @@ class Tensor(TensorBase):
     for a borrowed Tensor; None when the Tensor cannot know it (:meth:`from_address`, or a zero-copy
     :meth:`from_dlpack` of memory that is not a Tensor's, without `device`)."""
 
-    # shape, dtype, device, _ptr, _offset_nbytes, _span, _mem, _owner, _writer, _open, _contiguous and the
-    # descriptor's address are typed fields of TensorBase (csrc/_core.pxd), which the compiled core reads
-    __slots__ = ("strides", "offset", "_desc", "__weakref__")
+    # every field is TensorBase's (csrc/_core.pxd), which the compiled core reads: this class adds methods
+    __slots__ = ()
 
     def __init__(self, ptr: int, shape: ShapeLike, dtype: DTypeLike, strides: ShapeLike | None = None,
                  offset: int = 0, owner: object = None, device: int | None = None):
@@ -101,7 +99,7 @@ class Tensor(TensorBase):
         #: The device the memory lives on (see the class description); None when unknown.
         self.device = device
         self._set_state(int(ptr), None)
-        self._owner: object = _claim(owner)
+        self._owner = _claim(owner)
 
     def _set_state(self, ptr: int, mem: DeviceMemory | None) -> None:
         """The private slots of a new Tensor whose layout is set (`_owner` aside, the caller's)."""
@@ -110,10 +108,8 @@ class Tensor(TensorBase):
         self._contiguous = self.strides == _row_major(self.shape)
         self._offset_nbytes = (self.offset * self.dtype.bits) // 8
         self._span = self.nbytes if self.size else 0
-        self._mem: DeviceMemory | None = mem
-        self._desc: Any = None
-        self._desc_addr: int | None = None  # the descriptor's address, for the C fast path
-        self._writer: Stream | None = None
+        self._mem = mem
+        self._writer = None
         self._shared = False  # exported or read on another stream: a MoeDistributeBuffer never reuses it
         self._open = True
 
@@ -182,7 +178,7 @@ class Tensor(TensorBase):
         if not self._open:
             return
         self._open = False
-        self.release_descriptor()
+        self._drop_descriptor()
         self._ptr = 0
         self._mem = None
         self._owner = None
@@ -235,8 +231,8 @@ class Tensor(TensorBase):
                         "download instead")
 
     def _check_open(self, operation: str) -> None:
-        if not self._open:
-            raise ClosedError(self._label(), operation)
+        """ClosedError once closed; RecycledError for a buffer result whose memory a later call took."""
+        self._check_readable(operation)
 
     def _anchor(self) -> object:
         """What keeps this Tensor's memory valid (for stream-ordered holds)."""
@@ -253,8 +249,7 @@ class Tensor(TensorBase):
     @property
     def ptr(self) -> int:
         """The storage base address."""
-        if not self._open:
-            raise ClosedError(self._label(), "use its address")
+        self._check_readable("use its address")
         return self._ptr
 
     @property
@@ -277,8 +272,7 @@ class Tensor(TensorBase):
     @property
     def data_ptr(self) -> int:
         """Address of element 0 (storage base + offset)."""
-        if not self._open:
-            raise ClosedError(self._label(), "use its address")
+        self._check_readable("use its address")
         return self._ptr + self._offset_nbytes
 
     @property
@@ -300,36 +294,19 @@ class Tensor(TensorBase):
     def descriptor(self) -> Any:
         """The ``aclTensor *`` for this view (created once, destroyed with the Tensor). The storage is
         described as 1-D, as torch_npu does."""
-        d = self._desc
-        if d is None:
-            if self._desc_addr is not None:  # made by an operator's compiled call, with this layout
-                d = self._desc = initialized().ffi.cast("aclTensor *", self._desc_addr)
-                return d
-            if not self._open:
-                raise ClosedError(self._label(), "pass it to an operator")
-            b = initialized()
-            ffi = b.ffi
-            n = len(self.shape)
-            dims, strides, storage = _layout_cells(self.shape, self.strides, self.offset)
-            d = b.lib.aclCreateTensor(dims, n, int(self.dtype), strides, self.offset, b.lib.ACL_FORMAT_ND,
-                                      storage, 1, ffi.cast("void *", self._ptr))
-            if d == ffi.NULL:
-                raise aclnn_error(161002, "aclCreateTensor")
-            self._desc = d
-            self._desc_addr = int(ffi.cast("uintptr_t", d))
-        return d
+        self._describe()
+        return initialized().ffi.cast("aclTensor *", self._desc_addr)
 
     def release_descriptor(self) -> None:
         """Destroy the descriptor now (``aclDestroyTensor``); the next :meth:`descriptor` makes another."""
-        destroy_descriptor(self.detach_descriptor())
+        self._drop_descriptor()
 
     def detach_descriptor(self) -> Any:
         """The descriptor, no longer this Tensor's to destroy (None when it has none): for an executor
         that refers to it and outlives the Tensor. Pass it to :func:`destroy_descriptor` once the
         executor is destroyed."""
-        d = self.descriptor() if self._desc_addr is not None else None
-        self._desc, self._desc_addr = None, None
-        return d
+        address = self._take_descriptor()
+        return initialized().ffi.cast("aclTensor *", address) if address else None
 
     # ---- host transfer -------------------------------------------------------------------------------
     def _wait_for_writes(self, stream: StreamArg) -> None:
@@ -419,14 +396,12 @@ class Tensor(TensorBase):
         self._wait_for_writes(stream)
         nd = np.dtype(np.uint8) if self.dtype.packed else to_numpy(self.dtype)
         extent = max(self._extent_bytes(), 1)
-        raw = (ctypes.c_char * extent).from_address(self._ptr)
-        raw._aclnn_export = self._export()  # type: ignore[attr-defined]  # numpy keeps `raw` as base
-        flat = np.frombuffer(memoryview(raw).cast("B"), dtype=np.uint8)
+        # the view's base holds the HostView, which holds the export: the memory stays while a view lives
+        flat = np.frombuffer(memoryview(HostView(self._ptr, extent, self._export())), dtype=np.uint8)
         if self.dtype.packed:
             shape = self.shape[:-1] + ((self.shape[-1] + 1) // 2,)
             return flat[self._offset_bytes():self._offset_bytes() + math.prod(shape)].reshape(shape)
-        # np.ndarray keeps ml_dtypes types (as_strided would turn them into plain '<f1' etc.); its base
-        # is `flat`, whose base is `raw`, which holds the export
+        # np.ndarray keeps ml_dtypes types (as_strided would turn them into plain '<f1' etc.)
         view: np.ndarray = np.ndarray(self.shape, dtype=nd, buffer=flat, offset=self._offset_bytes(),
                                       strides=tuple(s * nd.itemsize for s in self.strides))
         return view
@@ -521,21 +496,7 @@ def _claim(owner: object) -> object:
     return owner
 
 
-@functools.lru_cache(maxsize=1024)
-def _layout_cells(shape: tuple[int, ...], strides: tuple[int, ...], offset: int) -> tuple[Any, Any, Any]:
-    """The dims, strides and 1-D storage-shape arrays ``aclCreateTensor`` reads for a layout (it
-    copies them, so one read-only set serves every descriptor of the layout, on any thread)."""
-    ffi = initialized().ffi
-    n = len(shape)
-    size = math.prod(shape)
-    storage_elems = max(offset + (sum((d - 1) * s for d, s in zip(shape, strides)) + 1 if size else 0), 0)
-    return (ffi.new("int64_t[]", shape) if n else ffi.NULL, ffi.new("int64_t[]", strides) if n else ffi.NULL,
-            ffi.new("int64_t[1]", [storage_elems]))
-
-
 def destroy_descriptor(descriptor: Any) -> None:
     """``aclDestroyTensor`` of a descriptor from :meth:`Tensor.detach_descriptor` (None: nothing)."""
     if descriptor is not None:
-        b = _loader.loaded()
-        if b is not None:  # at interpreter exit the backend may be gone, and with it every descriptor
-            b.lib.aclDestroyTensor(descriptor)
+        _destroy_descriptor_address(int(initialized().ffi.cast("uintptr_t", descriptor)))

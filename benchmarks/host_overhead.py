@@ -6,8 +6,8 @@ attributes and stream, their batches interleaved so that drift of a shared machi
 
 * ``buffer`` — :class:`~aclnn_py.MoeDistributeBuffer`'s ``low_latency_dispatch`` /
   ``low_latency_combine`` with device Tensors and a Stream, as a serving loop calls them (dropping each
-  call's result): each call is parsed by the compiled core and gets the outputs of the previous call,
-  which nothing refers to any more, then the operator's call;
+  call's result): each call writes into the memory of the buffer's result set of two calls before and
+  hands out new Tensors over it;
 * ``ctypes`` — a plain ctypes binding (descriptors created per call, as ctypes users do);
 * ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with one
   MoeConfig made once (as MoeDistributeBuffer passes it) and caller-provided outputs (cached
@@ -54,8 +54,8 @@ Runner = Callable[[int], float]  # runs a batch of n calls, returns µs per call
 
 
 def _executor_of(prepared: Any) -> Any:
-    """The aclOpExecutor* of a prepared op (aclnn_py.ops keeps it on the Prepared object)."""
-    return prepared._executor
+    """The aclOpExecutor* of a prepared op."""
+    return prepared.executor
 
 
 def _input_descriptors(prepared: Any, slots: dict[int, str]) -> list[int]:

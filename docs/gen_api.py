@@ -29,7 +29,7 @@ MODULES: list[tuple[str, list[str] | None]] = [
     ("aclnn_py.dtypes", ["DataType", "as_datatype", "to_numpy", "from_numpy", "pack_nibbles", "unpack_nibbles"]),
     ("aclnn_py.errors", ["AclnnPyError", "BackendError", "MissingSymbolError", "AclError", "AclTimeoutError",
                          "AclnnError", "AclnnParamNullptr", "AclnnParamInvalid", "AclnnRuntimeError",
-                         "AclnnInnerError", "HcclError", "HcclTimeoutError", "ClosedError"]),
+                         "AclnnInnerError", "HcclError", "HcclTimeoutError", "ClosedError", "RecycledError"]),
     ("aclnn_py.hccl", None),
     ("aclnn_py.buffer", ["MoeDistributeBuffer", "LowLatencyDispatchResult"]),
     ("aclnn_py.ops.config", ["MoeConfig"]),
@@ -38,11 +38,11 @@ MODULES: list[tuple[str, list[str] | None]] = [
                                               "DispatchOutputs", "DispatchPlan", "expand_x_dtype"]),
     ("aclnn_py.ops.combine", ["moe_distribute_combine", "prepare_combine", "PreparedCombine",
                                              "CombinePlan"]),
-    ("aclnn_py.ops", ["set_compiled_path", "compiled_path_enabled"]),
+    ("aclnn_py.ops", ["Plan"]),
     ("aclnn_py.launch", None),
     ("aclnn_py.golden", None),
     ("aclnn_py.casts", None),
-    ("aclnn_py.dlpack", ["export", "import_capsule", "is_mock_device_memory", "ImportedMemory"]),
+    ("aclnn_py.dlpack", ["export", "import_capsule", "is_mock_device_memory", "live_exports", "ImportedMemory"]),
 ]
 
 
@@ -87,16 +87,36 @@ def _takes_arguments(init: Any) -> bool:
     return any(p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD) for p in params)
 
 
+def _compiled(cls: type) -> bool:
+    return cls.__module__ == "aclnn_py._core" or cls.__module__ == "_core"
+
+
 def _members(cls: type) -> list[tuple[str, Any]]:
-    out = []
-    for name, value in cls.__dict__.items():
-        if name.startswith("_") and name not in ("__init__", "__call__", "__dlpack__", "__acl_stream__"):
+    """The public members the class defines, with those of the compiled bases it adds methods to (a
+    method written in the compiled core is part of the class as users see it)."""
+    out: dict[str, Any] = {}
+    for owner in cls.__mro__:
+        if owner is not cls and not _compiled(owner):
             continue
-        if isinstance(value, (staticmethod, classmethod)):
-            value = value.__func__
-        if isinstance(value, property) or inspect.isfunction(inspect.unwrap(value)):  # a compiled __call__ too
-            out.append((name, value))
-    return out
+        for name, value in owner.__dict__.items():
+            if name in out or (name.startswith("_") and name not in ("__init__", "__call__", "__dlpack__",
+                                                                       "__acl_stream__")):
+                continue
+            if isinstance(value, (staticmethod, classmethod)):
+                value = value.__func__
+            if _is_property(value) or _is_function(value):
+                out[name] = value
+    return list(out.items())
+
+
+def _is_property(value: Any) -> bool:
+    return isinstance(value, property) or inspect.isgetsetdescriptor(value) or inspect.ismemberdescriptor(value)
+
+
+def _is_function(value: Any) -> bool:
+    """A function written in Python or compiled by Cython (a cyfunction or a method descriptor)."""
+    value = inspect.unwrap(value)
+    return inspect.isfunction(value) or type(value).__name__ in ("cython_function_or_method", "method_descriptor")
 
 
 def _instance_attributes(cls: type) -> list[tuple[str, str]]:
@@ -140,22 +160,13 @@ def _origins(target: ast.expr, value: ast.expr, source: str, params: set[str]) -
     return [(target.attr, f"set from `{ast.get_source_segment(source, value)}`")]
 
 
-def _written(cls: type) -> type:
-    """The class its statement made: a plan class the compiled core made from it
-    (``aclnn_py._core.compiled_plan_class``) is a subclass with its name and module that adds no
-    member, so the members to document are the base's."""
-    base = cls.__mro__[1] if len(cls.__mro__) > 1 else object
-    return base if (base.__name__, base.__module__) == (cls.__name__, cls.__module__) else cls
-
-
 def _render_class(name: str, cls: type, lines: list[str]) -> None:
-    cls = _written(cls)
     lines += [f"### class `{name}`", ""]
     if issubclass(cls, tuple) and hasattr(cls, "_fields"):
         lines += [f"Named tuple: `({', '.join(cls._fields)})`", ""]
     lines += [_doc(cls), ""]
     for mname, member in _members(cls):
-        if isinstance(member, property):
+        if _is_property(member):
             lines += [f"- **`{name}.{mname}`** (property) — " + (_doc(member).split("\n")[0] if member.__doc__ else ""),
                       ""]
             continue

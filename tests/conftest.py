@@ -69,18 +69,6 @@ def device0(acl):
     return acl.Device(0)
 
 
-@pytest.fixture(params=["compiled", "python"])
-def call_path(request, acl):
-    """Which route operator and plan calls take for the test: "compiled" (the default: the compiled
-    steady state takes the calls it can) or "python" (every call in its Python function); the setting
-    is restored after it."""
-    from aclnn_py.ops import set_compiled_path
-
-    previous = set_compiled_path(request.param == "compiled")
-    yield request.param
-    set_compiled_path(previous)
-
-
 @pytest.fixture(params=["Ascend910_93", "Ascend950"])
 def profile(request, mock):
     """The mock's SoC profile for the test: every profile, unless the test parametrises `profile`

@@ -142,12 +142,30 @@ def test_compiled_sources_are_in_their_folders():
     assert (REPO / "csrc" / "aclnnpy.h").is_file() and (REPO / "csrc" / "_core.pyx").is_file()
 
 
+def _compiled_sources() -> list[Path]:
+    return sorted(p for p in (REPO / "csrc").rglob("*") if p.suffix in (".c", ".h", ".pyx", ".pxd", ".pxi"))
+
+
 def test_the_core_uses_no_private_c_api():
     """Names with CPython's private prefix (``_Py``) are not part of its stable contract."""
-    for path in sorted((REPO / "csrc").iterdir()):
-        if path.suffix in (".c", ".h", ".pyx", ".pxd"):
-            text = path.read_text(encoding="utf-8")
-            assert "_Py" not in text, path.name
+    for path in _compiled_sources():
+        text = path.read_text(encoding="utf-8")
+        assert "_Py" not in text, path.name
+
+
+def test_each_hot_entry_point_has_one_body():
+    """One route per call: no switch between a Python and a compiled route, no reuse decided by exact
+    reference counts, no fallback bases for a missing core, one binding technique per boundary (no
+    ctypes.pythonapi, no hand-written C-API module next to the core)."""
+    product = [p for p in PACKAGE.rglob("*.py")]
+    for path in product:
+        text = path.read_text(encoding="utf-8")
+        assert "set_compiled_path" not in text and "ACLNN_PY_COMPILED" not in text, path
+        assert "ctypes.pythonapi" not in text and "pythonapi" not in text, path
+    for path in _compiled_sources():
+        assert "Py_REFCNT" not in path.read_text(encoding="utf-8"), path.name
+    assert not (PACKAGE / "_bases.py").exists() and not (REPO / "csrc" / "entry.h").exists()
+    assert not (REPO / "csrc" / "plan.c").exists() and not (REPO / "csrc" / "dlpack.c").exists()
 
 
 def test_operator_modules_are_named_apart_from_their_functions():

@@ -139,7 +139,9 @@ def test_api_reference_is_current_and_shows_the_buffer_constructor_and_attribute
     assert r.returncode == 0, r.stdout + r.stderr
     text = (REPO / "docs" / "api.md").read_text(encoding="utf-8")
     assert ("#### `MoeDistributeBuffer.__init__(self, comm: Communicator, ccl_buffer_size: int = 0, "
-            "comm_alg: int = 0, *, generation: int = 0)`") in text
+            "comm_alg: int = 0, *, generation: int = 0, tp_comm: Communicator | None = None, "
+            "result_sets: int = 2)`") in text
+    assert "#### `MoeDistributeBuffer.low_latency_dispatch(self, x: TensorArg," in text  # the compiled method
     for attr in ("comm", "rank_id", "world_size", "group_name", "context", "ccl_buffer_size", "soc", "generation"):
         assert f"- **`MoeDistributeBuffer.{attr}`** (attribute) — " in text, attr
 

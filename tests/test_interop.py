@@ -16,11 +16,41 @@ from aclnn_py.dtypes import DataType
 
 REPO = Path(__file__).resolve().parents[1]
 
+# The DLPack structures as dlpack.h lays them out, read here with ctypes: a check of the capsules the
+# compiled core makes by a description of the ABI independent of it.
 _api = ctypes.pythonapi
 _api.PyCapsule_IsValid.restype = ctypes.c_int
 _api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
 _api.PyCapsule_GetPointer.restype = ctypes.c_void_p
 _api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+FLAG_IS_COPIED = 2
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
+                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+class _DLPackVersion(ctypes.Structure):
+    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
+
+
+class _DLManagedTensorVersioned(ctypes.Structure):
+    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p),
+                ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
 
 
 def _allocs(mock: Any) -> int:
@@ -51,11 +81,11 @@ def test_capsule_kinds(acl: Any, device0: Any, max_version: Any) -> None:
     name = b"dltensor_versioned" if max_version else b"dltensor"
     assert _api.PyCapsule_IsValid(cap, name)
     if max_version:
-        m = dlpack._DLManagedTensorVersioned.from_address(_api.PyCapsule_GetPointer(cap, name))
+        m = _DLManagedTensorVersioned.from_address(_api.PyCapsule_GetPointer(cap, name))
         assert (m.version.major, m.version.minor) == dlpack.DLPACK_VERSION and m.flags == 0
         dl = m.dl_tensor
     else:
-        dl = dlpack._DLManagedTensor.from_address(_api.PyCapsule_GetPointer(cap, name)).dl_tensor
+        dl = _DLManagedTensor.from_address(_api.PyCapsule_GetPointer(cap, name)).dl_tensor
     assert dl.data == t.ptr and dl.ndim == 1 and (dl.dtype.code, dl.dtype.bits, dl.dtype.lanes) == (0, 32, 1)
     assert (dl.device.device_type, dl.device.device_id) == (1, 0)
 
@@ -105,14 +135,14 @@ def test_unconsumed_capsule_releases(acl: Any, device0: Any, mock: Any) -> None:
     assert _allocs(mock) == base + 1
     del caps
     assert _allocs(mock) == base
-    assert not dlpack._live
+    assert dlpack.live_exports() == 0
 
 
 def test_export_copy_and_argument_checks(acl: Any, device0: Any) -> None:
     t = acl.Tensor.from_numpy(np.arange(6, dtype=np.float32))
     cap = t.__dlpack__(max_version=(1, 0), copy=True)
-    m = dlpack._DLManagedTensorVersioned.from_address(_api.PyCapsule_GetPointer(cap, b"dltensor_versioned"))
-    assert m.flags & dlpack.FLAG_IS_COPIED and m.dl_tensor.data != t.ptr
+    m = _DLManagedTensorVersioned.from_address(_api.PyCapsule_GetPointer(cap, b"dltensor_versioned"))
+    assert m.flags & FLAG_IS_COPIED and m.dl_tensor.data != t.ptr
     c = acl.Tensor.from_dlpack(cap)
     assert c.numpy().tolist() == list(range(6))
     with pytest.raises(BufferError, match="stream"):
@@ -156,7 +186,7 @@ def test_numpy_from_dlpack_of_low_precision_types_is_as_documented(acl: Any, dev
     """What docs/concepts.md says for the running numpy: the exact values, the refusal by numpy
     (exception type and text), or the refusal by Tensor.__dlpack__; no export is left behind."""
     t, host = _low_precision_tensor(acl, kind)
-    live = dlpack.sweep()
+    live = dlpack.live_exports()
     documented = _documented_outcome(kind)
     if documented.startswith("an ml_dtypes array"):
         a = np.from_dlpack(t)
@@ -170,7 +200,7 @@ def test_numpy_from_dlpack_of_low_precision_types_is_as_documented(acl: Any, dev
         else:
             assert documented == f"`{type(caught.value).__name__}: {caught.value}`"
     gc.collect()
-    assert dlpack.sweep() == live
+    assert dlpack.live_exports() == live
 
 
 # ------------------------------------------------------------------------------------------ import
@@ -223,7 +253,7 @@ def test_import_rejects_consumed_and_foreign_capsules(acl: Any, device0: Any) ->
     with pytest.raises(BufferError, match="already consumed"):
         acl.Tensor.from_dlpack(cap)
     cap = t.__dlpack__()
-    m = dlpack._DLManagedTensor.from_address(_api.PyCapsule_GetPointer(cap, b"dltensor"))
+    m = _DLManagedTensor.from_address(_api.PyCapsule_GetPointer(cap, b"dltensor"))
     m.dl_tensor.device.device_type = 2  # pretend kDLCUDA
     with pytest.raises(BufferError, match="device type 2"):
         acl.Tensor.from_dlpack(cap)
@@ -239,7 +269,7 @@ def test_import_deleter_runs(acl: Any, device0: Any, mock: Any) -> None:
     del t
     assert _allocs(mock) == base + 1 and u.numpy().sum() == 8
     del u
-    assert _allocs(mock) == base and not dlpack._live
+    assert _allocs(mock) == base and dlpack.live_exports() == 0
 
 
 # ------------------------------------------------------------------------------------------ numpy's array protocol

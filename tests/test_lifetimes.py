@@ -204,9 +204,9 @@ def _closed_plan_body(rank: int, world_size: int, root: bytes) -> dict[str, tupl
             plan = buf.plan_dispatch(2, 1024, 2, 1, x_dtype=ml_dtypes.bfloat16)
             if args is not None:
                 plan(*args, stream=stream)
-            prepared, outputs = plan._prep, list(plan.outputs)
+            prepared, outputs = plan.prepared, list(plan.outputs)
             blocks = [t._mem if t._mem is not None else t._anchor().memory for t in outputs]  # own or exported
-            memory = [weakref.ref(m) for m in blocks + [plan._ws] if m is not None]
+            memory = [weakref.ref(m) for m in blocks + [plan.workspace_memory] if m is not None]
             del blocks
             plan.close()
             gc.collect()
@@ -273,9 +273,6 @@ def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, hand
     with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
         stream = acl.Device.current().create_stream()
         plan = buf.plan_dispatch(PLAN_BS, PLAN_H, PLAN_E, PLAN_K, x_dtype=ml_dtypes.bfloat16)
-        python_path = []
-        run = plan._run
-        plan._run = lambda *a, **k: python_path.append(1) or run(*a, **k)  # type: ignore[method-assign]
         plan(*(acl.Tensor.from_numpy(a) for a in _plan_step(rng)), stream=stream)  # warm-up
         stream.synchronize()
         host = _plan_step(rng)
@@ -284,7 +281,6 @@ def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, hand
         others = [(acl.Tensor.from_numpy(a) for a in _plan_step(rng)) for _ in range(2)]
         later, at_close = ([*pair] for pair in others)
         ranks.wait()
-        python_path.clear()
         if rank == 0:
             plan(x, ids, stream=stream)
             start = time.monotonic()
@@ -297,7 +293,6 @@ def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, hand
             plan(x, ids, stream=stream)
             x.close()
             ids.close()
-        report["Python path calls"] = len(python_path)
         stream.synchronize()  # raises if the round failed
         got = _dispatch_result(plan.outputs)
         want = buf.low_latency_dispatch(host[0], host[1], PLAN_E, stream=stream)
@@ -327,11 +322,11 @@ def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, hand
     return report
 
 
-def test_closing_a_tensor_right_after_a_plan_call_returns_at_once(acl: Any, mock: Any, call_path: str) -> None:
+def test_closing_a_tensor_right_after_a_plan_call_returns_at_once(acl: Any, mock: Any) -> None:
     """``plan(x, ids, stream=s); x.close()`` while the launch is queued: the close returns at once (the
     plan keeps x's memory; aclrtFree would wait for the launch, or on CANN free memory under it), the
     round succeeds, and the memory is freed once a later call replaced x and the stream passed, or the
-    plan is closed and the stream passed — on the compiled path and the Python path."""
+    plan is closed and the stream passed."""
     import threading
 
     before = live_allocations(mock)
@@ -340,7 +335,6 @@ def test_closing_a_tensor_right_after_a_plan_call_returns_at_once(acl: Any, mock
     assert reports[0].pop("close took") < 1.0
     for report in reports:
         assert report == {
-            "Python path calls": 0 if call_path == "compiled" else 1,
             "right bytes": True,
             "kept while bound": True,
             "held until the stream passes": True,
@@ -424,7 +418,7 @@ def test_numpy_from_dlpack_of_bf16_is_exact_or_refused_cleanly(acl: Any) -> None
             "t = acl.Tensor.from_numpy(np.arange(4, dtype=np.float32).astype(ml_dtypes.bfloat16))\n"
             "try:\n    a = np.from_dlpack(t)\nexcept (BufferError, RuntimeError) as e:\n    print('refused:', e)\n"
             "else:\n    print('imported:', a.dtype, a.astype(np.float32).tolist()); del a\n"
-            "from aclnn_py import dlpack\nprint('live exports:', dlpack.sweep())\n"
+            "from aclnn_py import dlpack\nprint('live exports:', dlpack.live_exports())\n"
             "print(t.numpy_view().astype(np.float32).tolist())\n")
     r = run_python(code)
     assert r.returncode == 0, r.stderr
@@ -521,11 +515,10 @@ def test_the_collector_may_finalize_objects_inside_the_librarys_locks() -> None:
     assert _clean_run(code, timeout=120) == ["in use: 0"]
 
 
-def test_a_sweep_scheduled_while_exports_are_swept_runs_inside_that_sweep() -> None:
-    """A consumer finishing with a DLPack export (its deleter, here from another thread) schedules a
-    sweep as a pending call, which CPython may run inside a sweep this thread is in the middle of:
-    it runs there too, and neither loses nor double-releases an export (before, it deadlocked on the
-    exports' lock). In a subprocess: a hang there cannot stall the suite."""
+def test_exports_finished_on_another_thread_are_released_there() -> None:
+    """A consumer finishing with DLPack exports (their deleters, here called from another thread while
+    this thread makes and counts exports): each is released once, none is lost. In a subprocess: a hang
+    there cannot stall the suite."""
     code = ("import ctypes, sys, threading\n"
             "import numpy as np\n"
             "import aclnn_py as acl\n"
@@ -539,7 +532,7 @@ def test_a_sweep_scheduled_while_exports_are_swept_runs_inside_that_sweep() -> N
             "class Managed(ctypes.Structure):  # DLManagedTensor: the tensor, manager_ctx, deleter\n"
             "    _fields_ = [('dl', ctypes.c_byte * 48), ('ctx', ctypes.c_void_p),\n"
             "                ('deleter', ctypes.CFUNCTYPE(None, ctypes.c_void_p))]\n"
-            "kept = [t.__dlpack__() for _ in range(300)]  # live: every sweep walks them\n"
+            "kept = [t.__dlpack__() for _ in range(300)]  # live until the end\n"
             "finished = [t.__dlpack__() for _ in range(1500)]\n"
             "addresses = [get(c, b'dltensor') for c in finished]\n"
             "for c in finished:\n"
@@ -549,11 +542,11 @@ def test_a_sweep_scheduled_while_exports_are_swept_runs_inside_that_sweep() -> N
             "        Managed.from_address(a).deleter(a)\n"
             "th = threading.Thread(target=consumer); th.start()\n"
             "while th.is_alive():\n"
-            "    dlpack.sweep()\n"
+            "    t.__dlpack__()  # made and dropped at once\n"
             "th.join()\n"
-            "print('live:', dlpack.sweep())\n"
+            "print('live:', dlpack.live_exports())\n"
             "del kept\n"
-            "print('live:', dlpack.sweep())\n")
+            "print('live:', dlpack.live_exports())\n")
     assert _clean_run(code, timeout=60) == ["live: 300", "live: 0"]
 
 
@@ -561,10 +554,9 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
     """A synchronisation by another thread that began before a launch was queued cannot release what
     the launch uses (the hold is taken after queueing)."""
     from aclnn_py._abi import RunLayout
-    from aclnn_py._core import OpCore
-    from aclnn_py.errors import check_aclnn
+    from aclnn_py._core import Launcher
     from aclnn_py.ops import MoeConfig
-    from aclnn_py.runtime import order_after_writes, ordered
+    from aclnn_py.runtime import ordered
 
     s = device0.create_stream()
     t_in = acl.Tensor.from_numpy(np.zeros(8, np.float32))
@@ -584,11 +576,9 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
         return int(b.ffi.cast("uintptr_t", fn))
 
     layout = RunLayout("phase1", "phase2", ("x",), ("yOut",), (), (), (("t", 0), ("t", 1)))
-    states, _, _, _, checkpoint, every = ordered.compiled_view()
-    core = OpCore(layout, address(run_helper), address(b.function_pointer("aclnnMoeDistributeDispatchV5")),
-                  address(b.function_pointer("aclDestroyAclOpExecutor")), states, ordered.state, checkpoint, every,
-                  ordered.workspace, order_after_writes, check_aclnn)
-    core.run([t_in], [t_out], MoeConfig(ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=1 << 20), s)
+    launcher = Launcher(layout, address(run_helper), address(b.function_pointer("aclnnMoeDistributeDispatchV5")),
+                        (0,), (0,), ("x",), ("y_out",))
+    launcher.run([t_in], [t_out], MoeConfig(ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=1 << 20), s)
     ordered.passed(s, marks[0])  # ... and ends: it did not wait for this launch
     assert ordered.held(s) == 1
     assert t_out._writer is s

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import NoReturn, TypeVar
 
-from ..errors import AclnnPyError
+from ..errors import AclnnPyError, RecycledError
 from ..runtime import StreamArg
 
 T = TypeVar("T")
@@ -42,7 +42,7 @@ def renamed(exc: BaseException, names: Mapping[str, str]) -> BaseException:
     if isinstance(exc, AclnnPyError):
         message = renamed_message(exc.message, names)
         return exc if message is None else exc.with_message(message)
-    if type(exc) in (TypeError, ValueError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
+    if type(exc) in (TypeError, ValueError, RecycledError) and len(exc.args) == 1 and isinstance(exc.args[0], str):
         message = renamed_message(exc.args[0], names)
         return exc if message is None else type(exc)(message)
     return exc

@@ -15,13 +15,9 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING
 
 from .._abi import CompiledAbi, RunLayout, run_layouts, same_name
 from ..runtime import initialized
-
-if TYPE_CHECKING:
-    from .._core import OpCore
 
 
 class LayoutMismatchError(RuntimeError):
@@ -74,20 +70,3 @@ class Signature:
         if problems:
             raise LayoutMismatchError("; ".join(problems))
         return layout
-
-    @functools.cached_property
-    def core(self) -> OpCore:
-        """The operator's launch in the compiled core: every call of the operator ends there."""
-        from .._core import OpCore
-        from ..errors import check_aclnn
-        from ..runtime import order_after_writes, ordered
-
-        b = initialized()
-        layout = self.layout
-
-        def address(name: str) -> int:
-            return int(b.ffi.cast("uintptr_t", b.function_pointer(name)))
-
-        states, _, _, _, checkpoint, every = ordered.compiled_view()
-        return OpCore(layout, address(layout.helper), address(layout.phase2), address("aclDestroyAclOpExecutor"),
-                      states, ordered.state, checkpoint, every, ordered.workspace, order_after_writes, check_aclnn)

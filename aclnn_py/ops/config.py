@@ -17,7 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from .._abi import RunLayout, same_name
-from .._bases import ConfigBase, PackedBase
+from .._core import ConfigBase, PackedBase
 from ..runtime import initialized, soc_name
 from . import generations, sizing
 from .profiles import SocProfile, profile_of
@@ -68,11 +68,12 @@ class MoeConfig(ConfigBase):
     generation: int = 0
     group_ep: str = ""
     group_tp: str = ""
-    #: shapes that passed the pre-checks: (op, BS, H, K) (a typed field of ConfigBase)
-    _passed: set[tuple[str, int, int, int]] = field(default_factory=set, init=False, repr=False)
+    #: what passed the pre-checks: (op, BS, H, K) per shape, (op, -1, inputs) per set of inputs of an older
+    #: generation (a typed field of ConfigBase)
+    _passed: set[tuple[object, ...]] = field(default_factory=set, init=False, repr=False)
     #: the attributes laid out for each operator's run helper, by phase-2 name (:meth:`packed`; a typed
     #: field of ConfigBase)
-    _packed: dict[str, PackedAttrs] = field(default_factory=dict, init=False, repr=False)
+    _packed: dict[str, PackedBase] = field(default_factory=dict, init=False, repr=False)
     #: the phase-2 functions of the generation this config's calls use (a typed field of ConfigBase)
     _operators: tuple[str, str] = field(init=False, repr=False)
 
@@ -124,7 +125,7 @@ class MoeConfig(ConfigBase):
         return cfg
 
     # ---- derived numbers ----------------------------------------------------------------------------------
-    def packed(self, layout: RunLayout) -> PackedAttrs:
+    def packed(self, layout: RunLayout) -> PackedBase:
         """The attributes as the operator's run helper reads them (made once per operator): each C
         attribute of `layout` is the field of the same name (``epWorldSize`` is ``ep_world_size``), in
         the prototype's order."""

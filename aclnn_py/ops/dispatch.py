@@ -1,23 +1,26 @@
-"""Two-phase wrapper of ``aclnnMoeDistributeDispatchV5GetWorkspaceSize`` /
-``aclnnMoeDistributeDispatchV5`` (docs/operators.md, "Dispatch").
+"""Dispatch (docs/operators.md, "Dispatch"), in every generation the backend exports.
 
-:func:`moe_distribute_dispatch` runs both phases; :func:`prepare_dispatch` runs phase 1 and returns a
-:class:`~aclnn_py.ops.Prepared` whose ``launch`` runs phase 2; :class:`DispatchPlan` launches one
-repeatable executor many times. Attributes come as one :class:`~aclnn_py.ops.MoeConfig` (or as its
-keyword arguments); inputs may be Tensors or host arrays (uploaded on the call's stream); outputs are
-allocated with the shapes of docs/operators.md unless given.
+:func:`moe_distribute_dispatch` runs both phases: its one body is the compiled core's
+(``aclnn_py._core``), which calls what this module holds only for what is rare — converting host data
+(:func:`_convert`), allocating outputs after the pre-checks of a new shape (:func:`_outputs`).
+:func:`prepare_dispatch` runs phase 1 and returns a :class:`~aclnn_py.ops.Prepared` whose ``launch``
+runs phase 2; :class:`DispatchPlan` launches one repeatable executor many times. Attributes come as one
+:class:`~aclnn_py.ops.MoeConfig` (or as its keyword arguments), whose generation picks the C function;
+inputs may be Tensors or host arrays (uploaded on the call's stream); outputs are allocated with the
+shapes of docs/operators.md unless given.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, NamedTuple
+from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
+from .._core import DispatchPlan, Launcher, Operator, moe_distribute_dispatch, register_operator
 from ..dtypes import DataType, DTypeLike, as_datatype
-from ..errors import AclnnParamInvalid, AclnnPyError, check_aclnn
+from ..errors import AclnnParamInvalid, check_aclnn
 from ..runtime import Stream, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor, TensorArg
-from . import generations, prechecks
+from . import generations, launchers, prechecks
 from ._args import (
     ALLOCATED,
     check_given_outputs,
@@ -29,15 +32,9 @@ from ._args import (
     required_tensor,
     unread_output,
 )
-from ._caller import OPERATOR_WORDS, Vocabulary, reraise, weights_argument
-from ._compiled import compiled_op, operator_spec
 from ._layout import Signature
-
-if TYPE_CHECKING:
-    from .._core import OpSpec
 from .config import MoeConfig, resolve_config
-from .executor import Plan, Prepared, compiled_plan_call, compiled_plan_class, private_views
-from .generations import NEWEST
+from .executor import Prepared, private_views
 from .prechecks_a2 import recv_counts_extra
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
@@ -51,9 +48,6 @@ OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_toke
            "tp_recv_counts", "expand_scales")
 #: The C function's tensors in this order, checked against its prototype at the first call.
 SIGNATURE = Signature(PHASE2, INPUTS, OUTPUTS)
-#: The inputs a plan call may change (x, expert_ids, scales, x_active_mask, expert_scales).
-PLAN_INPUTS = tuple(INPUTS.index(n) for n in ("x", "expert_ids", "scales", "x_active_mask", "expert_scales"))
-_EXPERT_SCALES = INPUTS.index("expert_scales")
 
 _LOW_PRECISION_X = (DataType.HIFLOAT8, DataType.FLOAT8_E4M3FN, DataType.FLOAT8_E5M2, DataType.FLOAT4_E2M1,
                     DataType.FLOAT4_E1M2)
@@ -134,10 +128,11 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
 
 
 def _outputs(cfg: MoeConfig, ins: list[Tensor | None], outputs: DispatchOutputs | Mapping[str, Tensor | None] | None,
-             y_dtype: DTypeLike | None, precheck: bool, s: Stream) -> DispatchOutputs:
-    """The outputs of this call, after the pre-checks (which raise only with `precheck`). When phase 1
-    will refuse the call before it reads the outputs, the missing ones are empty
-    (:func:`~aclnn_py.ops._args.unread_output`)."""
+             dtypes: Sequence[DTypeLike | None], precheck: bool, s: Stream) -> DispatchOutputs:
+    """The outputs of this call, after the pre-checks (which raise only with `precheck`); `dtypes`' last
+    is y_dtype. When phase 1 will refuse the call before it reads the outputs, the missing ones are
+    empty (:func:`~aclnn_py.ops._args.unread_output`)."""
+    y_dtype = dtypes[2]
     if isinstance(outputs, DispatchOutputs):
         check_given_outputs(INPUTS, ins, OUTPUTS, outputs, s)
         found = prechecks.verdict(cfg, "dispatch", ins, outputs)
@@ -174,16 +169,13 @@ def _given_outputs(given: object) -> Mapping[str, Tensor | None]:
     return given
 
 
-def _phase1(cfg: MoeConfig, ins: list[Tensor | None], outs: DispatchOutputs) -> tuple[int, object]:
-    size, executor = SIGNATURE.core.phase1(ins, outs, cfg)
-    return size, initialized().ffi.cast("aclOpExecutor *", executor)
-
-
-def _convert(context: Tensor | None, x: TensorArg, expert_ids: TensorArg, scales: TensorArg | None,
-             x_active_mask: TensorArg | None, expert_scales: TensorArg | None, elastic_info: TensorArg | None,
-             performance_info: TensorArg | None, x_dtype: DTypeLike | None, scales_dtype: DTypeLike | None,
-             s: Stream) -> list[Tensor | None]:
-    """The eight inputs as Tensors (host arrays uploaded on `s`)."""
+def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: Stream) -> list[Tensor | None]:
+    """The eight inputs (`values`, C order) as Tensors: host arrays uploaded on `s`, recording `dtypes`'
+    x_dtype and scales_dtype (a Tensor given with x_dtype becomes a view of that type)."""
+    context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info, performance_info = values
+    x_dtype, scales_dtype = dtypes[0], dtypes[1]
+    if context is not None and not isinstance(context, Tensor):
+        raise TypeError(f"context: expected a Tensor (build_context) or None, got {type(context).__name__}")
     xt = x if x.__class__ is Tensor and x_dtype is None else required_tensor(x, "x", s, x_dtype)
     ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1)
     if scales is None and x_active_mask is None and expert_scales is None and elastic_info is None \
@@ -214,18 +206,23 @@ def prepare_dispatch(
     same either way. `x` or `expert_ids` given None is a TypeError; an output given None is passed as
     NULL (see :class:`DispatchOutputs`)."""
     cfg = resolve_config(config, attrs)
-    generations.require_newest(cfg, "prepare_dispatch and DispatchPlan")
     s = resolve_stream(stream)
-    ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
-                   performance_info, x_dtype, scales_dtype, s)
-    outs = _outputs(cfg, ins, outputs, y_dtype, precheck, s)
+    dtypes = (x_dtype, scales_dtype, y_dtype)
+    ins = _convert((context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info, performance_info),
+                   dtypes, s)
+    if cfg.generation != generations.NEWEST:
+        generations.refuse_unsupported(cfg, "dispatch", generations.given_inputs(INPUTS, ins))
+    outs = _outputs(cfg, ins, outputs, dtypes, precheck, s)
     if repeatable:
         ins = private_views(ins)
         outs = DispatchOutputs(*private_views(outs))  # type: ignore[arg-type]
-    ws_size, executor = _phase1(cfg, ins, outs)
+    launcher = launchers.for_config(cfg)[0]
+    ws_size, executor = launcher.phase1(ins, outs, cfg)
     if repeatable:
-        check_aclnn(initialized().lib.aclSetAclOpExecutorRepeatable(executor), "aclSetAclOpExecutorRepeatable")
-    return PreparedDispatch(executor, ws_size, ins, outs, repeatable)
+        b = initialized()
+        check_aclnn(b.lib.aclSetAclOpExecutorRepeatable(b.ffi.cast("aclOpExecutor *", executor)),
+                    "aclSetAclOpExecutorRepeatable")
+    return PreparedDispatch(launcher, executor, ws_size, ins, outs, repeatable)
 
 
 class PreparedDispatch(Prepared):
@@ -233,100 +230,19 @@ class PreparedDispatch(Prepared):
 
     __slots__ = ("result",)
 
-    def __init__(self, executor: object, workspace_size: int, inputs: list[Tensor | None], outputs: DispatchOutputs,
-                 repeatable: bool):
-        super().__init__(PHASE2, executor, workspace_size, inputs, outputs, repeatable)
+    def __init__(self, launcher: Launcher, executor: int, workspace_size: int, inputs: list[Tensor | None],
+                 outputs: DispatchOutputs, repeatable: bool):
+        super().__init__(launcher, executor, workspace_size, inputs, outputs, repeatable)
         self.result = outputs
 
 
-def _compiled_spec(names: tuple[str, ...], n_positional: int) -> OpSpec:
-    return operator_spec(names, n_positional, signature=SIGNATURE, required=3, make_if_none={}, outputs="outputs",
-                         outputs_type=DispatchOutputs, key=("dispatch", ("x", 0), ("x", 1), ("expert_ids", 1)))
+launchers.register_names("dispatch", INPUTS, OUTPUTS)
+register_operator(Operator(
+    name="dispatch", input_names=INPUTS, output_names=OUTPUTS, required_inputs=3,
+    key=((1, 0), (1, 1), (2, 1)),  # the pre-check key (BS, H, K): x's dims 0 and 1, expert_ids' dim 1
+    which=0, outputs_type=DispatchOutputs, convert=_convert, make_outputs=_outputs, verdict=prechecks.verdict,
+    refuse_unsupported=generations.refuse_unsupported, launchers_for=launchers.for_config,
+    resolve_config=resolve_config, resolve_stream=resolve_stream, missing=None, param_invalid_type=AclnnParamInvalid))
 
-
-@compiled_op(_compiled_spec)
-def moe_distribute_dispatch(
-    context: Tensor | None, x: TensorArg, expert_ids: TensorArg, *, config: MoeConfig | None = None,
-    scales: TensorArg | None = None, x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
-    elastic_info: TensorArg | None = None, performance_info: TensorArg | None = None,
-    x_dtype: DTypeLike | None = None, scales_dtype: DTypeLike | None = None, y_dtype: DTypeLike | None = None,
-    outputs: DispatchOutputs | Mapping[str, Tensor | None] | None = None, stream: StreamArg = None,
-    precheck: bool = True, **attrs: int | str,
-) -> DispatchOutputs:
-    """Dispatch: phase 1 and phase 2 on `stream` (default: the current stream). Returns the outputs;
-    each remembers the stream, and ``Tensor.numpy()`` waits for it. Arguments as :func:`prepare_dispatch`."""
-    cfg = config if config is not None and not attrs else resolve_config(config, attrs)
-    s = stream if stream.__class__ is Stream and stream._open else resolve_stream(stream)
-    ins = _convert(context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info,
-                   performance_info, x_dtype, scales_dtype, s)
-    if cfg.generation != NEWEST:
-        generations.refuse_unsupported(cfg, "dispatch", generations.given_inputs(INPUTS, ins))
-    outs = _outputs(cfg, ins, outputs, y_dtype, precheck, s)
-    if cfg.generation == NEWEST:
-        SIGNATURE.core.run(ins, outs, cfg, s)
-    else:
-        generations.run("dispatch", cfg.generation, cfg, INPUTS, ins, OUTPUTS, outs, s)
-    return outs
-
-
-@compiled_plan_class
-class DispatchPlan(Plan):
-    """Dispatch with fixed shapes and attributes, launched many times (a repeatable executor).
-
-    Build it with the shapes (`bs`, `hidden`, `topk`), x's type, which optional inputs exist, and the
-    attributes (`config` or keywords); call it with this step's inputs (host arrays are copied into the
-    plan's buffers; Tensors are bound by address). The returned outputs are the plan's own buffers,
-    overwritten by the next call, unless `outputs` are given. Host weights follow the per-call rule
-    (float64 converted to float32 when exact)."""
-
-    input_names = INPUTS
-    output_names = OUTPUTS
-
-    def __init__(self, context: Tensor | None, *, bs: int, hidden: int, topk: int, x_dtype: DTypeLike,
-                 config: MoeConfig | None = None, scales_shape: tuple[int, ...] | None = None,
-                 scales_dtype: DTypeLike | None = None, mask_shape: tuple[int, ...] | None = None,
-                 with_expert_scales: bool = False, y_dtype: DTypeLike | None = None, stream: StreamArg = None,
-                 **attrs: int | str):
-        cfg = resolve_config(config, attrs)
-        xt = Tensor.zeros((bs, hidden), x_dtype)
-        ids = Tensor.zeros((bs, topk), DataType.INT32)
-        scales = (Tensor.zeros(scales_shape, scales_dtype if scales_dtype is not None else DataType.FLOAT)
-                  if scales_shape is not None else None)
-        mask = Tensor.zeros(mask_shape, DataType.BOOL) if mask_shape is not None else None
-        es = Tensor.zeros((bs, topk), DataType.FLOAT) if with_expert_scales else None
-        prepared = prepare_dispatch(context, xt, ids, config=cfg, scales=scales, x_active_mask=mask,
-                                    expert_scales=es, y_dtype=y_dtype, stream=stream, repeatable=True)
-        super().__init__(prepared)
-        self._watch_context(context)
-        self.config = cfg
-        self.bs, self.hidden, self.topk = int(bs), int(hidden), int(topk)
-        self.x_dtype = as_datatype(x_dtype)
-        self._outputs: DispatchOutputs = prepared.result
-        self._vocabulary: Vocabulary = OPERATOR_WORDS  # MoeDistributeBuffer's plans speak its names
-        self._c_state = self._fast_path(PLAN_INPUTS)
-
-    @property
-    def outputs(self) -> DispatchOutputs:
-        """The plan's own outputs: what a call without `outputs` writes and returns."""
-        return self._outputs
-
-    @compiled_plan_call("outputs")
-    def __call__(self, x: TensorArg, expert_ids: TensorArg, *, scales: TensorArg | None = None,
-                 x_active_mask: TensorArg | None = None, expert_scales: TensorArg | None = None,
-                 topk_weights: TensorArg | None = None, outputs: DispatchOutputs | None = None,
-                 stream: StreamArg = None) -> DispatchOutputs:
-        """Phase 2 with this step's inputs (``aclnnMoeDistributeDispatchV5``). `topk_weights` is
-        :class:`~aclnn_py.MoeDistributeBuffer`'s name of `expert_scales`: pass either. An entry of
-        `outputs` left None is written to the plan's own buffer for it (the executor has a tensor in every
-        slot it was built with); the result holds the Tensors written."""
-        words = self._vocabulary
-        try:
-            weights = host_weights(weights_argument(expert_scales, topk_weights), "expert_scales", self._op)
-            if weights is not None and self._own_in[_EXPERT_SCALES] is None:
-                raise self._refuse(words.unweighted())
-            if words.check_stream is not None:
-                words.check_stream(stream)
-            written = self._run(PLAN_INPUTS, (x, expert_ids, scales, x_active_mask, weights), outputs, stream)
-        except (AclnnPyError, TypeError, ValueError) as exc:
-            reraise(exc, words.names)
-        return self.outputs if outputs is None else DispatchOutputs(*written)  # type: ignore[arg-type]
+__all__ = ["DispatchOutputs", "DispatchPlan", "PreparedDispatch", "allocate_outputs", "moe_distribute_dispatch",
+           "prepare_dispatch"]

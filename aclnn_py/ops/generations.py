@@ -6,8 +6,8 @@ CANN has shipped the same two operators under five pairs of entry points (docs/o
 ``…V5``, which takes a context tensor and ``cclBufferSize``. An install has some of them. A
 :class:`~aclnn_py.ops.MoeConfig` names the generation its calls use (``generation=``); left at 0 it is
 the newest the loaded backend exports both operators of. Every generation runs through the same
-operator functions, plans excepted (generation 5 only), and the same compiled launch: what differs is
-the C function, its argument list (read from its prototype) and the attributes it has.
+operator functions, plans, ``prepare_*`` and buffer methods, and the same compiled launch: what differs
+is the C function, its argument list (read from its prototype) and the attributes it has.
 
 A call that uses something its generation has no argument for — a special expert before V3,
 ``performance_info`` before V4, a TP domain or group strings on V5, … — raises
@@ -22,13 +22,9 @@ from typing import TYPE_CHECKING, Protocol
 
 from .._abi import RunLayout, same_name
 from ..runtime import initialized
-from ._layout import Signature
 
 if TYPE_CHECKING:
-    from .._bases import ConfigBase
     from .._loader import Backend
-    from ..runtime import Stream
-    from ..tensor import Tensor
 
 #: The generation of the context + cclBufferSize entry points.
 NEWEST = 5
@@ -203,47 +199,6 @@ def _our_name(c_name: str, ours: tuple[str, ...], lay: RunLayout) -> str:
     raise GenerationError(f"{lay.phase1}: aclnn-py has no argument for its parameter {c_name}")
 
 
-@dataclass(frozen=True)
-class _Call:
-    """How the operator function's arguments (the newest generation's order) map onto one generation's
-    C function: its Signature, and for each of its tensors the index in the function's lists."""
-
-    signature: Signature
-    inputs: tuple[int, ...]
-    outputs: tuple[int, ...]
-
-
-_calls: dict[tuple[int, str], _Call] = {}
-
-
-def _call(number: int, op: str, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> _Call:
-    found = _calls.get((number, op))
-    if found is None:
-        lay = layout(number, op)
-        ins, outs = argument_names(number, op, inputs, outputs)
-        found = _calls[number, op] = _Call(Signature(lay.phase2, lay.inputs, lay.outputs),
-                                           tuple(inputs.index(n) for n in ins), tuple(outputs.index(n) for n in outs))
-    return found
-
-
-def run(op: str, number: int, config: ConfigBase, input_names: tuple[str, ...], inputs: Sequence[Tensor | None],
-        output_names: tuple[str, ...], outputs: Sequence[Tensor | None], stream: Stream) -> None:
-    """Both phases of `op` in generation `number` (`config`'s), with the operator function's `inputs` and
-    `outputs` (named and ordered as `input_names` / `output_names`, the newest generation's): the ones
-    the generation has, in its order, through the same compiled launch as every call."""
-    call = _call(number, op, input_names, output_names)
-    call.signature.core.run([inputs[i] for i in call.inputs], tuple(outputs[j] for j in call.outputs), config, stream)
-
-
 def given_inputs(names: tuple[str, ...], inputs: Sequence[object]) -> list[str]:
     """The names of the inputs given (not None)."""
     return [n for n, v in zip(names, inputs) if v is not None]
-
-
-def require_newest(config: GenerationConfig, what: str) -> None:
-    """GenerationError when `config` uses an older generation: `what` (the phase-1-only calls and the
-    plans) runs the newest generation only."""
-    if config.generation != NEWEST:
-        raise GenerationError(f"{what} run {GENERATIONS[0]} only; this config uses generation "
-                              f"{config.generation}: call moe_distribute_dispatch / moe_distribute_combine "
-                              "(or MoeDistributeBuffer's methods) instead")

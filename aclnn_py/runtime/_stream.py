@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
-from .._bases import StreamBase
+from .._core import StreamBase
 from ..errors import acl_error, check_acl, recent_message
 from . import ordered
 from ._init import initialized
@@ -43,7 +43,7 @@ class Stream(Resource, StreamBase):
 
     # _open, _handle, _device and _key (names the stream in this process; the NULL handle is per device)
     # are typed fields of StreamBase (csrc/_core.pxd), which the compiled core reads
-    __slots__ = ("_cdata", "_owned", "_order_event", "__weakref__")
+    __slots__ = ("_cdata", "_owned", "_order_event")
     _cdata: Any          # the aclrtStream
     _owned: bool
     _device: int | None

@@ -16,7 +16,8 @@ import sys
 import threading
 from collections.abc import Callable
 
-from .._bases import StreamStateBase
+from .. import _core
+from .._core import StreamStateBase
 from ._memory import DeviceMemory
 from ._queue import QueuedEvent, QueueingStream
 
@@ -83,14 +84,9 @@ def _state(key: int) -> _StreamState:
 
 
 def hold(stream: QueueingStream, obj: object) -> None:
-    """Keep `obj` alive until `stream` passes the work queued so far. (The compiled calls do the same on
-    a stream's state directly: :func:`compiled_view`.)"""
-    with _lock:
-        current = _state(stream._key).current
-        current.append(obj)
-        full = len(current) >= CHECKPOINT_EVERY
-    if full:
-        _checkpoint(stream)
+    """Keep `obj` alive until `stream` passes the work queued so far (the compiled core's holds, which
+    the launches make too)."""
+    _core.hold_until_passed(stream, obj)
 
 
 class _AfterStream:
@@ -131,15 +127,6 @@ def state(stream: QueueingStream) -> _StreamState:
     """`stream`'s state, made when it has none yet (the compiled core's first launch on a stream)."""
     with _lock:
         return _state(stream._key)
-
-
-def compiled_view() -> tuple[dict[int, _StreamState], type[_StreamState], type[DeviceMemory],
-                             Callable[[QueueingStream, object], None], Callable[[QueueingStream], None], int]:
-    """What a plan's compiled call (csrc/_core.pyx, PlanState) reads and writes instead of calling
-    :func:`workspace_block` and :func:`hold` for each launch: the states by stream key, their type (its
-    slots ``current`` and ``workspace``), the block type, :func:`hold` (for a stream without a state
-    yet: it makes one), the checkpoint function and the holds that make a checkpoint."""
-    return _states, _StreamState, DeviceMemory, hold, _checkpoint, CHECKPOINT_EVERY
 
 
 def workspace_block(stream: QueueingStream) -> tuple[int, int]:
@@ -260,3 +247,6 @@ def workspace_bytes() -> int:
     """Bytes of workspace blocks currently kept for streams (retired ones included)."""
     with _lock:
         return sum(mem.size for st in list(_states.values()) for mem in st.blocks())
+
+
+_core.bind_holds(states=_states, make=state, record_checkpoint=_checkpoint, workspace=workspace, every=CHECKPOINT_EVERY)

@@ -80,7 +80,7 @@ def prepare(acl, world, rank: int, **kw):
 def launch_raw(acl, p, workspace=None, size=None, stream=None) -> int:
     b = acl.backend()
     ws = b.ffi.cast("void *", 0 if workspace is None else workspace)
-    return b.lib.aclnnMoeDistributeDispatchV5(ws, p.workspace_size if size is None else size, p._executor,
+    return b.lib.aclnnMoeDistributeDispatchV5(ws, p.workspace_size if size is None else size, p.executor,
                                               b.ffi.NULL if stream is None else stream)
 
 
@@ -99,11 +99,11 @@ def test_launch_of_a_consumed_executor(acl, mock, world):
 def test_launch_of_a_destroyed_executor(acl, world):
     b = acl.backend()
     p = prepare(acl, world, 1)
-    assert b.lib.aclDestroyAclOpExecutor(p._executor) == 0       # a never-launched executor may be destroyed
+    assert b.lib.aclDestroyAclOpExecutor(p.executor) == 0       # a never-launched executor may be destroyed
     mem = acl.DeviceMemory(p.workspace_size)
     assert launch_raw(acl, p, workspace=mem.ptr) == PARAM_INVALID
     assert "destroyed by aclDestroyAclOpExecutor" in msg(acl)
-    assert b.lib.aclDestroyAclOpExecutor(p._executor) == PARAM_INVALID   # double destroy
+    assert b.lib.aclDestroyAclOpExecutor(p.executor) == PARAM_INVALID   # double destroy
     assert "destroyed" in msg(acl)
     assert b.lib.aclnnMoeDistributeDispatchV5(b.ffi.NULL, 0, b.ffi.NULL, b.ffi.NULL) == INNER_NULLPTR
     assert "executor must not be NULL" in msg(acl)
@@ -118,12 +118,12 @@ def test_set_tensor_addr_on_a_non_repeatable_executor(acl, mock, world):
     x = p.inputs[1]
     other = acl.Tensor.empty(x.shape, x.dtype)
     for fn in (b.lib.aclSetInputTensorAddr, b.lib.aclSetTensorAddr):
-        assert fn(p._executor, 1, x.descriptor(), b.ffi.cast("void *", other.ptr)) == PARAM_INVALID
+        assert fn(p.executor, 1, x.descriptor(), b.ffi.cast("void *", other.ptr)) == PARAM_INVALID
         assert "not repeatable" in msg(acl)
-    assert b.lib.aclSetOutputTensorAddr(p._executor, 0, p.outputs[0].descriptor(),
+    assert b.lib.aclSetOutputTensorAddr(p.executor, 0, p.outputs[0].descriptor(),
                                         b.ffi.cast("void *", other.ptr)) == PARAM_INVALID
     assert "not repeatable" in msg(acl)
-    assert b.lib.aclDestroyAclOpExecutor(p._executor) == 0
+    assert b.lib.aclDestroyAclOpExecutor(p.executor) == 0
     assert mock.stats()["executors"] == 0
 
 

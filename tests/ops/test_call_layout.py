@@ -137,7 +137,7 @@ def test_every_helper_of_the_header_is_in_the_extension(acl):
     ffi_module = build_ffi()
     decls, run_params = ffi_module.helper_declarations(_abi.parse(INCLUDE))
     names = [d.split("(")[0].split()[-1].lstrip("*") for d in decls if "(" in d and not d.startswith(("struct", "typedef"))]
-    assert "aclnnpy_plan_launch" in names and "aclnnpy_dlpack_deleter" in names and len(names) >= 15
+    assert "aclnnpy_symbol_count" in names and "aclnnpy_prototypes" in names and len(names) >= 10
     lib = acl.backend().lib
     for name in names:
         assert callable(getattr(lib, name)), name

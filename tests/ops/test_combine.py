@@ -161,13 +161,13 @@ def _combine_contract_body(rank, world_size, root, c, inp):
             out["second_launch_py"] = str(e)
         ws = DeviceMemory(p.workspace_size)
         out["second_launch"] = (lib.aclnnMoeDistributeCombineV5(ffi.cast("void *", ws.ptr), p.workspace_size,
-                                                                p._executor, ffi.cast("void *", s.handle)),)
+                                                                p.executor, ffi.cast("void *", s.handle)),)
         p = prep(y1)
-        out["null_ws"] = lib.aclnnMoeDistributeCombineV5(ffi.NULL, p.workspace_size, p._executor, ffi.cast("void *", s.handle))
+        out["null_ws"] = lib.aclnnMoeDistributeCombineV5(ffi.NULL, p.workspace_size, p.executor, ffi.cast("void *", s.handle))
         p = prep(y1)
         small = DeviceMemory(p.workspace_size)
         out["small_ws"] = lib.aclnnMoeDistributeCombineV5(ffi.cast("void *", small.ptr), p.workspace_size - 1,
-                                                          p._executor, ffi.cast("void *", s.handle))
+                                                          p.executor, ffi.cast("void *", s.handle))
         p = prep(y1, repeatable=True)
         p.launch(s)
         s.synchronize()

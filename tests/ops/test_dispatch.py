@@ -199,19 +199,19 @@ def _two_phase_body(rank, world_size, root, c1, in1, in2):
         from aclnn_py import DeviceMemory
 
         ws = DeviceMemory(p.workspace_size)
-        ret = lib.aclnnMoeDistributeDispatchV5(ffi.cast("void *", ws.ptr), p.workspace_size, p._executor,
+        ret = lib.aclnnMoeDistributeDispatchV5(ffi.cast("void *", ws.ptr), p.workspace_size, p.executor,
                                                ffi.cast("void *", s.handle))  # and so does the C side
         out["second_launch"] = (ret, _msg())
         # NULL and too-small workspaces are refused (and consume the executor, launching nothing)
         p = prep(in1)
         assert p.workspace_size > 0
-        ret = lib.aclnnMoeDistributeDispatchV5(ffi.NULL, p.workspace_size, p._executor, ffi.cast("void *", s.handle))
+        ret = lib.aclnnMoeDistributeDispatchV5(ffi.NULL, p.workspace_size, p.executor, ffi.cast("void *", s.handle))
         out["null_ws"] = (ret, _msg())
         p = prep(in1)
         from aclnn_py import DeviceMemory
 
         small = DeviceMemory(p.workspace_size)
-        ret = lib.aclnnMoeDistributeDispatchV5(ffi.cast("void *", small.ptr), p.workspace_size - 1, p._executor,
+        ret = lib.aclnnMoeDistributeDispatchV5(ffi.cast("void *", small.ptr), p.workspace_size - 1, p.executor,
                                                ffi.cast("void *", s.handle))
         out["small_ws"] = (ret, _msg())
         out["ws_size"] = p.workspace_size

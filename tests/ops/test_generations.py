@@ -141,7 +141,8 @@ def test_what_a_generation_lacks_is_named_before_anything_runs(acl):
                                               r"attribute comm_alg"):
         ops.moe_distribute_combine(None, x, ids, np.zeros((128,), np.int32), np.zeros((2,), np.int32),
                                    config=_config(generation=1, comm_alg="fullmesh_v1"))
-    with pytest.raises(GenerationError, match="prepare_dispatch and DispatchPlan run generation 5"):
+    # phase 1 alone runs every generation too: here generation 4's own refusal of the group name
+    with pytest.raises(acl.AclnnParamInvalid, match="aclnnMoeDistributeDispatchV4GetWorkspaceSize.*group_ep"):
         ops.prepare_dispatch(None, x, ids, config=_config(generation=4))
 
 
@@ -195,12 +196,9 @@ def test_the_demo_on_the_full_mock_uses_v5():
     assert doc["generation"] == 5 and doc["result"] == "MATCH"
 
 
-def test_the_compiled_route_leaves_an_older_generation_s_call_to_its_operator(monkeypatch):
-    from helpers.routes import PythonOpCalls
-
-    calls = PythonOpCalls(monkeypatch)
+def test_a_steady_call_with_an_older_generation_s_config_runs_that_generation():
     # a serving-shape call (device Tensors, given outputs, a Stream, no pre-checks) with a config of
-    # generation 2: the compiled route must not launch V5 with it (here: with a dummy context tensor)
+    # generation 2 runs generation 2, never V5 (here with a dummy context tensor, which V2 does not take)
     case = GenCase(gen=2, W=2, quant=0, seed=51)
     inp = make_inputs(case)
     world = World(case)
@@ -221,7 +219,6 @@ def test_the_compiled_route_leaves_an_older_generation_s_call_to_its_operator(mo
             again = ops.moe_distribute_dispatch(dummy_context, x, ids, config=cfg, outputs=first, stream=s,
                                                 precheck=False)
             rows.append(again.expand_x.numpy()[:n].tobytes())
-        assert calls.seen() == (3, 0)  # every call reached the Python function, which picks generation 2
         got[e] = rows
 
     try:

@@ -175,7 +175,7 @@ def _own_outputs_again(rank, world_size, root):
     return written
 
 
-def test_a_call_without_outputs_writes_the_plans_own_after_a_call_that_gave_some(acl, call_path):
+def test_a_call_without_outputs_writes_the_plans_own_after_a_call_that_gave_some(acl):
     from aclnn_py.launch import run_threads
 
     for written in run_threads(_own_outputs_again, 2, timeout=120):

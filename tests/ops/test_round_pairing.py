@@ -295,7 +295,9 @@ def _threads_body(rank, world_size, root, seed, shared_routing, quant):
         def round_of(t, i):
             x, ids, w = _round_inputs(seed, t, i, rank, shared_routing)
             d, err_d, (ex_rows, ds, counts) = turns.run((t, "D", i), lambda: launch_and_sync(
-                lambda: buf.low_latency_dispatch(x, ids, E, quant_mode=quant, stream=s),
+                # kept: a thread holds its dispatch's results until its combine while the other threads
+                # run any number of rounds (the buffer's own result sets would be recycled meanwhile)
+                lambda: buf.low_latency_dispatch(x, ids, E, quant_mode=quant, stream=s, keep=True),
                 lambda d, _: (d.expand_x.numpy(), d.dynamic_scales.numpy() if quant == 2 else None,
                               d.ep_recv_counts.numpy())))
             # after a failed dispatch its outputs hold whatever the allocation held; the combine still

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 from conftest import run_python
 from helpers.pool import pool_off
-from helpers.routes import compiled_path
 
 E, BS, H, K = 4, 8, 1024, 2  # experts, tokens per rank, hidden, experts per token
 WARMUP, STEPS = 4, 20
@@ -82,7 +81,7 @@ def _inputs(acl: Any, rank: int, i: int) -> tuple[Any, Any, Any]:
     return acl.Tensor.from_numpy(x), acl.Tensor.from_numpy(ids), acl.Tensor.from_numpy(w)
 
 
-def _serving_loop(rank: int, world_size: int, root: bytes) -> list[bool]:
+def _serving_loop(rank: int, world_size: int, root: bytes, keep: bool = False) -> list[bool]:
     import aclnn_py as acl
 
     _steady.on = False
@@ -95,9 +94,9 @@ def _serving_loop(rank: int, world_size: int, root: bytes) -> list[bool]:
         for step in range(STEPS):
             _steady.on = step >= WARMUP
             x, ids, w = sets[step % 2]
-            out = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s)
+            out = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s, keep=keep)
             y = buf.low_latency_combine(out.expand_x, ids, w, out.assist_info_for_combine, out.ep_recv_counts,
-                                        num_experts=E, stream=s)
+                                        num_experts=E, stream=s, keep=keep)
             buf.synchronize(s)
             got = y.numpy(stream=s).tobytes()
             if step < 2:
@@ -118,24 +117,24 @@ def test_serving_loop_through_the_buffer_makes_no_malloc_or_free_in_steady_state
     assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 
 
-def test_python_route_of_the_loop_takes_its_outputs_from_the_pool(acl: Any) -> None:
-    """With the compiled route off the buffer allocates every step's outputs: the pool serves them."""
-    with compiled_path(False), counted_runtime_calls(acl) as counts:
-        right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
+def test_kept_results_take_their_memory_from_the_pool(acl: Any) -> None:
+    """keep=True gives every call outputs of their own: the pool serves them in steady state."""
+    with counted_runtime_calls(acl) as counts:
+        right = acl.launch.run_threads(_serving_loop, 2, True, timeout=120)
     assert all(all(r) and len(r) == STEPS - 2 for r in right), right
     assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 
 
-def test_without_the_pool_the_python_route_allocates_every_step(acl: Any) -> None:
+def test_without_the_pool_kept_results_allocate_every_step(acl: Any) -> None:
     """The counter above sees the allocations the pool avoids."""
-    with compiled_path(False), pool_off(acl), counted_runtime_calls(acl) as counts:
-        acl.launch.run_threads(_serving_loop, 2, timeout=120)
+    with pool_off(acl), counted_runtime_calls(acl) as counts:
+        acl.launch.run_threads(_serving_loop, 2, True, timeout=120)
     assert counts["aclrtMalloc"] >= 2 * (STEPS - WARMUP) and counts["aclrtFree"] >= 2 * (STEPS - WARMUP - 1)
 
 
-def test_without_the_pool_the_buffer_reuses_its_own_outputs(acl: Any) -> None:
-    """The buffer's compiled route hands a step the outputs of an earlier step nobody refers to any
-    more: no allocation in steady state even with the pool off."""
+def test_without_the_pool_the_buffer_writes_into_its_result_sets(acl: Any) -> None:
+    """The buffer's ring of result sets: a call writes into the memory of a set two calls old, so no
+    allocation in steady state even with the pool off."""
     with pool_off(acl), counted_runtime_calls(acl) as counts:
         right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
     assert all(all(r) and len(r) == STEPS - 2 for r in right), right

@@ -1,0 +1,40 @@
+# Stream-ordered holds (aclnn_py.runtime.ordered keeps the segments, checkpoints and workspace blocks):
+# what a launch or an asynchronous copy uses is appended to its stream's open segment after it was
+# queued, and released once the stream has passed it. Appending is one step under the GIL, so no
+# boundary (a checkpoint, a synchronisation) can close the segment in between.
+
+cdef dict hold_states = None        # the stream states by stream key
+cdef object make_state = None       # state(stream): the stream's state, made when missing
+cdef object checkpoint = None       # checkpoint(stream): record an event closing the open segment
+cdef object grow_workspace = None   # workspace(stream, size): a block of at least size bytes, its address
+cdef Py_ssize_t checkpoint_every = 1
+
+
+def bind_holds(*, dict states, make, record_checkpoint, workspace, Py_ssize_t every):
+    """aclnn_py.runtime.ordered's parts that the holds use (set when that module is imported)."""
+    global hold_states, make_state, checkpoint, grow_workspace, checkpoint_every
+    if every < 1:
+        raise ValueError("bind_holds: every must be >= 1")
+    hold_states, make_state, checkpoint, grow_workspace, checkpoint_every = states, make, record_checkpoint, \
+        workspace, every
+
+
+cdef inline StreamStateBase stream_state(StreamBase stream):
+    state = hold_states.get(stream._key)
+    if state is None:
+        state = make_state(stream)
+    return <StreamStateBase>state
+
+
+cdef int hold(StreamBase stream, object obj) except -1:
+    """Keep `obj` alive until `stream` passes the work queued on it so far."""
+    cdef list current = stream_state(stream).current
+    current.append(obj)
+    if PyList_GET_SIZE(current) >= checkpoint_every:
+        checkpoint(stream)
+    return 0
+
+
+def hold_until_passed(StreamBase stream, obj):
+    """Keep `obj` alive until `stream` passes the work queued on it so far (ordered.hold)."""
+    hold(stream, obj)

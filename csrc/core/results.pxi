@@ -1,0 +1,161 @@
+# MoeDistributeBuffer's result sets: each method keeps a fixed ring of them. A call takes the next set
+# of the ring and writes its outputs into the set's memory when the set holds outputs of this call's
+# layout (same config, shapes and optional inputs; written on the same stream; never exported or read
+# on another stream), else into new outputs the set adopts. The call hands out new Tensor objects over
+# the set's memory; the ones handed out before over that set are recycled, and every read of a
+# recycled Tensor raises RecycledError. So a result stays valid until the ring comes round: `size`
+# more calls of the same method (docs/concepts.md, "Buffer results").
+
+cdef tuple EMPTY = ()
+
+
+cdef inline TensorBase new_view(TensorBase t, ResultSet issuer):
+    """A new Tensor of `t`'s class over `t`'s memory, lending `t`'s descriptor, handed out by `issuer`."""
+    cls = type(t)
+    cdef TensorBase v = <TensorBase>(<PyTypeObject *>cls).tp_new(<void *>cls, EMPTY, NULL)
+    v.shape, v.dtype, v.strides, v.offset = t.shape, t.dtype, t.strides, t.offset
+    v._mem, v._owner, v._writer = t._mem, t._owner, t._writer
+    v.ptr_value, v.offset_value, v.data = t.ptr_value, t.offset_value, t.data
+    v._open, v._contiguous, v._shared = True, t._contiguous, False
+    v.desc, v.owns_desc = t.desc, False
+    v.dev, v.span = t.dev, t.span
+    v.issuer, v.issue = issuer, issuer.issue
+    return v
+
+
+@cython.final
+cdef class ResultSet:
+    """One set of a ring: the outputs whose memory a call writes (own Tensors, never handed out), and
+    the issue number of the Tensors handed out over them last."""
+
+    cdef readonly Py_ssize_t issue
+    cdef ResultRing ring
+    cdef object outputs               # the set's own outputs as the operator returns them, or None
+    cdef tuple own                    # the same, one Tensor or None per output
+    cdef tuple views                  # the Tensors handed out at this issue (None before the first)
+    cdef object config, x_shape, x_dtype, ids_shape
+    cdef long long present            # which inputs the call had (a bit per input)
+    cdef object stream                # the stream that last wrote it
+    cdef Py_ssize_t n_blocks
+    cdef void *block_ptr[MAX_TENSORS]  # the blocks refilled with the poison of new memory on the mock
+    cdef size_t block_size[MAX_TENSORS]
+
+    def __cinit__(self, ResultRing ring):
+        self.ring = ring
+
+    cdef object outputs_for(self, Operator op, ConfigBase cfg, PyObject **ins, tuple dtypes, bint precheck,
+                            StreamBase stream):
+        """The outputs a call of `op` writes: the set's own when they suit it, else new ones (made after
+        the pre-checks) that the set keeps from now on."""
+        cdef long long present = 0
+        cdef Py_ssize_t i
+        for i in range(op.n_in):
+            if ins[i] != NULL:
+                present |= 1LL << i
+        x, ids = <TensorBase>ins[1], <TensorBase>ins[2]
+        if self.suits(cfg, x, ids, present, dtypes, stream):
+            if precheck:
+                self.precheck_own(op, cfg, ins)
+            self.refill(stream)
+            return self.outputs
+        made = op.make_outputs(cfg, op.list_of(ins), None, dtypes, precheck, stream)
+        self.adopt(made, cfg, x, ids, present)
+        return made
+
+    cdef int precheck_own(self, Operator op, ConfigBase cfg, PyObject **ins) except -1:
+        cdef PyObject *outs[MAX_TENSORS]
+        fill_outputs(self.outputs, outs, op.n_out)
+        return op.precheck(cfg, ins, outs)
+
+    cdef bint suits(self, ConfigBase cfg, TensorBase x, TensorBase ids, long long present, tuple dtypes,
+                    StreamBase stream):
+        """The set holds outputs of this layout, last written on `stream`, none of its Tensors handed
+        out was exported or read on another stream."""
+        if self.outputs is None or cfg is not self.config or present != self.present:
+            return False
+        for d in dtypes:
+            if d is not None:
+                return False  # a dtype override: the operator's module lays the outputs out
+        if stream is not self.stream and (self.stream is None or (<StreamBase>self.stream)._key != stream._key):
+            return False
+        if x.dtype is not self.x_dtype or not (x.shape is self.x_shape or x.shape == self.x_shape) \
+                or not (ids.shape is self.ids_shape or ids.shape == self.ids_shape):
+            return False
+        if self.views is not None:
+            for v in self.views:
+                if v is not None and (<TensorBase>v)._shared:
+                    return False
+        return True
+
+    cdef int adopt(self, object made, ConfigBase cfg, TensorBase x, TensorBase ids, long long present) except -1:
+        """Keep `made` (new outputs) as the set's own, for calls of this layout."""
+        own = (made,) if isinstance(made, TensorBase) else tuple(made)
+        self.outputs, self.own, self.views = made, own, None
+        self.config, self.x_shape, self.x_dtype, self.ids_shape = cfg, x.shape, x.dtype, ids.shape
+        self.present = present
+        self.stream = None
+        self.n_blocks = 0
+        for t in own:
+            if t is None:
+                continue
+            mem = (<TensorBase>t)._mem
+            if mem is not None and mem.size > 0 and self.n_blocks < MAX_TENSORS:
+                self.block_ptr[self.n_blocks] = <void *><uintptr_t>mem._ptr
+                self.block_size[self.n_blocks] = <size_t>mem.size
+                self.n_blocks += 1
+        return 0
+
+    cdef int refill(self, StreamBase stream) except -1:
+        """On the mock with its poison on: the set's memory gets the poison of new memory again, in stream
+        order (work queued before may still read it), as a block the pool hands out again does."""
+        cdef int status
+        if refill_poison != NULL and self.n_blocks:
+            status = refill_poison(self.block_ptr, self.block_size, self.n_blocks, <void *>stream.handle)
+            if status:
+                raise RuntimeError(f"the mock's poison refill of a result set failed (status {status})")
+        return 0
+
+    cdef tuple hand_out(self, StreamBase stream):
+        """New Tensors over the set's memory for the caller, written on `stream`; the ones handed out
+        before are recycled from now on."""
+        cdef Py_ssize_t j, n = PyTuple_GET_SIZE(self.own)
+        self.issue += 1
+        self.stream = stream
+        views = []
+        for j in range(n):
+            t = <object>PyTuple_GET_ITEM(self.own, j)
+            views.append(None if t is None else new_view(<TensorBase>t, self))
+        self.views = tuple(views)
+        return self.views
+
+    cdef str recycled_message(self, str label, str operation):
+        return (f"{label} is a result of MoeDistributeBuffer.{self.ring.method} that was recycled: a later call "
+                f"of the method wrote its next result into the same memory (a result stays valid until "
+                f"{self.ring.size} more calls of the method); cannot {operation}. To keep a result longer, "
+                f"clone() it or pass keep=True")
+
+
+@cython.final
+cdef class ResultRing:
+    """A buffer method's ring of result sets."""
+
+    cdef readonly str method
+    cdef readonly Py_ssize_t size
+    cdef list sets
+    cdef Py_ssize_t next
+
+    def __init__(self, str method, Py_ssize_t size):
+        if size < 1:
+            raise ValueError(f"result_sets: must be >= 1 (got {size})")
+        self.method, self.size, self.next = method, size, 0
+        self.sets = [ResultSet(self) for _ in range(size)]
+
+    cdef ResultSet take(self):
+        cdef ResultSet found = <ResultSet>PyList_GET_ITEM(self.sets, self.next)
+        self.next = (self.next + 1) % self.size
+        return found
+
+    property held:
+        """How many sets hold outputs."""
+        def __get__(self):
+            return sum(1 for s in self.sets if (<ResultSet>s).outputs is not None)

@@ -1,0 +1,335 @@
+"""MoeDistributeBuffer's result contract: each method keeps a ring of result sets (two by default). A call
+writes into the next set's memory and hands out new Tensors; a result stays valid until that many more
+calls of the same method, then every read of it — the Tensor's numpy(), a zero-copy view, a DLPack
+export, passing it to an operator — raises RecycledError saying so. keep=True and clone() keep a result
+for good. A set is written again only when that is safe: never after a Tensor of it was exported or read
+on another stream, never from another stream; and the bytes a call gives are the same whichever
+memory it wrote (the poison of new memory included, where the operator writes nothing)."""
+
+from __future__ import annotations
+
+import gc
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+E, BS, H, K = 4, 8, 1024, 2
+POISON = 0xA5
+
+
+def _inputs(acl: Any, rank: int, i: int) -> tuple[Any, Any, Any]:
+    """Input set `i`: each set sends a different number of rows to each rank, so rows one call leaves
+    unwritten were written by the call before."""
+    rng = np.random.default_rng(1000 * rank + i)
+    x = rng.uniform(-1, 1, (BS, H)).astype(ml_dtypes.bfloat16)
+    if i % 2:
+        ids = np.stack([rng.choice(E, K, replace=False) for _ in range(BS)]).astype(np.int32)
+    else:  # every token to experts 0 and 1, both on rank 0
+        ids = np.tile(np.array([0, 1], np.int32), (BS, 1))
+    w = rng.uniform(0, 1, (BS, K)).astype(np.float32)
+    return acl.Tensor.from_numpy(x), acl.Tensor.from_numpy(ids), acl.Tensor.from_numpy(w)
+
+
+def _snapshot(out: Any, stream: Any) -> list[bytes]:
+    """Every byte of every output, the unwritten ones included."""
+    stream.synchronize()
+    return [t.numpy().tobytes() for t in out]
+
+
+Scenario = Callable[[Any, Any, Any, int, list[Any]], dict[str, Any]]
+
+
+def _world(acl: Any, scenario: Scenario, **buffer_args: Any) -> list[dict[str, Any]]:
+    """`scenario(acl, buf, stream, rank, sets)` on two thread ranks, each with its buffer and stream."""
+
+    def rank_fn(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
+        with acl.hccl.Communicator(world_size, rank, root) as comm, \
+                acl.MoeDistributeBuffer(comm, **buffer_args) as buf:
+            s = acl.Device(rank).create_stream()
+            try:
+                sets = [_inputs(acl, rank, i) for i in range(3)]
+                result = scenario(acl, buf, s, rank, sets)
+                s.synchronize()
+                if not comm.closed:  # a scenario may close it
+                    comm.barrier()
+                return result
+            finally:
+                s.close()
+
+    return acl.launch.run_threads(rank_fn, 2, timeout=120)
+
+
+def _dispatch(buf: Any, s: Any, data: tuple[Any, Any, Any], **kw: Any) -> Any:
+    x, ids, w = data
+    return buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s, **kw)
+
+
+def _combine(buf: Any, s: Any, data: tuple[Any, Any, Any], out: Any, **kw: Any) -> Any:
+    return buf.low_latency_combine(out.expand_x, data[1], data[2], out.assist_info_for_combine, out.ep_recv_counts,
+                                   num_experts=E, stream=s, **kw)
+
+
+def _reads(t: Any) -> dict[str, str]:
+    """What each way of reading `t` raises (the error class), or "read"."""
+    import aclnn_py as acl
+
+    ways: dict[str, Callable[[], object]] = {
+        "numpy": t.numpy, "numpy_view": t.numpy_view, "asarray": lambda: np.asarray(t),
+        "dlpack": lambda: t.__dlpack__(), "clone": t.clone, "borrow": lambda: acl.Tensor.from_dlpack(t),
+        "ptr": lambda: t.ptr,
+    }
+    out = {}
+    for name, read in ways.items():
+        try:
+            read()
+            out[name] = "read"
+        except Exception as exc:  # noqa: BLE001
+            out[name] = type(exc).__name__
+    return out
+
+
+def test_every_call_hands_out_new_tensors_and_the_bytes_of_fresh_memory(acl: Any) -> None:
+    """Over the input sets in turn: the same bytes whether a call wrote a set's memory again or new
+    memory (poison where nothing is written), and the ring in steady state."""
+
+    def run(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any], fresh: bool) -> dict[str, Any]:
+        snapshots, new_objects = [], []
+        held: list[Any] = []  # every result, so that no object's id is given to a later one
+        for step in range(6):
+            data = sets[step % 3]
+            out = _dispatch(buf, s, data, keep=fresh)
+            y = _combine(buf, s, data, out, keep=fresh)
+            snapshots.append(_snapshot(list(out) + [y], s) if fresh or step < 5 else [])
+            new_objects.append(all(t is not u for t in list(out) + [y] for r in held for u in r))
+            held.append(list(out) + [y])
+        return {"bytes": snapshots[:5], "new objects": all(new_objects), "held": buf.held_result_sets}
+
+    ring = _world(acl, lambda *a: run(*a, fresh=False))
+    kept = _world(acl, lambda *a: run(*a, fresh=True))
+    for r, k in zip(ring, kept):
+        assert r["bytes"] == k["bytes"]  # written rows and the poison of the unwritten ones alike
+        assert r["held"] == (2, 2) and k["held"] == (0, 0)
+        assert r["new objects"] and k["new objects"]
+
+
+def test_a_result_is_valid_until_the_ring_comes_round_then_every_read_raises(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        first = _dispatch(buf, s, sets[0])
+        before = _snapshot(first, s)
+        second = _dispatch(buf, s, sets[1])
+        report: dict[str, Any] = {"valid after one call": _snapshot(first, s) == before}
+        third = _dispatch(buf, s, sets[2])
+        report["recycled"] = first.expand_x.recycled
+        report["reads"] = _reads(first.expand_x)
+        try:
+            first.ep_recv_counts.numpy()
+        except acl.RecycledError as exc:
+            report["message"] = str(exc)
+        try:  # a recycled result passed to an operator
+            _combine(buf, s, sets[0], first)
+        except acl.RecycledError as exc:
+            report["as input"] = str(exc)
+        report["second valid"] = not second.expand_x.recycled and third.expand_x.numpy(stream=s) is not None
+        return report
+
+    for r in _world(acl, scenario):
+        assert r["valid after one call"] and r["recycled"] and r["second valid"]
+        assert set(r["reads"].values()) == {"RecycledError"}, r["reads"]
+        assert "is a result of MoeDistributeBuffer.low_latency_dispatch that was recycled" in r["message"]
+        assert "valid until 2 more calls of the method" in r["message"] and "clone() it or pass keep=True" in r["message"]
+        assert "cannot download it" in r["message"]
+        assert "x: " in r["as input"] and "was recycled" in r["as input"], r["as input"]
+
+
+def test_the_ring_size_is_the_buffers_to_choose(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        results = [_dispatch(buf, s, sets[i % 3]) for i in range(4)]
+        return {"recycled": [r.expand_x.recycled for r in results], "sets": buf.result_sets}
+
+    for r in _world(acl, scenario, result_sets=3):
+        assert r["sets"] == 3 and r["recycled"] == [True, False, False, False]
+    with pytest.raises(ValueError, match="result_sets: must be an int >= 1"):
+        _world(acl, scenario, result_sets=0)
+
+
+def test_kept_and_cloned_results_survive_any_number_of_calls(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        kept = _dispatch(buf, s, sets[0], keep=True)
+        plain = _dispatch(buf, s, sets[0])
+        cloned = plain.expand_x.clone(stream=s)
+        before, clone_before = _snapshot(kept, s), cloned.numpy(stream=s).tobytes()
+        for i in range(5):
+            _dispatch(buf, s, sets[(i + 1) % 3])
+        return {"kept": _snapshot(kept, s) == before, "clone": cloned.numpy(stream=s).tobytes() == clone_before,
+                "plain recycled": plain.expand_x.recycled, "kept recycled": kept.expand_x.recycled}
+
+    for r in _world(acl, scenario):
+        assert r == {"kept": True, "clone": True, "plain recycled": True, "kept recycled": False}
+
+
+def test_a_layer_pipelined_loop_keeps_its_dispatch_results_for_the_next_combine(acl: Any) -> None:
+    """dispatch(i+1) before combine(i): combine reads dispatch i's results after one more dispatch."""
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        got, want = [], []
+        pending = _dispatch(buf, s, sets[0])
+        for i in range(1, 5):
+            nxt = _dispatch(buf, s, sets[i % 3])
+            got.append(_combine(buf, s, sets[(i - 1) % 3], pending).numpy(stream=s).tobytes())
+            pending = nxt
+        for i in range(4):
+            out = _dispatch(buf, s, sets[i % 3], keep=True)
+            want.append(_combine(buf, s, sets[i % 3], out, keep=True).numpy(stream=s).tobytes())
+        return {"same": got == want}
+
+    for r in _world(acl, scenario):
+        assert r["same"]
+
+
+@pytest.mark.parametrize("export", ["numpy_view", "dlpack", "borrow"])
+def test_an_exported_result_keeps_its_bytes_and_its_set_takes_new_memory(acl: Any, export: str) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        first = _dispatch(buf, s, sets[0])
+        s.synchronize()
+        t = first.ep_recv_counts  # int32: numpy takes its DLPack export
+        view = {"numpy_view": t.numpy_view, "dlpack": lambda: np.from_dlpack(t),
+                "borrow": lambda: acl.Tensor.from_dlpack(t)}[export]()
+        before = bytes(np.asarray(view).tobytes()) if export != "borrow" else view.numpy().tobytes()
+        for i in range(4):  # the ring comes round twice
+            _dispatch(buf, s, sets[(i + 1) % 3])
+        s.synchronize()
+        after = bytes(np.asarray(view).tobytes()) if export != "borrow" else view.numpy().tobytes()
+        return {"same": after == before, "recycled": t.recycled}
+
+    for r in _world(acl, scenario):
+        assert r == {"same": True, "recycled": True}
+
+
+def test_results_read_on_another_stream_are_not_written_again(acl: Any) -> None:
+    """Combine on a second stream reads dispatch's results: their set never takes a later call's result
+    (a write on the first stream could land under that read), it takes new memory."""
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        other = acl.Device(rank).create_stream()
+        try:
+            out = _dispatch(buf, s, sets[0])
+            address = out.expand_x.data_ptr
+            y = _combine(buf, other, sets[0], out)  # reads dispatch's results on `other`
+            got = y.numpy(stream=other).tobytes()  # (the ranks' collectives stay in one order)
+            later = [_dispatch(buf, s, sets[(i + 1) % 3]) for i in range(2)]  # the ring comes round
+            ref_out = _dispatch(buf, s, sets[0], keep=True)
+            want = _combine(buf, s, sets[0], ref_out, keep=True).numpy(stream=s).tobytes()
+            return {"same": got == want, "new memory": later[1].expand_x.data_ptr != address,
+                    "recycled": out.expand_x.recycled}
+        finally:
+            other.close()
+
+    for r in _world(acl, scenario):
+        assert r == {"same": True, "new memory": True, "recycled": True}
+
+
+def test_changed_attributes_and_a_group_string_generation_use_the_ring(acl: Any) -> None:
+    """Alternating quantisation modes get their own results; a buffer of generation 4 (group names, no
+    context tensor) keeps result sets too."""
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        got = []
+        for step in range(4):
+            x, ids, w = sets[step % 2]
+            out = buf.low_latency_dispatch(x, ids, E, topk_weights=w, quant_mode=2 * (step % 2), stream=s)
+            got.append((out.expand_x.dtype.name, _snapshot(out, s)))
+        return {"modes": [g[0] for g in got], "repeat": got[0] == got[2] and got[1] == got[3],
+                "generation": buf.generation, "held": buf.held_result_sets}
+
+    for r in _world(acl, scenario):
+        assert r["modes"] == ["BF16", "INT8", "BF16", "INT8"] and r["repeat"] and r["held"] == (2, 0)
+    for r in _world(acl, scenario, generation=4):
+        assert r["generation"] == 4 and r["repeat"] and r["held"] == (2, 0)
+
+
+def test_close_and_update_ctx_let_the_result_sets_go(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        out = _dispatch(buf, s, sets[0])
+        _combine(buf, s, sets[0], out)
+        held = buf.held_result_sets
+        s.synchronize()
+        buf.update_ctx(buf.comm)
+        after_update = buf.held_result_sets
+        survivor = _snapshot(out, s)  # handed-out results keep their memory
+        buf.close()
+        return {"held": held, "after update": after_update, "after close": buf.held_result_sets,
+                "readable": len(survivor) == 6}
+
+    for r in _world(acl, scenario):
+        assert r == {"held": (1, 1), "after update": (0, 0), "after close": (0, 0), "readable": True}
+
+
+def test_a_weak_reference_to_a_recycled_result_reads_nothing_of_the_next_call(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        ref = weakref.ref(_dispatch(buf, s, sets[0]).expand_x)
+        gc.collect()
+        for i in range(2):
+            _dispatch(buf, s, sets[i + 1])
+        t = ref()
+        return {"gone or refused": t is None or set(_reads(t).values()) == {"RecycledError"}}
+
+    for r in _world(acl, scenario):
+        assert r["gone or refused"]
+
+
+def test_unwritten_rows_of_a_set_written_again_show_poison(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        _dispatch(buf, s, sets[0])  # rank 0 receives every row
+        _dispatch(buf, s, sets[0])
+        third = _dispatch(buf, s, sets[1])  # the first call's set, written again with fewer rows
+        s.synchronize()
+        rows = int(third.ep_recv_counts.numpy()[-1])
+        tail = third.expand_x.numpy().view(np.uint8).reshape(third.expand_x.shape[0], -1)[rows:]
+        return {"rows": rows, "capacity": third.expand_x.shape[0], "tail_is_poison": bool((tail == POISON).all())}
+
+    for r in _world(acl, scenario):
+        assert r["rows"] < r["capacity"] and r["tail_is_poison"]
+
+
+def test_a_closed_input_or_communicator_raises_through_the_method(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        _dispatch(buf, s, sets[1])
+        x, ids, w = _inputs(acl, rank, 1)
+        x.close()
+        report = {}
+        try:
+            buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s)
+        except acl.ClosedError as exc:
+            report["closed input"] = str(exc)
+        buf.comm.barrier(s, wait=True)
+        buf.comm.close()
+        try:
+            _dispatch(buf, s, sets[1])
+        except acl.ClosedError as exc:
+            report["closed communicator"] = str(exc)
+        return report
+
+    for r in _world(acl, scenario):
+        assert "is closed: cannot pass it to an operator" in r["closed input"]
+        assert r["closed communicator"].startswith("Communicator(rank ") and "run low_latency_dispatch" in \
+            r["closed communicator"]
+
+
+def test_an_error_of_the_method_names_the_callers_parameter(acl: Any) -> None:
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        x, ids, w = sets[0]
+        _dispatch(buf, s, sets[0])
+        bad_ids = acl.Tensor.from_numpy(np.zeros((BS, K), np.int64))
+        try:
+            buf.low_latency_dispatch(x, bad_ids, E, topk_weights=w, stream=s)
+        except acl.AclnnParamInvalid as exc:
+            message = exc.message
+        _dispatch(buf, s, sets[0])  # still usable
+        return {"message": message}
+
+    for r in _world(acl, scenario):
+        assert r["message"].startswith("topk_idx: "), r["message"]
