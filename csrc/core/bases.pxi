@@ -4,8 +4,10 @@
 cdef extern from "Python.h":
     long long PyLong_AsLongLongAndOverflow(object obj, int *overflow) except? -1
     ctypedef object (*newfunc)(void *cls, object args, PyObject *kwargs)  # cls: the PyTypeObject
+    ctypedef PyObject *(*allocfunc)(void *cls, Py_ssize_t n_items) except NULL
     ctypedef struct PyTypeObject:
         newfunc tp_new
+        allocfunc tp_alloc
         unsigned long tp_flags
         Py_ssize_t tp_vectorcall_offset
 

@@ -20,6 +20,24 @@ cdef inline bint same_value(object a, object b):
     return a is b or (type(a) is type(b) and (type(a) is int or type(a) is str) and a == b)
 
 
+cdef Py_ssize_t DISPATCH_RESULT_PICKS[6]   # the dispatch outputs a LowLatencyDispatchResult holds
+DISPATCH_RESULT_PICKS[:] = [0, 1, 2, 3, 4, 6]
+
+
+cdef object picked(object cls, object items, const Py_ssize_t *picks, Py_ssize_t n):
+    """An instance of the NamedTuple class `cls` holding items[picks[0]], …: allocated as the tuple it is
+    (tuple.__new__ of a subclass copies an argument tuple through generic checks). `items`: a tuple or
+    a tuple subclass."""
+    cdef Py_ssize_t j
+    result = <object>(<PyTypeObject *>cls).tp_alloc(<void *>cls, n)
+    Py_DECREF(result)  # the cast took a reference of its own to the new object
+    for j in range(n):
+        item = <object>PyTuple_GET_ITEM(items, picks[j])
+        Py_INCREF(item)  # PyTuple_SET_ITEM steals one
+        PyTuple_SET_ITEM(result, j, item)
+    return result
+
+
 cdef class BufferBase:
     """The compiled part of MoeDistributeBuffer: its communicator, context and configs, the methods'
     rings of result sets, and the two operator methods."""
@@ -138,7 +156,7 @@ cdef class BufferBase:
             made = the(dispatch_operator, "dispatch").call(values, cfg, None, None, s, True,
                                                           (x_dtype, x_smooth_scales_dtype, y_dtype), into)
             out = made if into is None else (<ResultSet>into).hand_out(s)
-            return tuple.__new__(self.result_type, (out[0], out[1], out[2], out[3], out[4], out[6]))
+            return picked(self.result_type, out, DISPATCH_RESULT_PICKS, 6)
         except Exception as exc:
             reraise_as_caller(exc, self.dispatch_names)
 

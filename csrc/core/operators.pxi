@@ -186,8 +186,10 @@ cdef int fill_outputs(object made, PyObject **outs, Py_ssize_t n) except -1:
     if isinstance(made, TensorBase):
         outs[0] = <PyObject *>made
         return 0
-    for j in range(n):
-        t = made[j]
+    if not isinstance(made, tuple):
+        made = tuple(made)
+    for j in range(n):  # PyTuple_GET_ITEM: indexing a NamedTuple goes through a Python-level __getitem__
+        t = <object>PyTuple_GET_ITEM(made, j)
         outs[j] = NULL if t is None else <PyObject *>t
     return 0
 
