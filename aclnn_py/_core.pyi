@@ -98,7 +98,7 @@ class Operator:
     input_names: tuple[str, ...]
     output_names: tuple[str, ...]
     def __init__(self, name: str, input_names: tuple[str, ...], output_names: tuple[str, ...],
-                 required_inputs: int, key: tuple[tuple[int, int], ...], which: int, outputs_type: type | None,
+                 required_inputs: int, key: tuple[tuple[int, int], ...], launcher_at: int, outputs_type: type | None,
                  convert: Callable[..., list[Tensor | None]], make_outputs: Callable[..., object],
                  verdict: Callable[..., object], refuse_unsupported: Callable[..., None],
                  launchers_for: Callable[[Any], tuple[Launcher, Launcher]], resolve_config: Callable[..., MoeConfig],
@@ -143,7 +143,8 @@ class BufferBase:
     comm: Communicator
     _configs: dict[tuple[object, ...], MoeConfig]
     def _set_up_calls(self, result_sets: int, dispatch_names: Mapping[str, str], combine_names: Mapping[str, str],
-                      result_type: type[LowLatencyDispatchResult], current_stream: Callable[[], Stream]) -> None: ...
+                      result_type: type[LowLatencyDispatchResult], current_stream: Callable[[], Stream],
+                      tp_domain: bool) -> None: ...
     def _forget_calls(self) -> None: ...
     @property
     def result_sets(self) -> int: ...
@@ -167,8 +168,8 @@ class BufferBase:
         const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
         const_expert_v: TensorArg | None = None, zero_expert_num: int = 0, copy_expert_num: int = 0,
         const_expert_num: int = 0, expert_shared_type: int = 0, shared_expert_num: int = 1,
-        shared_expert_rank_num: int = 0, num_max_dispatch_tokens_per_rank: int = 0, stream: StreamArg = None,
-        keep: bool = False,
+        shared_expert_rank_num: int = 0, num_max_dispatch_tokens_per_rank: int = 0,
+        tp_send_counts: TensorArg | None = None, stream: StreamArg = None, keep: bool = False,
     ) -> Tensor: ...
 
 class Plan:
@@ -225,15 +226,15 @@ class CombinePlan(Plan):
                topk_weights: TensorArg | None = None, x_active_mask: TensorArg | None = None,
                shared_expert_x: TensorArg | None = None, ori_x: TensorArg | None = None,
                const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
-               const_expert_v: TensorArg | None = None, x_out: Tensor | None = None,
-               stream: StreamArg = None) -> Tensor: ...
+               const_expert_v: TensorArg | None = None, tp_send_counts: TensorArg | None = None,
+               x_out: Tensor | None = None, stream: StreamArg = None) -> Tensor: ...
     def __call__(self, expand_x: TensorArg, expert_ids: TensorArg, assist_info_for_combine: TensorArg,
                  ep_send_counts: TensorArg, expert_scales: TensorArg | None = None, *,
                  topk_weights: TensorArg | None = None, x_active_mask: TensorArg | None = None,
                  shared_expert_x: TensorArg | None = None, ori_x: TensorArg | None = None,
                  const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
-                 const_expert_v: TensorArg | None = None, x_out: Tensor | None = None,
-                 stream: StreamArg = None) -> Tensor: ...
+                 const_expert_v: TensorArg | None = None, tp_send_counts: TensorArg | None = None,
+                 x_out: Tensor | None = None, stream: StreamArg = None) -> Tensor: ...
 
 def dlpack_export(ptr: int, shape: tuple[int, ...], code: int, bits: int, strides: tuple[int, ...],
                   byte_offset: int, keep: object, versioned: bool, copied: bool) -> CapsuleType: ...

@@ -143,7 +143,8 @@ class MoeDistributeBuffer(BufferBase):
             self.context, self.ccl_buffer_size = build_context(comm)
         self._configs: dict[tuple[object, ...], MoeConfig] = {}
         self._plans: weakref.WeakSet[DispatchPlan | CombinePlan] = weakref.WeakSet()
-        self._set_up_calls(result_sets, DISPATCH_NAMES, COMBINE_NAMES, LowLatencyDispatchResult, current_stream)
+        self._set_up_calls(result_sets, DISPATCH_NAMES, COMBINE_NAMES, LowLatencyDispatchResult, current_stream,
+                           tp_comm is not None)
 
     def update_ctx(self, new_comm: Communicator) -> bool:
         """Rebuild the context for a new communicator of the same world size, in place: plans made
@@ -259,7 +260,8 @@ class MoeDistributeBuffer(BufferBase):
                      stream: StreamArg = None) -> CombinePlan:
         """A :class:`~aclnn_py.ops.CombinePlan` sized from a dispatch plan's outputs: each call is
         ``plan(expert_out, topk_idx, assist_info, ep_send_counts, topk_weights, ...)`` (its errors use
-        this class's names)."""
+        this class's names); with a TP domain each call also takes ``tp_send_counts=``, the dispatch plan's
+        ``tp_recv_counts`` output."""
         cfg = self._config(
             "plan_combine", num_experts=num_experts, comm_alg=comm_alg,
             comm_quant_mode=comm_quant_mode, zero_expert_num=zero_expert_num, copy_expert_num=copy_expert_num,

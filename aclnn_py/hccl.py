@@ -235,8 +235,8 @@ class Communicator(Resource):
         s = resolve_stream(stream)
         device = s.device
         if device is not None and device != self.device:
-            which = s._label() if stream is not None else f"the current stream, {s._label()},"
-            raise ValueError(f"stream: {which} belongs to device {device}, but {self._label()} is on device "
+            named = s._label() if stream is not None else f"the current stream, {s._label()},"
+            raise ValueError(f"stream: {named} belongs to device {device}, but {self._label()} is on device "
                              f"{self.device}; pass a stream of device {self.device}")
         return s
 

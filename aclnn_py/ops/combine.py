@@ -167,7 +167,7 @@ launchers.register_names("combine", INPUTS, OUTPUTS)
 register_operator(Operator(
     name="combine", input_names=INPUTS, output_names=OUTPUTS, required_inputs=3,
     key=((2, 0), (1, 1), (2, 1)),  # the pre-check key (BS, H, K): expert_ids' dim 0, expand_x's dim 1, expert_ids' dim 1
-    which=1, outputs_type=None, convert=_convert, make_outputs=_x_out, verdict=prechecks.verdict,
+    launcher_at=1, outputs_type=None, convert=_convert, make_outputs=_x_out, verdict=prechecks.verdict,
     refuse_unsupported=generations.refuse_unsupported, launchers_for=launchers.for_config,
     resolve_config=resolve_config, resolve_stream=resolve_stream, missing=(_EXPERT_SCALES, empty_weights),
     param_invalid_type=AclnnParamInvalid))

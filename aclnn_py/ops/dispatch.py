@@ -240,7 +240,7 @@ launchers.register_names("dispatch", INPUTS, OUTPUTS)
 register_operator(Operator(
     name="dispatch", input_names=INPUTS, output_names=OUTPUTS, required_inputs=3,
     key=((1, 0), (1, 1), (2, 1)),  # the pre-check key (BS, H, K): x's dims 0 and 1, expert_ids' dim 1
-    which=0, outputs_type=DispatchOutputs, convert=_convert, make_outputs=_outputs, verdict=prechecks.verdict,
+    launcher_at=0, outputs_type=DispatchOutputs, convert=_convert, make_outputs=_outputs, verdict=prechecks.verdict,
     refuse_unsupported=generations.refuse_unsupported, launchers_for=launchers.for_config,
     resolve_config=resolve_config, resolve_stream=resolve_stream, missing=None, param_invalid_type=AclnnParamInvalid))
 

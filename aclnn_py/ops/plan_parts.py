@@ -77,8 +77,9 @@ def build_combine(context: Tensor | None, a: int, bs: int, hidden: int, topk: in
     sx = Tensor.zeros((bs, hidden), dtype) if with_shared_expert_x else None
     ori = Tensor.zeros((bs, hidden), dtype) if with_ori_x else None
     consts = [Tensor.zeros((cfg.const_expert_num, hidden), dtype) if cfg.const_expert_num else None for _ in range(3)]
-    prepared = combine.prepare_combine(context, ex, ids, assist, counts, es, config=cfg, x_active_mask=mask,
-                                       shared_expert_x=sx, ori_x=ori, const_expert_alpha_1=consts[0],
+    tp = Tensor.zeros((2,), DataType.INT32) if cfg.tp_world_size == 2 else None  # the TP domain's per-call counts
+    prepared = combine.prepare_combine(context, ex, ids, assist, counts, es, config=cfg, tp_send_counts=tp,
+                                       x_active_mask=mask, shared_expert_x=sx, ori_x=ori, const_expert_alpha_1=consts[0],
                                        const_expert_alpha_2=consts[1], const_expert_v=consts[2],
                                        stream=stream, repeatable=True)  # type: ignore[arg-type]
     return Built(prepared, cfg, launchers.for_config(cfg)[1], combine.INPUTS, combine.OUTPUTS)

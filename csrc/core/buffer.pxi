@@ -52,13 +52,20 @@ cdef class BufferBase:
     cdef object dispatch_names, combine_names    # operator name -> the caller's name (errors)
     cdef object result_type                      # LowLatencyDispatchResult
     cdef object current_stream                   # current_stream(): the stream of a call without stream=
+    cdef object tp_counts_of                     # with a TP domain: a dispatch result's ep_recv_counts Tensor ->
+                                                 # its tp_recv_counts (weakly keyed); None without one
 
-    def _set_up_calls(self, Py_ssize_t result_sets, dispatch_names, combine_names, result_type, current_stream):
-        """Rings of `result_sets` sets per method, and what the methods read (MoeDistributeBuffer.__init__)."""
+    def _set_up_calls(self, Py_ssize_t result_sets, dispatch_names, combine_names, result_type, current_stream,
+                      bint tp_domain):
+        """Rings of `result_sets` sets per method, and what the methods read (MoeDistributeBuffer.__init__);
+        with `tp_domain` combine finds the tp_recv_counts of the dispatch whose ep_recv_counts it is given."""
         self.dispatch_ring = ResultRing("low_latency_dispatch", result_sets)
         self.combine_ring = ResultRing("low_latency_combine", result_sets)
         self.dispatch_names, self.combine_names = dispatch_names, combine_names
         self.result_type, self.current_stream = result_type, current_stream
+        if tp_domain:
+            from weakref import WeakKeyDictionary
+            self.tp_counts_of = WeakKeyDictionary()
         self._forget_calls()
 
     def _forget_calls(self):
@@ -156,6 +163,8 @@ cdef class BufferBase:
             made = the(dispatch_operator, "dispatch").call(values, cfg, None, None, s, True,
                                                           (x_dtype, x_smooth_scales_dtype, y_dtype), into)
             out = made if into is None else (<ResultSet>into).hand_out(s)
+            if self.tp_counts_of is not None:  # CANN's six results leave tp_recv_counts out: combine finds it
+                self.tp_counts_of[<object>PyTuple_GET_ITEM(out, 4)] = <object>PyTuple_GET_ITEM(out, 5)
             return picked(self.result_type, out, DISPATCH_RESULT_PICKS, 6)
         except Exception as exc:
             reraise_as_caller(exc, self.dispatch_names)
@@ -171,11 +180,16 @@ cdef class BufferBase:
                             copy_expert_num: int = 0, const_expert_num: int = 0,
                             expert_shared_type: int = 0, shared_expert_num: int = 1,
                             shared_expert_rank_num: int = 0, num_max_dispatch_tokens_per_rank: int = 0,
-                            stream: StreamArg = None, keep: bool = False) -> Tensor:
+                            tp_send_counts: TensorArg | None = None, stream: StreamArg = None,
+                            keep: bool = False) -> Tensor:
         """Send the expert outputs `x` back to the tokens' ranks and reduce them per token, weighted by
         `topk_weights` (None: an unweighted sum). Returns x_out (BS, H) as a device Tensor, valid until
         :attr:`result_sets` more calls of this method (``keep=True``: one of its own).
-        `expert_shared_type` is CANN's spelling of the operator's expert_shard_type."""
+        `expert_shared_type` is CANN's spelling of the operator's expert_shard_type.
+
+        With a TP domain (``tp_comm``) combine needs the dispatch's tp_recv_counts, which CANN's six
+        results leave out: given the ep_recv_counts of this buffer's dispatch result as `ep_send_counts`,
+        the buffer passes that dispatch's tp_recv_counts itself; `tp_send_counts` gives them explicitly."""
         cdef PyObject *values[19]
         cdef Py_ssize_t i
         cdef tuple last = self.combine_attrs
@@ -204,11 +218,19 @@ cdef class BufferBase:
             elif not self.comm._open:
                 self.comm.require_open("run low_latency_combine")
             s = <StreamBase>self.stream_for(stream, True)
+            if tp_send_counts is None and self.tp_counts_of is not None:
+                tp_send_counts = self.tp_counts_of.get(ep_send_counts) if isinstance(ep_send_counts, TensorBase) \
+                    else None
+                if tp_send_counts is None:
+                    raise ValueError("tp_send_counts: combine in a TP domain needs the tp_recv_counts of the dispatch "
+                                     "it answers; pass as ep_send_counts the ep_recv_counts Tensor of this buffer's "
+                                     "low_latency_dispatch result, or pass tp_send_counts")
             for i in range(19):
                 values[i] = <PyObject *>None
             values[0], values[1], values[2] = <PyObject *>self.context, <PyObject *>x, <PyObject *>topk_idx
             values[3], values[4] = <PyObject *>assist_info_for_combine, <PyObject *>ep_send_counts
-            values[5], values[7] = <PyObject *>topk_weights, <PyObject *>x_active_mask
+            values[5], values[6], values[7] = <PyObject *>topk_weights, <PyObject *>tp_send_counts, \
+                <PyObject *>x_active_mask
             values[11], values[12], values[13] = <PyObject *>expand_scales, <PyObject *>shared_expert_x, \
                 <PyObject *>elastic_info
             values[14], values[15] = <PyObject *>ori_x, <PyObject *>const_expert_alpha_1

@@ -17,7 +17,7 @@ cdef class Operator:
     cdef Py_ssize_t required_inputs        # the leading inputs a call must give
     cdef Py_ssize_t key_input[3]           # the pre-check key (op, BS, H, K): per item (input, dim)
     cdef Py_ssize_t key_dim[3]
-    cdef Py_ssize_t which                  # this operator's place in a config's (dispatch, combine)
+    cdef Py_ssize_t launcher_at            # the index of its Launcher in a config's (dispatch, combine)
     cdef object outputs_type               # the tuple type of several outputs; None: one Tensor
     cdef object convert                    # convert(values, dtypes, stream) -> inputs as Tensors / None
     cdef object make_outputs               # make_outputs(config, inputs, given, dtypes, precheck, stream)
@@ -33,7 +33,7 @@ cdef class Operator:
     cdef Py_ssize_t last_dims[3]
 
     def __init__(self, str name, tuple input_names, tuple output_names, Py_ssize_t required_inputs, tuple key,
-                 Py_ssize_t which, outputs_type, convert, make_outputs, verdict, refuse_unsupported, launchers_for,
+                 Py_ssize_t launcher_at, outputs_type, convert, make_outputs, verdict, refuse_unsupported, launchers_for,
                  resolve_config, resolve_stream, missing, param_invalid_type):
         if len(input_names) + len(output_names) > MAX_TENSORS:
             raise ValueError(f"Operator: at most {MAX_TENSORS} tensors")
@@ -42,7 +42,7 @@ cdef class Operator:
         self.required_inputs = required_inputs
         for k in range(3):
             self.key_input[k], self.key_dim[k] = key[k]
-        self.which = which
+        self.launcher_at = launcher_at
         self.outputs_type = outputs_type
         self.convert, self.make_outputs, self.verdict = convert, make_outputs, verdict
         self.refuse_unsupported, self.launchers_for = refuse_unsupported, launchers_for
@@ -114,7 +114,7 @@ cdef class Operator:
         launchers = cfg.launchers
         if launchers is None:
             launchers = cfg.launchers = self.launchers_for(cfg)
-        launcher = <Launcher>launchers[self.which]
+        launcher = <Launcher>launchers[self.launcher_at]
         launcher.launch(ins, outs, packed_for(cfg, launcher), s, made)
         return made
 

@@ -368,8 +368,8 @@ cdef int enable_vectorcall(type cls, Plan probe) except -1:
 cdef Py_ssize_t[5] DISPATCH_SLOTS = [1, 2, 3, 4, 5]  # x, expert_ids, scales, x_active_mask, expert_scales
 # expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,
 # shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v
-cdef Py_ssize_t[11] COMBINE_SLOTS = [1, 2, 3, 4, 5, 7, 12, 14, 15, 16, 17]
-cdef Py_ssize_t[10] COMBINE_SLOTS_UNWEIGHTED = [1, 2, 3, 4, 7, 12, 14, 15, 16, 17]
+cdef Py_ssize_t[12] COMBINE_SLOTS = [1, 2, 3, 4, 5, 6, 7, 12, 14, 15, 16, 17]
+cdef Py_ssize_t[11] COMBINE_SLOTS_UNWEIGHTED = [1, 2, 3, 4, 6, 7, 12, 14, 15, 16, 17]
 
 
 cdef class DispatchPlan(Plan):
@@ -456,7 +456,8 @@ cdef class CombinePlan(Plan):
     `a` is the expand_x row capacity (dispatch's A), `assist_len` and `counts_len` the lengths of
     dispatch's assist_info_for_combine and ep_recv_counts. Optional inputs present at plan time are
     named by the ``with_*`` flags / shapes. Host weights follow the per-call rule (float64 converted
-    to float32 when exact)."""
+    to float32 when exact). With a TP domain (``tp_world_size=2``) every call takes `tp_send_counts`:
+    the dispatch's tp_recv_counts."""
 
     cdef bint weighted
 
@@ -495,18 +496,18 @@ cdef class CombinePlan(Plan):
               topk_weights: TensorArg | None = None, x_active_mask: TensorArg | None = None,
               shared_expert_x: TensorArg | None = None, ori_x: TensorArg | None = None,
               const_expert_alpha_1: TensorArg | None = None, const_expert_alpha_2: TensorArg | None = None,
-              const_expert_v: TensorArg | None = None, x_out: Tensor | None = None,
-              stream: StreamArg = None) -> Tensor:
+              const_expert_v: TensorArg | None = None, tp_send_counts: TensorArg | None = None,
+              x_out: Tensor | None = None, stream: StreamArg = None) -> Tensor:
         """Phase 2 with this step's inputs: ``plan(...)`` is this call. `topk_weights` is
         :class:`~aclnn_py.MoeDistributeBuffer`'s name of `expert_scales`: pass either (an unweighted plan
         takes None or an empty array)."""
         return self.run(expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, topk_weights,
                          x_active_mask, shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2,
-                         const_expert_v, x_out, stream)
+                         const_expert_v, tp_send_counts, x_out, stream)
 
     cdef object run(self, expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, topk_weights,
                      x_active_mask, shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2,
-                     const_expert_v, x_out, stream):
+                     const_expert_v, tp_send_counts, x_out, stream):
         try:
             if topk_weights is not None:
                 if expert_scales is not None:
@@ -522,13 +523,13 @@ cdef class CombinePlan(Plan):
                                 f"{type(x_out).__name__}")
             outputs = None if x_out is None else [x_out]
             if self.weighted:
-                self.step([expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, x_active_mask,
-                           shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v],
-                          COMBINE_SLOTS, outputs, stream)
+                self.step([expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
+                           tp_send_counts, x_active_mask, shared_expert_x, ori_x, const_expert_alpha_1,
+                           const_expert_alpha_2, const_expert_v], COMBINE_SLOTS, outputs, stream)
             else:
-                self.step([expand_x, expert_ids, assist_info_for_combine, ep_send_counts, x_active_mask,
-                           shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2, const_expert_v],
-                          COMBINE_SLOTS_UNWEIGHTED, outputs, stream)
+                self.step([expand_x, expert_ids, assist_info_for_combine, ep_send_counts, tp_send_counts,
+                           x_active_mask, shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2,
+                           const_expert_v], COMBINE_SLOTS_UNWEIGHTED, outputs, stream)
         except Exception as exc:
             self.rename_and_raise(exc)
         return self.own_out[0] if x_out is None else x_out

@@ -123,6 +123,80 @@ def test_ops_with_a_tp_domain_match_golden_and_size_the_tp_outputs():
         _same(x_out[written], comb[t][e].x_out[written], f"rank ({e}, {t}) x_out")
 
 
+TP_BUFFER_CASES = [GenCase(gen=4, W=4, tp=2, quant=2, seed=43), GenCase(gen=2, W=4, tp=2, quant=0, seed=44)]
+
+
+@pytest.mark.parametrize("case", TP_BUFFER_CASES, ids=[c.label() for c in TP_BUFFER_CASES])
+def test_a_buffer_with_a_tp_domain_runs_an_ep4_tp2_world_bit_for_bit(case):
+    """EP 4 x TP 2 through MoeDistributeBuffer(comm, tp_comm=...): dispatch's rows (own, then the TP
+    peer's), and combine given the dispatch result's ep_recv_counts (the buffer passes that dispatch's
+    tp_recv_counts), against the golden. The even seed keeps its results (keep=True)."""
+    inp = make_inputs(case)
+    world = World(case)
+    got: dict[tuple[int, int], tuple] = {}
+    keep = case.seed % 2 == 0
+
+    def rank(e: int, t: int) -> None:
+        acl.Device(e * case.tp + t).set_current()
+        # generation 0: the newest with a TP domain, 4
+        with MoeDistributeBuffer(world.ep[e, t], generation=0 if case.gen == 4 else case.gen,
+                                 tp_comm=world.tp[e, t]) as buf:
+            assert buf.generation == case.gen
+            s = world.streams[e, t]
+            out = buf.low_latency_dispatch(inp.x[t][e], inp.ids[t][e], case.E, quant_mode=case.quant,
+                                           x_smooth_scale=inp.scales, stream=s, keep=keep)
+            a = case.capacity(e)
+            assert out.expand_x.shape == (2 * a, case.H) and out.ep_recv_counts.shape == (2 * case.W,)
+            counts = out.ep_recv_counts.numpy()
+            n = int(counts[case.W - 1] + counts[2 * case.W - 1])  # own rows, then the TP peer's
+            rows = out.expand_x.numpy()[:n]
+            dyn = out.dynamic_scales.numpy()[:n] if case.quant == 2 else None
+            y = np.zeros((2 * a, case.H), case.dtype)
+            y[:n] = expert(case, t, rows, dyn)
+            x_out = buf.low_latency_combine(y, inp.ids[t][e], inp.weights[t][e], out.assist_info_for_combine,
+                                            out.ep_recv_counts, num_experts=case.E, stream=s, keep=keep)
+            got[e, t] = (rows, dyn, x_out.numpy())
+
+    try:
+        run_ranks(case, rank)
+    finally:
+        world.close()
+    disp, comb = golden_round(case, inp)
+    for (e, t), (rows, dyn, x_out) in got.items():
+        d = disp[t][e]
+        _same(rows, d.expand_x, f"rank ({e}, {t}) expand_x")
+        if dyn is not None:
+            _same(dyn, d.dynamic_scales, f"rank ({e}, {t}) dynamic_scales")
+        written = comb[t][e].written
+        _same(x_out[written], comb[t][e].x_out[written], f"rank ({e}, {t}) x_out")
+
+
+def test_a_tp_buffer_s_combine_without_its_dispatch_s_counts_says_what_to_pass():
+    case = GenCase(gen=4, W=2, tp=2, seed=45)
+    inp = make_inputs(case)
+    world = World(case)
+    errors: dict[tuple[int, int], str] = {}
+
+    def rank(e: int, t: int) -> None:
+        acl.Device(e * case.tp + t).set_current()
+        with MoeDistributeBuffer(world.ep[e, t], tp_comm=world.tp[e, t]) as buf:
+            out = buf.low_latency_dispatch(inp.x[t][e], inp.ids[t][e], case.E, stream=world.streams[e, t])
+            try:
+                buf.low_latency_combine(out.expand_x, inp.ids[t][e], inp.weights[t][e], out.assist_info_for_combine,
+                                        out.ep_recv_counts.numpy(), num_experts=case.E, stream=world.streams[e, t])
+            except ValueError as exc:
+                errors[e, t] = str(exc)
+            world.streams[e, t].synchronize()
+
+    try:
+        run_ranks(case, rank)
+    finally:
+        world.close()
+    assert len(errors) == 4
+    for message in errors.values():
+        assert message.startswith("tp_send_counts:") and "ep_recv_counts" in message
+
+
 def _config(**kw):
     base = dict(ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=0, group_ep="any")
     return ops.MoeConfig(**{**base, **kw})
@@ -261,3 +335,45 @@ def test_a_tp_domain_is_refused_on_atlas_a2(profile):
     finally:
         world.close()
     assert status == 161002 and "tp_world_size" in message, message
+
+
+def test_plans_of_a_tp_buffer_run_an_ep2_tp2_world_bit_for_bit():
+    """A dispatch plan and a combine plan of a buffer with a TP domain; combine's plan takes the
+    dispatch plan's tp_recv_counts as tp_send_counts on every call (and refuses a call without)."""
+    case = GenCase(gen=4, W=2, tp=2, quant=2, seed=47)
+    inp = make_inputs(case)
+    world = World(case)
+    got: dict[tuple[int, int], tuple] = {}
+
+    def rank(e: int, t: int) -> None:
+        acl.Device(e * case.tp + t).set_current()
+        s = world.streams[e, t]
+        with MoeDistributeBuffer(world.ep[e, t], tp_comm=world.tp[e, t]) as buf:
+            dplan = buf.plan_dispatch(case.BS, case.H, case.E, case.K, x_dtype=case.dtype, quant_mode=case.quant,
+                                      smooth_scales_shape=None if inp.scales is None else inp.scales.shape, stream=s)
+            cplan = buf.plan_combine(dplan, with_weights=True, num_experts=case.E, stream=s)
+            out = dplan(inp.x[t][e], inp.ids[t][e], scales=inp.scales, stream=s)
+            tp_counts = out.tp_recv_counts.numpy()
+            n = int(tp_counts[0] + tp_counts[1])
+            rows, dyn = out.expand_x.numpy()[:n], out.dynamic_scales.numpy()[:n]
+            y = np.zeros(out.expand_x.shape, case.dtype)
+            y[:n] = expert(case, t, rows, dyn)
+            with pytest.raises(acl.AclnnParamInvalid, match="tp_send_counts"):
+                cplan(y, inp.ids[t][e], out.assist_info_for_combine, out.ep_recv_counts, inp.weights[t][e], stream=s)
+            x_out = cplan(y, inp.ids[t][e], out.assist_info_for_combine, out.ep_recv_counts, inp.weights[t][e],
+                          tp_send_counts=out.tp_recv_counts, stream=s)
+            got[e, t] = (rows, dyn, x_out.numpy())
+            cplan.close()
+            dplan.close()
+
+    try:
+        run_ranks(case, rank)
+    finally:
+        world.close()
+    disp, comb = golden_round(case, inp)
+    for (e, t), (rows, dyn, x_out) in got.items():
+        d = disp[t][e]
+        _same(rows, d.expand_x, f"rank ({e}, {t}) expand_x")
+        _same(dyn, d.dynamic_scales, f"rank ({e}, {t}) dynamic_scales")
+        written = comb[t][e].written
+        _same(x_out[written], comb[t][e].x_out[written], f"rank ({e}, {t}) x_out")

@@ -13,7 +13,6 @@ import threading
 import weakref
 
 import numpy as np
-import pytest
 
 from aclnn_py.dtypes import bfloat16
 
@@ -260,21 +259,3 @@ def test_refused_calls_say_why(acl):
             out["unknown keyword"]
         assert out["too many positional"].startswith("TypeError") and "positional argument" in out["too many positional"]
         assert out["given twice"].startswith("TypeError") and "multiple values for keyword argument 'x'" in out["given twice"]
-
-
-@pytest.mark.parametrize("generation", [2, 3, 4])
-def test_plans_and_prepare_run_an_older_generation(acl, generation):
-    """A plan of a group-string generation (no context tensor) gives the buffer's bytes of that
-    generation."""
-
-    def body(acl, buf, stream, rng):
-        gbuf = acl.MoeDistributeBuffer(buf.comm, generation=generation)
-        plan = gbuf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16)
-        x, ids = (acl.Tensor.from_numpy(v) for v in _step_inputs(rng))
-        got = [_bytes(plan(x, ids, stream=stream), stream) for _ in range(2)]
-        want = _bytes(gbuf.low_latency_dispatch(x, ids, E, stream=stream, keep=True), stream)
-        plan.close()
-        return got == [want, want], plan.config.generation
-
-    for same, gen in _run(body):
-        assert same and gen == generation
