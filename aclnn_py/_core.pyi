@@ -80,8 +80,9 @@ class Launcher:
     phase2_name: str
     n_in: int
     n_out: int
+    generation: int
     def __init__(self, layout: RunLayout, run: int, phase2: int, in_at: tuple[int, ...], out_at: tuple[int, ...],
-                 input_names: tuple[str, ...], output_names: tuple[str, ...]) -> None: ...
+                 input_names: tuple[str, ...], output_names: tuple[str, ...], generation: int) -> None: ...
     @property
     def input_positions(self) -> tuple[int, ...]: ...
     @property

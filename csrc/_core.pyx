@@ -25,7 +25,7 @@ from __future__ import annotations  # the signatures' annotations stay text: the
 cimport cython
 from cpython.list cimport PyList_GET_ITEM, PyList_GET_SIZE
 from cpython.ref cimport Py_DECREF, Py_INCREF, PyObject
-from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_SET_ITEM
+from cpython.tuple cimport PyTuple_GET_ITEM, PyTuple_GET_SIZE, PyTuple_New, PyTuple_SET_ITEM
 from libc.stdint cimport int64_t, uint64_t, uintptr_t
 
 from .errors import ClosedError, RecycledError, aclnn_error

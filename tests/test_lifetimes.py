@@ -577,7 +577,7 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
 
     layout = RunLayout("phase1", "phase2", ("x",), ("yOut",), (), (), (("t", 0), ("t", 1)))
     launcher = Launcher(layout, address(run_helper), address(b.function_pointer("aclnnMoeDistributeDispatchV5")),
-                        (0,), (0,), ("x",), ("y_out",))
+                        (0,), (0,), ("x",), ("y_out",), 5)
     launcher.run([t_in], [t_out], MoeConfig(ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=1 << 20), s)
     ordered.passed(s, marks[0])  # ... and ends: it did not wait for this launch
     assert ordered.held(s) == 1

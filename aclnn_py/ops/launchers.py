@@ -59,4 +59,4 @@ def _launcher(number: int, op: str, inputs: tuple[str, ...], outputs: tuple[str,
     def address(name: str) -> int:
         return int(b.ffi.cast("uintptr_t", b.function_pointer(name)))
 
-    return Launcher(layout, address(layout.helper), address(layout.phase2), in_at, out_at, inputs, outputs)
+    return Launcher(layout, address(layout.helper), address(layout.phase2), in_at, out_at, inputs, outputs, number)

@@ -22,6 +22,8 @@ cdef inline bint same_value(object a, object b):
 
 cdef Py_ssize_t DISPATCH_RESULT_PICKS[6]   # the dispatch outputs a LowLatencyDispatchResult holds
 DISPATCH_RESULT_PICKS[:] = [0, 1, 2, 3, 4, 6]
+cdef long long DISPATCH_RESULT_OUTPUTS = 0b1011111  # the same as bits (tp_recv_counts only with a TP domain)
+cdef long long ALL_OUTPUTS = -1
 
 
 cdef object picked(object cls, object items, const Py_ssize_t *picks, Py_ssize_t n):
@@ -162,7 +164,8 @@ cdef class BufferBase:
             into = None if keep else self.dispatch_ring.take()
             made = the(dispatch_operator, "dispatch").call(values, cfg, None, None, s, True,
                                                           (x_dtype, x_smooth_scales_dtype, y_dtype), into)
-            out = made if into is None else (<ResultSet>into).hand_out(s)
+            out = made if into is None else (<ResultSet>into).hand_out(
+                s, DISPATCH_RESULT_OUTPUTS if self.tp_counts_of is None else ALL_OUTPUTS)
             if self.tp_counts_of is not None:  # CANN's six results leave tp_recv_counts out: combine finds it
                 self.tp_counts_of[<object>PyTuple_GET_ITEM(out, 4)] = <object>PyTuple_GET_ITEM(out, 5)
             return picked(self.result_type, out, DISPATCH_RESULT_PICKS, 6)
@@ -237,6 +240,6 @@ cdef class BufferBase:
             values[16], values[17] = <PyObject *>const_expert_alpha_2, <PyObject *>const_expert_v
             into = None if keep else self.combine_ring.take()
             made = the(combine_operator, "combine").call(values, cfg, None, None, s, True, NO_DTYPES, into)
-            return made if into is None else (<ResultSet>into).hand_out(s)[0]
+            return made if into is None else (<ResultSet>into).hand_out(s, 1)[0]
         except Exception as exc:
             reraise_as_caller(exc, self.combine_names)

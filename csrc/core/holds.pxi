@@ -28,7 +28,12 @@ cdef inline StreamStateBase stream_state(StreamBase stream):
 
 cdef int hold(StreamBase stream, object obj) except -1:
     """Keep `obj` alive until `stream` passes the work queued on it so far."""
-    cdef list current = stream_state(stream).current
+    return hold_in(stream_state(stream), stream, obj)
+
+
+cdef int hold_in(StreamStateBase state, StreamBase stream, object obj) except -1:
+    """hold() with `stream`'s state at hand."""
+    cdef list current = state.current
     current.append(obj)
     if PyList_GET_SIZE(current) >= checkpoint_every:
         checkpoint(stream)

@@ -24,8 +24,16 @@ cdef inline object anchor_of(TensorBase t):
 
 cdef int mark_written(object outputs, StreamBase stream) except -1:
     """Each Tensor of `outputs` (one Tensor, or a tuple or list with Nones) was last written on `stream`."""
+    cdef Py_ssize_t j
+    cdef PyObject *p
     if isinstance(outputs, TensorBase):
         (<TensorBase>outputs)._writer = stream
+        return 0
+    if isinstance(outputs, tuple):  # a NamedTuple of outputs: read by index, not through its iterator
+        for j in range(PyTuple_GET_SIZE(outputs)):
+            p = PyTuple_GET_ITEM(outputs, j)
+            if <object>p is not None:
+                (<TensorBase>p)._writer = stream
         return 0
     for t in outputs:
         if t is not None:
@@ -44,12 +52,13 @@ cdef class Launcher:
     cdef aclnnpy_run_fn run_fn
     cdef aclnnpy_phase2_fn phase2_fn
     cdef readonly Py_ssize_t n_in, n_out
+    cdef readonly Py_ssize_t generation   # of the C function (older ones refuse inputs they lack)
     cdef Py_ssize_t in_at[MAX_TENSORS]
     cdef Py_ssize_t out_at[MAX_TENSORS]
     cdef tuple input_names, output_names   # the operator function's (errors name them)
 
     def __init__(self, layout, uintptr_t run, uintptr_t phase2, tuple in_at, tuple out_at, tuple input_names,
-                 tuple output_names):
+                 tuple output_names, Py_ssize_t generation):
         if not run or not phase2:
             raise ValueError("Launcher: run and phase2 must be addresses")
         if len(in_at) != len(layout.inputs) or len(out_at) != len(layout.outputs) \
@@ -61,6 +70,7 @@ cdef class Launcher:
         self.phase2_fn = <aclnnpy_phase2_fn>phase2
         self.n_in, self.n_out = len(in_at), len(out_at)
         self.input_names, self.output_names = input_names, output_names
+        self.generation = generation
         for k in range(self.n_in):
             self.in_at[k] = in_at[k]
         for k in range(self.n_out):
@@ -75,16 +85,19 @@ cdef class Launcher:
         def __get__(self):
             return tuple(self.out_at[k] for k in range(self.n_out))
 
-    cdef int gather(self, PyObject **ins, PyObject **outs, aclTensor **table, list held) except -1:
+    cdef tuple gather(self, PyObject **ins, PyObject **outs, aclTensor **table):
         """The descriptors in the C order into `table` (a Tensor without one gets it; a closed or recycled
-        one raises), what keeps their memory into `held`."""
+        one raises); returns what keeps their memory (None for a NULL)."""
         cdef Py_ssize_t k
         cdef PyObject *v
         cdef TensorBase t
+        held = PyTuple_New(self.n_in + self.n_out)
         for k in range(self.n_in + self.n_out):
             v = ins[self.in_at[k]] if k < self.n_in else outs[self.out_at[k - self.n_in]]
             if v == NULL:
                 table[k] = NULL
+                Py_INCREF(None)  # PyTuple_SET_ITEM steals one
+                PyTuple_SET_ITEM(held, k, None)
                 continue
             t = <TensorBase>v
             if not t.desc or t.issuer is not None:
@@ -97,14 +110,15 @@ cdef class Launcher:
                 if not t.desc:
                     describe(t)
             table[k] = <aclTensor *>t.desc
-            held.append(anchor_of(t))
-        return 0
+            anchor = anchor_of(t)
+            Py_INCREF(anchor)
+            PyTuple_SET_ITEM(held, k, anchor)
+        return held
 
     cdef int launch(self, PyObject **ins, PyObject **outs, PackedBase attrs, StreamBase stream,
                     object outputs) except -1:
         """Phase 1 and the launch on `stream`; then the holds, the status and the writer of `outputs`."""
         cdef aclTensor *table[MAX_TENSORS]
-        cdef list held = []
         cdef uint64_t size = 0
         cdef aclOpExecutor *executor = NULL
         cdef int launched = 0
@@ -112,7 +126,7 @@ cdef class Launcher:
         cdef uintptr_t ws
         cdef aclrtStream handle = <aclrtStream>stream.handle
         cdef Py_ssize_t k
-        self.gather(ins, outs, table, held)
+        held = self.gather(ins, outs, table)
         for k in range(self.n_in):  # an input last written on another stream: this launch waits for it
             if ins[self.in_at[k]] != NULL:
                 w = (<TensorBase>ins[self.in_at[k]])._writer
@@ -134,7 +148,7 @@ cdef class Launcher:
                 raise
             with nogil:
                 status = self.phase2_fn(<void *>ws if size else NULL, size, executor, handle)
-        hold(stream, held)  # launched: what it uses is held until the stream passes it, whatever the status
+        hold_in(st, stream, held)  # launched: what it uses is held until the stream passes it, whatever the status
         if status:
             check_aclnn(status, self.phase2_name)
         mark_written(outputs, stream)
@@ -155,7 +169,6 @@ cdef class Launcher:
         cdef aclTensor *table[MAX_TENSORS]
         cdef PyObject *ins[MAX_TENSORS]
         cdef PyObject *outs[MAX_TENSORS]
-        cdef list held = []
         cdef uint64_t size = 0
         cdef aclOpExecutor *executor = NULL
         cdef int launched = 0
@@ -163,7 +176,7 @@ cdef class Launcher:
         cdef PackedBase attrs = packed_for(config, self)
         fill_table(inputs, ins, MAX_TENSORS)
         fill_table(outputs, outs, MAX_TENSORS)
-        self.gather(ins, outs, table, held)
+        held = self.gather(ins, outs, table)  # the Tensors stay referenced by the caller meanwhile
         with nogil:
             status = self.run_fn(table, attrs.ints, attrs.strings, 0, 0, NULL, &size, &executor, 0, &launched)
         if status:

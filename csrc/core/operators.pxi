@@ -4,7 +4,8 @@
 # (register_operator): uploading host data and applying dtype overrides, allocating outputs (after the
 # pre-checks of a new shape), the pre-checks' verdict, the generation's refusals, the launchers.
 
-NEWEST = 5   # the generation of the context + cclBufferSize entry points (aclnn_py.ops.generations.NEWEST)
+cdef enum:
+    NEWEST = 5   # the generation of the context + cclBufferSize entry points (aclnn_py.ops.generations.NEWEST)
 
 
 @cython.final
@@ -73,8 +74,8 @@ cdef class Operator:
             ins[i] = values[i]
             if values[i] != <PyObject *>None and not isinstance(<object>values[i], TensorBase):
                 plain = False
-        for d in dtypes:
-            if d is not None:
+        for i in range(PyTuple_GET_SIZE(dtypes)):
+            if <object>PyTuple_GET_ITEM(dtypes, i) is not None:
                 plain = False
         converted = None
         if not plain:
@@ -93,7 +94,11 @@ cdef class Operator:
         for i in range(self.required_inputs):
             if ins[i] == NULL and i > 0:  # a required input given None (the context may be: generations 1-4)
                 raise TypeError(f"{self.input_names[i]}: expected a Tensor or an array, got None")
-        if cfg.generation != NEWEST:
+        launchers = cfg.launchers
+        if launchers is None:
+            launchers = cfg.launchers = self.launchers_for(cfg)
+        launcher = <Launcher>launchers[self.launcher_at]
+        if launcher.generation != NEWEST:
             self.check_generation(cfg, ins)
         # the outputs: the caller's, a result set's, or new ones (after the pre-checks)
         made = None
@@ -111,10 +116,6 @@ cdef class Operator:
         else:
             made = self.make_outputs(cfg, self.list_of(ins), outputs, dtypes, precheck, s)
             fill_outputs(made, outs, self.n_out)
-        launchers = cfg.launchers
-        if launchers is None:
-            launchers = cfg.launchers = self.launchers_for(cfg)
-        launcher = <Launcher>launchers[self.launcher_at]
         launcher.launch(ins, outs, packed_for(cfg, launcher), s, made)
         return made
 

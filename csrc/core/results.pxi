@@ -35,6 +35,7 @@ cdef class ResultSet:
     cdef tuple views                  # the Tensors handed out at this issue (None before the first)
     cdef object config, x_shape, x_dtype, ids_shape
     cdef long long present            # which inputs the call had (a bit per input)
+    cdef bint prechecked              # the outputs were made after the pre-checks of their layout passed
     cdef object stream                # the stream that last wrote it
     cdef Py_ssize_t n_blocks
     cdef void *block_ptr[MAX_TENSORS]  # the blocks refilled with the poison of new memory on the mock
@@ -53,19 +54,13 @@ cdef class ResultSet:
             if ins[i] != NULL:
                 present |= 1LL << i
         x, ids = <TensorBase>ins[1], <TensorBase>ins[2]
-        if self.suits(cfg, x, ids, present, dtypes, stream):
-            if precheck:
-                self.precheck_own(op, cfg, ins)
+        if self.suits(cfg, x, ids, present, dtypes, stream) and (self.prechecked or not precheck):
+            # the pre-checks of this layout ran when the set's outputs were made: the verdict is the same
             self.refill(stream)
             return self.outputs
         made = op.make_outputs(cfg, op.list_of(ins), None, dtypes, precheck, stream)
-        self.adopt(made, cfg, x, ids, present)
+        self.adopt(made, cfg, x, ids, present, precheck)
         return made
-
-    cdef int precheck_own(self, Operator op, ConfigBase cfg, PyObject **ins) except -1:
-        cdef PyObject *outs[MAX_TENSORS]
-        fill_outputs(self.outputs, outs, op.n_out)
-        return op.precheck(cfg, ins, outs)
 
     cdef bint suits(self, ConfigBase cfg, TensorBase x, TensorBase ids, long long present, tuple dtypes,
                     StreamBase stream):
@@ -87,12 +82,13 @@ cdef class ResultSet:
                     return False
         return True
 
-    cdef int adopt(self, object made, ConfigBase cfg, TensorBase x, TensorBase ids, long long present) except -1:
+    cdef int adopt(self, object made, ConfigBase cfg, TensorBase x, TensorBase ids, long long present,
+                   bint prechecked) except -1:
         """Keep `made` (new outputs) as the set's own, for calls of this layout."""
         own = (made,) if isinstance(made, TensorBase) else tuple(made)
         self.outputs, self.own, self.views = made, own, None
         self.config, self.x_shape, self.x_dtype, self.ids_shape = cfg, x.shape, x.dtype, ids.shape
-        self.present = present
+        self.present, self.prechecked = present, prechecked
         self.stream = None
         self.n_blocks = 0
         for t in own:
@@ -115,18 +111,20 @@ cdef class ResultSet:
                 raise RuntimeError(f"the mock's poison refill of a result set failed (status {status})")
         return 0
 
-    cdef tuple hand_out(self, StreamBase stream):
-        """New Tensors over the set's memory for the caller, written on `stream`; the ones handed out
-        before are recycled from now on."""
+    cdef tuple hand_out(self, StreamBase stream, long long wanted):
+        """New Tensors over the set's memory for the caller (the outputs whose bit is set in `wanted`;
+        None for the others), written on `stream`; the ones handed out before are recycled from now on."""
         cdef Py_ssize_t j, n = PyTuple_GET_SIZE(self.own)
         self.issue += 1
         self.stream = stream
-        views = []
+        views = PyTuple_New(n)
         for j in range(n):
             t = <object>PyTuple_GET_ITEM(self.own, j)
-            views.append(None if t is None else new_view(<TensorBase>t, self))
-        self.views = tuple(views)
-        return self.views
+            v = None if t is None or not (wanted >> j) & 1 else new_view(<TensorBase>t, self)
+            Py_INCREF(v)  # PyTuple_SET_ITEM steals one
+            PyTuple_SET_ITEM(views, j, v)
+        self.views = views
+        return views
 
     cdef str recycled_message(self, str label, str operation):
         return (f"{label} is a result of MoeDistributeBuffer.{self.ring.method} that was recycled: a later call "
