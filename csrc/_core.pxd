@@ -51,6 +51,8 @@ cdef class StreamBase:
     cdef public object _key         # an int naming the stream in this process
     cdef uintptr_t handle           # _handle: the aclrtStream (0: the default stream)
     cdef int dev                    # _device: the device it belongs to, -1 when unknown (a borrowed handle)
+    cdef object hold_state          # its StreamStateBase as last looked up (valid while hold_epoch is current)
+    cdef Py_ssize_t hold_epoch
     cdef object __weakref__
 
 

@@ -189,6 +189,7 @@ def forget(key: int) -> None:
         st = _states.pop(key, None)
         if st is None:
             return
+        _core.states_forgotten()
         _spare_events.extend(ev for ev, _ in st.checkpoints)
         blocks = st.blocks()
         st.workspace, st.retired = None, []

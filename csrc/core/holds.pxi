@@ -8,6 +8,7 @@ cdef object make_state = None       # state(stream): the stream's state, made wh
 cdef object checkpoint = None       # checkpoint(stream): record an event closing the open segment
 cdef object grow_workspace = None   # workspace(stream, size): a block of at least size bytes, its address
 cdef Py_ssize_t checkpoint_every = 1
+cdef Py_ssize_t states_epoch = 1    # moves on whenever a state leaves hold_states (a stream forgotten)
 
 
 def bind_holds(*, dict states, make, record_checkpoint, workspace, Py_ssize_t every):
@@ -19,10 +20,21 @@ def bind_holds(*, dict states, make, record_checkpoint, workspace, Py_ssize_t ev
         workspace, every
 
 
+def states_forgotten():
+    """A state left the states (ordered.forget): the states Streams remember are looked up again."""
+    global states_epoch
+    states_epoch += 1
+
+
 cdef inline StreamStateBase stream_state(StreamBase stream):
+    """`stream`'s state: remembered by the Stream until a state is forgotten (a dict lookup per launch
+    and hold otherwise)."""
+    if stream.hold_epoch == states_epoch:
+        return <StreamStateBase>stream.hold_state
     state = hold_states.get(stream._key)
     if state is None:
         state = make_state(stream)
+    stream.hold_state, stream.hold_epoch = state, states_epoch
     return <StreamStateBase>state
 
 

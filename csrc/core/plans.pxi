@@ -19,6 +19,24 @@ from types import MethodDescriptorType
 
 ctypedef object (*fastcall_method)(object self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
 
+cdef bint same_shape(object a, object b) except -1:
+    """Two shapes are equal: compared as C integers when both are tuples of ints (a rebinding plan call
+    compares one per Tensor)."""
+    cdef Py_ssize_t i, n
+    if a is b:
+        return True
+    if type(a) is not tuple or type(b) is not tuple:
+        return a == b
+    n = PyTuple_GET_SIZE(a)
+    if PyTuple_GET_SIZE(b) != n:
+        return False
+    for i in range(n):
+        x, y = <object>PyTuple_GET_ITEM(a, i), <object>PyTuple_GET_ITEM(b, i)
+        if x is not y and (type(x) is not int or type(y) is not int or <Py_ssize_t>x != <Py_ssize_t>y):
+            return False
+    return True
+
+
 cdef object UNSET = object()     # a slot whose next value must be checked again (host data is copied each call)
 cdef object plan_helpers = None  # aclnn_py.ops.plan_parts: what plans do rarely (building, host data, release)
 
@@ -155,7 +173,9 @@ cdef class Plan:
             if outputs is not None:
                 self.check_outputs(values, slots, outputs, s)
             for k in range(n):
-                self.bind(slots[k], <object>PyList_GET_ITEM(values, k), s, False)
+                v = <object>PyList_GET_ITEM(values, k)
+                if v is not None or PyList_GET_ITEM(self.own_in, slots[k]) != <PyObject *>None:
+                    self.bind(slots[k], v, s, False)  # (an input absent from the plan and the call: nothing)
             if outputs is not None:
                 for k in range(self.n_out):
                     self.bind(k, outputs[k], s, True)
@@ -175,8 +195,8 @@ cdef class Plan:
         finally:
             self.busy = False
         for k in range(self.n_out):
-            t = self.own_out[k] if outputs is None or outputs[k] is None else outputs[k]
-            if t is not None:
+            t = <object>PyList_GET_ITEM(self.own_out, k) if outputs is None or outputs[k] is None else outputs[k]
+            if t is not None and (<TensorBase>t)._writer is not s:
                 (<TensorBase>t)._writer = s
         return None
 
@@ -216,7 +236,7 @@ cdef class Plan:
             if value is last[i] and t.data == want[i] and t._open and t.issuer is None:
                 return 0  # bound as last call
             t.check_readable("pass it to a plan")
-            if t.dtype is not mine.dtype or not t._contiguous or not (t.shape is mine.shape or t.shape == mine.shape):
+            if t.dtype is not mine.dtype or not t._contiguous or not same_shape(t.shape, mine.shape):
                 raise self.refusal(f"{names[i]}: the plan is fixed to shape {mine.shape} {mine.dtype.name} contiguous "
                                    f"(got {t.shape} {t.dtype.name}{'' if t._contiguous else ' strided'})")
             target, remember, anchor = t.data, value, anchor_of(t)
