@@ -18,7 +18,6 @@ from .runtime._memory import DeviceMemory
 from .runtime._stream import Stream
 from .tensor import Tensor, TensorArg
 
-
 def bind_backend(*, create_tensor_address: int, destroy_tensor_address: int, set_input_addr_address: int,
                  set_output_addr_address: int, destroy_executor_address: int, format_nd_value: int,
                  refill_poison_address: int = 0) -> None: ...
