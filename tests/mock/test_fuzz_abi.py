@@ -102,7 +102,11 @@ def world(acl, mock):
     saved = {k: os.environ.get(k) for k in ("HCCL_BUFFSIZE", "HCCL_EXEC_TIMEOUT")}
     os.environ["HCCL_BUFFSIZE"] = str(HCCL_BUFFSIZE_MIB)
     os.environ["HCCL_EXEC_TIMEOUT"] = "10"   # never reached: a timeout fails the test
-    acl.get_memory_pool().free_all_blocks()  # cached blocks of earlier tests are not this test's
+    import gc
+
+    # blocks cached by the pool, or still owned by earlier tests' garbage cycles, are not this test's
+    gc.collect()
+    acl.get_memory_pool().free_all_blocks()
     stats0 = mock.stats()
     res = launch.run_threads(_world_body, W)
     streams, slots = [], []
@@ -137,8 +141,6 @@ def world(acl, mock):
             os.environ.pop(k, None)
         else:
             os.environ[k] = v
-    import gc
-
     gc.collect()
     acl.get_memory_pool().free_all_blocks()  # the closed slots' blocks went back to the pool
     after = mock.stats()
