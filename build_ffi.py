@@ -1,11 +1,11 @@
 """Generate the C source of ``aclnn_py._aclnn``, the cffi API-mode binding, from ``include/``.
 
 The headers in ``include/`` are the one source of truth for the ABI. This script reads them with
-the parser of ``aclnn_py/_abi.py`` (loaded from its file; the ABI guard uses the same one), keeps the
+the parser of ``build_abi.py`` (the canonical forms of ``aclnn_py/_binding/prototypes.py``), keeps the
 C declarations (typedefs, enums, ``#define`` integer constants, prototypes),
 and emits a cffi out-of-line module in which every C function is a *trampoline*: a static function
 of the same name that calls through a pointer. The pointers start out at per-function "missing"
-stubs and are filled at run time by ``aclnn_py._loader`` with ``dlsym`` results, so the extension
+stubs and are filled at run time by ``aclnn_py._binding.loader`` with ``dlsym`` results, so the extension
 links to no CANN library and one build serves the mock and real hardware. ``aclnnpy_prototypes()``
 returns the prototype table (JSON) the module was generated from, for the guard to compare with the
 headers of an installed CANN.
@@ -14,7 +14,7 @@ The module also holds the binding's own C helpers, declared once in ``csrc/aclnn
 declarations of them are parsed from that header) and defined in ``csrc/*.c``, and one *run helper*
 per operator of ``include/aclnnop/`` (``aclnnpy_run_<phase 2>``: both phases in one call), generated
 here from the phase-1 prototype so that the order of its tensors and attributes is the header's
-(``aclnn_py._abi.run_layout``).
+(``aclnn_py._binding.prototypes.run_layout``).
 
 Usage: ``python build_ffi.py --include include --out _aclnn.c``
 """
@@ -22,29 +22,15 @@ Usage: ``python build_ffi.py --include include --out _aclnn.c``
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import cffi
 import pycparser  # type: ignore[import-untyped]
 from pycparser import c_ast, c_generator
 
-
-def _load_abi() -> ModuleType:
-    """aclnn_py/_abi.py, the header parser the ABI guard shares, loaded from its file: the package
-    itself (and its compiled parts) need not be importable while it is being built."""
-    path = Path(__file__).resolve().parent / "aclnn_py" / "_abi.py"
-    spec = importlib.util.spec_from_file_location("_aclnn_py_abi_for_build", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is created
-    spec.loader.exec_module(module)
-    return module
-
-
-_abi = _load_abi()
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # build_abi.py sits beside this file
+import build_abi as _abi  # noqa: E402
 
 
 def _missing_value(ret: str) -> str:
@@ -160,7 +146,7 @@ def generate(include_dir: Path) -> tuple[str, str]:
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
     src += [body for _, body in runs]
-    # The prototypes this module was generated from, for the ABI guard (aclnn_py/_abi.py).
+    # The prototypes this module was generated from, for the ABI guard (aclnn_py/_binding/prototypes.py).
     src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")
     return "\n".join(cdef), "\n".join(src)
 

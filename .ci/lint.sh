@@ -9,7 +9,7 @@ PY=${PYTHON:-python}
 "$PY" -m pip install -q "ruff==0.17.6" "mypy==2.4.1" "numpy>=1.24" "ml_dtypes>=0.4"
 
 echo "== ruff"
-"$PY" -m ruff check --output-format concise aclnn_py benchmarks tests examples build_ffi.py
+"$PY" -m ruff check --output-format concise aclnn_py benchmarks tests examples build_ffi.py build_abi.py
 echo "== mypy"
 "$PY" -m mypy
 echo "== docs/api.md up to date"

@@ -28,4 +28,4 @@ unset ACLNN_PY_BUILD_DIR ACLNN_PY_MOCK_ROOT ACLNN_PY_BACKEND PYTHONPATH
 echo "== $(python -c 'import sys; print(sys.version.split()[0])'): pip install \".[test]\""
 python -m pip install -q --upgrade pip
 pip install -q ".[test]"
-pytest -q -p no:cacheprovider tests/ops/test_fastpath.py tests/ops/test_plans.py tests/test_lifetimes.py tests/ops/test_executor.py
+pytest -q -p no:cacheprovider tests/ops/test_plan_calls.py tests/ops/test_plans.py tests/test_lifetimes.py tests/ops/test_executor.py

@@ -34,7 +34,11 @@ names = zipfile.ZipFile(sys.argv[1]).namelist()
 shipped = [n for n in names if n.split("/")[0] == "benchmarks" or n.startswith("aclnn_py/bench/")
            or "aclnnpy_floor" in n or "c_floor" in n]
 assert not shipped, f"the wheel contains benchmark files (they run from a checkout): {shipped}"
-print(f"wheel ok ({len(names)} files, no benchmark package, no C floor library)")
+# the header parser runs at build time only: nothing shipped imports pycparser
+wheel = zipfile.ZipFile(sys.argv[1])
+parsing = [n for n in names if n.endswith(".py") and b"pycparser" in wheel.read(n)]
+assert not parsing and "build_abi.py" not in names, f"the wheel ships the build-time header parser: {parsing}"
+print(f"wheel ok ({len(names)} files, no benchmark package, no C floor library, no header parser)")
 EOF
 
 echo "== sdist"
@@ -42,7 +46,7 @@ rm -f dist/aclnn_py-*.tar.gz
 "$WORK/tools/bin/python" -m build --sdist --outdir dist . >/dev/null
 SDIST=$(ls dist/aclnn_py-"$VERSION".tar.gz)
 tar -tzf "$SDIST" > "$WORK/sdist.txt"
-for need in pyproject.toml CMakeLists.txt build_ffi.py csrc/aclnnpy.h csrc/plan.c csrc/dlpack.c csrc/_core.pyx csrc/_core.pxd csrc/entry.h README.md CHANGELOG.md \
+for need in pyproject.toml CMakeLists.txt build_ffi.py build_abi.py csrc/aclnnpy.h csrc/_core.pyx csrc/_core.pxd csrc/core/launch.pxi README.md CHANGELOG.md \
             include/acl/acl_rt.h include/aclnn/acl_meta.h include/hccl/hccl_kfc.h \
             include/aclnnop/aclnn_moe_distribute_dispatch_v5.h mock/CMakeLists.txt mock/ops/dispatch_v5.cpp \
             mock/python/mock_module.cpp aclnn_py/__init__.py aclnn_py/py.typed aclnn_py/_aclnn.pyi aclnn_py/_core.pyi aclnn_py/ops/executor.py \

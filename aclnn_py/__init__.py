@@ -11,13 +11,13 @@ Quick start::
     print(t.numpy())
 
 The operators: :class:`MoeDistributeBuffer` (CANN's Python API) or :mod:`aclnn_py.ops` (the two-phase C
-calls); multi-rank worlds: :mod:`aclnn_py.hccl` and :mod:`aclnn_py.launch`; the numpy reference:
+calls); multi-rank worlds: :mod:`aclnn_py.hccl` and :mod:`aclnn_py.worlds`; the numpy reference:
 :mod:`aclnn_py.golden`. Documentation: docs/ in the repository.
 """
 
 from __future__ import annotations
 
-from ._package import origin as _origin
+from ._binding.package import origin as _origin
 from ._version import __version__
 
 # In a source checkout the compiled parts live elsewhere (the installed build of this version, or a
@@ -29,8 +29,8 @@ if _origin().compiled_dir is None:  # the library is its compiled core: say wher
 
     raise _BackendError(f"the compiled parts of aclnn_py were not found: {_origin().problem}")
 
-from . import dtypes, errors, golden, hccl, launch, ops  # noqa: E402
-from ._loader import Backend, backend, mock_root  # noqa: E402
+from . import dtypes, errors, golden, hccl, ops, worlds  # noqa: E402
+from ._binding.loader import Backend, backend, mock_root  # noqa: E402
 from .buffer import LowLatencyDispatchResult, MoeDistributeBuffer  # noqa: E402
 from .dtypes import DataType  # noqa: E402
 from .errors import (  # noqa: E402
@@ -70,6 +70,16 @@ __all__ = [
     "AclnnPyError", "AclnnRuntimeError", "Backend", "BackendError", "ClosedError", "DataType", "Device",
     "DeviceMemory", "Event", "HcclError", "HcclTimeoutError", "LowLatencyDispatchResult", "MissingSymbolError",
     "MemoryPool", "MoeConfig", "MoeDistributeBuffer", "RecycledError", "Stream", "StreamLike", "Tensor", "__version__", "backend",
-    "current_stream", "dtypes", "errors", "get_memory_pool", "golden", "hccl", "init", "launch", "mock_root", "ops",
-    "set_allocator", "soc_name",
+    "current_stream", "dtypes", "errors", "get_memory_pool", "golden", "hccl", "init", "mock_root", "ops",
+    "set_allocator", "soc_name", "worlds",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # aclnn_py.launch was the name of aclnn_py.worlds until 0.x; "launch" now means phase 2 only
+    if name == "launch":
+        import warnings
+
+        warnings.warn("aclnn_py.launch is now aclnn_py.worlds", DeprecationWarning, stacklevel=2)
+        return worlds
+    raise AttributeError(f"module 'aclnn_py' has no attribute {name!r}")

@@ -1,5 +1,5 @@
 """``python -m aclnn_py``: the ``aclnn-py`` command line."""
 
-from .cli import main
+from .tools.cli import main
 
 raise SystemExit(main())

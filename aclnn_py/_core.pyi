@@ -6,7 +6,7 @@ from typing import Any
 
 from typing_extensions import CapsuleType
 
-from ._abi import RunLayout
+from ._binding.prototypes import RunLayout
 from .buffer import LowLatencyDispatchResult
 from .dtypes import DataType, DTypeLike
 from .errors import AclnnParamInvalid

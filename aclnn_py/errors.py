@@ -42,7 +42,7 @@ class AclnnPyError(Exception):
         super().__init__(f"{func} failed with {name} ({code}){detail}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # picklable, so a rank's error crosses process boundaries (aclnn_py.launch) with its type
+        # picklable, so a rank's error crosses process boundaries (aclnn_py.worlds) with its type
         return (_rebuild, (type(self), self.func, self.code, self.name, self.message))
 
     def with_message(self, message: str) -> AclnnPyError:

@@ -3,7 +3,7 @@
 A world of ``world_size`` ranks is formed from one :class:`RootInfo` made on one rank (or by a
 launcher) and handed to every rank out of band (``bytes(root)``, 4108 bytes)::
 
-    root = RootInfo.create()                       # once, e.g. by aclnn_py.launch
+    root = RootInfo.create()                       # once, e.g. by aclnn_py.worlds
     comm = Communicator(world_size, rank, root)    # on every rank; returns when all joined
     ctx, ccl_buffer_size = build_context(comm)     # the int32 (4100,) tensor dispatch/combine take
 

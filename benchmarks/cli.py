@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from aclnn_py.cli_conventions import Parser, UsageError, int_at_least, positive_seconds, run_main
+from aclnn_py.tools.cli_conventions import Parser, UsageError, int_at_least, positive_seconds, run_main
 
 from . import report as rpt
 from .host_overhead import host_overhead

@@ -325,7 +325,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
 
 def host_overhead(calls: int = 2000, repeats: int = 15, progress: Progress = SILENT) -> dict[str, Any]:
     """Host µs per call of dispatch and combine on the five paths, with their ratios."""
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     result: dict[str, Any] = run_threads(_host_overhead_rank, 2, calls, repeats, progress, threading.Event(),
                                          timeout=900)[0]

@@ -36,7 +36,7 @@ class ThreadWorld:
     topk: int = 1
 
     def demo_model(self) -> Any:
-        from aclnn_py.demo import Model
+        from aclnn_py.tools.demo import Model
 
         return Model(world_size=self.world_size, tokens=self.tokens, hidden=self.hidden, topk=self.topk,
                      experts=self.world_size, seed=11)
@@ -54,9 +54,9 @@ def parse_world(spec: str) -> tuple[str, int]:
 
 def _rank(rank: int, world_size: int, root: bytes, tw: ThreadWorld) -> dict[str, Any]:
     from aclnn_py.buffer import MoeDistributeBuffer
-    from aclnn_py.demo import expert_ffn, rank_inputs
     from aclnn_py.hccl import Communicator
     from aclnn_py.runtime import Device
+    from aclnn_py.tools.demo import expert_ffn, rank_inputs
 
     m = tw.demo_model()
     inp = rank_inputs(m, rank)
@@ -90,7 +90,7 @@ def _rank(rank: int, world_size: int, root: bytes, tw: ThreadWorld) -> dict[str,
 def _child(rank: int, world_size: int, root: bytes, tw: ThreadWorld, timeout: float) -> dict[str, Any]:
     """The child process: switch the SoC profile, run the W threads, report time and memory."""
     from aclnn_py import _mock
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     _mock.set_soc(tw.soc)
     t0 = time.perf_counter()
@@ -103,7 +103,7 @@ def _child(rank: int, world_size: int, root: bytes, tw: ThreadWorld, timeout: fl
 def golden_mismatches(tw: ThreadWorld, ranks: list[dict[str, Any]]) -> list[int]:
     """Ranks whose expand_x, assist info, receive counts or x_out differ from the golden's bytes."""
     from aclnn_py import golden
-    from aclnn_py.demo import expert_ffn, rank_inputs
+    from aclnn_py.tools.demo import expert_ffn, rank_inputs
 
     m = tw.demo_model()
     inputs = [rank_inputs(m, r) for r in range(tw.world_size)]
@@ -132,7 +132,7 @@ def golden_mismatches(tw: ThreadWorld, ranks: list[dict[str, Any]]) -> list[int]
 def run_thread_world(tw: ThreadWorld, timeout: float, connect_timeout: float | None = None) -> dict[str, Any]:
     """One thread world in a child process, checked against the golden; a row with figures, or with
     ``error`` when it failed."""
-    from aclnn_py.launch import spawn
+    from aclnn_py.worlds import spawn
 
     row: dict[str, Any] = {**asdict(tw), "experts": tw.world_size}
     saved = os.environ.get("HCCL_CONNECT_TIMEOUT")

@@ -110,7 +110,7 @@ def golden_round_seconds(m: dict[str, int], repeats: int = 1) -> float:
 
 def run_world(m: dict[str, int], rounds: int, processes: bool = True, timeout: float = 900) -> dict[str, Any]:
     """`rounds` timed rounds of model `m` on W ranks; a round ends when its last rank does."""
-    from aclnn_py.launch import run_threads, spawn
+    from aclnn_py.worlds import run_threads, spawn
 
     launcher = spawn if processes else run_threads
     res = launcher(round_rank, m["world_size"], m, rounds, timeout=timeout)

@@ -24,7 +24,7 @@ const char *aclnnpy_last_missing(void);
 void *aclnnpy_dlopen(const char *path, int global);
 void *aclnnpy_dlsym(void *handle, const char *name);
 const char *aclnnpy_dlerror(void);
-/* JSON: the prototypes the extension was generated from (for the ABI guard, aclnn_py/_abi.py) */
+/* JSON: the prototypes the extension was generated from (for the ABI guard, aclnn_py/_binding/prototypes.py) */
 const char *aclnnpy_prototypes(void);
 
 /* ---- an operator's both phases in one call (generated, one per operator) ----

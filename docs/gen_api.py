@@ -39,9 +39,9 @@ MODULES: list[tuple[str, list[str] | None]] = [
     ("aclnn_py.ops.combine", ["moe_distribute_combine", "prepare_combine", "PreparedCombine",
                                              "CombinePlan"]),
     ("aclnn_py.ops", ["Plan"]),
-    ("aclnn_py.launch", None),
+    ("aclnn_py.worlds", None),
     ("aclnn_py.golden", None),
-    ("aclnn_py.casts", None),
+    ("aclnn_py.golden.casts", None),
     ("aclnn_py.dlpack", ["export", "import_capsule", "is_mock_device_memory", "live_exports", "ImportedMemory"]),
 ]
 

@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+from helpers.build_time import build_abi
 from helpers.root_copies import (
     COMBINE_HEADER,
     DISPATCH_HEADER,
@@ -18,7 +19,9 @@ from helpers.root_copies import (
     unclosed_extern_c,
 )
 
-from aclnn_py import _abi
+from aclnn_py._binding import guard as _guard
+from aclnn_py._binding import headers as _headers
+from aclnn_py._binding import prototypes as _abi
 
 INCLUDE = Path(__file__).resolve().parents[1] / "include"
 DISPATCH_WS = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
@@ -30,7 +33,7 @@ def compiled() -> _abi.CompiledAbi:
     """The table the compiled module embeds (the same one the loader compares with)."""
     from aclnn_py import _aclnn
 
-    table = _abi.compiled_abi(_aclnn)
+    table = _guard.compiled_abi(_aclnn)
     assert table is not None, "the compiled _aclnn module has no aclnnpy_prototypes(); rebuild"
     return table
 
@@ -40,7 +43,7 @@ def params_text(compiled: _abi.CompiledAbi, name: str) -> str:
 
 
 def extract_one(text: str, name: str, compiled: _abi.CompiledAbi) -> _abi.Prototype:
-    got = _abi.extract_prototypes(text, [name], compiled.typedefs)
+    got = _headers.extract_prototypes(text, [name], compiled.typedefs)
     assert name in got, f"{name} not found"
     assert got[name].prototype is not None, got[name].error
     return got[name].prototype
@@ -48,7 +51,7 @@ def extract_one(text: str, name: str, compiled: _abi.CompiledAbi) -> _abi.Protot
 
 # ---- the table ------------------------------------------------------------------------------------
 def test_compiled_table_is_what_build_ffi_parses_from_include(compiled):
-    headers = _abi.parse(INCLUDE)
+    headers = build_abi().parse(INCLUDE)
     assert {f.name for f in headers.functions} == set(compiled.functions)
     ours = compiled.functions[DISPATCH_WS]
     assert len(ours.params) == 33 and len(compiled.functions[COMBINE_WS].params) == 39
@@ -58,9 +61,9 @@ def test_compiled_table_is_what_build_ffi_parses_from_include(compiled):
 
 def test_project_headers_verify_against_themselves(compiled):
     seen: set[str] = set()
-    for rel in _abi.HEADERS:
+    for rel in build_abi().HEADERS:
         text = (INCLUDE / rel).read_text()
-        got = _abi.extract_prototypes(text, compiled.functions, compiled.typedefs, rel)
+        got = _headers.extract_prototypes(text, compiled.functions, compiled.typedefs, rel)
         for name, ex in got.items():
             assert ex.prototype is not None, ex.error
             assert _abi.first_difference(compiled.functions[name], ex.prototype) is None, name
@@ -181,7 +184,7 @@ def test_group_string_variants_are_told_apart(compiled):
 
 
 def test_unparseable_prototype_is_reported_not_guessed(compiled):
-    got = _abi.extract_prototypes("aclError aclrtSetDevice(int32_t deviceId, ...garbage @@);", ["aclrtSetDevice"],
+    got = _headers.extract_prototypes("aclError aclrtSetDevice(int32_t deviceId, ...garbage @@);", ["aclrtSetDevice"],
                                   compiled.typedefs)
     assert got["aclrtSetDevice"].prototype is None and "could not parse" in got["aclrtSetDevice"].error
 
@@ -189,7 +192,7 @@ def test_unparseable_prototype_is_reported_not_guessed(compiled):
 def test_one_unreadable_prototype_does_not_hide_the_others(compiled):
     text = ("aclError aclrtSetDevice(int32_t deviceId);\n"
             "aclError aclrtResetDevice(int32_t deviceId, ...garbage @@);\n")
-    got = _abi.extract_prototypes(text, ["aclrtSetDevice", "aclrtResetDevice"], compiled.typedefs)
+    got = _headers.extract_prototypes(text, ["aclrtSetDevice", "aclrtResetDevice"], compiled.typedefs)
     assert got["aclrtSetDevice"].prototype is not None and got["aclrtResetDevice"].prototype is None
     assert got["aclrtResetDevice"].error.startswith("could not parse `aclError aclrtResetDevice(")
 
@@ -206,10 +209,10 @@ def test_strip_header_keeps_the_c_branch_of_cplusplus_conditionals():
 
 def test_op_headers_next_to_the_bound_library_come_first(tmp_path):
     lib = tmp_path / "opp/vendors/v/op_api/lib/libcust_opapi.so"
-    dirs = _abi.header_dirs(tmp_path, "ops", str(lib))
+    dirs = _guard.header_dirs(tmp_path, "ops", str(lib))
     assert dirs[0] == (tmp_path / "opp/vendors/v/op_api/include", "aclnn_moe_distribute*.h")
     assert (tmp_path / "include/aclnnop", "aclnn_moe_distribute*.h") in dirs
-    runtime = _abi.header_dirs(tmp_path, "runtime", str(tmp_path / "lib64/libascendcl.so"))
+    runtime = _guard.header_dirs(tmp_path, "runtime", str(tmp_path / "lib64/libascendcl.so"))
     assert runtime == [(tmp_path / "include/acl", "*.h")]
 
 
@@ -289,7 +292,7 @@ def _bound_count() -> int:
     """How many C functions the compiled module binds (every one the guard checks)."""
     import importlib
 
-    from aclnn_py._abi import compiled_abi
+    from aclnn_py._binding.guard import compiled_abi
 
     abi = compiled_abi(importlib.import_module("aclnn_py._aclnn"))
     assert abi is not None
@@ -370,10 +373,27 @@ def test_a_function_no_header_declares_names_the_folders_searched(compiled, tmp_
     (tmp_path / "include/acl").mkdir(parents=True)
     (tmp_path / "include/acl/acl_rt.h").write_text("aclError aclrtSetDevice(int32_t deviceId);\n")
     bound = {"aclrtSetDevice": str(tmp_path / "lib64/libascendcl.so"), "aclnnInit": str(tmp_path / "lib64/libnnopbase.so")}
-    report = _abi.check_root(tmp_path, bound, {"aclrtSetDevice": "runtime", "aclnnInit": "meta"}, compiled)
+    report = _guard.check_root(tmp_path, bound, {"aclrtSetDevice": "runtime", "aclnnInit": "meta"}, compiled)
     assert report.status == "partial"
     [check] = report.unchecked
     assert (check.name, check.status, check.header) == ("aclnnInit", "not found", "")
     assert check.detail == f"no installed header declares it (searched {tmp_path / 'include/aclnn'}, " \
                            f"{tmp_path / 'include/nnopbase'})"
     assert report.unverified_text().endswith(f": aclnnInit ({check.detail})")
+
+
+@pytest.mark.parametrize("decl", [
+    "void (*fn)(void *userData, int32_t flags)", "int (*table[4])(const char *)", "unsigned long int n",
+    "const char *const *names", "int grid[2][3]", "struct aclTensorList *list", "enum aclDataType dtype",
+    "long long total", "signed char s", "void (*(*factory)(int))(double)", "bool flag", "aclrtStream stream",
+])
+def test_the_run_time_reader_agrees_with_the_build_time_parser(compiled, decl):
+    """The guard reads installed headers without pycparser; its canonical forms are the build's."""
+    import pycparser  # type: ignore[import-untyped]
+
+    b = build_abi()
+    source = (b.PARSE_PRELUDE + "".join(f"typedef struct __x_{n} {n};\n" for n in compiled.typedefs)
+              + f"void probe({decl});")
+    node = pycparser.CParser().parse(source).ext[-1]
+    expected = b.canonical(node.type.args.params[0], compiled.typedefs)
+    assert _headers.read_parameter(decl, compiled.typedefs, 0).canon == expected

@@ -13,7 +13,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-PUBLIC = ("MoeDistributeBuffer", "MoeConfig", "LowLatencyDispatchResult", "hccl", "launch", "ops", "golden",
+PUBLIC = ("MoeDistributeBuffer", "MoeConfig", "LowLatencyDispatchResult", "hccl", "worlds", "ops", "golden",
           "AclnnParamInvalid", "AclnnParamNullptr", "AclTimeoutError", "HcclTimeoutError", "ClosedError",
           "Stream", "StreamLike", "current_stream", "Tensor", "Device", "DeviceMemory", "Event", "DataType",
           "__version__")
@@ -58,7 +58,7 @@ def _int_ids_body(rank: int, world_size: int, root: bytes) -> list[str]:
 
 
 def test_host_ids_of_any_safe_integer_type(acl: Any) -> None:
-    msgs = acl.launch.run_threads(_int_ids_body, 2)[0]
+    msgs = acl.worlds.run_threads(_int_ids_body, 2)[0]
     assert msgs[:2] == ["[1, 2]", "[1, 2]"]
     # the buffer names its own parameter (topk_idx), with the operator's class and rule
     assert msgs[2].startswith("AclnnParamInvalid: ") and "topk_idx: values must fit in int32" in msgs[2]

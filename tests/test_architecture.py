@@ -11,7 +11,7 @@ import aclnn_py
 
 PACKAGE = Path(aclnn_py.__file__).resolve().parent
 #: Modules whose job is to compare with the golden.
-COMPARING = ("aclnn_py.demo", "aclnn_py.golden")
+COMPARING = ("aclnn_py.tools.demo", "aclnn_py.golden")
 
 
 def _modules() -> dict[str, Path]:
@@ -95,7 +95,7 @@ def test_the_graph_holds_known_edges():
     graph = _graph()
     assert "aclnn_py.runtime._stream" in graph["aclnn_py.runtime._device"]
     assert "aclnn_py.runtime.ordered" in graph["aclnn_py.runtime._stream"]
-    assert "aclnn_py.golden" in graph["aclnn_py.demo"]
+    assert "aclnn_py.golden" in graph["aclnn_py.tools.demo"]
 
 
 def test_no_import_circles():
@@ -179,3 +179,29 @@ def test_operator_modules_are_named_apart_from_their_functions():
     exported = {name for name in ops.__all__ if not inspect.ismodule(getattr(ops, name))}
     assert {"dispatch", "combine"} <= modules
     assert modules.isdisjoint(exported)
+
+
+def test_the_package_layers_are_folders():
+    """The top level holds the library; the binding layer is _binding/, the command line is tools/, and
+    the header parser (pycparser) runs at build time only: no module of the package imports it."""
+    top = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.name.startswith("__"))
+    assert top == ["_version", "buffer", "dlpack", "dtypes", "errors", "hccl", "tensor", "worlds"]
+    assert {p.stem for p in (PACKAGE / "_binding").glob("*.py")} >= {"loader", "package", "prototypes",
+                                                                       "headers", "guard"}
+    assert {p.stem for p in (PACKAGE / "tools").glob("*.py")} >= {"cli", "demo", "doctor", "mock_roots"}
+    for path in PACKAGE.rglob("*.py"):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.Import, ast.ImportFrom)):
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                assert not any(n.split(".")[0] == "pycparser" for n in names), path
+
+
+def test_loading_a_backend_imports_no_header_parser():
+    import subprocess
+    import sys
+
+    code = ("import sys, aclnn_py as acl; acl.init('mock'); from aclnn_py._binding import guard; "
+            "print('pycparser' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=120)
+    assert r.returncode == 0 and r.stdout.strip() == "False", r.stderr

@@ -115,7 +115,7 @@ def _per_call_errors(rank: int, world_size: int, root: bytes) -> list[tuple[str,
 
 
 def test_per_call_errors_name_the_callers_parameters(acl: Any) -> None:
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for caller, op, buffer_out, op_out in run_threads(_per_call_errors, W)[0]:
         assert op_out is not None and op_out[3].startswith(f"{op}: "), (op, op_out)
@@ -124,7 +124,7 @@ def test_per_call_errors_name_the_callers_parameters(acl: Any) -> None:
 
 
 def test_combine_given_fewer_than_a_rows_says_to_pass_them_all(acl: Any) -> None:
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     messages = {(caller, buffer_out[3]) for caller, op, buffer_out, _ in run_threads(_per_call_errors, W)[0]
                 if "dim 0 must be >= A" in buffer_out[3]}
@@ -168,7 +168,7 @@ def _plan_errors(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
 
 
 def test_plans_made_by_the_buffer_speak_its_names(acl: Any) -> None:
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     out = run_threads(_plan_errors, W)[0]
     dispatch, combine = "aclnnMoeDistributeDispatchV5", "aclnnMoeDistributeCombineV5"
@@ -233,7 +233,7 @@ def _weights_round(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
 
 
 def test_float64_weights_are_converted_when_exact_and_refused_otherwise(acl: Any) -> None:
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for got in run_threads(_weights_round, W):
         assert got["float64"] == got["float32"]
@@ -296,7 +296,7 @@ def _other_device_stream(rank: int, world_size: int, root: bytes) -> dict[str, A
 
 
 def test_a_stream_of_another_device_is_refused_naming_both(acl: Any) -> None:
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for rank, out in enumerate(run_threads(_other_device_stream, W)):
         other, default_other, comm = out.pop("labels")

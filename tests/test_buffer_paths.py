@@ -162,7 +162,7 @@ def _routes(c: Case, rank: int, buf: Any, s: Any, names: bool) -> dict[str, dict
 
 @pytest.mark.parametrize("w", WORLDS)
 def test_every_route_gives_the_same_bytes(acl: Any, profile: str, w: int) -> None:
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     cases = configurations(profile, w, EXAMPLES)
     per_rank = run_threads(_round, w, cases, timeout=600)

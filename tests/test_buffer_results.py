@@ -60,7 +60,7 @@ def _world(acl: Any, scenario: Scenario, **buffer_args: Any) -> list[dict[str, A
             finally:
                 s.close()
 
-    return acl.launch.run_threads(rank_fn, 2, timeout=120)
+    return acl.worlds.run_threads(rank_fn, 2, timeout=120)
 
 
 def _dispatch(buf: Any, s: Any, data: tuple[Any, Any, Any], **kw: Any) -> Any:

@@ -1,4 +1,4 @@
-"""Tests of aclnn_py/casts.py: fp8 / fp4 / e8m0 casts against ml_dtypes (an independent oracle), the
+"""Tests of aclnn_py/golden/casts.py: fp8 / fp4 / e8m0 casts against ml_dtypes (an independent oracle), the
 fp4 e1m2 and HiFloat8 casts against values derived by hand from their definitions (CANN's
 Float4E1M2; arXiv:2409.16626 for HiF8).
 
@@ -26,7 +26,7 @@ def _load(name: str, file: str):
     return mod
 
 
-casts = _load("_aclnn_py_casts_under_test", "casts.py")
+casts = _load("_aclnn_py_casts_under_test", "golden/casts.py")
 dtypes = _load("_aclnn_py_dtypes_for_casts_test", "dtypes.py")
 
 F32 = np.float32

@@ -31,7 +31,9 @@ def _installed(tmp: Path, acl: Any, version: str) -> Path:
     site = tmp / "site"
     pkg = site / "aclnn_py"
     pkg.mkdir(parents=True)
-    compiled = acl._package.origin().compiled_dir
+    from aclnn_py._binding import package
+
+    compiled = package.origin().compiled_dir
     for part in [*compiled.glob("_aclnn*.so"), *compiled.glob("_core*.so"), *compiled.glob("_mock*.so"),
                  compiled / "mock_root"]:
         (pkg / part.name).symlink_to(part)
@@ -54,7 +56,7 @@ def test_python_c_from_the_checkout_root_uses_the_installed_build(acl: Any, tmp_
     root = _checkout(tmp_path)
     site = _installed(tmp_path, acl, acl.__version__)
     r = _run(root, site, "-c", "import aclnn_py as acl; print(acl.__file__); print(acl.mock_root()); "
-                               "print(acl._package.origin().describe()); print(acl.init('mock'))")
+                               "print(acl._binding.package.origin().describe()); print(acl.init('mock'))")
     assert r.returncode == 0, r.stderr
     lines = r.stdout.splitlines()
     assert lines[0] == str(root / "aclnn_py" / "__init__.py")  # the checkout's sources
@@ -68,7 +70,7 @@ def test_spawned_ranks_from_the_checkout_root(acl: Any, tmp_path: Path) -> None:
     (root / "round.py").write_text(textwrap.dedent("""
         import numpy as np
         import aclnn_py as acl
-        from aclnn_py.launch import spawn
+        from aclnn_py.worlds import spawn
 
         def rank_main(rank, world_size, root):
             with acl.hccl.Communicator(world_size, rank, root) as comm:
@@ -97,7 +99,7 @@ def test_a_version_mismatch_says_what_to_do(acl: Any, tmp_path: Path) -> None:
 
 
 def test_a_checkout_without_any_installed_build_says_what_to_do(acl: Any, tmp_path: Path, monkeypatch: Any) -> None:
-    from aclnn_py import _package
+    from aclnn_py._binding import package as _package
 
     monkeypatch.delenv("ACLNN_PY_BUILD_DIR", raising=False)
     monkeypatch.setattr(_package, "_installed", lambda: None)

@@ -47,14 +47,14 @@ def _concurrent(seeds: list[int]) -> dict:
 
 
 def _form_world(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
     from aclnn_py.hccl import Communicator, build_context
 
     def body(rank, ws, root):
         comm = Communicator(ws, rank, root)
         return comm, *build_context(comm)
 
-    return launch.run_threads(body, 2)
+    return worlds.run_threads(body, 2)
 
 
 def _serial(acl, seed: int) -> dict:
@@ -179,7 +179,7 @@ def _soak_body(rank, world_size, root, rounds, samples):
 
 
 def test_back_to_back_rounds_do_not_grow(acl, mock):
-    from aclnn_py import launch
+    from aclnn_py import worlds
     from aclnn_py.runtime import ordered
 
     gc.collect()
@@ -187,7 +187,7 @@ def test_back_to_back_rounds_do_not_grow(acl, mock):
     warm = min(100, ROUNDS // 4)
     samples = {warm: None, ROUNDS // 2: None, ROUNDS - 1: None}
     t0 = time.monotonic()
-    res = launch.run_threads(_soak_body, 2, ROUNDS, samples, timeout=300)
+    res = worlds.run_threads(_soak_body, 2, ROUNDS, samples, timeout=300)
     elapsed = time.monotonic() - t0
     assert all(r["ok"] for r in res), res
     print(f"\nsoak: {ROUNDS} rounds of dispatch+combine (2 thread ranks) in {elapsed:.1f} s; samples {samples}")

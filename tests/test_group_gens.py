@@ -78,11 +78,11 @@ def test_round_matches_golden(case: GenCase) -> None:
 
 
 def test_processes_match_golden() -> None:
-    """EP 2 x TP 2 as four real processes (aclnn_py.launch.spawn), V2, quant mode 2."""
+    """EP 2 x TP 2 as four real processes (aclnn_py.worlds.spawn), V2, quant mode 2."""
     from helpers.group_gens import process_rank
 
     from aclnn_py.hccl import RootInfo
-    from aclnn_py.launch import spawn
+    from aclnn_py.worlds import spawn
 
     case = GenCase(gen=2, W=2, tp=2, quant=2, seed=7)
     roots = [bytes(RootInfo.create()) for _ in range(case.tp + case.W)]

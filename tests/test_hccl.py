@@ -22,18 +22,18 @@ def small_windows(monkeypatch):
 
 
 def test_process_world_of_4(acl, small_windows):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    res = launch.spawn(hr.rank_world, 4, timeout=60)
+    res = worlds.spawn(hr.rank_world, 4, timeout=60)
     assert len({r["pid"] for r in res}) == 4
     assert len({r["name"] for r in res}) == 4
 
 
 def test_thread_world_of_8(acl, small_windows, mock):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     before = mock.stats()
-    res = launch.run_threads(hr.rank_world, 8, timeout=60)
+    res = worlds.run_threads(hr.rank_world, 8, timeout=60)
     assert len({r["name"] for r in res}) == 8
     # threads of one process share one mapping per window
     assert all(r["windows"] == res[0]["windows"] for r in res)
@@ -43,7 +43,7 @@ def test_thread_world_of_8(acl, small_windows, mock):
 
 
 def test_thread_world_leaves_no_segments(acl, small_windows):
-    from aclnn_py import hccl, launch
+    from aclnn_py import hccl, worlds
 
     roots = []
 
@@ -52,7 +52,7 @@ def test_thread_world_leaves_no_segments(acl, small_windows):
         with hccl.Communicator(world_size, rank, root):
             pass
 
-    launch.run_threads(fn, 3, timeout=30)
+    worlds.run_threads(fn, 3, timeout=30)
     assert hr.shm_segments(roots[0]) == []
 
 
@@ -115,10 +115,10 @@ def test_destroyed_handle_is_an_error_not_a_crash(acl, raw, small_windows):
 
 @pytest.mark.parametrize("mode", ["processes", "threads"])
 def test_rank_that_never_joins(acl, small_windows, monkeypatch, mode):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "1")
-    run = launch.spawn if mode == "processes" else launch.run_threads
+    run = worlds.spawn if mode == "processes" else worlds.run_threads
     res = run(hr.never_join, 4, 3, timeout=30)
     assert res[3] is None
     for r in res[:3]:
@@ -139,11 +139,11 @@ def default_timeouts(monkeypatch):
 
 
 def test_rank_killed_after_joining(acl, small_windows, default_timeouts):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     W, victim = 4, 2
-    res = launch.spawn(hr.join_then_maybe_die, W, victim, timeout=60, on_rank_failure="wait")
-    assert isinstance(res[victim], launch.RankError) and "SIGKILL" in str(res[victim])
+    res = worlds.spawn(hr.join_then_maybe_die, W, victim, timeout=60, on_rank_failure="wait")
+    assert isinstance(res[victim], worlds.RankError) and "SIGKILL" in str(res[victim])
     pids = {r: out[4] for r, out in enumerate(res) if r != victim}
     for r, out in enumerate(res):
         if r == victim:
@@ -160,10 +160,10 @@ def test_rank_killed_after_joining(acl, small_windows, default_timeouts):
 def test_rank_killed_while_the_world_forms(acl, small_windows, default_timeouts, tmp_path):
     """Rank 3 never comes and rank 1 dies in the rendezvous: ranks 0 and 2 give up within seconds
     (HCCL_CONNECT_TIMEOUT is 120 s) naming rank 1's dead process, and nothing is left in /dev/shm."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    res = launch.spawn(hr.join_or_die, 4, 1, 3, str(tmp_path), timeout=60, on_rank_failure="wait")
-    assert isinstance(res[1], launch.RankError) and "SIGKILL" in str(res[1])
+    res = worlds.spawn(hr.join_or_die, 4, 1, 3, str(tmp_path), timeout=60, on_rank_failure="wait")
+    assert isinstance(res[1], worlds.RankError) and "SIGKILL" in str(res[1])
     assert res[3] is None
     dead = int((tmp_path / "rank1").read_text())
     for r in (0, 2):
@@ -202,7 +202,7 @@ def test_segments_of_a_dead_world_are_swept(acl, small_windows, monkeypatch):
 def test_the_sweep_keeps_a_forming_world(acl, small_windows, monkeypatch):
     """A world whose rank waits in the rendezvous (its process alive) keeps its segments through any
     number of sweeps, and then forms."""
-    from aclnn_py import hccl, launch
+    from aclnn_py import hccl, worlds
 
     monkeypatch.setenv("HCCL_CONNECT_TIMEOUT", "60")
     root = bytes(hccl.RootInfo.create())
@@ -215,7 +215,7 @@ def test_the_sweep_keeps_a_forming_world(acl, small_windows, monkeypatch):
             time.sleep(0.05)
         for _ in range(3):
             hccl.RootInfo.create()
-            launch.spawn(hr.sweep_in_a_new_process, 1, timeout=60)
+            worlds.spawn(hr.sweep_in_a_new_process, 1, timeout=60)
         assert len(hr.shm_segments(root)) == 2
         c1 = hccl.Communicator(2, 1, root, device=1)
     finally:
@@ -228,7 +228,7 @@ def test_the_sweep_keeps_a_forming_world(acl, small_windows, monkeypatch):
 
 # ---- lazily backed windows -----------------------------------------------------------------------
 def test_16_rank_world_with_default_windows_is_lazily_backed(acl, monkeypatch, mock):
-    from aclnn_py import hccl, launch
+    from aclnn_py import hccl, worlds
 
     monkeypatch.delenv("HCCL_BUFFSIZE", raising=False)
     before = hr.rss_kib()
@@ -246,17 +246,17 @@ def test_16_rank_world_with_default_windows_is_lazily_backed(acl, monkeypatch, m
                 peak["mapped"] = mock.stats()["mapped_window_bytes"]
             hold.wait()
 
-    launch.run_threads(fn, 16, timeout=60)
+    worlds.run_threads(fn, 16, timeout=60)
     assert peak["mapped"] >= 16 * 400 * MIB          # 6.25 GiB of windows mapped ...
     assert peak["RssShmem"] - before.get("RssShmem", 0) < 16 * 1024      # ... < 16 MiB of it resident
     assert peak["VmRSS"] - before["VmRSS"] < 64 * 1024
 
 
 def test_16_process_world_with_default_windows(acl, monkeypatch):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     monkeypatch.delenv("HCCL_BUFFSIZE", raising=False)
-    res = launch.spawn(hr.rss_rank, 16, timeout=120)
+    res = worlds.spawn(hr.rss_rank, 16, timeout=120)
     for size, rss_growth, shmem in res:
         assert size == 400 * MIB
         assert rss_growth < 32 * 1024, res

@@ -66,7 +66,7 @@ def _attribute_types(rank: int, world_size: int, root: bytes, device_inputs: boo
 
 @pytest.mark.parametrize("device_inputs", [False, True], ids=["host", "device"])
 def test_an_attribute_of_the_wrong_type_is_refused_whatever_ran_before(acl: Any, device_inputs: bool) -> None:
-    for per_rank in acl.launch.run_threads(_attribute_types, W, device_inputs, timeout=120):
+    for per_rank in acl.worlds.run_threads(_attribute_types, W, device_inputs, timeout=120):
         for (name, bad), (fresh, after) in zip(BAD_ATTRIBUTES, per_rank):
             assert fresh is not None and fresh.startswith("TypeError"), (name, bad, fresh)
             assert after == fresh, (name, bad, after)
@@ -146,7 +146,7 @@ def _placements(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
 
 
 def test_outputs_that_overlap_or_lie_elsewhere_are_refused_naming_both(acl: Any) -> None:
-    for seen in acl.launch.run_threads(_placements, W, timeout=120):
+    for seen in acl.worlds.run_threads(_placements, W, timeout=120):
         for step in (0, 1):
             assert seen[f"outputs overlap, step {step}"] == (
                 "ValueError: outputs: expert_token_nums and ep_recv_counts overlap in memory (each output needs "
@@ -180,7 +180,7 @@ def _plan_outputs_overlap(rank: int, world_size: int, root: bytes) -> str | None
 
 
 def test_a_plans_overlapping_outputs_are_refused(acl: Any) -> None:
-    for refused in acl.launch.run_threads(_plan_outputs_overlap, W, timeout=120):
+    for refused in acl.worlds.run_threads(_plan_outputs_overlap, W, timeout=120):
         assert refused == ("ValueError: outputs: expert_token_nums and ep_recv_counts overlap in memory (each "
                            "output needs memory of its own)")
 
@@ -221,6 +221,6 @@ def _plan_after_close(rank: int, world_size: int, root: bytes, direct: bool) -> 
 
 @pytest.mark.parametrize("direct", [False, True], ids=["buffer-plan", "plan-of-a-built-context"])
 def test_a_plan_refuses_calls_once_its_communicator_closed(acl: Any, direct: bool) -> None:
-    for errors in acl.launch.run_threads(_plan_after_close, W, direct, timeout=120):
+    for errors in acl.worlds.run_threads(_plan_after_close, W, direct, timeout=120):
         assert len(errors) == 2 and all(e.startswith("Communicator(rank ") for e in errors), errors
         assert all("closed" in e and "DispatchPlan" in e for e in errors), errors

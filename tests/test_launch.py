@@ -1,4 +1,4 @@
-"""aclnn_py.launch: spawn (processes), run_threads, mpi_bootstrap (under mpiexec)."""
+"""aclnn_py.worlds: spawn (processes), run_threads, mpi_bootstrap (under mpiexec)."""
 
 from __future__ import annotations
 
@@ -52,10 +52,10 @@ def _no_children_left() -> bool:
 
 @pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
 def test_spawn_returns_in_rank_order_with_device_set(acl, start_method):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     n = 4 if start_method == "forkserver" else 2
-    res = launch.spawn(lr.identify, n, "x", timeout=60, start_method=start_method)
+    res = worlds.spawn(lr.identify, n, "x", timeout=60, start_method=start_method)
     assert [r["rank"] for r in res] == list(range(n))
     assert [r["device"] for r in res] == list(range(n))
     assert all(r["world_size"] == n and r["root_len"] == 4108 and r["tag"] == "x" for r in res)
@@ -65,7 +65,7 @@ def test_spawn_returns_in_rank_order_with_device_set(acl, start_method):
 
 LAUNCHER = """
 import aclnn_py
-from aclnn_py.launch import spawn
+from aclnn_py.worlds import spawn
 
 def where(rank, world_size, root):
     import aclnn_py
@@ -92,7 +92,7 @@ def test_spawn_from_a_folder_holding_another_copy_of_the_package(tmp_path):
 
 
 UNGUARDED = """
-from aclnn_py.launch import spawn
+from aclnn_py.worlds import spawn
 
 
 def rank_main(rank, world_size, root):
@@ -120,22 +120,22 @@ def test_spawn_without_the_main_guard_fails_with_one_line_naming_it(tmp_path, st
 
 
 def test_spawn_hccl_world(acl, monkeypatch):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     monkeypatch.setenv("HCCL_BUFFSIZE", "2")
-    names = launch.spawn(lr.barrier_world, 3, timeout=60)
+    names = worlds.spawn(lr.barrier_world, 3, timeout=60)
     assert len(set(names)) == 3
 
 
 def test_spawn_propagates_exception_and_kills_the_rest(acl, tmp_path):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     t0 = time.monotonic()
     with pytest.raises(ValueError, match="boom on rank 2") as ei:
-        launch.spawn(lr.fail_on, 4, 2, str(tmp_path), timeout=60)
+        worlds.spawn(lr.fail_on, 4, 2, str(tmp_path), timeout=60)
     assert time.monotonic() - t0 < 20
     assert ei.value.rank == 2
-    assert isinstance(ei.value.__cause__, launch.RemoteTraceback)
+    assert isinstance(ei.value.__cause__, worlds.RemoteTraceback)
     assert "fail_on" in str(ei.value.__cause__)  # the rank's own traceback
     pids = _pids(tmp_path)
     assert len(pids) >= 1
@@ -144,30 +144,30 @@ def test_spawn_propagates_exception_and_kills_the_rest(acl, tmp_path):
 
 
 def test_spawn_propagates_hccl_error_with_its_type(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
     from aclnn_py.errors import HcclError
 
     with pytest.raises(HcclError) as ei:
-        launch.spawn(lr.hccl_error_on, 2, 1, timeout=60)
+        worlds.spawn(lr.hccl_error_on, 2, 1, timeout=60)
     assert ei.value.code == 1 and ei.value.name == "HCCL_E_PARA"
     assert "HcclGetRootInfo" in ei.value.message
 
 
 def test_spawn_rank_killed_by_signal(acl, tmp_path):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    with pytest.raises(launch.RankError, match="rank 1: .*SIGKILL"):
-        launch.spawn(lr.die_on, 3, 1, str(tmp_path), timeout=60)
+    with pytest.raises(worlds.RankError, match="rank 1: .*SIGKILL"):
+        worlds.spawn(lr.die_on, 3, 1, str(tmp_path), timeout=60)
     assert all(pid_gone(p) for p in _pids(tmp_path))
     assert _no_children_left()
 
 
 def test_spawn_timeout_kills_everything(acl, tmp_path):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     t0 = time.monotonic()
     with pytest.raises(TimeoutError, match=r"ranks \[0, 1, 2\] of 3"):
-        launch.spawn(lr.sleep_forever, 3, str(tmp_path), timeout=1.5)
+        worlds.spawn(lr.sleep_forever, 3, str(tmp_path), timeout=1.5)
     assert time.monotonic() - t0 < 10
     pids = _pids(tmp_path)
     assert all(pid_gone(p) for p in pids)
@@ -175,23 +175,23 @@ def test_spawn_timeout_kills_everything(acl, tmp_path):
 
 
 def test_spawn_rejects_fork(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     with pytest.raises(ValueError, match="fork"):
-        launch.spawn(lr.identify, 2, "x", start_method="fork")
+        worlds.spawn(lr.identify, 2, "x", start_method="fork")
 
 
 def test_run_threads(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    res = launch.run_threads(lr.identify, 5, "t", timeout=30)
+    res = worlds.run_threads(lr.identify, 5, "t", timeout=30)
     assert [r["rank"] for r in res] == list(range(5))
     assert [r["device"] for r in res] == list(range(5))
     assert {r["pid"] for r in res} == {os.getpid()}
 
 
 def test_run_threads_propagates_exception(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     def fn(rank, world_size, root):
         if rank == 1:
@@ -199,7 +199,7 @@ def test_run_threads_propagates_exception(acl):
         return rank
 
     with pytest.raises(KeyError, match="thread boom") as ei:
-        launch.run_threads(fn, 3, timeout=30)
+        worlds.run_threads(fn, 3, timeout=30)
     assert ei.value.rank == 1
     assert "thread boom" in str(ei.value.__cause__)
 
@@ -207,7 +207,7 @@ def test_run_threads_propagates_exception(acl):
 def test_run_threads_timeout(acl):
     import threading
 
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     stop = threading.Event()
 
@@ -218,49 +218,49 @@ def test_run_threads_timeout(acl):
 
     try:
         with pytest.raises(TimeoutError, match=r"ranks \[0\]"):
-            launch.run_threads(fn, 2, timeout=0.5)
+            worlds.run_threads(fn, 2, timeout=0.5)
     finally:
         stop.set()
 
 
 # ---- on_rank_failure="wait" -------------------------------------------------------------------------
 def test_spawn_wait_returns_every_outcome_in_rank_order(acl, tmp_path):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    res = launch.spawn(lr.mixed_outcomes, 4, str(tmp_path), timeout=60, on_rank_failure="wait")
+    res = worlds.spawn(lr.mixed_outcomes, 4, str(tmp_path), timeout=60, on_rank_failure="wait")
     assert res[0] == 0 and res[3] == 30          # the others ran to their end
-    assert isinstance(res[1], launch.RankError) and res[1].rank == 1
+    assert isinstance(res[1], worlds.RankError) and res[1].rank == 1
     assert "killed by signal 9 (SIGKILL)" in str(res[1])
     assert isinstance(res[2], ValueError) and str(res[2]) == "boom on rank 2"
     assert res[2].rank == 2
-    assert isinstance(res[2].__cause__, launch.RemoteTraceback) and "mixed_outcomes" in str(res[2].__cause__)
+    assert isinstance(res[2].__cause__, worlds.RemoteTraceback) and "mixed_outcomes" in str(res[2].__cause__)
     assert all(pid_gone(p) for p in _pids(tmp_path))
     assert _no_children_left()
 
 
 def test_spawn_stop_is_the_default(acl, tmp_path):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     t0 = time.monotonic()
-    with pytest.raises((launch.RankError, ValueError)):
-        launch.spawn(lr.mixed_outcomes, 4, str(tmp_path), timeout=60)
+    with pytest.raises((worlds.RankError, ValueError)):
+        worlds.spawn(lr.mixed_outcomes, 4, str(tmp_path), timeout=60)
     assert time.monotonic() - t0 < 20
     assert _no_children_left()
 
 
 def test_spawn_wait_still_times_out(acl, tmp_path):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     with pytest.raises(TimeoutError, match=r"ranks \[0, 1\] of 2"):
-        launch.spawn(lr.sleep_forever, 2, str(tmp_path), timeout=1.5, on_rank_failure="wait")
+        worlds.spawn(lr.sleep_forever, 2, str(tmp_path), timeout=1.5, on_rank_failure="wait")
     assert all(pid_gone(p) for p in _pids(tmp_path))
     assert _no_children_left()
 
 
 def test_on_rank_failure_is_checked(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    for run in (launch.spawn, launch.run_threads):
+    for run in (worlds.spawn, worlds.run_threads):
         with pytest.raises(ValueError, match="on_rank_failure must be 'stop' or 'wait'"):
             run(lr.identify, 2, "x", on_rank_failure="ignore")  # type: ignore[call-overload]
 
@@ -269,7 +269,7 @@ def test_spawn_wait_when_rank0_fails_before_the_root_info(acl):
     """The other ranks would wait for a root info that never comes: they are told, and fail."""
     import multiprocessing as mp
 
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     ctx = mp.get_context("forkserver")
     procs, conns = [], []
@@ -278,24 +278,24 @@ def test_spawn_wait_when_rank0_fails_before_the_root_info(acl):
         if r == 0:
             p = ctx.Process(target=lr.rank0_without_root, args=(child_end,))
         else:
-            me = (os.getpid(), launch._process_start_time(os.getpid()))
-            p = ctx.Process(target=launch._child_main,
+            me = (os.getpid(), worlds._process_start_time(os.getpid()))
+            p = ctx.Process(target=worlds._child_main,
                             args=(r, 3, child_end, me, lr.identify, ("x",), False, dict(os.environ)))
         p.start()
         child_end.close()
         procs.append(p)
         conns.append(parent_end)
     try:
-        res = launch._Supervisor(procs, conns, keep_going=True).run(30)
+        res = worlds._Supervisor(procs, conns, keep_going=True).run(30)
     finally:
-        launch._stop(procs)
+        worlds._stop(procs)
     assert isinstance(res[0], OSError) and res[0].rank == 0
     for r in (1, 2):
         assert isinstance(res[r], RuntimeError) and "rank 0 failed before it made the HCCL root info" in str(res[r])
 
 
 def test_run_threads_wait(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     def fn(rank, world_size, root):
         if rank == 1:
@@ -303,7 +303,7 @@ def test_run_threads_wait(acl):
         time.sleep(0.2)
         return rank
 
-    res = launch.run_threads(fn, 3, timeout=30, on_rank_failure="wait")
+    res = worlds.run_threads(fn, 3, timeout=30, on_rank_failure="wait")
     assert res[0] == 0 and res[2] == 2
     assert isinstance(res[1], KeyError) and res[1].rank == 1
     assert "thread boom" in str(res[1].__cause__)

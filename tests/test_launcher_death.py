@@ -1,5 +1,5 @@
 """No rank outlives its launcher: a launching process killed with SIGKILL or SIGTERM takes every rank
-process of :func:`aclnn_py.launch.spawn` with it within a second, with either start method, and the
+process of :func:`aclnn_py.worlds.spawn` with it within a second, with either start method, and the
 demo's process world likewise; Ctrl-C pressed again and again while the ranks are stopped ends the
 launcher with one line, no traceback."""
 
@@ -17,7 +17,7 @@ from conftest import package_pythonpath
 
 LAUNCHER = r"""
 import os, sys, time
-from aclnn_py.launch import spawn
+from aclnn_py.worlds import spawn
 
 def rank(rank, world_size, root, folder):
     with open(os.path.join(folder, f"rank{rank}.pid"), "w") as f:

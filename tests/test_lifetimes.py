@@ -148,7 +148,7 @@ def _closed_comm_body(rank: int, world_size: int, root: bytes) -> list[str]:
 
 
 def test_a_closed_communicator_refuses_every_use(acl: Any) -> None:
-    for errors in acl.launch.run_threads(_closed_comm_body, 2):
+    for errors in acl.worlds.run_threads(_closed_comm_body, 2):
         assert len(errors) == 5
         assert all(e.startswith("Communicator(rank ") and " is closed: cannot " in e for e in errors)
 
@@ -176,7 +176,7 @@ def _plan_body(rank: int, world_size: int, root: bytes) -> dict[str, str]:
 
 
 def test_plans_check_host_dtypes(acl: Any) -> None:
-    for out in acl.launch.run_threads(_plan_body, 2):
+    for out in acl.worlds.run_threads(_plan_body, 2):
         assert "x: dtype must be BF16 (got float16)" in out["x_fp16"]
         assert "topk_idx: dtype must be INT32 (got float32)" in out["ids_float"]  # the buffer's plan: its names
         assert "topk_idx: values must fit in int32" in out["ids_range"]
@@ -222,7 +222,7 @@ def _closed_plan_body(rank: int, world_size: int, root: bytes) -> dict[str, tupl
 
 def test_a_closed_plan_keeps_its_memory_until_the_stream_passes_its_last_launch(acl: Any, mock: Any) -> None:
     before = live_allocations(mock)
-    for report in acl.launch.run_threads(_closed_plan_body, 2):
+    for report in acl.worlds.run_threads(_closed_plan_body, 2):
         assert report == {"device Tensors (compiled call)": (True, True, True),
                           "host arrays (Python call)": (True, True, True),
                           "never launched": (False, True, True)}  # nothing queued: released at close
@@ -331,7 +331,7 @@ def test_closing_a_tensor_right_after_a_plan_call_returns_at_once(acl: Any, mock
 
     before = live_allocations(mock)
     handoff, ranks = threading.Event(), threading.Barrier(2)
-    reports = acl.launch.run_threads(_close_right_after_a_plan_call, 2, handoff, ranks, timeout=120)
+    reports = acl.worlds.run_threads(_close_right_after_a_plan_call, 2, handoff, ranks, timeout=120)
     assert reports[0].pop("close took") < 1.0
     for report in reports:
         assert report == {
@@ -368,7 +368,7 @@ def _type_error_body(rank: int, world_size: int, root: bytes) -> list[str]:
 
 
 def test_type_errors_name_the_parameter(acl: Any) -> None:
-    msgs = acl.launch.run_threads(_type_error_body, 2)[0]
+    msgs = acl.worlds.run_threads(_type_error_body, 2)[0]
     assert msgs == [
         "low_latency_dispatch(): num_experts: expected an int, got str '8'",
         "low_latency_dispatch(): num_experts: expected an int, got float 8.0",
@@ -400,10 +400,10 @@ def _readme_round(rank: int, world_size: int, root: bytes) -> bool:
 def test_repeated_rounds_leave_nothing_behind(acl: Any, mock: Any) -> None:
     from aclnn_py.runtime import ordered
 
-    assert all(acl.launch.run_threads(_readme_round, 2))  # warm-up: per-thread caches
+    assert all(acl.worlds.run_threads(_readme_round, 2))  # warm-up: per-thread caches
     before = live_allocations(mock), mock.stats()["tensors"], mock.stats()["streams"], ordered.workspace_bytes()
     for _ in range(60):
-        assert all(acl.launch.run_threads(_readme_round, 2))
+        assert all(acl.worlds.run_threads(_readme_round, 2))
     after = live_allocations(mock), mock.stats()["tensors"], mock.stats()["streams"], ordered.workspace_bytes()
     assert after == before, f"allocations/tensors/streams/workspace bytes grew from {before} to {after}"
 
@@ -553,7 +553,7 @@ def test_exports_finished_on_another_thread_are_released_there() -> None:
 def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> None:
     """A synchronisation by another thread that began before a launch was queued cannot release what
     the launch uses (the hold is taken after queueing)."""
-    from aclnn_py._abi import RunLayout
+    from aclnn_py._binding.prototypes import RunLayout
     from aclnn_py._core import Launcher
     from aclnn_py.ops import MoeConfig
     from aclnn_py.runtime import ordered

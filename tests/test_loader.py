@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from aclnn_py import _loader
+from aclnn_py._binding import loader as _loader
 
 
 def touch(root: Path, *rels: str) -> None:

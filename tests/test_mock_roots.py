@@ -87,7 +87,7 @@ def test_usage_errors(tmp_path):
 
 
 def test_priority_order(tmp_path):
-    from aclnn_py.mock_roots import make_root
+    from aclnn_py.tools.mock_roots import make_root
 
     root = make_root(tmp_path / "r", [4, 2])
     assert (root / "opp" / "vendors" / "config.ini").read_text() == "load_priority=moe_v4,moe_v2\n"
@@ -95,7 +95,7 @@ def test_priority_order(tmp_path):
 
 def test_first_generation_package(tmp_path):
     """Generation 1's names have no suffix: its package exports those four and nothing of V2."""
-    from aclnn_py.mock_roots import make_root
+    from aclnn_py.tools.mock_roots import make_root
 
     root = make_root(tmp_path / "r", [1])
     (lib,) = (root / "opp" / "vendors").glob("*/op_api/lib/libcust_opapi.so")

@@ -92,7 +92,7 @@ def _expected(rank: int) -> list[bytes]:
 def _soak(acl: Any, steps: int, device_inputs: bool) -> None:
     samples: list[Any] = []
     every = max(steps // 20, 50)
-    results = acl.launch.run_threads(_serve, 2, steps, device_inputs, samples, threading.Barrier(2), every,
+    results = acl.worlds.run_threads(_serve, 2, steps, device_inputs, samples, threading.Barrier(2), every,
                                      timeout=1800)
     for rank, last in enumerate(results):
         assert last == _expected(rank), f"rank {rank}: x_out differs from the golden"

@@ -3,8 +3,7 @@
 Profiles: Ascend910_93 (A3, the default) and Ascend950 (keyword ``soc="Ascend950"``).  The golden
 implements the operator semantics of ``docs/operators.md`` on its own: it shares no code with the
 C++ mock or the rest of ``aclnn_py`` and imports only numpy, ml_dtypes and the self-contained
-``aclnn_py.casts`` (low-precision formats; loaded from its path when this package is loaded on its
-own, from its directory).  Its modules: ``config`` (notation, derived sizes, per-rank inputs),
+``casts`` (low-precision formats, numpy only).  Its modules: ``config`` (notation, derived sizes, per-rank inputs),
 ``formats``, ``quant`` (quantisation kernels), ``dispatch``, ``combine``, ``roundtrip``, ``sizing``
 (buffer sizing, its own copy of the arithmetic) and ``results``.
 

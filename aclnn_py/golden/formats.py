@@ -1,6 +1,6 @@
 """Data formats of the golden's inputs and outputs: names, the aclDataType values and numpy /
 ml_dtypes dtypes that denote them, and the expand_x arrays each format is returned as (docs/operators.md;
-the bit layouts are those of ``aclnn_py.casts``)."""
+the bit layouts are those of ``aclnn_py.golden.casts``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
-from ._casts import casts
+from . import casts
 from .config import BF16, F32, FP16
 
 FMT_INT8 = "int8"

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from ._casts import casts
+from . import casts
 from .config import BF16, F32, ROW_DTYPES, SOC_950, SOC_A3, check_soc, row_dtype
 from .formats import (
     FMT_E4M3,

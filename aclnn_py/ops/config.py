@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .._abi import RunLayout, same_name
+from .._binding.prototypes import RunLayout, same_name
 from .._core import ConfigBase, PackedBase
 from ..runtime import initialized, soc_name
 from . import generations, sizing

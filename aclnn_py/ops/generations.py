@@ -20,11 +20,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from .._abi import RunLayout, same_name
+from .._binding.prototypes import RunLayout, same_name
 from ..runtime import initialized
 
 if TYPE_CHECKING:
-    from .._loader import Backend
+    from .._binding.loader import Backend
 
 #: The generation of the context + cclBufferSize entry points.
 NEWEST = 5

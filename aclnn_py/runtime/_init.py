@@ -1,4 +1,4 @@
-"""The initialised backend: ``init()`` loads one (see :mod:`aclnn_py._loader`) and calls ``aclInit`` /
+"""The initialised backend: ``init()`` loads one (see :mod:`aclnn_py._binding.loader`) and calls ``aclInit`` /
 ``aclnnInit`` once per process; every runtime call goes through :func:`initialized`."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import threading
 
-from .. import _loader
+from .._binding import loader as _loader
 from ..errors import check_acl, check_aclnn
 
 ACL_ERROR_REPEAT_INITIALIZE = 100002

@@ -1,7 +1,7 @@
 // Low-precision formats of the Ascend 950 profile (private to mock/ops, also compiled into the
 // aclnn_py._mock test hook): bit-exact float32 -> fp8 / fp4 / HiFloat8 encoders, fp8 / e8m0
 // decoders, and the row kernels of dispatch quant modes 1, 2 (fp8), 3, 4, 5 and combine comm quant
-// 3 / 4. The rules are the ones aclnn_py/casts.py and the aclnn_py.golden package docstring states
+// 3 / 4. The rules are the ones aclnn_py/golden/casts.py and the aclnn_py.golden package docstring states
 // (their module docstrings, "choices" 1-8); this file is written from those rules, not from the
 // Python code, and tests/mock/test_casts_mock.py checks both against each other on dense inputs.
 //

@@ -445,7 +445,7 @@ def test_thread_world_failure_is_a_row_and_smaller_sizes_are_tried():
 
 
 def test_golden_check_of_a_thread_world_finds_a_wrong_rank(acl):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     tw = thread_worlds.ThreadWorld(soc="Ascend910_93", world_size=4, tokens=2, hidden=1024, topk=2)
     ranks = run_threads(thread_worlds._rank, 4, tw, timeout=120)

@@ -9,7 +9,7 @@ import json
 import pytest
 from helpers.root_copies import run_cli
 
-from aclnn_py import cli
+from aclnn_py.tools import cli
 
 
 def first_line(text: str) -> str:
@@ -137,7 +137,7 @@ def test_operator_rejection_of_the_model_is_a_user_error():
 
 
 def test_internal_error_prints_its_traceback_and_exits_3(monkeypatch, capsys):
-    from aclnn_py import demo
+    from aclnn_py.tools import demo
 
     def broken(args):
         raise RuntimeError("a bug in the demo")

@@ -98,7 +98,7 @@ def test_demo_on_chosen_devices():
 
 def test_documented_example_through_moe_distribute_buffer(acl):
     """W = 16, BS = 8, H = 7168, 32 experts, K = 8, one zero and one copy expert, quant 2, bf16."""
-    from aclnn_py import demo
+    from aclnn_py.tools import demo
 
     m = demo.Model(world_size=16, tokens=8, hidden=7168, topk=8, experts=32, zero_experts=1, copy_experts=1,
                    quant_mode=2, dtype="bf16")
@@ -110,7 +110,8 @@ def test_documented_example_through_moe_distribute_buffer(acl):
 def test_demo_reports_a_mismatch(acl, monkeypatch):
     """One bit flipped in the golden's x_out of rank 1, token 2: the report names output, rank,
     index and size, and the result is MISMATCH."""
-    from aclnn_py import demo, golden
+    from aclnn_py import golden
+    from aclnn_py.tools import demo
 
     real = golden.round_trip
 
@@ -132,7 +133,7 @@ def test_demo_reports_a_mismatch(acl, monkeypatch):
 
 
 def test_compare_names_shape_and_first_difference():
-    from aclnn_py.demo_check import compare
+    from aclnn_py.tools.demo_check import compare
 
     a = np.arange(12, dtype=np.int32).reshape(3, 4)
     b = a.copy()

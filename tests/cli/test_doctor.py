@@ -10,7 +10,7 @@ import platform
 from helpers.root_copies import DISPATCH_HEADER, OP_INCLUDE, copy_mock_root, group_string_dispatch, run_cli
 
 from aclnn_py import __version__
-from aclnn_py.doctor import cann_version
+from aclnn_py.tools.doctor import cann_version
 
 DISPATCH_WS = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
 

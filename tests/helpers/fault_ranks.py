@@ -98,12 +98,12 @@ def world_round(rank: int, world_size: int, root: bytes, seed: int = 0, first: A
 
 def new_thread_world(seed: int = 0) -> list[dict[str, Any]]:
     """A fresh 2-rank threads world in this process, one round: proves the process is usable."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    return launch.run_threads(world_round, 2, seed, timeout=60)
+    return worlds.run_threads(world_round, 2, seed, timeout=60)
 
 
-# ---- process worlds (tests/mock/test_faults.py starts these with aclnn_py.launch.spawn) -------------------
+# ---- process worlds (tests/mock/test_faults.py starts these with aclnn_py.worlds.spawn) -------------------
 def killed_round(rank: int, world_size: int, root: bytes, plan: dict[str, Any], pid_dir: str) -> dict[str, Any]:
     """A rank of a process world whose victim dies inside an op. plan: {"victim": rank, "how":
     "crash" | "kill", "op": "dispatch" | "combine"}. crash: the victim SIGKILLs itself inside the
@@ -136,7 +136,7 @@ def killed_round(rank: int, world_size: int, root: bytes, plan: dict[str, Any], 
 
 
 def spawn_round(rank: int, world_size: int, root: bytes, victim: int, op: str, root_dir: str) -> dict[str, Any]:
-    """A rank of an aclnn_py.launch.spawn world; the victim crashes inside `op`. Rank 0 leaves the
+    """A rank of an aclnn_py.worlds.spawn world; the victim crashes inside `op`. Rank 0 leaves the
     root info in root_dir/root, so the test can find this world's segments."""
     from aclnn_py import _mock
 

@@ -299,7 +299,7 @@ def run_round(c: GenCase, world: World, inp: Inputs) -> dict[tuple[int, int], Ra
 
 
 def process_rank(rank: int, world_size: int, root: bytes, c: GenCase, roots: list[bytes]) -> RankOut:
-    """aclnn_py.launch.spawn target: process `rank` = e * tp + t joins EP world t (roots[t]) and TP
+    """aclnn_py.worlds.spawn target: process `rank` = e * tp + t joins EP world t (roots[t]) and TP
     world e (roots[tp + e]) and runs its round."""
     from aclnn_py import Device
     from aclnn_py.hccl import Communicator, RootInfo

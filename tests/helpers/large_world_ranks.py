@@ -68,7 +68,7 @@ def round_rank(rank: int, world_size: int, root: bytes, seed: int, timings: dict
 
 
 def process_round(rank: int, world_size: int, root: bytes, seed: int, bs: int, h: int, k: int) -> dict[str, Any]:
-    """A rank of a process world (aclnn_py.launch.spawn): the same round at (bs, h, k); returns the
+    """A rank of a process world (aclnn_py.worlds.spawn): the same round at (bs, h, k); returns the
     bytes to check, when each phase ended (monotonic clock, shared by the processes of one machine)
     and this process's peak RSS."""
     import resource

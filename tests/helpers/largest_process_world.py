@@ -1,4 +1,4 @@
-"""One dispatch → combine round on a world of W processes (aclnn_py.launch.spawn), checked bit for
+"""One dispatch → combine round on a world of W processes (aclnn_py.worlds.spawn), checked bit for
 bit against the golden; prints how long it took and the memory it used. For finding how large a
 process world a machine holds:
 
@@ -35,7 +35,7 @@ def main() -> int:
     os.environ.setdefault("HCCL_BUFFSIZE", str(-(-need // (1 << 21)) + 1))
     os.environ.setdefault("HCCL_CONNECT_TIMEOUT", "1800")
     os.environ.setdefault("HCCL_EXEC_TIMEOUT", "1800")
-    from aclnn_py import golden, launch
+    from aclnn_py import golden, worlds
     from helpers import large_world_ranks as lw
 
     before = meminfo_mib()
@@ -53,7 +53,7 @@ def main() -> int:
     sampler.start()
     t0 = time.monotonic()
     try:
-        res = launch.spawn(lw.process_round, w, 0, bs, h, k, timeout=3600)
+        res = worlds.spawn(lw.process_round, w, 0, bs, h, k, timeout=3600)
     finally:
         done.set()
     took = time.monotonic() - t0

@@ -64,7 +64,7 @@ def mixed_outcomes(rank, world_size, root, pid_dir):
 
 def rank0_without_root(conn):
     """Stands in for a rank 0 whose HcclGetRootInfo failed: reports an error, never a root info."""
-    from aclnn_py.launch import _pack_exception
+    from aclnn_py.worlds import _pack_exception
 
     try:
         raise OSError("no root info on this rank")

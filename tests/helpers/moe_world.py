@@ -58,7 +58,7 @@ def expert_fn(c: Case, expand_x: np.ndarray, dynamic_scales: np.ndarray | None) 
     else:
         codes = raw.view(np.uint8)
         if codes.shape[1] * 2 == c.H:       # packed fp4
-            from aclnn_py.casts import unpack_fp4
+            from aclnn_py.golden.casts import unpack_fp4
 
             codes = unpack_fp4(codes)
         xf = (codes.astype(F32) - F32(100)) / F32(16)
@@ -252,7 +252,7 @@ def check_perf_grows(results: list[list[dict[str, Any]]], W: int) -> None:
 def run_world(cases: list[Case], combine: bool, processes: bool = False, timeout: float = 300.0,
               inputs: list[Inputs] | None = None) -> list[list[dict[str, Any]]]:
     """Run `cases` (same W and profile) in one world and check every rank against the golden."""
-    from aclnn_py.launch import run_threads, spawn
+    from aclnn_py.worlds import run_threads, spawn
 
     W = cases[0].W
     assert all(c.W == W and c.soc == cases[0].soc for c in cases)

@@ -11,11 +11,11 @@ os.environ.setdefault("HCCL_BUFFSIZE", "2")
 
 from mpi4py import MPI  # noqa: E402
 
-from aclnn_py import hccl, launch  # noqa: E402
+from aclnn_py import hccl, worlds  # noqa: E402
 
 
 def main() -> int:
-    rank, size, root = launch.mpi_bootstrap()
+    rank, size, root = worlds.mpi_bootstrap()
     assert len(root) == 4108
     with hccl.Communicator(size, rank, root) as comm:
         ctx, ccl = hccl.build_context(comm)

@@ -19,7 +19,7 @@ COMBINE_HEADER = "aclnn_moe_distribute_combine_v5.h"
 
 def copy_mock_root(dest: Path) -> Path:
     """A full copy of the package's mock root (libraries, headers, version file) at `dest`."""
-    from aclnn_py import _loader
+    from aclnn_py._binding import loader as _loader
 
     shutil.copytree(_loader.mock_root(), dest, symlinks=False)
     return dest

@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2] / "aclnn_py"
 
 
 def load_golden(name: str = "_aclnn_py_golden_standalone") -> ModuleType:
-    """aclnn_py/golden as the top-level package `name` (its casts come from ../casts.py)."""
+    """aclnn_py/golden as the top-level package `name` (self-contained: numpy, ml_dtypes)."""
     if name in sys.modules:
         return sys.modules[name]
     spec = importlib.util.spec_from_file_location(name, ROOT / "golden" / "__init__.py",

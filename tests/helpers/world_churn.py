@@ -1,6 +1,6 @@
 """Keep forming mock HCCL worlds until killed, as other jobs on a shared machine do (.ci/stress.sh).
 
-Alternates a 4-rank threads world and a 2-rank processes world (aclnn_py.launch.spawn), each rank
+Alternates a 4-rank threads world and a 2-rank processes world (aclnn_py.worlds.spawn), each rank
 joining, running one barrier and leaving; every HcclGetRootInfo / HcclCommInitRootInfo also sweeps
 /dev/shm. Exits non-zero at the first failure; on SIGTERM prints how many worlds it formed and
 exits 0.
@@ -24,7 +24,7 @@ def rank_body(rank: int, world_size: int, root: bytes) -> str:
 
 def main() -> int:
     os.environ.setdefault("HCCL_BUFFSIZE", "2")
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     formed = 0
     start = time.monotonic()
@@ -35,8 +35,8 @@ def main() -> int:
 
     signal.signal(signal.SIGTERM, stop)
     while True:
-        names = launch.run_threads(rank_body, 4, timeout=120)
-        names += launch.spawn(rank_body, 2, timeout=120)
+        names = worlds.run_threads(rank_body, 4, timeout=120)
+        names += worlds.spawn(rank_body, 2, timeout=120)
         if len(set(names)) != 6:
             print(f"world_churn: unexpected communicator names {names}", flush=True)
             return 1

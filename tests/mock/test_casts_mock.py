@@ -1,5 +1,5 @@
 """The mock's C++ low-precision casts (mock/ops/lowp.h, through the aclnn_py._mock test hook) against
-aclnn_py/casts.py (itself checked against ml_dtypes and the HiF8 paper in tests/test_casts.py), on
+aclnn_py/golden/casts.py (itself checked against ml_dtypes and the HiF8 paper in tests/test_casts.py), on
 dense inputs: every bf16 bit pattern with several low halves, every fp16 value, every rounding
 midpoint of each format's grid (scaled over all binades) and its float32 neighbours, subnormals, ±0,
 ±inf, NaNs, and 2^20 random bit patterns. Decoders: all codes."""
@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from aclnn_py import casts
+from aclnn_py.golden import casts
 
 FP_FORMATS = ["float8_e4m3fn", "float8_e5m2", "float4_e2m1", "float4_e1m2"]
 

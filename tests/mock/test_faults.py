@@ -53,11 +53,11 @@ def _segments_of(root: bytes) -> list[str]:
 def _run_threads(seed=0, first="dispatch", hold=True):
     """A 2-rank threads world. With `hold`, both ranks keep their communicator until both reported
     (a rank that failed early stays in the world, so its peer sees the timeout)."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     barrier = threading.Barrier(2, timeout=60).wait if hold else None
     t0 = time.monotonic()
-    res = launch.run_threads(fr.world_round, 2, seed, first, None, barrier, timeout=60)
+    res = worlds.run_threads(fr.world_round, 2, seed, first, None, barrier, timeout=60)
     return res, time.monotonic() - t0
 
 
@@ -167,14 +167,14 @@ def test_inject_fault_arguments(mock):
 def test_rank_process_killed_mid_op(acl, default_timeout, tmp_path, op, how):
     """The victim's process is SIGKILLed inside `op`; the survivor fails within seconds (not the
     120 s timeout) naming the dead process, cleans up, and runs a new world in the same process."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     t0 = time.monotonic()
-    res = launch.spawn(fr.killed_round, 2, {"victim": 1, "how": how, "op": op}, str(tmp_path),
+    res = worlds.spawn(fr.killed_round, 2, {"victim": 1, "how": how, "op": op}, str(tmp_path),
                        timeout=60, on_rank_failure="wait")
     assert time.monotonic() - t0 < 3 * PROMPT
     victim = res[1]
-    assert isinstance(victim, launch.RankError) and victim.rank == 1, victim
+    assert isinstance(victim, worlds.RankError) and victim.rank == 1, victim
     assert "SIGKILL" in str(victim)
     r0 = res[0]
     assert r0["exec_timeout"] == 120
@@ -186,15 +186,15 @@ def test_rank_process_killed_mid_op(acl, default_timeout, tmp_path, op, how):
 
 
 def test_spawn_world_with_a_crashing_rank(acl, tmp_path):
-    """aclnn_py.launch.spawn reports the killed rank (and stops the others at once); nothing of its
+    """aclnn_py.worlds.spawn reports the killed rank (and stops the others at once); nothing of its
     world is left behind and the next spawn world runs."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     t0 = time.monotonic()
-    with pytest.raises(launch.RankError, match="rank 1.*SIGKILL"):
-        launch.spawn(fr.spawn_round, 2, 1, "dispatch", str(tmp_path), timeout=60)
+    with pytest.raises(worlds.RankError, match="rank 1.*SIGKILL"):
+        worlds.spawn(fr.spawn_round, 2, 1, "dispatch", str(tmp_path), timeout=60)
     assert time.monotonic() - t0 < 3 * PROMPT
-    res = launch.spawn(fr.world_round, 2, timeout=60)
+    res = worlds.spawn(fr.world_round, 2, timeout=60)
     assert all(r["ok"] for r in res), res
     assert _segments_of((tmp_path / "root").read_bytes()) == []
 
@@ -202,11 +202,11 @@ def test_spawn_world_with_a_crashing_rank(acl, tmp_path):
 def test_killed_rank_in_a_wait_world_is_a_rank_error(acl, tmp_path, default_timeout):
     """on_rank_failure="wait" with the victim killed by a signal and the survivor failing on its own:
     both outcomes come back in rank order, nothing is raised."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    res = launch.spawn(fr.killed_round, 2, {"victim": 0, "how": "crash", "op": "dispatch"}, str(tmp_path),
+    res = worlds.spawn(fr.killed_round, 2, {"victim": 0, "how": "crash", "op": "dispatch"}, str(tmp_path),
                        timeout=60, on_rank_failure="wait")
-    assert isinstance(res[0], launch.RankError) and res[0].rank == 0
+    assert isinstance(res[0], worlds.RankError) and res[0].rank == 0
     assert "signal 9 (SIGKILL)" in str(res[0])
     pid = int((tmp_path / "rank0").read_text())
     _assert_gone(res[1], "dispatch", 0, f"(rank 0: process {pid} is dead)")

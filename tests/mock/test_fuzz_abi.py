@@ -1,6 +1,6 @@
 """Fuzzing the C ABI of both MoE ops through the raw cffi layer (docs/reliability.md).
 
-A real 2-rank world (communicators formed by :func:`aclnn_py.launch.run_threads`, one context
+A real 2-rank world (communicators formed by :func:`aclnn_py.worlds.run_threads`, one context
 tensor per rank from :func:`aclnn_py.hccl.build_context`) stays up for the module. Each example
 draws one op (dispatch or combine), a configuration that is valid by the constraints of docs/operators.md, and up to four
 mutations — NULL arguments, dtypes, formats, shapes, strides, view offsets, attributes, comm_alg
@@ -97,7 +97,7 @@ def _world_body(rank: int, world_size: int, root: bytes) -> tuple[Any, Any, int]
 
 @pytest.fixture(scope="module")
 def world(acl, mock):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     saved = {k: os.environ.get(k) for k in ("HCCL_BUFFSIZE", "HCCL_EXEC_TIMEOUT")}
     os.environ["HCCL_BUFFSIZE"] = str(HCCL_BUFFSIZE_MIB)
@@ -108,7 +108,7 @@ def world(acl, mock):
     gc.collect()
     acl.get_memory_pool().free_all_blocks()
     stats0 = mock.stats()
-    res = launch.run_threads(_world_body, W)
+    res = worlds.run_threads(_world_body, W)
     streams, slots = [], []
     try:
         for r in range(W):

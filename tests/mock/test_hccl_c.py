@@ -22,7 +22,7 @@ def _mock_root() -> Path:
     if env:
         return Path(env)
     try:
-        from aclnn_py import _loader
+        from aclnn_py._binding import loader as _loader
 
         return Path(_loader.mock_root())
     except Exception:  # noqa: BLE001 - fall back to a build tree next to the sources

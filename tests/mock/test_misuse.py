@@ -51,12 +51,12 @@ def _world_body(rank, world_size, root):
 @pytest.fixture(scope="module")
 def world(acl):
     """A 2-rank threads world kept for the module: [(comm, context, ccl_buffer_size)] per rank."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     old = os.environ.get("HCCL_BUFFSIZE")
     os.environ["HCCL_BUFFSIZE"] = "8"
     try:
-        res = launch.run_threads(_world_body, 2)
+        res = worlds.run_threads(_world_body, 2)
     finally:
         if old is None:
             os.environ.pop("HCCL_BUFFSIZE", None)
@@ -344,7 +344,7 @@ def test_double_free_of_everything(acl, world):
 # ---- init / finalize (a fresh process: this one is initialised) ---------------------------------------
 INIT_SCRIPT = r"""
 import numpy as np
-from aclnn_py import _loader
+from aclnn_py._binding import loader as _loader
 b = _loader.load("mock")
 from aclnn_py import _mock
 ffi, lib = b.ffi, b.lib
@@ -389,11 +389,11 @@ def test_calls_before_init_and_after_finalize(acl):
 
 # ---- communicators -------------------------------------------------------------------------------------
 def test_communicator_used_after_destroy(acl):
-    from aclnn_py import launch
+    from aclnn_py import worlds
     from aclnn_py.errors import HcclError
     from aclnn_py.hccl import build_context
 
-    res = launch.run_threads(_world_body, 2)
+    res = worlds.run_threads(_world_body, 2)
     b = acl.backend()
     ffi, lib = b.ffi, b.lib
     comm, ctx, ccl = res[0]
@@ -452,9 +452,9 @@ def _mismatch_body(rank, world_size, root, per_rank):
     ("quant_mode", [{}, {"quant_mode": 2}], "quant_mode: rank"),
 ])
 def test_mismatched_parameters_are_named(acl, field, per_rank, text):
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
-    res = launch.run_threads(_mismatch_body, 2, per_rank, timeout=60)
+    res = worlds.run_threads(_mismatch_body, 2, per_rank, timeout=60)
     for rank, (code, m) in enumerate(res):
         assert code == AICORE_EXCEPTION, (rank, code, m)
         assert text in m, m
@@ -463,11 +463,11 @@ def test_mismatched_parameters_are_named(acl, field, per_rank, text):
 def test_mismatched_ep_world_size(acl, monkeypatch):
     """ep_world_size must equal the communicator's size, so a rank that passes another value is
     refused at phase 1 (naming it); its peer, which launched, times out naming that rank."""
-    from aclnn_py import launch
+    from aclnn_py import worlds
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "1")
     t0 = time.monotonic()
-    res = launch.run_threads(_mismatch_body, 2, [{}, {"ep_world_size": 4}], timeout=60)
+    res = worlds.run_threads(_mismatch_body, 2, [{}, {"ep_world_size": 4}], timeout=60)
     assert time.monotonic() - t0 < 10
     assert res[1][0] == PARAM_INVALID and "ep_world_size" in res[1][1]
     assert res[0][0] == AICORE_TIMEOUT and "waiting for ranks [1]" in res[0][1]

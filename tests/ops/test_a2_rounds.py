@@ -119,7 +119,7 @@ def test_a2_buffer_round_matches_golden(profile, comm_alg):
     import ml_dtypes
 
     from aclnn_py import golden
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     res = run_threads(_buffer_round, W, comm_alg)
     xs, ids, ws = [r[0] for r in res], [r[1] for r in res], [r[2] for r in res]

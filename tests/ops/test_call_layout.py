@@ -11,8 +11,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers.build_time import build_abi
 
-from aclnn_py import _abi
+from aclnn_py._binding import prototypes as _abi
 
 ROOT = Path(__file__).resolve().parents[2]
 INCLUDE = ROOT / "include"
@@ -43,7 +44,7 @@ def swapped_include(tmp_path: Path, first: str, second: str) -> Path:
 
 
 def layouts_of(include: Path) -> dict[str, _abi.RunLayout]:
-    return _abi.run_layouts(_abi.parse(include).functions)
+    return _abi.run_layouts(build_abi().parse(include).functions)
 
 
 def test_the_wrappers_agree_with_the_prototypes(acl):
@@ -67,7 +68,7 @@ def test_generated_run_helper_follows_the_prototype():
     # commAlg sits between expertTokenNumsType and zeroExpertNum in the prototype
     assert layout.call[19:22] == (("a", 11), ("s", 0), ("a", 12))
     ffi_module = build_ffi()
-    _, run_params = ffi_module.helper_declarations(_abi.parse(INCLUDE))
+    _, run_params = ffi_module.helper_declarations(build_abi().parse(INCLUDE))
     _, body = ffi_module.run_helper(layout, run_params)
     assert "t[7], a[0], a[1]" in body and "a[11], s[0], a[12]" in body and "a[14], t[8]" in body
 
@@ -122,7 +123,7 @@ def test_an_attribute_without_a_config_field_is_named(acl):
 
 
 def test_a_phase1_the_helpers_cannot_pass_is_refused():
-    proto = _abi.parse(INCLUDE).functions
+    proto = build_abi().parse(INCLUDE).functions
     ws = next(f for f in proto if f.name == f"{DISPATCH}GetWorkspaceSize")
     odd = _abi.Prototype(ws.name, ws.decl, ws.ret, ws.ret_canon,
                          (_abi.Param("double alpha", "alpha", "double"), *ws.params))
@@ -135,7 +136,7 @@ def test_a_phase1_the_helpers_cannot_pass_is_refused():
 def test_every_helper_of_the_header_is_in_the_extension(acl):
     """cffi's declarations are parsed from csrc/aclnnpy.h: each helper it declares is callable."""
     ffi_module = build_ffi()
-    decls, run_params = ffi_module.helper_declarations(_abi.parse(INCLUDE))
+    decls, run_params = ffi_module.helper_declarations(build_abi().parse(INCLUDE))
     names = [d.split("(")[0].split()[-1].lstrip("*") for d in decls if "(" in d and not d.startswith(("struct", "typedef"))]
     assert "aclnnpy_symbol_count" in names and "aclnnpy_prototypes" in names and len(names) >= 10
     lib = acl.backend().lib

@@ -113,7 +113,7 @@ def test_comm_quant_zero_blocks_and_tail(acl, profile):
     for x in inp.x:
         x[:, 16:40] = 0
         x[2] = 0
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     res = run_threads(world_body, 2, [c], [inp], True, timeout=120)
     g = golden_dispatch(c, inp)
@@ -184,7 +184,7 @@ def _combine_contract_body(rank, world_size, root, c, inp):
 
 
 def test_combine_two_phase_contract(acl, profile):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     c = Case(seed=31, W=2, H=1024, K=2, L=2, S=1, R=0, bss=[6, 6], global_bs=0, mask="none", quant=0,
              dtype="bf16", weights=True, soc=profile)
@@ -230,7 +230,7 @@ def _combine_lonely_body(rank, world_size, root, c, inp, timeout_s):
 
 @on_profile(A3)
 def test_combine_peer_that_never_calls_times_out(acl, profile, monkeypatch):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "0.5")
     c = Case(seed=3, W=2, H=1024, K=2, L=2, S=1, R=0, bss=[4, 4], global_bs=0, mask="none", dtype="fp16")
@@ -266,7 +266,7 @@ def _missing_rows_body(rank, world_size, root, c, inp):
 
 
 def test_combine_detects_rows_that_never_arrived(acl, profile):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     c = Case(seed=5, W=2, H=1024, K=2, L=2, S=1, R=0, bss=[4, 4], global_bs=0, mask="none", dtype="fp16",
              soc=profile)
@@ -314,7 +314,7 @@ def _mx_body(rank, world_size, root, ys, ids, cq):
 @on_profile(A950)
 def test_mxfp8_transport_of_extreme_rows(acl, profile, cq, dtype):
     from aclnn_py import golden
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     dt = DTYPES[dtype]
     rng = np.random.default_rng(cq * 10 + len(dtype))
@@ -345,7 +345,7 @@ def test_comm_quant_2_same_bytes_on_both_profiles(acl, mock, profile):
     base = random_case(rng, 4, seed=4242, combine=True)
     base = replace(base, quant=0, smooth=False, comm_quant=2, Q=0, shared_x=False)
     inp = make_inputs(base)
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     out = {}
     for soc in PROFILES:

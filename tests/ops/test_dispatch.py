@@ -107,7 +107,7 @@ def test_comm_algs_give_identical_outputs(acl, profile):
     base = replace(base, K=min(base.K, 12), bss=[8] * 4, global_bs=0, quant=2, smooth=True, soc=profile)
     cases = [replace(base, comm_alg=a) for a in COMM_ALGS]
     inputs = [make_inputs(cases[0])] * 3
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     res = run_threads(world_body, 4, cases, inputs, False)
     for r in range(4):
@@ -147,7 +147,7 @@ def _zero_row_body(rank, world_size, root):
 
 
 def test_all_zero_row_and_untouched_regions(acl, profile):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for ex, ds, ai, recv in run_threads(_zero_row_body, 2, timeout=60):
         n = int(recv[-1])
@@ -250,7 +250,7 @@ def _msg():
 
 
 def test_two_phase_contract(acl, profile):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     c = _small_case(soc=profile)
     in1 = make_inputs(c)
@@ -300,7 +300,7 @@ def _lonely_body(rank, world_size, root, c, inp, timeout_s):
 
 @on_profile(A3)
 def test_peer_that_never_calls_times_out(acl, profile, monkeypatch):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "0.5")
     c = _small_case(quant=0, escales=False)
@@ -341,7 +341,7 @@ def _mismatch_body(rank, world_size, root, cases, inputs, combine_on):
 
 
 def test_call_order_mismatch_is_detected(acl, profile, monkeypatch):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "5")
     c = _small_case(quant=0, escales=False, dtype="fp16", soc=profile)
@@ -357,7 +357,7 @@ def test_call_order_mismatch_is_detected(acl, profile, monkeypatch):
     ("global_bs", {"bss": [7, 7]}, "maxBs (global_bs / ep_world_size): rank"),   # global_bs=0, unequal BS
 ])
 def test_parameter_mismatch_names_the_field(acl, profile, monkeypatch, field, kw, text):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "5")
     c0 = _small_case(quant=0, escales=False, soc=profile)
@@ -420,7 +420,7 @@ def test_buffer_dtype_arguments(acl, profile, case):
     import ml_dtypes
 
     from aclnn_py import DataType, golden
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     rng = np.random.default_rng(len(case))
     w, bs, h = 2, 3, 1024
@@ -493,7 +493,7 @@ def _perf_body(rank, world_size, root, rounds, delay):
 
 @on_profile(A950)
 def test_performance_info_accumulates_wait_per_source_rank(acl, profile):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     res = run_threads(_perf_body, 2, 4, 0.3, timeout=60)
     for seen in res:
@@ -538,7 +538,7 @@ def _elastic_body(rank, world_size, root, info):
 ], ids=["not-a-permutation", "out-of-range", "other-world"])
 @on_profile(A950)
 def test_elastic_info_bad_table_fails_the_kernel(acl, profile, info, text):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for code, msg in run_threads(_elastic_body, 2, np.array(info, np.int32), timeout=60):
         assert code == 507015 and text in msg, msg
@@ -546,7 +546,7 @@ def test_elastic_info_bad_table_fails_the_kernel(acl, profile, info, text):
 
 @on_profile(A950)
 def test_elastic_info_flag_zero_is_the_identity(acl, profile):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     info = np.array([0, 9, 9, 9, 0, 0, 1, 1], np.int32)   # flag 0: nothing else is read
     assert [code for code, _ in run_threads(_elastic_body, 2, info, timeout=60)] == [0, 0]

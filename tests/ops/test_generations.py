@@ -243,7 +243,7 @@ def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_root_exporting_only_v2_is_found_so_and_runs_the_demo(tmp_path: Path):
-    from aclnn_py.mock_roots import make_root
+    from aclnn_py.tools.mock_roots import make_root
 
     root = make_root(tmp_path / "v2", [2])
     doctor = _run("-m", "aclnn_py", "doctor", "--backend", str(root))

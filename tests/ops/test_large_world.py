@@ -26,7 +26,7 @@ pytestmark = pytest.mark.large_world
 @pytest.mark.timeout(1200)
 @pytest.mark.parametrize(("world_size", "soc"), [(768, "Ascend910_93"), (1024, "Ascend950")])
 def test_a_round_on_the_largest_world(acl, mock, monkeypatch, world_size, soc):
-    from aclnn_py import golden, launch
+    from aclnn_py import golden, worlds
 
     monkeypatch.setenv("HCCL_BUFFSIZE", "8")
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "600")
@@ -37,7 +37,7 @@ def test_a_round_on_the_largest_world(acl, mock, monkeypatch, world_size, soc):
     timings: dict = {}
     try:
         t0 = time.monotonic()
-        res = launch.run_threads(lw.round_rank, world_size, 0, timings, threading.Lock(), timeout=1100)
+        res = worlds.run_threads(lw.round_rank, world_size, 0, timings, threading.Lock(), timeout=1100)
         took = time.monotonic() - t0
     finally:
         mock.set_soc(soc_before)

@@ -79,7 +79,7 @@ def _rank(rank, world_size, root):
 
 
 def test_optional_outputs_left_none(acl):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for want, got, refusals, kinds in run_threads(_rank, W, timeout=120):
         for route, result in got.items():

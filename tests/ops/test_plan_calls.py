@@ -33,7 +33,7 @@ def _world_rank(rank, world_size, root, body):
 
 
 def _run(body):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     return run_threads(_world_rank, 2, body, timeout=120)
 

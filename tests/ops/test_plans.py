@@ -100,7 +100,7 @@ def _rank(rank, world_size, root, cfg, seed):
 
 @pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: "W{}-BS{}-H{}-K{}-E{}-q{}-w{}-m{}-S{}R{}-cq{}".format(*c))
 def test_plan_matches_per_call_path(acl, cfg):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for rank_results in run_threads(_rank, cfg[0], cfg, 11, timeout=240):
         for step, same in rank_results:
@@ -134,7 +134,7 @@ def _refusals(rank, world_size, root):
 
 
 def test_plan_refuses_what_it_fixed(acl):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     msgs = run_threads(_refusals, 2, timeout=120)[0]
     assert msgs[0] == "x: the plan is fixed to shape (4, 1024) (got (5, 1024))"
@@ -176,7 +176,7 @@ def _own_outputs_again(rank, world_size, root):
 
 
 def test_a_call_without_outputs_writes_the_plans_own_after_a_call_that_gave_some(acl):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for written in run_threads(_own_outputs_again, 2, timeout=120):
         assert written == [(False, True), (True, False)]  # (the plan's own, the caller's)

@@ -74,7 +74,7 @@ def _rank(rank, world_size, root, which):
 
 @pytest.mark.parametrize("which", ["dispatch", "combine"])
 def test_prechecks_match_the_c_side(acl, which):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     results = run_threads(_rank, 2, which, timeout=120)[0]
     assert len(results) == len(CASES)

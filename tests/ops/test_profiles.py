@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import pytest
 
-from aclnn_py import demo
-from aclnn_py.cli_conventions import UsageError
 from aclnn_py.ops.profiles import A2, A3, ASCEND950, FAMILIES
+from aclnn_py.tools import demo
+from aclnn_py.tools.cli_conventions import UsageError
 
 
 def test_y_dtypes_per_line_and_mode():

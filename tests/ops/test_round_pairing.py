@@ -76,7 +76,7 @@ def _two_dispatches_then(rank, world_size, root, how):
 
 
 def _run(how):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     return run_threads(_two_dispatches_then, W, how, timeout=120)
 
@@ -182,7 +182,7 @@ def _double(rows):
 
 def test_reused_output_buffer_is_not_taken_for_its_old_rows(acl):
     from aclnn_py import golden
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     xs, ids = [_inputs(r, 2)[0] for r in range(W)], [_inputs(r, 2)[1] for r in range(W)]
     g = [c.x_out for c in golden.round_trip(xs, ids, lambda r, d: _double(d.expand_x), moe_expert_num=E)[1]]
@@ -194,7 +194,7 @@ def test_reused_output_buffer_is_not_taken_for_its_old_rows(acl):
 
 @pytest.mark.parametrize("how", ["rank0_from_a"])
 def test_rounds_are_checked_in_processes(acl, how):
-    from aclnn_py.launch import spawn
+    from aclnn_py.worlds import spawn
 
     for code, msg, _ in spawn(_two_dispatches_then, W, how, timeout=120):
         assert code == KERNEL_FAIL and "paired this combine with different dispatch calls" in msg, msg
@@ -342,7 +342,7 @@ def test_threads_sharing_a_buffer_and_stream_are_exact_or_refused(acl, seed, sha
     """Every round of every thread on every rank is bit-exact vs the golden, or its dispatch or combine
     failed with 507015 — never silently wrong."""
     from aclnn_py import golden
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     res = run_threads(_threads_body, W, seed, shared_routing, quant, timeout=600)
     exact = refused = by_round = 0

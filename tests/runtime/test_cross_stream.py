@@ -81,7 +81,7 @@ def _one_round(route, buf, cfg, inputs, outs, streams, plans):
 
 @pytest.mark.parametrize("route", ["buffer", "ops", "plan"])
 def test_combine_on_another_stream_reads_the_dispatch(acl, route):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     want = run_threads(lambda r, n, root: _round(route, r, n, root, False), W, timeout=120)
     got = run_threads(lambda r, n, root: _round(route, r, n, root, True), W, timeout=120)
@@ -117,7 +117,7 @@ def _copy_after_write(rank, world_size, root):
 
 
 def test_copies_and_downloads_wait_for_a_write_on_another_stream(acl):
-    from aclnn_py.launch import run_threads
+    from aclnn_py.worlds import run_threads
 
     for early, final, after, mine in run_threads(_copy_after_write, W, timeout=120):
         assert early.tobytes() == final.tobytes()

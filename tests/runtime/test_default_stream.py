@@ -10,7 +10,7 @@ import numpy as np
 
 from aclnn_py import golden
 from aclnn_py.dtypes import bfloat16
-from aclnn_py.launch import run_threads
+from aclnn_py.worlds import run_threads
 
 
 def _inputs(rank: int, rnd: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

@@ -33,7 +33,7 @@ def default_timeouts(monkeypatch, mock):
 
 
 def _form_world(acl, n=2):
-    from aclnn_py import launch
+    from aclnn_py import worlds
     from aclnn_py.hccl import Communicator, build_context
 
     def body(rank, ws, root):
@@ -41,7 +41,7 @@ def _form_world(acl, n=2):
         ctx, ccl = build_context(comm)
         return comm, ctx, ccl, acl.Device.current().create_stream()
 
-    return launch.run_threads(body, n, timeout=60)
+    return worlds.run_threads(body, n, timeout=60)
 
 
 def _prepare_dispatch(rank, world, seed=5):

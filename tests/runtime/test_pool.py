@@ -112,7 +112,7 @@ def _serving_loop(rank: int, world_size: int, root: bytes, keep: bool = False) -
 
 def test_serving_loop_through_the_buffer_makes_no_malloc_or_free_in_steady_state(acl: Any) -> None:
     with counted_runtime_calls(acl) as counts:
-        right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
+        right = acl.worlds.run_threads(_serving_loop, 2, timeout=120)
     assert all(all(r) and len(r) == STEPS - 2 for r in right), right
     assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 
@@ -120,7 +120,7 @@ def test_serving_loop_through_the_buffer_makes_no_malloc_or_free_in_steady_state
 def test_kept_results_take_their_memory_from_the_pool(acl: Any) -> None:
     """keep=True gives every call outputs of their own: the pool serves them in steady state."""
     with counted_runtime_calls(acl) as counts:
-        right = acl.launch.run_threads(_serving_loop, 2, True, timeout=120)
+        right = acl.worlds.run_threads(_serving_loop, 2, True, timeout=120)
     assert all(all(r) and len(r) == STEPS - 2 for r in right), right
     assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 
@@ -128,7 +128,7 @@ def test_kept_results_take_their_memory_from_the_pool(acl: Any) -> None:
 def test_without_the_pool_kept_results_allocate_every_step(acl: Any) -> None:
     """The counter above sees the allocations the pool avoids."""
     with pool_off(acl), counted_runtime_calls(acl) as counts:
-        acl.launch.run_threads(_serving_loop, 2, True, timeout=120)
+        acl.worlds.run_threads(_serving_loop, 2, True, timeout=120)
     assert counts["aclrtMalloc"] >= 2 * (STEPS - WARMUP) and counts["aclrtFree"] >= 2 * (STEPS - WARMUP - 1)
 
 
@@ -136,7 +136,7 @@ def test_without_the_pool_the_buffer_writes_into_its_result_sets(acl: Any) -> No
     """The buffer's ring of result sets: a call writes into the memory of a set two calls old, so no
     allocation in steady state even with the pool off."""
     with pool_off(acl), counted_runtime_calls(acl) as counts:
-        right = acl.launch.run_threads(_serving_loop, 2, timeout=120)
+        right = acl.worlds.run_threads(_serving_loop, 2, timeout=120)
     assert all(all(r) and len(r) == STEPS - 2 for r in right), right
     assert counts == {"aclrtMalloc": 0, "aclrtFree": 0}, f"steady-state steps called the allocator: {counts}"
 

@@ -85,7 +85,7 @@ def test_numpy_waits_for_the_stream_that_wrote_the_tensor(acl: Any) -> None:
         s.close()
         comm.close()
 
-    acl.launch.run_threads(rank_body, 2)
+    acl.worlds.run_threads(rank_body, 2)
     assert got["waited"] >= 0.3 and (got["values"] == 0x07070707).all()
 
 
@@ -104,5 +104,5 @@ def _dispatch_read_body(rank: int, world_size: int, root: bytes) -> list[int]:
 
 
 def test_outputs_read_right_after_dispatch_are_complete(acl: Any) -> None:
-    for counts in acl.launch.run_threads(_dispatch_read_body, 2):
+    for counts in acl.worlds.run_threads(_dispatch_read_body, 2):
         assert counts == [1, 2]

@@ -294,7 +294,7 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
         # would give the ranks that other copy. Each rank then imports the package itself, with
         # the launcher's sys.path.
         ctx.set_forkserver_preload([] if _working_directory_shadows_package() else
-                                   ["aclnn_py", "aclnn_py.hccl", "aclnn_py.launch"])
+                                   ["aclnn_py", "aclnn_py.hccl", "aclnn_py.worlds"])
     procs: list[Any] = []
     conns: list[Any] = []
     launcher = (os.getpid(), _process_start_time(os.getpid()))
@@ -532,4 +532,4 @@ def mpi_bootstrap(comm: Any = None, set_device: bool = True) -> tuple[int, int, 
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit("aclnn_py.launch is a library module")
+    sys.exit("aclnn_py.worlds is a library module")

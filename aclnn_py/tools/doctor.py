@@ -130,7 +130,8 @@ def collect(request: str | None) -> dict[str, Any]:
     """Load the requested backend and describe it; never raises for a backend that fails to load
     (that is part of the report). ``problems`` lists what makes the exit status 1."""
     import aclnn_py as acl
-    from aclnn_py import _loader, _package
+    from aclnn_py._binding import loader as _loader
+    from aclnn_py._binding import package as _package
 
     origin = _package.origin()
     doc: dict[str, Any] = {
@@ -170,7 +171,9 @@ def collect(request: str | None) -> dict[str, Any]:
 
 def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
     import aclnn_py as acl
-    from aclnn_py import _abi, _aclnn, _loader
+    from aclnn_py import _aclnn
+    from aclnn_py._binding import guard as _abi
+    from aclnn_py._binding import loader as _loader
     from aclnn_py.ops import generations
 
     doc["backend"].update(loaded=True, kind=b.kind, root=str(b.root))

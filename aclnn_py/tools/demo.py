@@ -23,16 +23,17 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from . import casts, golden
+from .. import golden
+from ..dtypes import DataType, bfloat16
+from ..golden import casts
+from ..ops import generations
+from ..ops.profiles import A2_LIMITS, FAMILIES, SocProfile
 from .cli_conventions import UsageError, int_at_least, positive_seconds
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
-from .dtypes import DataType, bfloat16
-from .ops import generations
-from .ops.profiles import A2_LIMITS, FAMILIES, SocProfile
 
 if TYPE_CHECKING:
-    from .buffer import MoeDistributeBuffer
-    from .runtime import Stream
+    from ..buffer import MoeDistributeBuffer
+    from ..runtime import Stream
 
 DTYPES = {"bf16": bfloat16, "fp16": np.dtype(np.float16)}
 _FORMAT_OF_DTYPE = {"bf16": "bfloat16", "fp16": "float16"}
@@ -228,9 +229,9 @@ def _say(message: str) -> None:
 
 def _rank_main(rank: int, world_size: int, root: bytes, m: Model, devices: Sequence[int],
                progress: bool) -> list[dict[str, Any]]:
-    from .buffer import MoeDistributeBuffer
-    from .hccl import Communicator
-    from .runtime import Device, init
+    from ..buffer import MoeDistributeBuffer
+    from ..hccl import Communicator
+    from ..runtime import Device, init
 
     init()
     dev = Device(devices[rank]).set_current()
@@ -392,7 +393,7 @@ def run(m: Model, *, threads: bool = False, timeout: float = 300.0, devices: Seq
         say: Callable[[str], None] | None = None, where: str = "") -> DemoResult:
     """Run `m.rounds` rounds on `m.world_size` ranks of the default backend (processes, or threads of
     this process) and compare every output with the golden. `say` receives progress lines."""
-    from .launch import run_threads, spawn
+    from ..worlds import run_threads, spawn
 
     devices = list(range(m.world_size)) if devices is None else list(devices)
     golds = []
@@ -517,7 +518,8 @@ def _devices(text: str | None) -> list[int] | None:
 def _open_backend(backend: str, soc: str) -> tuple[str, str, int, str]:
     """Load the backend in this process; (where, soc, device count, CANN version) for the report."""
     import aclnn_py as acl
-    from aclnn_py.doctor import cann_version
+
+    from .doctor import cann_version
 
     try:
         b = acl.init(backend)
@@ -579,8 +581,8 @@ def _run_reporting_failures(m: Model, args: argparse.Namespace, devices: list[in
                             say: Callable[[str], None] | None, where: str) -> DemoResult | None:
     """run(), with the backend's failures as a report (exit 1) and the operator's refusal of the
     model's parameters as a usage error (exit 2)."""
-    from .errors import AclnnError, AclnnPyError
-    from .launch import RankError
+    from ..errors import AclnnError, AclnnPyError
+    from ..worlds import RankError
 
     try:
         return run(m, threads=args.threads, timeout=args.timeout, devices=devices, say=say, where=where)

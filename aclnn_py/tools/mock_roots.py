@@ -46,7 +46,7 @@ def parse_generations(text: str) -> list[int]:
 def make_root(dest: str | os.PathLike[str], generations: Iterable[int], mock: Path | None = None) -> Path:
     """Make `dest` (a new or empty directory) a CANN root of the mock that exports only the MoE
     operators of `generations` (1 to 5), listed in that order of priority. Returns its path."""
-    from ._loader import mock_root
+    from .._binding.loader import mock_root
 
     gens = parse_generations(",".join(str(g) for g in generations))
     src = (mock or mock_root()).resolve()

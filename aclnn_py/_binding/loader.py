@@ -18,10 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _package, errors
+from .. import errors
+from . import package as _package
 
 if TYPE_CHECKING:
-    from ._abi import AbiReport
+    from .guard import AbiReport
 
 #: Functions of libnnopbase.so; every other non-HCCL, non-op name is libascendcl.so's.
 _META_FUNCTIONS = frozenset(
@@ -220,7 +221,7 @@ def _kind_of(root: Path) -> str:
 
 def _load(kind: str, root: Path) -> Backend:
     try:
-        _aclnn: Any = importlib.import_module(f"{__package__}._aclnn")  # the compiled cffi module
+        _aclnn: Any = importlib.import_module("aclnn_py._aclnn")  # the compiled cffi module
     except ImportError as exc:
         problem = _package.origin().problem or str(exc)
         raise errors.BackendError(f"the compiled binding aclnn_py._aclnn cannot be imported: {problem}") from exc
@@ -261,7 +262,7 @@ def _load(kind: str, root: Path) -> Backend:
             missing[name] = ", ".join(str(p) for p in search) or f"no {group} library under {root}"
     abi = None
     if kind == "cann":
-        from ._abi import guard
+        from .guard import guard
 
         try:
             abi = guard(root, symbols, _aclnn, symbol_group)
@@ -279,14 +280,14 @@ def _load(kind: str, root: Path) -> Backend:
 def _bind_core(b: Backend) -> None:
     """The compiled core calls these backend functions by address (the trampolines); on the mock, also
     the refill of reused memory with the poison of new memory."""
-    from . import _core
+    from .. import _core
 
     def address(name: str) -> int:
         return int(b.ffi.cast("uintptr_t", b.function_pointer(name)))
 
     refill = 0
     if b.is_mock:
-        from . import _mock
+        from .. import _mock
 
         refill = int(_mock.refill_poison_async_address())
     _core.bind_backend(create_tensor_address=address("aclCreateTensor"),

@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from . import casts
+from ..golden import casts
 
 #: Every output of a round, in the order the operators produce them.
 DISPATCH_OUTPUTS = ("expand_x", "dynamic_scales", "assist_info_for_combine", "expert_token_nums", "ep_recv_counts",

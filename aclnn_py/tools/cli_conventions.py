@@ -1,6 +1,6 @@
 """The conventions every `aclnn-py` command shares: defaults in ``--help``, a user's mistake as one
 line and exit 2 (:class:`UsageError`), an internal error as a traceback and exit 3. The commands
-(doctor, demo) import this module; :mod:`aclnn_py.cli` imports the commands. The checkout's
+(doctor, demo) import this module; :mod:`aclnn_py.tools.cli` imports the commands. The checkout's
 ``python -m benchmarks`` follows the same conventions through :func:`run_main`."""
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def _bench_pointer(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> Parser:
-    from . import __version__, demo, doctor, mock_roots
+    from .. import __version__
+    from . import demo, doctor, mock_roots
 
     ap = Parser(prog="aclnn-py", description=DESCRIPTION,
                 epilog="Run `aclnn-py <command> --help` for a command's options and exit status.")

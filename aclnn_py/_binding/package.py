@@ -56,9 +56,9 @@ def origin() -> Origin:
     """Where this process's ``aclnn_py`` came from (computed once)."""
     global _origin
     if _origin is None:
-        from ._version import __version__
+        from .._version import __version__
 
-        _origin = locate(Path(__file__).resolve().parent, __version__)
+        _origin = locate(Path(__file__).resolve().parent.parent, __version__)
     return _origin
 
 
