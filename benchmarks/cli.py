@@ -10,10 +10,11 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from aclnn_py.tools.cli_conventions import Parser, UsageError, int_at_least, positive_seconds, run_main
 
+from . import plot as plt_
 from . import report as rpt
 from .host_overhead import host_overhead
 from .pool import pool_alloc_free
@@ -33,6 +34,7 @@ class Settings(argparse.Namespace):
     json: bool
     markdown: bool
     update: Path | None
+    plot: Path | None
     saved_report: dict[str, Any] | None
     quick: bool
     quiet: bool
@@ -60,7 +62,7 @@ DEFAULTS: dict[str, tuple[Any, Any]] = {
     "repeats": (15, 3),
     "rounds": (5, 2),
     "max_world": (512, 4),
-    "thread_world": ([f"{s}:{w}" for s, w in DEFAULT_WORLDS], ["Ascend910_93:8", "Ascend950:8"]),
+    "thread_world": (list(DEFAULT_WORLDS), ["Ascend910_93:8", "Ascend950:8"]),
 }
 
 
@@ -89,7 +91,7 @@ def _saved_report(path: str) -> dict[str, Any]:
     return report
 
 
-def _world(text: str) -> tuple[str, int]:
+def _world(text: str) -> list[tuple[str, int]]:
     try:
         return parse_world(text)
     except ValueError as e:
@@ -131,6 +133,10 @@ def build_parser() -> Parser:
                           "<!-- bench:end --> instead of printing them (default: print)")
     out.add_argument("--from", dest="saved_report", type=_saved_report, metavar="REPORT.json",
                      help="render a saved --json report instead of running the bench (default: run)")
+    out.add_argument("--plot", type=Path, metavar="DIR",
+                     help="also draw the worlds' round time and memory against W into DIR/round_time.png and "
+                          f"DIR/memory.png (needs matplotlib: {plt_.PLOT_EXTRA}); with --markdown the tables link "
+                          "them (default: no plots)")
     out.add_argument("--quiet", action="store_true", help="no progress on stderr (default: progress shown)")
     run = p.add_argument_group("what to run")
     run.add_argument("--quick", action="store_true", help="small sizes and few repeats, seconds (default: full run)")
@@ -150,8 +156,8 @@ def build_parser() -> Parser:
                      help="scaling: memory left to the machine; a size estimated to need more than "
                           "MemAvailable minus this is not run")
     run.add_argument("--thread-world", type=_world, action="append", metavar="SOC:W",
-                     help="thread worlds to run, repeatable; SOC is A3 / Ascend910_93 or 950 / Ascend950 "
-                          f"{dflt('thread_world')}")
+                     help="thread worlds to run, repeatable; SOC is A3 / Ascend910_93 or 950 / Ascend950, W "
+                          f"one size or W1-W2 (doubling from W1 up to W2) {dflt('thread_world')}")
     run.add_argument("--thread-tokens", type=int, default=1, metavar="N", help="thread worlds: tokens per rank")
     run.add_argument("--thread-hidden", type=int, default=1024, metavar="H", help="thread worlds: hidden size")
     run.add_argument("--thread-topk", type=int, default=1, metavar="K", help="thread worlds: experts per token")
@@ -173,12 +179,16 @@ def resolve(args: argparse.Namespace) -> Settings:
         if getattr(s, name, None) is None:
             value = quick if s.quick else full
             setattr(s, name, [parse_world(v) for v in value] if name == "thread_world" else value)
+    groups = cast("list[list[tuple[str, int]]]", s.thread_world)  # one list per --thread-world (a range is several)
+    s.thread_world = [world for group in groups for world in group]
     if s.sections is None:
         s.sections = list(SECTIONS)
     if s.update is not None and not s.markdown:
         raise UsageError("--update needs --markdown", PROG)
     if s.json and s.markdown:
         raise UsageError("choose one of --json and --markdown", PROG)
+    if s.plot is not None and not plt_.available():
+        raise UsageError(f"--plot needs matplotlib: {plt_.PLOT_EXTRA}", PROG)
     return s
 
 
@@ -233,10 +243,14 @@ def _main(args: argparse.Namespace, argv: Sequence[str] | None) -> int:
         report = s.saved_report
     else:
         report = run(s, progress, command_line(argv))
+    if s.plot is not None:
+        report["plots"] = plt_.plot(report, s.plot)
+        for path in report["plots"].values():
+            progress(f"wrote {path}")
     if s.json:
         print(json.dumps(report, indent=2))
     elif s.markdown:
-        md = rpt.markdown(report)
+        md = rpt.markdown(report, s.update.parent if s.update is not None else None)
         if s.update is not None:
             try:
                 rpt.update_file(s.update, md)

@@ -155,6 +155,10 @@ def throughput_table(t: dict[str, Any]) -> list[str]:
     return _table([title, ""], rows)
 
 
+def _growth(r: dict[str, Any]) -> str:
+    return f"{r['growth']:.2f}×" if "growth" in r else "–"
+
+
 def scaling_table(rows: list[dict[str, Any]]) -> list[str]:
     ok = [r for r in rows if "error" not in r]
     out: list[str] = []
@@ -163,12 +167,16 @@ def scaling_table(rows: list[dict[str, Any]]) -> list[str]:
         header = [f"W (processes, BS = {r0['tokens']}, H = {r0['hidden']}, K = {r0['topk']}, E = 2W)"]
         header += [str(r["world_size"]) for r in ok]
         body = [
-            ["round, ms"] + [_num(r["round_ms"]) for r in ok],
+            ["start-up (launch to every buffer ready), s"] + [_num(r["startup_s"]) for r in ok],
+            ["first round, ms"] + [_num(r["first_round_ms"]) for r in ok],
+            ["steady round, device Tensors, ms"] + [_num(r["round_ms"]) for r in ok],
+            ["steady round, host arrays, ms"] + [_num(r["host_round_ms"]) for r in ok],
+            ["steady round (device) × per doubling of W"] + [_growth(r) for r in ok],
+            ["teardown, s"] + [_num(r["teardown_s"]) for r in ok],
             ["peak RSS per rank, MiB"] + [_num(r["peak_rss_mb_per_rank"]) for r in ok],
             ["whole world (sum of PSS), MiB"] + [_num(r.get("pss_mb_total", float("nan"))) for r in ok],
             [f"shared memory touched, MiB (windows {r0['window_mb_per_rank']} MiB × W)"]
             + [_num(r["shm_touched_mb"]) for r in ok],
-            ["wall time incl. start-up, s"] + [_num(r.get("wall_s", float("nan"))) for r in ok],
         ]
         out += _table(header, body)
     for r in rows:
@@ -182,18 +190,28 @@ def thread_worlds_table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         model = f"BS {r['tokens']}, H {r['hidden']}, K {r['topk']}, E {r['experts']}"
         if "error" in r:
-            body.append([r["soc"], str(r["world_size"]), model, "failed: " + _cell(r["error"]),
-                         "", "", ""])
+            body.append([r["soc"], str(r["world_size"]), model, "failed: " + _cell(r["error"])] + [""] * 7)
         else:
-            body.append([r["soc"], str(r["world_size"]), model, f"{_num(r['round_s'])} s",
-                         f"{_num(r['world_s'])} s", f"{_num(r['peak_rss_mb'])} MiB",
+            body.append([r["soc"], str(r["world_size"]), model, f"{_num(r['startup_s'])} s",
+                         f"{_num(r['first_round_ms'])} ms", f"{_num(r['round_ms'])} ms",
+                         f"{_num(r['host_round_ms'])} ms", _growth(r), f"{_num(r['teardown_s'])} s",
+                         f"{_num(r['peak_rss_mb'])} MiB",
                          "bit for bit" if r["golden_match"] else f"MISMATCH (ranks {r['mismatched_ranks']})"])
-    return _table(["profile", "W (threads)", "model", "round", "world (start-up + round)", "peak RSS",
-                   "vs golden"], body)
+    return _table(["profile", "W (threads)", "model", "start-up", "first round", "steady round, device Tensors",
+                   "steady round, host arrays", "× per doubling", "teardown", "peak RSS", "vs golden"], body)
 
 
-def markdown(report: dict[str, Any]) -> str:
-    """The performance section's tables, with the command and the machine above them."""
+def _plots(report: dict[str, Any], relative_to: Path | None) -> list[str]:
+    out = []
+    for title, path in report.get("plots", {}).items():
+        shown = os.path.relpath(path, relative_to) if relative_to is not None else path
+        out.append(f"![{title}]({Path(shown).as_posix()})")
+    return out
+
+
+def markdown(report: dict[str, Any], relative_to: Path | None = None) -> str:
+    """The performance section's tables, with the command and the machine above them; the plots of
+    ``--plot`` linked relative to `relative_to` (the folder of the file they are written into)."""
     mc = report.get("machine", {})
     lines = [
         f"Measured with `{report.get('command', 'python -m benchmarks')}` on {mc.get('cpus', '?')} cores "
@@ -214,12 +232,22 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [""] + pool_table(report["pool"]["alloc_free"])
     if "throughput" in report:
         lines += [""] + throughput_table(report["throughput"])
+    if report.get("scaling") or report.get("thread_worlds"):
+        lines += ["", "Worlds: each rank runs MoeDistributeBuffer rounds (dispatch → expert → combine) as users "
+                  "write them: first with device Tensors (inputs uploaded once, an identity expert on the device "
+                  "side), then with host arrays (numpy in, `.numpy()` out, a numpy expert). Every round starts after "
+                  "a barrier and lasts until its slowest rank ends it; steady rounds follow two warm-up rounds "
+                  "(device) or one (host); memory is read after a barrier. × per doubling: how many times the "
+                  "previous size's steady round a size takes, per doubling of W (above 64; 2 is O(W) per rank)."]
     if report.get("scaling"):
         lines += [""] + scaling_table(report["scaling"])
     if report.get("thread_worlds"):
-        lines += ["", "One dispatch → expert → combine round with the ranks as threads of one process, "
-                  "checked against `aclnn_py.golden`:", ""]
+        lines += ["", "The ranks as threads of one process, checked against `aclnn_py.golden` (the last host "
+                  "round of every rank):", ""]
         lines += thread_worlds_table(report["thread_worlds"])
+    plots = _plots(report, relative_to)
+    if plots:
+        lines += [""] + plots
     return "\n".join(lines) + "\n"
 
 
@@ -274,16 +302,18 @@ def text(report: dict[str, Any]) -> str:
             if "error" in s:
                 out.append(f"  W={s['world_size']:4}  {s['error']}")
             else:
-                out.append(f"  W={s['world_size']:4}  round {s['round_ms']:.2f} ms  peak RSS/rank "
-                           f"{s['peak_rss_mb_per_rank']:.0f} MiB  world PSS {s['pss_mb_total']:.0f} MiB  shm touched "
-                           f"{s['shm_touched_mb']:.0f} MiB  wall {s['wall_s']:.1f} s")
+                out.append(f"  W={s['world_size']:4}  start-up {s['startup_s']:.2f} s  first {s['first_round_ms']:.1f} ms"
+                           f"  round {s['round_ms']:.2f} ms (host arrays {s['host_round_ms']:.2f} ms, "
+                           f"{_growth(s)} per doubling)  teardown {s['teardown_s']:.2f} s  peak RSS/rank "
+                           f"{s['peak_rss_mb_per_rank']:.0f} MiB  world PSS {s['pss_mb_total']:.0f} MiB")
     if report.get("thread_worlds"):
         out.append("thread worlds:")
         for r in report["thread_worlds"]:
             if "error" in r:
                 out.append(f"  {r['soc']:<13} W={r['world_size']:5}  {r['error']}")
             else:
-                out.append(f"  {r['soc']:<13} W={r['world_size']:5}  round {r['round_s']:.2f} s  world "
-                           f"{r['world_s']:.1f} s  peak RSS {r['peak_rss_mb']:.0f} MiB  golden "
-                           f"{'match' if r['golden_match'] else 'MISMATCH'}")
+                out.append(f"  {r['soc']:<13} W={r['world_size']:5}  start-up {r['startup_s']:.2f} s  first "
+                           f"{r['first_round_ms']:.1f} ms  round {r['round_ms']:.1f} ms (host arrays "
+                           f"{r['host_round_ms']:.1f} ms, {_growth(r)} per doubling)  teardown {r['teardown_s']:.2f} s"
+                           f"  peak RSS {r['peak_rss_mb']:.0f} MiB  golden {'match' if r['golden_match'] else 'MISMATCH'}")
     return "\n".join(out)

@@ -1,6 +1,8 @@
-"""Scaling over process worlds: round time and memory for W = 2, 4, 8, … processes at a small
-batch, up to ``--max-world``. A size that fails (or would not fit in the machine's memory) ends the
-sweep with a row saying why, instead of aborting the bench."""
+"""Scaling over process worlds: W = 2, 4, 8, … processes up to ``--max-world`` at a small batch, each
+rank running :mod:`.world_rounds` (start-up, warm-up and steady rounds through MoeDistributeBuffer
+with device Tensors and with host arrays, teardown, memory), and the growth per doubling of W. A size
+that fails (or would not fit in the machine's memory) ends the sweep with a row saying why, instead of
+aborting the bench."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from typing import Any
 
 from . import memory
 from .progress import SILENT, Progress
-from .throughput import run_world
+from .world_rounds import WorldRounds, growth_per_doubling, rank_rounds, summarize
 
 FIRST_GUESS_MB_PER_RANK = 64.0  # before any size has run: a rank process of the mock, roughly
 HEADROOM = 1.5                  # a size's memory is estimated from the previous one, with margin
@@ -56,14 +58,22 @@ def world_timeout(w: int) -> float:
     return 120.0 + 3.0 * w
 
 
-def scaling(worlds: list[int], tokens: int = 8, hidden: int = 2048, topk: int = 4, rounds: int = 3,
+def run_process_world(spec: WorldRounds, timeout: float) -> dict[str, Any]:
+    """One process world of `spec`'s rounds, summarized."""
+    from aclnn_py.worlds import spawn
+
+    t_launch = time.perf_counter()
+    ranks = spawn(rank_rounds, spec.world_size, spec, t_launch, timeout=timeout)
+    return summarize(spec, ranks, time.perf_counter())
+
+
+def scaling(worlds: list[int], tokens: int = 8, hidden: int = 2048, topk: int = 4, rounds: int = 5,
             reserve_mb: float = 4096.0, progress: Progress = SILENT) -> list[dict[str, Any]]:
     """One row per world size; the first failure (or a size estimated not to fit in MemAvailable
     minus `reserve_mb`) is the last row, with ``error`` instead of figures."""
     out: list[dict[str, Any]] = []
     per_rank_mb = FIRST_GUESS_MB_PER_RANK
     for w in worlds:
-        m = dict(world_size=w, tokens=tokens, hidden=hidden, topk=topk, experts=w * 2, quant_mode=0)
         row: dict[str, Any] = {"world_size": w, "tokens": tokens, "hidden": hidden, "topk": topk}
         need, avail = w * per_rank_mb * HEADROOM, memory.available_mb()
         if need > avail - reserve_mb:
@@ -72,21 +82,19 @@ def scaling(worlds: list[int], tokens: int = 8, hidden: int = 2048, topk: int = 
             out.append(row)
             progress(f"scaling: W={w} not run (memory)")
             break
-        progress(f"scaling: W={w} processes, {rounds} rounds (BS={tokens}, H={hidden}, K={topk}, E={2 * w})")
+        progress(f"scaling: W={w} processes, {rounds} steady rounds (BS={tokens}, H={hidden}, K={topk}, E={2 * w})")
         t0 = time.perf_counter()
         try:
-            r = run_world(m, rounds, timeout=world_timeout(w))
+            r = run_process_world(WorldRounds(w, tokens, hidden, topk, experts=2 * w, rounds=rounds),
+                                  timeout=world_timeout(w))
         except Exception as exc:  # noqa: BLE001 - any failure of one size is reported as its row
             row.update(error=short_reason(exc), wall_s=time.perf_counter() - t0)
             out.append(row)
             progress(f"scaling: W={w} failed: {row['error']}")
             break
-        row.update(round_ms=1e3 * r["round_s"]["median"], round_ms_min=1e3 * r["round_s"]["min"],
-                   round_ms_max=1e3 * r["round_s"]["max"], peak_rss_mb_per_rank=r["peak_rss_mb_per_rank"],
-                   pss_mb_total=r["pss_mb_total"], shm_touched_mb=r["shm_mb"],
-                   window_mb_per_rank=2 * buffsize_mb(), bytes_moved=r["bytes_moved"],
-                   wall_s=time.perf_counter() - t0)
+        row.update(r, window_mb_per_rank=2 * buffsize_mb(), wall_s=time.perf_counter() - t0)
         out.append(row)
         if r["pss_mb_total"] > 0:
             per_rank_mb = r["pss_mb_total"] / w
+    growth_per_doubling(out)
     return out

@@ -1,6 +1,7 @@
-"""Thread worlds: one full dispatch → expert → combine round with the W ranks as threads of one
-process, at the largest worlds each SoC profile allows (A3: 768, Ascend950: 1024), checked against
-:mod:`aclnn_py.golden`, with the round's time and the process's peak memory.
+"""Thread worlds: dispatch → expert → combine rounds through MoeDistributeBuffer with the W ranks as
+threads of one process (:mod:`.world_rounds`), up to the largest worlds each SoC profile allows (A3:
+768, Ascend950: 1024), checked against :mod:`aclnn_py.golden`: start-up, warm-up and steady rounds
+(device Tensors, host arrays), teardown, the process's peak memory, and the growth per doubling of W.
 
 Each world runs in a child process of its own, so its peak memory is its own, the SoC switch
 (``_mock.set_soc``) stays there, and a crash or hang of the mock becomes a row with the reason.
@@ -19,15 +20,16 @@ import numpy as np
 
 from . import memory
 from .progress import SILENT, Progress
-from .scaling import short_reason
+from .scaling import short_reason, worlds_up_to
+from .world_rounds import WorldRounds, growth_per_doubling, rank_rounds, summarize
 
-DEFAULT_WORLDS = (("Ascend910_93", 768), ("Ascend950", 1024))
+DEFAULT_WORLDS = ("A3:64-768", "950:1024")
 SOC_ALIASES = {"a3": "Ascend910_93", "ascend910_93": "Ascend910_93", "950": "Ascend950", "ascend950": "Ascend950"}
 
 
 @dataclass(frozen=True)
 class ThreadWorld:
-    """One thread-world round: SoC profile, ranks, and the (small) model; experts = W."""
+    """One thread world: SoC profile, ranks, and the (small) model; experts = W."""
 
     soc: str
     world_size: int
@@ -35,69 +37,34 @@ class ThreadWorld:
     hidden: int = 1024
     topk: int = 1
 
-    def demo_model(self) -> Any:
-        from aclnn_py.tools.demo import Model
-
-        return Model(world_size=self.world_size, tokens=self.tokens, hidden=self.hidden, topk=self.topk,
-                     experts=self.world_size, seed=11)
+    def rounds(self) -> WorldRounds:
+        return WorldRounds(self.world_size, self.tokens, self.hidden, self.topk, experts=self.world_size,
+                           keep_outputs=True)
 
 
-def parse_world(spec: str) -> tuple[str, int]:
-    """``"A3:768"`` / ``"Ascend950:1024"`` → (SoC profile name, W)."""
+def parse_world(spec: str) -> list[tuple[str, int]]:
+    """``"A3:768"`` → [(SoC profile name, 768)]; ``"A3:64-768"`` → the sizes doubling from 64 up to 768."""
     soc, sep, w = spec.partition(":")
     name = SOC_ALIASES.get(soc.strip().lower())
-    if not sep or name is None or not w.strip().isdigit() or int(w) < 2:
-        raise ValueError(f"thread world {spec!r}: expected SOC:W with SOC one of A3, Ascend910_93, 950, "
-                         f"Ascend950 and W >= 2")
-    return name, int(w)
-
-
-def _rank(rank: int, world_size: int, root: bytes, tw: ThreadWorld) -> dict[str, Any]:
-    from aclnn_py.buffer import MoeDistributeBuffer
-    from aclnn_py.hccl import Communicator
-    from aclnn_py.runtime import Device
-    from aclnn_py.tools.demo import expert_ffn, rank_inputs
-
-    m = tw.demo_model()
-    inp = rank_inputs(m, rank)
-    stream = Device.current().create_stream()
-    with Communicator(world_size, rank, root) as comm:
-        buf = MoeDistributeBuffer(comm)
-        comm.barrier(stream)
-        stream.synchronize()
-        t0 = time.perf_counter()
-        out = buf.low_latency_dispatch(inp.x, inp.ids, m.experts, topk_weights=inp.weights, stream=stream)
-        buf.synchronize(stream)
-        counts = out.ep_recv_counts.numpy()
-        n = int(counts[-1])
-        expand_x = out.expand_x.numpy()[:n]
-        tok_nums = out.expert_token_nums.numpy()
-        y = np.zeros(out.expand_x.shape, expand_x.dtype)
-        y[:n] = expert_ffn(m, rank, expand_x, None, tok_nums)
-        x_out = buf.low_latency_combine(y, inp.ids, inp.weights, out.assist_info_for_combine,
-                                        out.ep_recv_counts, num_experts=m.experts, stream=stream)
-        buf.synchronize(stream)
-        t1 = time.perf_counter()
-        result = {"expand_x": expand_x, "assist": out.assist_info_for_combine.numpy()[:3 * n],
-                  "ep_recv_counts": counts, "x_out": x_out.numpy(), "t0": t0, "t1": t1,
-                  "shm_mb": memory.windows_mb()}  # the world's windows are all still mapped
-        comm.barrier(stream)  # every rank has read its outputs before any window goes away
-        stream.synchronize()
-    stream.close()
-    return result
+    low, dash, high = w.strip().partition("-")
+    if not sep or name is None or not low.isdigit() or (dash and not high.isdigit()) \
+            or int(low) < 2 or (dash and int(high) < int(low)):
+        raise ValueError(f"thread world {spec!r}: expected SOC:W or SOC:W1-W2 (W doubling from W1 up to W2) with "
+                         "SOC one of A3, Ascend910_93, 950, Ascend950 and 2 <= W1 <= W2")
+    if not dash:
+        return [(name, int(low))]
+    return [(name, size) for size in worlds_up_to(int(high), smallest=int(low))]
 
 
 def _child(rank: int, world_size: int, root: bytes, tw: ThreadWorld, timeout: float) -> dict[str, Any]:
-    """The child process: switch the SoC profile, run the W threads, report time and memory."""
+    """The child process (a world of one): switch the SoC profile, run the W threads, report each rank."""
     from aclnn_py import _mock
     from aclnn_py.worlds import run_threads
 
     _mock.set_soc(tw.soc)
-    t0 = time.perf_counter()
-    res = run_threads(_rank, tw.world_size, tw, timeout=timeout)
-    wall = time.perf_counter() - t0
-    return {"ranks": res, "world_s": wall, "peak_rss_mb": memory.peak_rss_mb(),
-            "shm_touched_mb": max(r["shm_mb"] for r in res)}
+    t_launch = time.perf_counter()
+    ranks = run_threads(rank_rounds, tw.world_size, tw.rounds(), t_launch, timeout=timeout)
+    return {"ranks": ranks, "t_end": time.perf_counter(), "peak_rss_mb": memory.peak_rss_mb()}
 
 
 def golden_mismatches(tw: ThreadWorld, ranks: list[dict[str, Any]]) -> list[int]:
@@ -105,7 +72,7 @@ def golden_mismatches(tw: ThreadWorld, ranks: list[dict[str, Any]]) -> list[int]
     from aclnn_py import golden
     from aclnn_py.tools.demo import expert_ffn, rank_inputs
 
-    m = tw.demo_model()
+    m = tw.rounds().demo_model()
     inputs = [rank_inputs(m, r) for r in range(tw.world_size)]
 
     def fn(rank: int, d: golden.DispatchResult) -> np.ndarray:
@@ -151,9 +118,8 @@ def run_thread_world(tw: ThreadWorld, timeout: float, connect_timeout: float | N
             else:
                 os.environ["HCCL_CONNECT_TIMEOUT"] = saved
     ranks = child["ranks"]
-    row.update(round_s=max(r["t1"] for r in ranks) - min(r["t0"] for r in ranks), world_s=child["world_s"],
-               peak_rss_mb=child["peak_rss_mb"], shm_touched_mb=child["shm_touched_mb"],
-               wall_s=time.perf_counter() - t0)
+    row.update(summarize(tw.rounds(), ranks, child["t_end"]))
+    row.update(peak_rss_mb=child["peak_rss_mb"], wall_s=time.perf_counter() - t0)
     g0 = time.perf_counter()
     bad = golden_mismatches(tw, ranks)
     row.update(golden_s=time.perf_counter() - g0, golden_match=not bad, mismatched_ranks=bad[:16])
@@ -177,9 +143,12 @@ def thread_worlds(worlds: list[tuple[str, int]], tokens: int = 1, hidden: int = 
             if "error" in row:
                 progress(f"thread world: {soc} W={size} failed: {row['error']}")
             else:
-                progress(f"thread world: {soc} W={size} round {row['round_s']:.2f} s, peak RSS "
+                progress(f"thread world: {soc} W={size} start-up {row['startup_s']:.2f} s, steady round "
+                         f"{row['round_ms']:.1f} ms (host arrays {row['host_round_ms']:.1f} ms), peak RSS "
                          f"{row['peak_rss_mb']:.0f} MiB, golden {'match' if row['golden_match'] else 'MISMATCH'}")
             if "error" not in row or not fallback or size // 2 < smallest:
                 break
             size //= 2
+    for soc in dict.fromkeys(soc for soc, _ in worlds):
+        growth_per_doubling([r for r in rows if r["soc"] == soc])
     return rows

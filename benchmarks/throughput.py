@@ -66,6 +66,8 @@ def round_rank(rank: int, world_size: int, root: bytes, m: dict[str, int], round
         h = m["hidden"]
         row_d = h * (1 if m["quant_mode"] else 2) + 4 + 12 + 4  # data, scale, triple, weight
         moved = n * row_d + n * h * 2  # dispatch in, combine back
+        comm.barrier(stream)  # every rank has ended its last round before memory is read
+        stream.synchronize()
         # the world's windows are still mapped here: what the rounds touched, and this rank's share
         shm_mb = memory.windows_mb()
         pss = memory.pss_mb()

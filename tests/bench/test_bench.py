@@ -67,29 +67,31 @@ def test_bench_quick_json():
     assert t["bytes_moved"] > 0 and t["round_s"]["median"] > 0 and t["memcpy_floor_s"] > 0
     assert t["golden_round_s"] > 0 and t["round_over_memcpy_floor"] > 0
     assert [s["world_size"] for s in r["scaling"]] == [2, 4]
-    assert all(s["round_ms"] > 0 and s["peak_rss_mb_per_rank"] > 0 and s["pss_mb_total"] > 0
-               and s["shm_touched_mb"] > 0 for s in r["scaling"])
+    phases = ("startup_s", "first_round_ms", "round_ms", "host_round_ms", "teardown_s")
+    assert all(all(s[k] > 0 for k in phases) and s["round_ms_min"] <= s["round_ms"] <= s["round_ms_max"]
+               and s["peak_rss_mb_per_rank"] > 0 and s["pss_mb_total"] > 0 and s["shm_touched_mb"] > 0
+               for s in r["scaling"]), r["scaling"]
     tw = r["thread_worlds"]
     assert [(w["soc"], w["world_size"]) for w in tw] == [("Ascend910_93", 8), ("Ascend950", 8)]
-    assert all(w["golden_match"] and w["round_s"] > 0 and w["peak_rss_mb"] > 0 and w["shm_touched_mb"] > 0
-               for w in tw), tw
+    assert all(w["golden_match"] and all(w[k] > 0 for k in phases) and w["peak_rss_mb"] > 0
+               and w["shm_touched_mb"] > 0 for w in tw), tw
 
 
 def test_progress_on_stderr_names_stages_and_sizes():
     proc = run_bench("--sections", "scaling", "--max-world", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "scaling: W=2 processes" in proc.stderr
-    assert "W=   2  round" in proc.stdout and "scaling: W=" not in proc.stdout
+    assert "W=   2  start-up" in proc.stdout and "scaling: W=" not in proc.stdout
     quiet = run_bench("--sections", "scaling", "--max-world", "2", "--quiet")
-    assert quiet.returncode == 0 and quiet.stderr == "" and "W=   2  round" in quiet.stdout
+    assert quiet.returncode == 0 and quiet.stderr == "" and "W=   2  start-up" in quiet.stdout
 
 
 def test_help_shows_defaults():
     proc = run_bench("--help")
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
-    for expected in ("(default: 2000; --quick: 300)", "(default: 15; --quick: 3)", "(default: 512; --quick: 4)", "Ascend910_93:768",
-                     "Ascend950:1024", "(default: 4096)"):
+    for expected in ("(default: 2000; --quick: 300)", "(default: 15; --quick: 3)", "(default: 512; --quick: 4)", "A3:64-768",
+                     "950:1024", "(default: 4096)"):
         assert expected in text, expected
 
 
@@ -251,9 +253,11 @@ def small_report() -> dict:
                        "memcpy_floor_s": 0.043, "golden_round_s": 2.35, "round_over_memcpy_floor": 2.09,
                        "golden_over_round": 26.1, "peak_rss_mb_per_rank": 300.0, "pss_mb_total": 1800.0},
         "scaling": [
-            {"world_size": 2, "tokens": 8, "hidden": 2048, "topk": 4, "round_ms": 0.2, "peak_rss_mb_per_rank": 41.0,
+            {"world_size": 2, "tokens": 8, "hidden": 2048, "topk": 4, "startup_s": 1.5, "first_round_ms": 3.0,
+             "round_ms": 0.2, "host_round_ms": 0.9, "teardown_s": 0.05, "peak_rss_mb_per_rank": 41.0,
              "pss_mb_total": 60.0, "shm_touched_mb": 1.0, "window_mb_per_rank": 400, "wall_s": 0.5},
-            {"world_size": 4, "tokens": 8, "hidden": 2048, "topk": 4, "round_ms": 1.5, "peak_rss_mb_per_rank": 42.0,
+            {"world_size": 4, "tokens": 8, "hidden": 2048, "topk": 4, "startup_s": 1.6, "first_round_ms": 4.0,
+             "round_ms": 1.5, "host_round_ms": 2.5, "teardown_s": 0.06, "growth": 7.5, "peak_rss_mb_per_rank": 42.0,
              "pss_mb_total": 110.0, "shm_touched_mb": 2.0, "window_mb_per_rank": 400, "wall_s": 0.9},
             {"world_size": 8, "tokens": 8, "hidden": 2048, "topk": 4, "error": "TimeoutError: ranks [3] did not finish"},
         ],
@@ -261,7 +265,8 @@ def small_report() -> dict:
             {"soc": "Ascend910_93", "world_size": 768, "tokens": 1, "hidden": 1024, "topk": 1, "experts": 768,
              "error": "HcclTimeoutError: rank 3 | gave up"},
             {"soc": "Ascend910_93", "world_size": 384, "tokens": 1, "hidden": 1024, "topk": 1, "experts": 384,
-             "round_s": 1.25, "world_s": 40.0, "peak_rss_mb": 700.0, "golden_match": True, "mismatched_ranks": []},
+             "startup_s": 0.4, "first_round_ms": 90.0, "round_ms": 25.0, "host_round_ms": 280.0, "teardown_s": 0.1,
+             "peak_rss_mb": 700.0, "golden_match": True, "mismatched_ranks": []},
         ],
     }
 
@@ -285,12 +290,16 @@ def test_markdown_tables():
     assert any(ln.startswith("| reference round (W = 8 processes, 128 tokens/rank, H = 7168") for ln in lines)
     assert "| numpy golden of the same round | 2.35 s → the mock is 26.1× faster |" in lines
     assert "| W (processes, BS = 8, H = 2048, K = 4, E = 2W) | 2 | 4 |" in lines
-    assert "| round, ms | 0.2 | 1.5 |" in lines
+    assert "| steady round, device Tensors, ms | 0.2 | 1.5 |" in lines
+    assert "| steady round, host arrays, ms | 0.9 | 2.5 |" in lines
+    assert "| steady round (device) × per doubling of W | – | 7.50× |" in lines
+    assert "| start-up (launch to every buffer ready), s | 1.5 | 1.6 |" in lines
     assert "W = 8 processes: TimeoutError: ranks [3] did not finish" in lines
     # a failure row keeps the table's shape: no raw "|" from the reason
-    assert "| Ascend910_93 | 768 | BS 1, H 1024, K 1, E 768 | failed: HcclTimeoutError: rank 3 / gave up |  |  |  |" \
-        in lines
-    assert "| Ascend910_93 | 384 | BS 1, H 1024, K 1, E 384 | 1.25 s | 40 s | 700 MiB | bit for bit |" in lines
+    assert ("| Ascend910_93 | 768 | BS 1, H 1024, K 1, E 768 | failed: HcclTimeoutError: rank 3 / gave up "
+            "|  |  |  |  |  |  |  |") in lines
+    assert ("| Ascend910_93 | 384 | BS 1, H 1024, K 1, E 384 | 0.4 s | 90 ms | 25 ms | 280 ms | – | 0.1 s | 700 MiB "
+            "| bit for bit |") in lines
     for ln in lines:  # every table row has as many cells as its header
         if ln.startswith("|"):
             assert ln.count("|") >= 3
@@ -401,14 +410,13 @@ def test_scaling_reports_a_size_that_does_not_fit_as_its_last_row():
 def test_scaling_reports_a_failed_size_and_stops(monkeypatch):
     seen = []
 
-    def fake_run_world(m, rounds, timeout):
-        seen.append(m["world_size"])
-        if m["world_size"] == 4:
+    def fake_world(spec, timeout):
+        seen.append(spec.world_size)
+        if spec.world_size == 4:
             raise TimeoutError("spawn: ranks [1, 3] of 4 did not finish within 9 s\nsecond line")
-        return {"round_s": {"median": 1e-3, "min": 1e-3, "max": 2e-3}, "bytes_moved": 10,
-                "peak_rss_mb_per_rank": 40.0, "pss_mb_total": 70.0, "shm_mb": 0.0}
+        return {"round_ms": 1.0, "peak_rss_mb_per_rank": 40.0, "pss_mb_total": 70.0, "shm_touched_mb": 0.0}
 
-    monkeypatch.setattr(scaling, "run_world", fake_run_world)
+    monkeypatch.setattr(scaling, "run_process_world", fake_world)
     rows = scaling.scaling([2, 4, 8])
     assert seen == [2, 4]
     assert rows[0]["round_ms"] == 1.0 and rows[0]["pss_mb_total"] == 70.0
@@ -426,10 +434,11 @@ def test_failure_reasons_are_short():
 
 
 def test_parse_thread_world():
-    assert thread_worlds.parse_world("A3:768") == ("Ascend910_93", 768)
-    assert thread_worlds.parse_world("950:1024") == ("Ascend950", 1024)
-    assert thread_worlds.parse_world("Ascend950:16") == ("Ascend950", 16)
-    for bad in ("A3", "A5:8", "A3:x", "A3:1"):
+    assert thread_worlds.parse_world("A3:768") == [("Ascend910_93", 768)]
+    assert thread_worlds.parse_world("950:1024") == [("Ascend950", 1024)]
+    assert thread_worlds.parse_world("Ascend950:16") == [("Ascend950", 16)]
+    assert thread_worlds.parse_world("A3:64-768") == [("Ascend910_93", w) for w in (64, 128, 256, 512, 768)]
+    for bad in ("A3", "A5:8", "A3:x", "A3:1", "A3:64-32", "A3:8-"):
         with pytest.raises(ValueError, match="SOC:W"):
             thread_worlds.parse_world(bad)
 
@@ -441,15 +450,48 @@ def test_thread_world_failure_is_a_row_and_smaller_sizes_are_tried():
     assert [(r["world_size"], r["requested_world_size"]) for r in rows] == [(32, 32), (16, 32)]
     for r in rows:
         assert "161002" in r["error"] or "ParamInvalid" in r["error"], r["error"]
-        assert "round_s" not in r
+        assert "round_ms" not in r
 
 
 def test_golden_check_of_a_thread_world_finds_a_wrong_rank(acl):
     from aclnn_py.worlds import run_threads
 
     tw = thread_worlds.ThreadWorld(soc="Ascend910_93", world_size=4, tokens=2, hidden=1024, topk=2)
-    ranks = run_threads(thread_worlds._rank, 4, tw, timeout=120)
+    ranks = run_threads(thread_worlds.rank_rounds, 4, tw.rounds(), 0.0, timeout=120)
     assert thread_worlds.golden_mismatches(tw, ranks) == []
     x = ranks[2]["x_out"]
     x.view(np.uint16)[0, 0] ^= 1  # one bit of one element
     assert thread_worlds.golden_mismatches(tw, ranks) == [2]
+
+
+def test_growth_per_doubling_compares_each_size_with_the_previous_one():
+    from benchmarks.world_rounds import growth_per_doubling
+
+    rows = [{"world_size": 32, "round_ms": 1.0}, {"world_size": 64, "round_ms": 2.0},
+            {"world_size": 128, "round_ms": 8.0}, {"world_size": 512, "round_ms": 32.0},
+            {"world_size": 768, "error": "x"}]
+    growth_per_doubling(rows)
+    assert "growth" not in rows[0] and "growth" not in rows[1]  # below 64, and the first size above it
+    assert rows[2]["growth"] == 4.0 and rows[3]["growth"] == 2.0  # O(W^2), then O(W) over two doublings
+
+
+def test_plot_draws_round_time_and_memory(tmp_path: Path):
+    pytest.importorskip("matplotlib")
+    from benchmarks import plot
+
+    r = small_report()
+    r["thread_worlds"].append({**r["thread_worlds"][1], "world_size": 768, "round_ms": 40.0})
+    written = plot.plot(r, tmp_path / "plots")
+    assert sorted(Path(p).name for p in written.values()) == ["memory.png", "round_time.png"]
+    for p in written.values():
+        assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    md = report.markdown({**r, "plots": written}, relative_to=tmp_path)
+    assert "![round time against W](plots/round_time.png)" in md.splitlines()
+
+
+def test_plot_without_matplotlib_is_a_usage_error(monkeypatch, capsys):
+    from benchmarks import cli, plot
+
+    monkeypatch.setattr(plot, "available", lambda: False)
+    assert cli.main(["--plot", "out"]) == 2
+    assert "--plot needs matplotlib: pip install \".[plot]\"" in capsys.readouterr().err

@@ -1,0 +1,137 @@
+"""What one rank of a world does in the scaling and thread-world sections, the way users run it: a
+Communicator and a MoeDistributeBuffer, then rounds of ``low_latency_dispatch`` → expert →
+``low_latency_combine``, first with device Tensors (inputs uploaded once, the expert on the device
+side, here the identity), then with host arrays (numpy in, ``.numpy()`` out, a numpy expert between).
+
+Each phase is timed apart: start-up (from the launch until every rank's buffer is ready), warm-up
+rounds (the first touch of the windows), steady rounds, and teardown. Every round starts after a
+barrier; memory is read after a barrier too, so no rank measures while another still runs a round.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import memory
+
+
+@dataclass(frozen=True)
+class WorldRounds:
+    """The model and the rounds each rank runs (experts default to W)."""
+
+    world_size: int
+    tokens: int
+    hidden: int
+    topk: int
+    experts: int
+    warmup: int = 2
+    rounds: int = 5
+    keep_outputs: bool = False  # return the last host round's outputs, for the golden
+
+    def demo_model(self) -> Any:
+        from aclnn_py.tools.demo import Model
+
+        return Model(world_size=self.world_size, tokens=self.tokens, hidden=self.hidden, topk=self.topk,
+                     experts=self.experts, seed=11)
+
+
+def _timed_round(comm: Any, stream: Any, body: Any) -> float:
+    comm.barrier(stream)
+    stream.synchronize()
+    t0 = time.perf_counter()
+    body()
+    stream.synchronize()
+    return time.perf_counter() - t0
+
+
+def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_launch: float) -> dict[str, Any]:
+    """One rank: its timestamps (``perf_counter`` is CLOCK_MONOTONIC, one clock for every process of the
+    machine), its round times, its memory, and with ``keep_outputs`` its last host round's outputs."""
+    import aclnn_py as acl
+    from aclnn_py.buffer import MoeDistributeBuffer
+    from aclnn_py.hccl import Communicator
+    from aclnn_py.tools.demo import expert_ffn, rank_inputs
+
+    m = spec.demo_model()
+    inp = rank_inputs(m, rank)
+    stream = acl.Device.current().create_stream()
+    comm = Communicator(world_size, rank, root)
+    buf = MoeDistributeBuffer(comm)
+    xt, idt, wt = (acl.Tensor.from_numpy(a) for a in (inp.x, inp.ids, inp.weights))
+    comm.barrier(stream)
+    stream.synchronize()
+    t_ready = time.perf_counter()
+
+    def device_round() -> None:
+        out = buf.low_latency_dispatch(xt, idt, m.experts, topk_weights=wt, stream=stream)
+        buf.low_latency_combine(out.expand_x, idt, wt, out.assist_info_for_combine, out.ep_recv_counts,
+                                num_experts=m.experts, stream=stream)
+
+    kept: dict[str, Any] = {}
+
+    def host_round() -> None:
+        out = buf.low_latency_dispatch(inp.x, inp.ids, m.experts, topk_weights=inp.weights, stream=stream)
+        counts = out.ep_recv_counts.numpy()
+        n = int(counts[-1])
+        expand_x = out.expand_x.numpy()
+        y = np.zeros(expand_x.shape, expand_x.dtype)
+        y[:n] = expert_ffn(m, rank, expand_x[:n], None, out.expert_token_nums.numpy())
+        x_out = buf.low_latency_combine(y, inp.ids, inp.weights, out.assist_info_for_combine, out.ep_recv_counts,
+                                        num_experts=m.experts, stream=stream)
+        kept.update(expand_x=expand_x[:n], assist=out.assist_info_for_combine.numpy()[:3 * n],
+                    ep_recv_counts=counts, x_out=x_out.numpy())
+
+    device = [_timed_round(comm, stream, device_round) for _ in range(spec.warmup + spec.rounds)]
+    host = [_timed_round(comm, stream, host_round) for _ in range(1 + spec.rounds)]
+    comm.barrier(stream)  # every rank has finished its rounds before memory is read
+    stream.synchronize()
+    mem = {"shm_mb": memory.windows_mb(), "pss_mb": memory.pss_mb(), "peak_rss_mb": memory.peak_rss_mb()}
+    comm.barrier(stream)  # nobody unmaps before every rank has measured
+    stream.synchronize()
+    t_close = time.perf_counter()
+    buf.close()
+    comm.close()
+    stream.close()
+    result: dict[str, Any] = {"t_launch": t_launch, "t_ready": t_ready, "t_close": t_close,
+                              "t_closed": time.perf_counter(), "device_s": device, "host_s": host, **mem}
+    if spec.keep_outputs:
+        result.update(kept)
+    return result
+
+
+def summarize(spec: WorldRounds, ranks: list[dict[str, Any]], t_end: float) -> dict[str, Any]:
+    """A world's figures from its ranks: a round lasts until its slowest rank ends it."""
+    def per_round(key: str) -> list[float]:
+        return [max(r[key][i] for r in ranks) for i in range(len(ranks[0][key]))]
+
+    device, host = per_round("device_s"), per_round("host_s")
+    steady, host_steady = device[spec.warmup:], host[1:]
+    return {
+        "startup_s": max(r["t_ready"] for r in ranks) - ranks[0]["t_launch"],
+        "first_round_ms": 1e3 * device[0],
+        "round_ms": 1e3 * statistics.median(steady),
+        "round_ms_min": 1e3 * min(steady), "round_ms_max": 1e3 * max(steady),
+        "host_round_ms": 1e3 * statistics.median(host_steady),
+        "teardown_s": t_end - min(r["t_close"] for r in ranks),
+        "peak_rss_mb_per_rank": max(r["peak_rss_mb"] for r in ranks),
+        "pss_mb_total": sum(r["pss_mb"] for r in ranks),
+        "shm_touched_mb": max(r["shm_mb"] for r in ranks),
+    }
+
+
+def growth_per_doubling(rows: list[dict[str, Any]], key: str = "round_ms", above: int = 64) -> None:
+    """Set ``growth`` on each row after the first of W > `above` (same series, W ascending): how many
+    times the previous size's `key` it takes, per doubling of W (O(W) per rank gives 2, O(W²) 4)."""
+    prev: dict[str, Any] | None = None
+    for row in rows:
+        if "error" in row or row["world_size"] < above:
+            continue
+        if prev is not None and row["world_size"] > prev["world_size"] and prev[key] > 0:
+            doublings = float(np.log2(row["world_size"] / prev["world_size"]))
+            row["growth"] = (row[key] / prev[key]) ** (1.0 / doublings)
+        prev = row
