@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 EXIT_USAGE = 2
 EXIT_INTERNAL = 3
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE, what a shell reports for a tool whose reader went away
 
 
 class UsageError(Exception):
@@ -62,7 +63,7 @@ def _exit_interrupted(signum: int, frame: object) -> None:
 def run_main(name: str, body: Callable[[], int], prog: Callable[[], str] | None = None) -> int:
     """Run a command line's `body` and return its exit status, with the conventions: a
     :class:`UsageError` prints ``<prog>: error: <message>`` and gives 2, Ctrl-C gives 130, any other
-    exception prints its traceback and gives 3. `name` is the program (``aclnn-py``); `prog`, asked
+    exception prints its traceback and gives 3; a closed pipe on stdout ends quietly with 141. `name` is the program (``aclnn-py``); `prog`, asked
     only after an error, names the command that was running when the error did not say."""
     try:
         return int(body())
@@ -74,6 +75,11 @@ def run_main(name: str, body: Callable[[], int], prog: Callable[[], str] | None 
         signal.signal(signal.SIGINT, _exit_interrupted)
         print(f"{name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`aclnn-py doctor | head`): stop quietly, as other command-line tools do, and
+        # point stdout at /dev/null so that the interpreter's final flush does not fail again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
     except Exception:  # noqa: BLE001 - an internal error: the traceback is what a bug report needs
         traceback.print_exc()
         print(f"{name}: internal error (traceback above)", file=sys.stderr)

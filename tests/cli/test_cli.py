@@ -181,3 +181,20 @@ def test_doctor_json_is_one_document_and_stderr_is_silent():
     assert r.returncode == 0 and r.stderr == "", r.stderr
     doc = json.loads(r.stdout)
     assert doc["backend"]["kind"] == "mock" and doc["exit_code"] == 0
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly():
+    """`aclnn-py doctor | head -1`: the rest of the output has nowhere to go; no traceback."""
+    import os
+    import subprocess
+    import sys
+
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the command writes anything
+    try:
+        proc = subprocess.run([sys.executable, "-m", "aclnn_py", "doctor", "--backend", "mock"],
+                              stdout=write_end, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 141, proc.stderr
+    assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr, proc.stderr
