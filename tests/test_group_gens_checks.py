@@ -47,8 +47,15 @@ def test_group_names(tp_world, op):
     c, w = tp_world
     inp = make_inputs(c)
     _expect(phase1(c, w, inp, op, attrs={"group_ep": None}), NULLPTR, "group_ep: must not be NULL")
-    _expect(phase1(c, w, inp, op, attrs={"group_ep": b""}), INVALID, "group_ep: must name a communicator")
-    _expect(phase1(c, w, inp, op, attrs={"group_ep": b"x" * 130}), INVALID, "group_ep: must be shorter than 128")
+    # CANN's aclnn layer: an empty name is a missing one (161001); an over-long one is 161001 from
+    # dispatch (aclnn_moe_distribute_dispatch_v2.cpp / _v3.cpp) and 161002 from combine
+    _expect(phase1(c, w, inp, op, attrs={"group_ep": b""}), NULLPTR, "group_ep: must name a communicator")
+    too_long = NULLPTR if op == "dispatch" else INVALID
+    _expect(phase1(c, w, inp, op, attrs={"group_ep": b"x" * 130}), too_long, "group_ep: must be shorter than 128")
+    _expect(phase1(c, w, inp, op, attrs={"group_tp": b"y" * 128}), too_long, "group_tp: must be shorter than 128")
+    # the group strings are checked before the tensors: a NULL x still reports the empty group_ep
+    _expect(phase1(c, w, inp, op, attrs={"group_ep": b""}, tensors={"expand_x": None, "expand_x_in": None}),
+            NULLPTR, "group_ep: must name a communicator")
     _expect(phase1(c, w, inp, op, attrs={"group_ep": b"no_such_group"}), INVALID,
             'group_ep: no live communicator of this process is named "no_such_group"')
     # rank 1's communicator named by rank 0
@@ -109,8 +116,21 @@ def test_no_tp_domain_rules(ep_world):
         # without a TP domain group_tp may be empty, and L > 1 is fine
         _expect(phase1(c, w, inp, op, attrs={"group_tp": w.ep[0, 0].name.encode()}), INVALID,
                 "group_tp: must differ from group_ep")
-    _expect(phase1(c, w, inp, "combine", tensors={"tp_counts_in": np.zeros(2, np.int32)}), INVALID,
-            "tp_send_counts: must be NULL without a TP domain")
+    # CANN's tilings ignore tp_send_counts without a TP domain (its newer samples pass it): accepted
+    assert phase1(c, w, inp, "combine", tensors={"tp_counts_in": np.zeros(2, np.int32)}) == (0, "")
+    assert phase1(c, w, inp, "combine", tensors={"tp_counts_in": np.zeros(7, np.int32)}) == (0, "")
+
+
+@pytest.mark.parametrize("gen", [1, 2, 3, 4])
+def test_group_list_type_is_not_read(v1_world, ep_world, gen):
+    """The reserved combine attribute group_list_type: any value passes on every generation (CANN's
+    CombineV2 sample passes 1); its nearest refused neighbour out_dtype keeps 161002."""
+    c, w = v1_world if gen == 1 else ep_world
+    c = GenCase(gen=gen, W=c.W, BS=c.BS)
+    inp = make_inputs(c)
+    for v in (1, 3):
+        assert phase1(c, w, inp, "combine", attrs={"group_list_type": v}) == (0, "")
+    _expect(phase1(c, w, inp, "combine", attrs={"out_dtype": 1}), INVALID, "out_dtype: is reserved and must be 0")
 
 
 def test_tp_domain_needs_the_a3_profile(tp_world, mock):

@@ -153,8 +153,7 @@ def _check_modes(c: MoeConfig, op: str, func: str) -> None:
         raise _bad(func, "comm_quant_mode", f'2 needs comm_alg "hierarchy" on Ascend910B (got comm_alg "{c.comm_alg}")')
     if c.out_dtype != 0:
         raise _bad(func, "out_dtype", f"is reserved and must be 0 (got {c.out_dtype})")
-    if c.group_list_type != 0:
-        raise _bad(func, "group_list_type", f"is reserved and must be 0 (got {c.group_list_type})")
+    # group_list_type is reserved and read by no CANN tiling: any value passes, as on CANN
 
 
 def _bad(func: str, param: str, rule: str) -> AclnnParamInvalid:

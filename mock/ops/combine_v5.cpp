@@ -88,8 +88,8 @@ int check_modes(CombineParams &p) {
     if (p.tp == 2 && p.comm_quant != 0)
         return bad("comm_quant_mode", "must be 0 with tp_world_size 2 (got %" PRId64 ")", p.comm_quant);
     if (p.out_dtype != 0) return bad("out_dtype", "is reserved and must be 0 (got %" PRId64 ")", p.out_dtype);
-    if (p.group_list_type != 0)
-        return bad("group_list_type", "is reserved and must be 0 (got %" PRId64 ")", p.group_list_type);
+    // group_list_type is reserved and no CANN tiling reads it (CANN's own CombineV2 sample passes 1):
+    // any value is accepted and ignored
     return 0;
 }
 
@@ -136,29 +136,22 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     return 0;
 }
 
-// tp_send_counts: int32 (2,) with a TP domain (NULL → 161001), NULL without one.
+// tp_send_counts: int32 (2,) with a TP domain (NULL → 161001). Without one it is accepted and never
+// read, as CANN's tilings ignore it there (its newer samples pass dispatch's tp_recv_counts anyway).
 int check_tp_send_counts(const aclTensor *t, const CombineParams &p) {
-    if (p.tp == 2) {
-        if (!t) {
-            set_error("tp_send_counts: must not be NULL with tp_world_size 2");
-            return ACLNN_ERR_PARAM_NULLPTR;
-        }
-        if (int rc = check_dtype(t, "tp_send_counts", kI32, 1)) return rc;
-        if (t->view.size() != 1 || t->view[0] < 2)
-            return bad("tp_send_counts", "shape must be (tp_world_size,) = (2,) (got %s)", dims_str(t).c_str());
-        return 0;
+    if (p.tp != 2) return 0;
+    if (!t) {
+        set_error("tp_send_counts: must not be NULL with tp_world_size 2");
+        return ACLNN_ERR_PARAM_NULLPTR;
     }
-    if (t && p.generation == 5)
-        return bad("tp_send_counts", "is reserved and must be NULL, tensor parallelism is not supported (got a %s "
-                   "tensor)", dims_str(t).c_str());
-    if (t)
-        return bad("tp_send_counts", "must be NULL without a TP domain (tp_world_size 0 or 1) (got a %s tensor)",
-                   dims_str(t).c_str());
+    if (int rc = check_dtype(t, "tp_send_counts", kI32, 1)) return rc;
+    if (t->view.size() != 1 || t->view[0] < 2)
+        return bad("tp_send_counts", "shape must be (tp_world_size,) = (2,) (got %s)", dims_str(t).c_str());
     return 0;
 }
 
-// expert_scales (empty → unweighted), x_active_mask, the tensors that must be NULL (tp_send_counts,
-// activation_scale, weight_scale, group_list), expand_scales,
+// expert_scales (empty → unweighted), x_active_mask, tp_send_counts, the tensors that must be NULL
+// (activation_scale, weight_scale, group_list), expand_scales,
 // shared_expert_x, elastic_info / performance_info on A3.
 int check_options(const CombineArgs &a, CombineParams &p) {
     const aclTensor *es = a[kEScales];

@@ -71,12 +71,19 @@ inline uint64_t gather_stride(int64_t row_bytes, int64_t dyn_bytes) {
 
 }  // namespace
 
-int group_arg(const char *value, const char *param, std::string *out) {
+int group_arg(const char *value, const char *param, int too_long, std::string *out) {
     if (int rc = need(value, param)) return rc;
     const size_t n = strnlen(value, COMM_NAME_MAX_LENGTH);
-    if (n == 0) return bad(param, "must name a communicator (HcclGetCommName) (got \"\")");
-    if (n >= COMM_NAME_MAX_LENGTH)
-        return bad(param, "must be shorter than %d characters (got \"%.40s...\")", COMM_NAME_MAX_LENGTH, value);
+    if (n == 0) {
+        set_error(std::string(param) + ": must name a communicator (HcclGetCommName), an empty name counts as "
+                  "missing (got \"\")");
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (n >= COMM_NAME_MAX_LENGTH) {
+        set_error(format("%s: must be shorter than %d characters (got \"%.40s...\")", param, COMM_NAME_MAX_LENGTH,
+                         value));
+        return too_long;
+    }
     out->assign(value, n);
     return 0;
 }

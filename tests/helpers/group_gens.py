@@ -201,7 +201,7 @@ def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x
     a = attrs
     if gen == 1:   # no shared_expert_x, no comm_alg
         mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0,
-               0, a["comm_quant"], 0]
+               a.get("out_dtype", 0), a["comm_quant"], a.get("group_list_type", 0)]
         return tensors + mid + [d(x_out)]
     tensors.append(d(None))               # shared_expert_x
     if gen >= 3:
@@ -209,8 +209,8 @@ def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x
         tensors += [d(None), d(ins.get("ori_x")), d(None), d(None), d(None)]
     if gen >= 4:
         tensors.append(d(None))           # performance_info
-    mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0, 0,
-           a["comm_quant"], 0, ffi.NULL]
+    mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0,
+           a.get("out_dtype", 0), a["comm_quant"], a.get("group_list_type", 0), ffi.NULL]
     special = [a["Z"], a["C"], 0] if gen >= 3 else []
     return tensors + mid + special + [d(x_out)]
 
