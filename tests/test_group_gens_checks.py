@@ -174,13 +174,22 @@ def test_first_generation_rules(v1_world, ep_world, op):
 
 
 def test_first_generation_tensors(v1_world):
+    from aclnn_py import Tensor
+
     c, w = v1_world
     inp = make_inputs(c)
     _expect(phase1(c, w, inp, "dispatch", tensors={"x_active_mask": np.ones(c.BS, bool)}), INVALID,
             "x_active_mask: must be NULL for aclnnMoeDistributeDispatch")
-    _expect(phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0]}), INVALID,
-            "expert_scales: must be NULL for aclnnMoeDistributeDispatch, expandScales is not produced")
-    from aclnn_py import Tensor
+    # expert_scales (BS, K) is an input of the first generation (its document and CANN's sample); the
+    # nearest refused neighbours: a wrong shape (161002) and expert_scales without expand_scales (161001)
+    A = c.capacity(0)
+    assert phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0],
+                                                   "expand_scales": Tensor.empty((A,), np.float32)}) == (0, "")
+    _expect(phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0][:, :1],
+                                                    "expand_scales": Tensor.empty((A,), np.float32)}), INVALID,
+            "expert_scales: shape must be (BS, K)")
+    _expect(phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0]}), NULLPTR,
+            "expand_scales: must not be NULL when expert_scales is given")
     _expect(phase1(c, w, inp, "dispatch", tensors={"assist_info": Tensor.empty((c.BS * c.K - 1,), np.int32)}),
             INVALID, f"expand_idx: dim 0 must be >= BS * K = {c.BS * c.K}")
     _expect(phase1(c, w, inp, "dispatch", tensors={"assist_info": None}), NULLPTR, "expand_idx: must not be NULL")

@@ -38,6 +38,7 @@ class GenCase:
     seed: int = 0
     mask: int = 0
     special: int = 0
+    escales: bool = False  # dispatch takes expert_scales (the router weights) and returns expand_scales
     E: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +65,8 @@ class GenCase:
         return self.BS * self.K if self.gen == 1 else capacity * 128
 
     def label(self) -> str:
-        extra = (f"-m{self.mask}" if self.mask else "") + (f"-z{self.special}" if self.special else "")
+        extra = (f"-m{self.mask}" if self.mask else "") + (f"-z{self.special}" if self.special else "") + \
+            ("-es" if self.escales else "")
         return f"V{self.gen}-W{self.W}-tp{self.tp}-q{self.quant}-cq{self.comm_quant}-R{self.R}{extra}-s{self.seed}"
 
 
@@ -225,6 +227,7 @@ class RankOut:
     tp_recv_counts: np.ndarray | None
     num_rows: int
     x_out: np.ndarray | None = None
+    expand_scales: np.ndarray | None = None
 
 
 def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp: str, stream: Any,
@@ -253,12 +256,14 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     outs = {"expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
             "assist_info": Tensor.empty((c.routing_len(A),), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
             "ep_recv_counts": Tensor.empty((slots * c.tp,), I32),
-            "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None}
+            "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None,
+            "expand_scales": Tensor.empty((A * c.tp,), F32) if c.escales else None}
     attrs = dict(group_ep=ffi.new("char[]", group_ep.encode()), group_tp=ffi.new("char[]", group_tp.encode()),
                  W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
                  ent_type=c.ent_type, comm_quant=c.comm_quant, Z=c.special, C=c.special)
     mask = inp.mask[t][e] if inp.mask else None
-    ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales, "x_active_mask": mask}
+    ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales, "x_active_mask": mask,
+           "expert_scales": inp.weights[t][e] if c.escales else None}
     _launch(lib, ffi, f"aclnnMoeDistributeDispatch{c.op_suffix}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
     counts = outs["ep_recv_counts"].numpy()
     tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
@@ -268,7 +273,8 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     dyn = outs["dynamic_scales"].numpy() if c.quant == 2 else None
     routing = outs["assist_info"].numpy()
     r = RankOut(ex[:n], dyn[:n] if dyn is not None else None, routing if c.gen == 1 else routing[:3 * n_own],
-                outs["expert_token_nums"].numpy(), counts, tp_counts, n)
+                outs["expert_token_nums"].numpy(), counts, tp_counts, n,
+                expand_scales=outs["expand_scales"].numpy()[:n_own] if c.escales else None)
     y = np.zeros((A * c.tp, c.H), c.dtype)
     y[:n] = expert(c, t, r.expand_x, r.dynamic_scales)
     x_out = Tensor.empty((c.BS, c.H), c.dtype)
@@ -324,9 +330,11 @@ def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[An
                               zero_expert_num=c.special, copy_expert_num=c.special)
     dkw = dict(kw, scales=inp.scales, quant_mode=c.quant, expert_token_nums_type=c.ent_type)
     if c.tp == 2:
-        disp = golden.dispatch_tp(inp.x, inp.ids, x_active_mask_tp=inp.mask, **dkw)
+        disp = golden.dispatch_tp(inp.x, inp.ids, x_active_mask_tp=inp.mask,
+                                  expert_scales_tp=inp.weights if c.escales else None, **dkw)
     else:
-        disp = [golden.dispatch(inp.x[0], inp.ids[0], x_active_mask=inp.mask[0] if inp.mask else None, **dkw)]
+        disp = [golden.dispatch(inp.x[0], inp.ids[0], x_active_mask=inp.mask[0] if inp.mask else None,
+                                expert_scales=inp.weights[0] if c.escales else None, **dkw)]
     ys = [[expert(c, t, d.expand_x, d.dynamic_scales) for d in disp[t]] for t in range(c.tp)]
     if c.gen == 1:   # combine reads the rows through expand_idx: the triples it implies
         for t in range(c.tp):
