@@ -230,3 +230,22 @@ def test_tp_send_counts_from_another_dispatch_fail_the_kernel():
     for msg in errors.values():
         assert msg.startswith("507015") and "aclnnMoeDistributeCombineV2: rank 0" in msg and "tp_send_counts" in msg
 
+
+
+@pytest.mark.parametrize("op", ["dispatch", "combine"])
+def test_performance_info_on_a2_from_generation_4(ep_world, mock, op):
+    """The V4 documents take performanceInfo on Atlas A2 in every revision: accepted there; on Atlas A3
+    it stays reserved (161002), and a wrong shape on A2 is 161002 too."""
+    c, w = ep_world
+    c4 = GenCase(gen=4, W=c.W, BS=c.BS)
+    inp = make_inputs(c4)
+    perf = np.zeros(c.W, np.int64)
+    _expect(phase1(c4, w, inp, op, tensors={"performance_info": perf}), INVALID,
+            "performance_info: is reserved on Ascend910_93")
+    mock.set_soc("Ascend910B3")
+    try:
+        assert phase1(c4, w, inp, op, tensors={"performance_info": perf}) == (0, "")
+        _expect(phase1(c4, w, inp, op, tensors={"performance_info": np.zeros(c.W + 1, np.int64)}), INVALID,
+                f"performance_info: shape must be (ep_world_size,) = ({c.W},)")
+    finally:
+        mock.set_soc("Ascend910_93")

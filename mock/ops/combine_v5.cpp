@@ -110,7 +110,7 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     // 950: elastic_info makes A the larger of both roles'; A3 refuses both in check_options
     if (int rc = check_elastic_perf(a[kElastic], a[kPerf], p)) return rc;
     p.has_elastic = p.soc950 && a[kElastic] != nullptr;
-    p.has_perf = p.soc950 && a[kPerf] != nullptr;
+    p.has_perf = (p.soc950 || p.a2) && a[kPerf] != nullptr;
     // A caller who slices dispatch's expand_x to the rows it received ends here: say what to pass.
     if (ex->view[0] < p.A * p.tp)
         return bad("expand_x", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 "): pass all %s rows of "

@@ -360,10 +360,10 @@ int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
         return bad("ep_recv_counts", "dim 0 must be >= %s%s = %" PRId64 " (got %" PRId64 ")",
                    p.has_elastic || !p.shared_rank ? "ep_world_size * L" : "ep_world_size on a shared-expert rank",
                    p.tp == 2 ? " * tp_world_size" : "", p.recv_slots * p.tp, rc_->view[0]);
-    if (const int64_t extra = a2_recv_counts_extra(p, p.has_escales))
+    if (const int64_t extra = a2_recv_counts_extra(p))
         if (rc_->view[0] < p.recv_slots + extra)
             return bad("ep_recv_counts", "dim 0 must be >= ep_world_size * L + 2 * G * K * (ep_world_size / 8) = "
-                       "%" PRId64 " on Ascend910B with expert_scales (got %" PRId64 ")", p.recv_slots + extra,
+                       "%" PRId64 " on Ascend910B with comm_alg \"hierarchy\", whose reduce information follows the counts (got %" PRId64 ")", p.recv_slots + extra,
                        rc_->view[0]);
     if (p.tp == 2 && !a.tp_recv_counts) {
         set_error("tp_recv_counts: must not be NULL with tp_world_size 2");

@@ -165,7 +165,7 @@ int check_attrs(MoeParams &p) {
 }
 
 namespace {
-int check_window_need(const MoeParams &p);
+int check_window_need(MoeParams &p);
 }
 
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
@@ -239,12 +239,25 @@ int check_mask(const aclTensor *mask, const MoeParams &p) {
 
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p) {
     if (!t || p.soc950) return 0;
+    // aclnnMoeDistributeDispatchV4.md / CombineV4.md: performanceInfo on A2 in every revision
+    if (p.a2 && p.generation >= 4 && std::strcmp(param, "performance_info") == 0) return 0;
     return bad(param, "is reserved on %s and must be NULL (got a %s tensor)", p.soc, dims_str(t).c_str());
 }
 
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p) {
     static const aclDataType i32[] = {ACL_INT32};
     static const aclDataType i64[] = {ACL_INT64};
+    if (p.a2 && perf) {
+        if (int rc = check_dtype(perf, "performance_info", i64, 1)) return rc;
+        if (perf->view.size() != 1 || perf->view[0] != p.W)
+            return bad("performance_info", "shape must be (ep_world_size,) = (%" PRId64 ",) (got %s)", p.W,
+                       dims_str(perf).c_str());
+        if (!p.stamp_room)
+            return bad("performance_info", "the window has no room after its data for the %" PRId64 " per-rank "
+                       "time stamps (ep_world_size * 1024 bytes); the mock refuses rather than write past the "
+                       "window: raise HCCL_BUFFSIZE by 1 (got ccl_buffer_size %" PRId64 ")", p.W, p.ccl);
+        return 0;
+    }
     if (!p.soc950) return 0;   // A3: reserved (check_reserved)
     if (elastic) {
         if (int rc = check_dtype(elastic, "elastic_info", i32, 1)) return rc;
@@ -347,13 +360,16 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
 
 namespace {
 // The window these sizes need (docs/operators.md, "Buffer sizing") must fit in ccl_buffer_size.
-int check_window_need(const MoeParams &p) {
+int check_window_need(MoeParams &p) {
     if (p.ccl < 0) return bad("ccl_buffer_size", "must be >= 0 (got %" PRId64 ")", p.ccl);
     if (p.a2)
         if (int rc = check_window_a2(p)) return rc;
     Layout l = make_layout(p.W, p.L, p.maxBs, p.H, p.K, p.S, p.fullmesh_v2);
     const uint64_t need_b = window_need_bytes(l, p.W, p.soc950);
     const uint64_t avail = uint64_t(p.ccl) > kMiB ? uint64_t(p.ccl) - kMiB : 0;
+    // the 950 reserves the stamps in its formula; on A2 (performance_info from generation 4) they are
+    // written when the window has room left after the data, which every rank finds alike
+    p.stamp_room = p.soc950 || (p.a2 && window_need_bytes(l, p.W, true) <= avail);
     if (need_b > avail || uint64_t(p.ccl) < kMiB) {
         const uint64_t mib = ceil_div(need_b + kMiB, kMiB);
         const uint64_t buffsize = ceil_div(mib, 2);

@@ -34,7 +34,7 @@ int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const 
     const uint64_t stamps = perf_stamp_offset(layout);
     comm->publish(uint32_t(p.r), seq, tag, fields, nfields);
     for (int64_t m = 0; m < p.W; ++m) {
-        if (p.soc950) write_perf_stamp(data(m) + stamps, p.r);
+        if (p.stamp_room) write_perf_stamp(data(m) + stamps, p.r);
         if (m != p.r) comm->publish(uint32_t(m), seq, tag, fields, nfields);
     }
     *t_ready = monotonic_ns();

@@ -184,9 +184,9 @@ def dispatch_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], 
         return tensors + mid + [d(outs[k]) for k in ("expand_x", "dynamic_scales", "assist_info", "expert_token_nums",
                                                       "ep_recv_counts", "tp_recv_counts", "expand_scales")]
     if gen >= 3:
-        tensors.append(d(None))           # elastic_info
+        tensors.append(d(ins.get("elastic_info")))
     if gen >= 4:
-        tensors.append(d(None))           # performance_info
+        tensors.append(d(ins.get("performance_info")))
     mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"],
            a["quant"], 0, a["ent_type"], ffi.NULL]
     special = [a["Z"], a["C"], 0] if gen >= 3 else []
@@ -208,9 +208,9 @@ def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x
     tensors.append(d(None))               # shared_expert_x
     if gen >= 3:
         # elastic_info, ori_x, const_expert_alpha_1 / _2, const_expert_v
-        tensors += [d(None), d(ins.get("ori_x")), d(None), d(None), d(None)]
+        tensors += [d(ins.get("elastic_info")), d(ins.get("ori_x")), d(None), d(None), d(None)]
     if gen >= 4:
-        tensors.append(d(None))           # performance_info
+        tensors.append(d(ins.get("performance_info")))
     mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0,
            a.get("out_dtype", 0), a["comm_quant"], a.get("group_list_type", 0), ffi.NULL]
     special = [a["Z"], a["C"], 0] if gen >= 3 else []
@@ -397,13 +397,15 @@ def phase1(c: GenCase, world: World, inp: Inputs, op: str = "dispatch", e: int =
     outs.update(tensors or {})
     if op == "dispatch":
         ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales,
-               "x_active_mask": outs.get("x_active_mask"), "expert_scales": outs.get("expert_scales")}
+               "x_active_mask": outs.get("x_active_mask"), "expert_scales": outs.get("expert_scales"),
+               "elastic_info": outs.get("elastic_info"), "performance_info": outs.get("performance_info")}
         args = dispatch_args(c.gen, d, ins, a, outs, ffi)
         name = f"aclnnMoeDistributeDispatch{c.op_suffix}"
     else:
         cin = {"expand_x": outs["expand_x_in"], "expert_ids": inp.ids[t][e], "assist_info": outs["assist_in"],
                "ep_send_counts": outs["counts_in"], "expert_scales": inp.weights[t][e],
-               "tp_send_counts": outs["tp_counts_in"]}
+               "tp_send_counts": outs["tp_counts_in"], "elastic_info": outs.get("elastic_info"),
+               "performance_info": outs.get("performance_info")}
         args = combine_args(c.gen, d, cin, a, Tensor.empty((c.BS, c.H), c.dtype), ffi)
         name = f"aclnnMoeDistributeCombine{c.op_suffix}"
     ws = ffi.new("uint64_t *")
