@@ -145,12 +145,13 @@ bool cann_rules_of(const std::string &value, CannRules *rules, std::string *why)
     char *end = nullptr;
     errno = 0;
     const long major = std::strtol(s, &end, 10);
-    bool ok = !errno && end != s && *end == '.';
+    // strtol skips blanks and takes signs: each number must start with a digit
+    bool ok = *s >= '0' && *s <= '9' && !errno && *end == '.';
     long minor = 0;
     if (ok) {
         const char *m = end + 1;
         minor = std::strtol(m, &end, 10);
-        ok = !errno && end != m && *end == '.';
+        ok = *m >= '0' && *m <= '9' && !errno && *end == '.';
     }
     if (ok) {
         const char *p = end + 1;
