@@ -109,7 +109,7 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     if (int rc = check_sizes(p, "expert_ids", "expand_x")) return rc;
     // 950: elastic_info makes A the larger of both roles'; A3 refuses both in check_options
     if (int rc = check_elastic_perf(a[kElastic], a[kPerf], p)) return rc;
-    p.has_elastic = p.soc950 && a[kElastic] != nullptr;
+    p.has_elastic = (p.soc950 || p.shrink) && a[kElastic] != nullptr;
     p.has_perf = (p.soc950 || p.a2) && a[kPerf] != nullptr;
     // A caller who slices dispatch's expand_x to the rows it received ends here: say what to pass.
     if (ex->view[0] < p.A * p.tp)
@@ -609,7 +609,15 @@ int CombineKernel::receive() {
 int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     KernelCall call;
     if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
-    CombineKernel k(p_, call, in, out, workspace);
+    // A3 elastic_info: the ranks still in the communicator run the call as a world of their own
+    CombineParams q = p_;
+    if (p_.shrink) {
+        std::vector<int32_t> phys;
+        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &q, &phys)) return rc;
+        q.has_elastic = false;   // the 950's re-mapping table is not read
+        if (!phys.empty()) call.use_subworld(q, std::move(phys));
+    }
+    CombineKernel k(q, call, in, out, workspace);
     if (p_.tp == 2)
         if (int rc = k.reduce_scatter()) return rc;
     k.send();

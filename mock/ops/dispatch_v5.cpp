@@ -738,7 +738,15 @@ void DispatchKernel::record(int64_t N) {
 int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     KernelCall call;
     if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
-    DispatchKernel k(p_, call, in, out, workspace);
+    // A3 elastic_info: the ranks still in the communicator run the call as a world of their own
+    DispatchParams q = p_;
+    if (p_.shrink) {
+        std::vector<int32_t> phys;
+        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &q, &phys)) return rc;
+        q.has_elastic = false;   // the 950's re-mapping table is not read
+        if (!phys.empty()) call.use_subworld(q, std::move(phys));
+    }
+    DispatchKernel k(q, call, in, out, workspace);
     k.send();
     if (int rc = k.wait()) return rc;
     if (int rc = k.receive()) return rc;

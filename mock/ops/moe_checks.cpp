@@ -239,6 +239,8 @@ int check_mask(const aclTensor *mask, const MoeParams &p) {
 
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p) {
     if (!t || p.soc950) return 0;
+    // aclnnMoeDistributeDispatchV3.md / V4.md: elasticInfo (dynamic shrink) on A3
+    if (!p.a2 && (p.generation == 3 || p.generation == 4) && std::strcmp(param, "elastic_info") == 0) return 0;
     // aclnnMoeDistributeDispatchV4.md / CombineV4.md: performanceInfo on A2 in every revision
     if (p.a2 && p.generation >= 4 && std::strcmp(param, "performance_info") == 0) return 0;
     return bad(param, "is reserved on %s and must be NULL (got a %s tensor)", p.soc, dims_str(t).c_str());
@@ -258,7 +260,16 @@ int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParam
                        "window: raise HCCL_BUFFSIZE by 1 (got ccl_buffer_size %" PRId64 ")", p.W, p.ccl);
         return 0;
     }
-    if (!p.soc950) return 0;   // A3: reserved (check_reserved)
+    const bool a3_shrink = !p.soc950 && !p.a2 && elastic && (p.generation == 3 || p.generation == 4);
+    if (!p.soc950 && !a3_shrink) return 0;   // A3: reserved otherwise (check_reserved)
+    if (a3_shrink && p.tp == 2)
+        return bad("elastic_info", "a dynamic shrink is not supported with a TP domain (tp_world_size 2), as "
+                   "CANN documents (got a %s tensor)", dims_str(elastic).c_str());
+    if (a3_shrink && (p.Z || p.C || p.Q))
+        return bad("elastic_info", "a dynamic shrink together with zero / copy / const experts is not simulated by "
+                   "the mock (got zero_expert_num %" PRId64 ", copy_expert_num %" PRId64 ", const_expert_num %" PRId64
+                   ")", p.Z, p.C, p.Q);
+    p.shrink = a3_shrink;
     if (elastic) {
         if (int rc = check_dtype(elastic, "elastic_info", i32, 1)) return rc;
         if (elastic->view.size() != 1 || elastic->view[0] != 4 + 2 * p.W)
@@ -270,7 +281,7 @@ int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParam
         p.local_experts = p.L;
         p.recv_slots = p.W * p.L;
     }
-    if (perf) {
+    if (perf && p.soc950) {
         if (int rc = check_dtype(perf, "performance_info", i64, 1)) return rc;
         if (perf->view.size() != 1 || perf->view[0] != p.W)
             return bad("performance_info", "shape must be (ep_world_size,) = (%" PRId64 ",) (got %s)", p.W,

@@ -42,6 +42,7 @@ struct MoeParams {
     bool a2 = false;         // the Ascend910B (Atlas A2) profile: profile_a2.cpp
     bool hierarchy = false;  // A2 with comm_alg "hierarchy"
     bool stamp_room = false; // the window holds the W per-rank time stamps of performance_info
+    bool shrink = false;     // A3 elastic_info (generations 3 and 4): CANN's dynamic shrink
     const char *soc = "";    // the profile's name, for messages
     aclDataType dtype = ACL_DT_UNDEFINED;   // x (dispatch) / expand_x (combine)
     // the generation of the entry point: 5 names its communicator by a context tensor, 2 to 4 by
@@ -99,7 +100,8 @@ int check_mask(const aclTensor *mask, const MoeParams &p);
 // A3: must be NULL (reserved). 950: accepted here, checked by check_elastic_perf; A2 takes
 // performance_info from generation 4 on.
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p);
-// 950: elastic_info int32 (4 + 2W,), performance_info int64 (W,); A2: performance_info (W,). With elastic_info
+// 950: elastic_info int32 (4 + 2W,), performance_info int64 (W,); A2: performance_info (W,); A3,
+// generations 3 and 4: elastic_info (4 + 2W,), a dynamic shrink (p.shrink), not with a TP domain. With elastic_info
 // every rank may serve either role (the table is read at run time), so A = max of the shared and MoE
 // formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L.
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p);

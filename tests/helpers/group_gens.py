@@ -231,9 +231,10 @@ class RankOut:
 
 
 def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp: str, stream: Any,
-               tp_send_counts: Any = None) -> RankOut:
+               tp_send_counts: Any = None, elastic_info: np.ndarray | None = None) -> RankOut:
     """Rank (e, t)'s dispatch, the expert function on what arrived, and its combine (with
-    `tp_send_counts(dispatch's tp_recv_counts)` instead of them when given)."""
+    `tp_send_counts(dispatch's tp_recv_counts)` instead of them when given; both with `elastic_info`
+    when given: a dynamic shrink, where `e` is the physical rank)."""
     import aclnn_py
     from aclnn_py import Device, Tensor
 
@@ -251,11 +252,12 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
         return v.descriptor()
 
     A = c.capacity(e)
-    slots = c.W
+    # receive slots written: W (one local expert), W' in a shrunk world
+    slots = int(elastic_info[1]) if elastic_info is not None and elastic_info[0] else c.W
     ydt = np.int8 if c.quant == 2 else c.dtype
     outs = {"expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
             "assist_info": Tensor.empty((c.routing_len(A),), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
-            "ep_recv_counts": Tensor.empty((slots * c.tp,), I32),
+            "ep_recv_counts": Tensor.empty((c.W * c.tp,), I32),
             "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None,
             "expand_scales": Tensor.empty((A * c.tp,), F32) if c.escales else None}
     attrs = dict(group_ep=ffi.new("char[]", group_ep.encode()), group_tp=ffi.new("char[]", group_tp.encode()),
@@ -263,7 +265,7 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
                  ent_type=c.ent_type, comm_quant=c.comm_quant, Z=c.special, C=c.special)
     mask = inp.mask[t][e] if inp.mask else None
     ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales, "x_active_mask": mask,
-           "expert_scales": inp.weights[t][e] if c.escales else None}
+           "expert_scales": inp.weights[t][e] if c.escales else None, "elastic_info": elastic_info}
     _launch(lib, ffi, f"aclnnMoeDistributeDispatch{c.op_suffix}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
     counts = outs["ep_recv_counts"].numpy()
     tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
@@ -281,7 +283,7 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
            "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
            else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"], "x_active_mask": mask,
-           "ori_x": inp.x[t][e] if c.special else None}
+           "ori_x": inp.x[t][e] if c.special else None, "elastic_info": elastic_info}
     if tp_send_counts is not None:
         cin["tp_send_counts"] = tp_send_counts(tp_counts)
     _launch(lib, ffi, f"aclnnMoeDistributeCombine{c.op_suffix}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
