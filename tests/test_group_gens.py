@@ -34,6 +34,10 @@ def _cases() -> list[GenCase]:
     cases.append(GenCase(gen=1, W=8, tp=1, quant=2, BS=2, seed=301, escales=True))
     cases.append(GenCase(gen=1, W=8, tp=2, quant=0, BS=2, seed=302, escales=True))
     cases.append(GenCase(gen=2, W=4, tp=1, quant=0, seed=303, escales=True))
+    # the first generation with a shared-expert rank, as CANN's sample runs it (EP 8 x TP 2, R = 1)
+    cases.append(GenCase(gen=1, W=8, tp=1, quant=2, BS=2, R=1, seed=311, escales=True))
+    cases.append(GenCase(gen=1, W=8, tp=2, quant=0, BS=2, R=1, seed=312, escales=True))
+    cases.append(GenCase(gen=1, W=8, tp=1, quant=0, comm_quant=2, BS=3, R=2, seed=313))
     # masks (1-D, 2-D) and, from the third generation, zero and copy experts; with and without TP
     cases.append(GenCase(gen=2, W=3, tp=2, quant=2, mask=1, seed=201))
     cases.append(GenCase(gen=3, W=2, tp=2, quant=0, mask=2, special=1, seed=202))

@@ -164,8 +164,12 @@ def test_first_generation_rules(v1_world, ep_world, op):
     c9.E = 16   # K <= E
     _expect(phase1(c9, w, make_inputs(c9), op, attrs={"E": 16}), INVALID,
             "expert_ids: dim 1 (K) must be in [1, 8] for the first generation (got 9)")
-    _expect(phase1(c, w, inp, op, attrs={"R": 1, "E": 7}), INVALID,
-            "shared_expert_rank_num: must be 0 for the first generation on the mock")
+    # shared-expert ranks are simulated (CANN's sample uses one of 8); the nearest refusal: R must
+    # divide ep_world_size (aclnnMoeDistributeDispatch.md)
+    c_r1 = GenCase(gen=1, W=8, BS=2, R=1)
+    assert phase1(c_r1, w, make_inputs(c_r1), op) == (0, "")
+    _expect(phase1(c, w, inp, op, attrs={"R": 3, "E": 5}), INVALID,
+            "shared_expert_rank_num: must divide ep_world_size for the first generation (got 3 with ep_world_size 8)")
     c4, w4 = ep_world
     v1_on_4 = GenCase(gen=1, W=4)
     _expect(phase1(v1_on_4, w4, make_inputs(v1_on_4), op), INVALID,

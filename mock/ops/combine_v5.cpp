@@ -485,6 +485,12 @@ const uint8_t *CombineKernel::slot(int64_t t, int64_t k) {
     const uint64_t tc = call_.layout.tc;
     if (p.generation != 1)
         return call_.data(p.r) + call_.layout.combine_offset + uint64_t(t * (p.K + p.S) + k) * tc;
+    if (k >= p.K) {
+        // shared expert s: dispatch sent every token (the first generation has no mask) to replica
+        // (r % P) + s*P, receive block r, row t
+        const int64_t m = (p.r % p.P) + (k - p.K) * p.P;
+        return call_.data(m) + uint64_t(p.r * p.maxBs + t) * tc;
+    }
     const int64_t e = ids_[t * p.K + k], pos = assist_[t * p.K + k];
     if (pos < 0 || pos >= p.maxBs) {
         if (err_.empty())

@@ -100,11 +100,12 @@ int check_first_generation_attrs(const MoeParams &p) {
                    "%s (got %" PRId64 ")", p.soc950 ? "2, 4, " : "", p.soc, p.W);
     if (p.E > 512)
         return bad("moe_expert_num", "must be in [1, 512] for the first generation (got %" PRId64 ")", p.E);
-    // The first generation splits a source's tokens over the shared-expert ranks in its own way,
-    // which the mock does not model: it refuses shared-expert ranks rather than guess.
-    if (p.R != 0)
-        return bad("shared_expert_rank_num", "must be 0 for the first generation on the mock (its shared-expert "
-                   "token split is not simulated) (got %" PRId64 ")", p.R);
+    // aclnnMoeDistributeDispatch.md: a non-zero sharedExpertRankNum divides epWorldSize. The mock sends
+    // a source's tokens to the shared replica src % P, as in the later generations (the row order on
+    // a shared-expert rank is opaque to callers; combine takes every row back to its token).
+    if (p.R != 0 && p.W % p.R != 0)
+        return bad("shared_expert_rank_num", "must divide ep_world_size for the first generation (got %" PRId64
+                   " with ep_world_size %" PRId64 ")", p.R, p.W);
     return 0;
 }
 

@@ -341,7 +341,8 @@ def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[An
     if c.gen == 1:   # combine reads the rows through expand_idx: the triples it implies
         for t in range(c.tp):
             idx = golden.expand_idx(inp.ids[t])
-            for d, tri in zip(disp[t], golden.assist_from_expand_idx(inp.ids[t], idx, moe_expert_num=c.E), strict=True):
+            for d, tri in zip(disp[t], golden.assist_from_expand_idx(inp.ids[t], idx, moe_expert_num=c.E, shared_expert_num=c.S,
+                                                                     shared_expert_rank_num=c.R), strict=True):
                 d.assist_info_for_combine = tri
     weights = inp.weights if c.weights else None
     if c.tp == 2:
