@@ -102,6 +102,9 @@ def world(acl, mock):
     saved = {k: os.environ.get(k) for k in ("HCCL_BUFFSIZE", "HCCL_EXEC_TIMEOUT")}
     os.environ["HCCL_BUFFSIZE"] = str(HCCL_BUFFSIZE_MIB)
     os.environ["HCCL_EXEC_TIMEOUT"] = "10"   # never reached: a timeout fails the test
+    import gc
+
+    gc.collect()   # garbage of earlier tests (Tensors in reference cycles) is not this test's either
     acl.get_memory_pool().free_all_blocks()  # cached blocks of earlier tests are not this test's
     stats0 = mock.stats()
     res = launch.run_threads(_world_body, W)
