@@ -131,20 +131,29 @@ def _elastic(world: World2) -> None:
     refused(combine(world, elastic_info=np.zeros(4 + 2 * W, np.int32)), "elastic_info: is reserved on Ascend910B")
 
 
-@claim("`performance_info` (W,) int64: µs waited per source rank, accumulated", "✗ (reserved)")
+@claim("`performance_info` (W,) int64: µs waited per source rank, accumulated", "✓ (generations 4 and 5)")
 def _perf(world: World2) -> None:
-    refused(dispatch(world, performance_info=np.zeros(W, np.int64)), "performance_info: is reserved on Ascend910B")
+    assert dispatch(world, performance_info=np.zeros(W, np.int64)) == ACCEPTED
+    assert combine(world, performance_info=np.zeros(W, np.int64)) == ACCEPTED
 
 
-@claim("`ep_world_size`", '16, 32, 64, 128, 256 (`"hierarchy"`: 16, 32, 64)')
+@claim("`ep_world_size`", '2 … 8, 16, 32, 64, 128, 192, 256, 384; 16 … 256 under CANN 8.3.RC1 '
+       '(`"hierarchy"`: 16, 32, 64)')
 def _world_sizes(world: World2) -> None:
+    from aclnn_py import _mock
+
     assert dispatch(world) == ACCEPTED
-    for w, alg in ((32, ""), (64, "hierarchy"), (128, "fullmesh"), (256, "")):
+    for w, alg in ((2, ""), (8, "fullmesh"), (32, ""), (64, "hierarchy"), (128, "fullmesh"), (384, "")):
         # the A2 rules accept it; only this 16-rank communicator does not match
         out = dispatch(world, ep_world_size=w, moe_expert_num=w, comm_alg=alg)
         refused(out, "ep_world_size: must equal the rank count of the context's communicator")
-    for w in (2, 8, 48, 512):
-        refused(dispatch(world, ep_world_size=w, moe_expert_num=w), "ep_world_size: must be 16, 32, 64, 128 or 256")
+    for w in (9, 48, 512):
+        refused(dispatch(world, ep_world_size=w, moe_expert_num=w), "ep_world_size: must be 2 ... 8, 16, 32")
+    _mock.set_cann_version("8.3.RC1")
+    try:
+        refused(dispatch(world, ep_world_size=8, moe_expert_num=8), "ep_world_size: must be 16, 32, 64, 128 or 256")
+    finally:
+        _mock.set_cann_version("")
     refused(dispatch(world, ep_world_size=128, moe_expert_num=128, comm_alg="hierarchy"),
             'ep_world_size: must be 16, 32 or 64 with comm_alg "hierarchy"')
 
@@ -206,13 +215,14 @@ def _experts(world: World2) -> None:
     refused(dispatch(world, moe_expert_num=528, comm_alg="hierarchy"), "moe_expert_num: must be in [1, 512]")
 
 
-@claim("`expert_scales` → `expand_scales`; ep_recv_counts entries", "✓; W·L + 2·G·K·W/8")
+@claim("`expert_scales` → `expand_scales`; ep_recv_counts entries", '✓; W·L (`"hierarchy"`: + 2·G·K·W/8)')
 def _expert_scales(world: World2) -> None:
     from aclnn_py.ops import prepare_dispatch
 
     x, ids = tokens()
-    for escales, extra in ((None, 0), (np.ones((BS, K), np.float32), 2 * BS * W * K * W // 8)):
-        p = prepare_dispatch(world.ctx[0][0], x, ids, expert_scales=escales, **base_attrs(world))
+    for escales, alg, extra in ((None, "", 0), (np.ones((BS, K), np.float32), "fullmesh", 0),
+                                (None, "hierarchy", 2 * BS * W * K * W // 8)):
+        p = prepare_dispatch(world.ctx[0][0], x, ids, expert_scales=escales, **base_attrs(world, comm_alg=alg))
         try:
             o = p.result
             assert o.ep_recv_counts.shape == (W * (E // W) + extra,)

@@ -30,6 +30,14 @@ def _cases() -> list[GenCase]:
         seed += 1
         cases.append(GenCase(gen=1, W=8, tp=tp, quant=quant, comm_quant=comm_quant, BS=2, seed=seed,
                              ent_type=seed % 2, weights=seed % 3 != 0))
+    # the first generation takes expert_scales (BS, K) and returns expand_scales, as CANN's sample does
+    cases.append(GenCase(gen=1, W=8, tp=1, quant=2, BS=2, seed=301, escales=True))
+    cases.append(GenCase(gen=1, W=8, tp=2, quant=0, BS=2, seed=302, escales=True))
+    cases.append(GenCase(gen=2, W=4, tp=1, quant=0, seed=303, escales=True))
+    # the first generation with a shared-expert rank, as CANN's sample runs it (EP 8 x TP 2, R = 1)
+    cases.append(GenCase(gen=1, W=8, tp=1, quant=2, BS=2, R=1, seed=311, escales=True))
+    cases.append(GenCase(gen=1, W=8, tp=2, quant=0, BS=2, R=1, seed=312, escales=True))
+    cases.append(GenCase(gen=1, W=8, tp=1, quant=0, comm_quant=2, BS=3, R=2, seed=313))
     # masks (1-D, 2-D) and, from the third generation, zero and copy experts; with and without TP
     cases.append(GenCase(gen=2, W=3, tp=2, quant=2, mask=1, seed=201))
     cases.append(GenCase(gen=3, W=2, tp=2, quant=0, mask=2, special=1, seed=202))
@@ -72,6 +80,9 @@ def test_round_matches_golden(case: GenCase) -> None:
             _same(r.assist_info, d.assist_info_for_combine, f"{where} assist_info_for_combine")
         _same(r.expert_token_nums, d.expert_token_nums, f"{where} expert_token_nums")
         _same(r.ep_recv_counts, d.ep_recv_counts, f"{where} ep_recv_counts")
+        if case.escales and e >= case.R:   # shared-expert rows of expand_scales are not written
+            n_own = int(d.ep_recv_counts[case.W - 1]) if case.tp == 2 else d.num_rows
+            _same(r.expand_scales, d.expand_scales[:n_own], f"{where} expand_scales")
         if case.tp == 2:
             _same(r.tp_recv_counts, d.tp_recv_counts, f"{where} tp_recv_counts")
         _same(r.x_out[cmb.written], cmb.x_out[cmb.written], f"{where} x_out")

@@ -47,8 +47,15 @@ def test_group_names(tp_world, op):
     c, w = tp_world
     inp = make_inputs(c)
     _expect(phase1(c, w, inp, op, attrs={"group_ep": None}), NULLPTR, "group_ep: must not be NULL")
-    _expect(phase1(c, w, inp, op, attrs={"group_ep": b""}), INVALID, "group_ep: must name a communicator")
-    _expect(phase1(c, w, inp, op, attrs={"group_ep": b"x" * 130}), INVALID, "group_ep: must be shorter than 128")
+    # CANN's aclnn layer: an empty name is a missing one (161001); an over-long one is 161001 from
+    # dispatch (aclnn_moe_distribute_dispatch_v2.cpp / _v3.cpp) and 161002 from combine
+    _expect(phase1(c, w, inp, op, attrs={"group_ep": b""}), NULLPTR, "group_ep: must name a communicator")
+    too_long = NULLPTR if op == "dispatch" else INVALID
+    _expect(phase1(c, w, inp, op, attrs={"group_ep": b"x" * 130}), too_long, "group_ep: must be shorter than 128")
+    _expect(phase1(c, w, inp, op, attrs={"group_tp": b"y" * 128}), too_long, "group_tp: must be shorter than 128")
+    # the group strings are checked before the tensors: a NULL x still reports the empty group_ep
+    _expect(phase1(c, w, inp, op, attrs={"group_ep": b""}, tensors={"expand_x": None, "expand_x_in": None}),
+            NULLPTR, "group_ep: must name a communicator")
     _expect(phase1(c, w, inp, op, attrs={"group_ep": b"no_such_group"}), INVALID,
             'group_ep: no live communicator of this process is named "no_such_group"')
     # rank 1's communicator named by rank 0
@@ -109,8 +116,21 @@ def test_no_tp_domain_rules(ep_world):
         # without a TP domain group_tp may be empty, and L > 1 is fine
         _expect(phase1(c, w, inp, op, attrs={"group_tp": w.ep[0, 0].name.encode()}), INVALID,
                 "group_tp: must differ from group_ep")
-    _expect(phase1(c, w, inp, "combine", tensors={"tp_counts_in": np.zeros(2, np.int32)}), INVALID,
-            "tp_send_counts: must be NULL without a TP domain")
+    # CANN's tilings ignore tp_send_counts without a TP domain (its newer samples pass it): accepted
+    assert phase1(c, w, inp, "combine", tensors={"tp_counts_in": np.zeros(2, np.int32)}) == (0, "")
+    assert phase1(c, w, inp, "combine", tensors={"tp_counts_in": np.zeros(7, np.int32)}) == (0, "")
+
+
+@pytest.mark.parametrize("gen", [1, 2, 3, 4])
+def test_group_list_type_is_not_read(v1_world, ep_world, gen):
+    """The reserved combine attribute group_list_type: any value passes on every generation (CANN's
+    CombineV2 sample passes 1); its nearest refused neighbour out_dtype keeps 161002."""
+    c, w = v1_world if gen == 1 else ep_world
+    c = GenCase(gen=gen, W=c.W, BS=c.BS)
+    inp = make_inputs(c)
+    for v in (1, 3):
+        assert phase1(c, w, inp, "combine", attrs={"group_list_type": v}) == (0, "")
+    _expect(phase1(c, w, inp, "combine", attrs={"out_dtype": 1}), INVALID, "out_dtype: is reserved and must be 0")
 
 
 def test_tp_domain_needs_the_a3_profile(tp_world, mock):
@@ -144,8 +164,12 @@ def test_first_generation_rules(v1_world, ep_world, op):
     c9.E = 16   # K <= E
     _expect(phase1(c9, w, make_inputs(c9), op, attrs={"E": 16}), INVALID,
             "expert_ids: dim 1 (K) must be in [1, 8] for the first generation (got 9)")
-    _expect(phase1(c, w, inp, op, attrs={"R": 1, "E": 7}), INVALID,
-            "shared_expert_rank_num: must be 0 for the first generation on the mock")
+    # shared-expert ranks are simulated (CANN's sample uses one of 8); the nearest refusal: R must
+    # divide ep_world_size (aclnnMoeDistributeDispatch.md)
+    c_r1 = GenCase(gen=1, W=8, BS=2, R=1)
+    assert phase1(c_r1, w, make_inputs(c_r1), op) == (0, "")
+    _expect(phase1(c, w, inp, op, attrs={"R": 3, "E": 5}), INVALID,
+            "shared_expert_rank_num: must divide ep_world_size for the first generation (got 3 with ep_world_size 8)")
     c4, w4 = ep_world
     v1_on_4 = GenCase(gen=1, W=4)
     _expect(phase1(v1_on_4, w4, make_inputs(v1_on_4), op), INVALID,
@@ -154,13 +178,22 @@ def test_first_generation_rules(v1_world, ep_world, op):
 
 
 def test_first_generation_tensors(v1_world):
+    from aclnn_py import Tensor
+
     c, w = v1_world
     inp = make_inputs(c)
     _expect(phase1(c, w, inp, "dispatch", tensors={"x_active_mask": np.ones(c.BS, bool)}), INVALID,
             "x_active_mask: must be NULL for aclnnMoeDistributeDispatch")
-    _expect(phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0]}), INVALID,
-            "expert_scales: must be NULL for aclnnMoeDistributeDispatch, expandScales is not produced")
-    from aclnn_py import Tensor
+    # expert_scales (BS, K) is an input of the first generation (its document and CANN's sample); the
+    # nearest refused neighbours: a wrong shape (161002) and expert_scales without expand_scales (161001)
+    A = c.capacity(0)
+    assert phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0],
+                                                   "expand_scales": Tensor.empty((A,), np.float32)}) == (0, "")
+    _expect(phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0][:, :1],
+                                                    "expand_scales": Tensor.empty((A,), np.float32)}), INVALID,
+            "expert_scales: shape must be (BS, K)")
+    _expect(phase1(c, w, inp, "dispatch", tensors={"expert_scales": inp.weights[0][0]}), NULLPTR,
+            "expand_scales: must not be NULL when expert_scales is given")
     _expect(phase1(c, w, inp, "dispatch", tensors={"assist_info": Tensor.empty((c.BS * c.K - 1,), np.int32)}),
             INVALID, f"expand_idx: dim 0 must be >= BS * K = {c.BS * c.K}")
     _expect(phase1(c, w, inp, "dispatch", tensors={"assist_info": None}), NULLPTR, "expand_idx: must not be NULL")
@@ -201,3 +234,22 @@ def test_tp_send_counts_from_another_dispatch_fail_the_kernel():
     for msg in errors.values():
         assert msg.startswith("507015") and "aclnnMoeDistributeCombineV2: rank 0" in msg and "tp_send_counts" in msg
 
+
+
+@pytest.mark.parametrize("op", ["dispatch", "combine"])
+def test_performance_info_on_a2_from_generation_4(ep_world, mock, op):
+    """The V4 documents take performanceInfo on Atlas A2 in every revision: accepted there; on Atlas A3
+    it stays reserved (161002), and a wrong shape on A2 is 161002 too."""
+    c, w = ep_world
+    c4 = GenCase(gen=4, W=c.W, BS=c.BS)
+    inp = make_inputs(c4)
+    perf = np.zeros(c.W, np.int64)
+    _expect(phase1(c4, w, inp, op, tensors={"performance_info": perf}), INVALID,
+            "performance_info: is reserved on Ascend910_93")
+    mock.set_soc("Ascend910B3")
+    try:
+        assert phase1(c4, w, inp, op, tensors={"performance_info": perf}) == (0, "")
+        _expect(phase1(c4, w, inp, op, tensors={"performance_info": np.zeros(c.W + 1, np.int64)}), INVALID,
+                f"performance_info: shape must be (ep_world_size,) = ({c.W},)")
+    finally:
+        mock.set_soc("Ascend910_93")

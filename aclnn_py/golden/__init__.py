@@ -133,6 +133,7 @@ from .quant import (
 )
 from .results import CombineResult, DispatchResult
 from .roundtrip import round_trip
+from .shrink import combine_shrink, dispatch_shrink, live_ranks
 from .sizing import a2_window_bytes_required, ccl_buffer_size_mb, ep_recv_counts_size, window_bytes_required
 from .tp import combine_tp, dispatch_tp, tp_all_gather, tp_reduce_scatter
 
@@ -168,4 +169,7 @@ __all__ = [
     "combine_tp",
     "expand_idx",
     "assist_from_expand_idx",
+    "live_ranks",
+    "dispatch_shrink",
+    "combine_shrink",
 ]

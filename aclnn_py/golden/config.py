@@ -23,7 +23,9 @@ SOC_950 = "Ascend950"
 SOC_A2 = "Ascend910B"
 SOCS = (SOC_A3, SOC_950, SOC_A2)
 #: Atlas A2 (aclnnMoeDistributeDispatchV2.md / V3.md): the EP world sizes per comm_alg
-A2_WORLD_SIZES = {"": (16, 32, 64, 128, 256), "fullmesh": (16, 32, 64, 128, 256), "hierarchy": (16, 32, 64)}
+#: Atlas A2 worlds by comm_alg, as the newest published documents list them ("fullmesh" from 2 ranks)
+_A2_FULLMESH = (2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 192, 256, 384)
+A2_WORLD_SIZES = {"": _A2_FULLMESH, "fullmesh": _A2_FULLMESH, "hierarchy": (16, 32, 64)}
 
 
 def check_soc(soc: str) -> None:

@@ -131,12 +131,12 @@ def a2_window_bytes_required(ep_world_size: int, max_bs: int, hidden: int, moe_e
 
 
 def ep_recv_counts_size(ep_world_size: int, local_expert_num: int, global_bs: int, topk: int,
-                        expert_scales: bool = False, soc: str = "Ascend910_93") -> int:
-    """Entries of dispatch's ep_recv_counts: ``W * localExpertNum``, and on Atlas A2 with expert_scales
-    ``+ 2 * G * K * serverNum`` with ``serverNum = W / 8`` (servers of 8 ranks; G = global_bs resolved),
-    as CANN's infershape for the 910B sizes it."""
+                        comm_alg: str = "", soc: str = "Ascend910_93") -> int:
+    """Entries of dispatch's ep_recv_counts: ``W * localExpertNum``, and on Atlas A2 with comm_alg
+    "hierarchy" ``+ 2 * G * K * serverNum`` with ``serverNum = W / 8`` (servers of 8 ranks; G = global_bs
+    resolved): the reduce information that algorithm writes after the counts."""
     w = int(ep_world_size)
-    extra = 2 * int(global_bs) * int(topk) * (w // 8) if soc == SOC_A2 and expert_scales else 0
+    extra = 2 * int(global_bs) * int(topk) * (w // 8) if soc == SOC_A2 and comm_alg == "hierarchy" else 0
     return w * int(local_expert_num) + extra
 
 

@@ -118,7 +118,7 @@ def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None,
             ("assist_info_for_combine", ((bs * k,) if cfg.generation == 1 else (max(bs * k, a * 128),)),
              DataType.INT32),
             ("expert_token_nums", (local,), DataType.INT64),
-            ("ep_recv_counts", (cfg.ep_world_size * local * tp + recv_counts_extra(cfg, bs, k, has_es),),
+            ("ep_recv_counts", (cfg.ep_world_size * local * tp + recv_counts_extra(cfg, bs, k),),
              DataType.INT32),
             ("tp_recv_counts", (cfg.tp_world_size,), DataType.INT32),
             ("expand_scales", (a if has_es else 0,), DataType.FLOAT))

@@ -19,7 +19,7 @@ from typing import Final
 from ..dtypes import DataType
 from ..errors import AclnnParamInvalid, param_invalid
 from ..tensor import Tensor
-from . import prechecks_a2, sizing
+from . import prechecks_a2, releases, sizing
 from .config import MoeConfig
 from .generations import NEWEST
 
@@ -57,13 +57,16 @@ def verdict(config: MoeConfig, op: str, inputs: Sequence[Tensor | None],
     if not _structure_ok(op, inputs, outputs):
         return C_DECIDES
     func = FUNCS[op]
-    if (op, -1, -1, -1) not in config._passed:
+    # the A2 rules differ between CANN releases (ops.releases): what passed under one may not under another
+    rules = releases.active() if config.profile.atlas_a2 else None
+    attrs_key = (op, -1, -1, rules.name if rules else -1)
+    if attrs_key not in config._passed:
         try:
-            _check_attrs(config, func)
+            _check_attrs(config, func, rules)
             _check_modes(config, op, func)
         except AclnnParamInvalid as exc:
             return exc
-        config._passed.add((op, -1, -1, -1))  # the attributes and modes passed
+        config._passed.add(attrs_key)  # the attributes and modes passed
     if not _tokens_ok(config, op, inputs):
         return C_DECIDES
     ids = inputs[2]
@@ -153,17 +156,16 @@ def _check_modes(c: MoeConfig, op: str, func: str) -> None:
         raise _bad(func, "comm_quant_mode", f'2 needs comm_alg "hierarchy" on Ascend910B (got comm_alg "{c.comm_alg}")')
     if c.out_dtype != 0:
         raise _bad(func, "out_dtype", f"is reserved and must be 0 (got {c.out_dtype})")
-    if c.group_list_type != 0:
-        raise _bad(func, "group_list_type", f"is reserved and must be 0 (got {c.group_list_type})")
+    # group_list_type is reserved and read by no CANN tiling: any value passes, as on CANN
 
 
 def _bad(func: str, param: str, rule: str) -> AclnnParamInvalid:
     return param_invalid(func, f"{param}: {rule}")
 
 
-def _check_attrs(c: MoeConfig, func: str) -> None:
-    if c.profile.atlas_a2:
-        prechecks_a2.check_attrs(c, func, _bad)
+def _check_attrs(c: MoeConfig, func: str, rules: releases.RuleSet | None) -> None:
+    if rules is not None:
+        prechecks_a2.check_attrs(c, func, _bad, rules)
         return
     w, r, soc = c.ep_world_size, c.ep_rank_id, c.profile.name
     wmax = c.profile.max_world_size

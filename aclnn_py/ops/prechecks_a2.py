@@ -10,15 +10,16 @@ from ..errors import AclnnParamInvalid
 from . import sizing
 from .config import MoeConfig
 from .profiles import A2_LIMITS as LIM
+from .releases import RuleSet
 
 Bad = Callable[[str, str, str], AclnnParamInvalid]
 
 
-def check_attrs(c: MoeConfig, func: str, bad: Bad) -> None:
-    """The whole attribute block on A2 (in place of the A3 / 950 one)."""
+def check_attrs(c: MoeConfig, func: str, bad: Bad, rules: RuleSet) -> None:
+    """The whole attribute block on A2 (in place of the A3 / 950 one), under a release's rules."""
     w, r = c.ep_world_size, c.ep_rank_id
-    if w not in LIM.world_sizes:
-        raise bad(func, "ep_world_size", f"must be 16, 32, 64, 128 or 256 on Ascend910B (got {w})")
+    if w not in rules.a2_fullmesh_world_sizes:
+        raise bad(func, "ep_world_size", f"must be {rules.a2_world_sizes_text()} on Ascend910B (got {w})")
     if r < 0 or r >= w:
         raise bad(func, "ep_rank_id", f"must be in [0, ep_world_size) (got {r} with ep_world_size {w})")
     if c.tp_world_size >= 2:
@@ -79,10 +80,11 @@ def check_window(c: MoeConfig, func: str, bad: Bad, max_bs: int, h: int, k: int)
               f"bytes must be <= ccl_buffer_size; set HCCL_BUFFSIZE >= {buffsize} (MiB) (got {c.ccl_buffer_size} bytes)")
 
 
-def recv_counts_extra(c: MoeConfig, bs: int, k: int, with_expert_scales: bool) -> int:
-    """ep_recv_counts entries A2 adds after the W * L counts when expert_scales are given:
-    2 * G * K * (W / 8) (aclnnMoeDistributeDispatchV2.md); 0 otherwise and on other profiles."""
-    if not c.profile.atlas_a2 or not with_expert_scales:
+def recv_counts_extra(c: MoeConfig, bs: int, k: int) -> int:
+    """ep_recv_counts entries A2's "hierarchy" algorithm writes after the W * L counts (its reduce
+    information): 2 * G * K * (W / 8) (aclnnMoeDistributeDispatchV2.md); 0 for "fullmesh", which writes
+    the counts only, and on other profiles."""
+    if not c.profile.atlas_a2 or c.comm_alg != "hierarchy":
         return 0
     w = c.ep_world_size
     g = c.global_bs if c.global_bs else bs * w

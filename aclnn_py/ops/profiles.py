@@ -43,7 +43,8 @@ class A2Limits:
     """What CANN documents for Atlas A2 (aclnnMoeDistributeDispatchV2.md / V3.md, the Combine
     counterparts), in the units of docs/operators.md."""
 
-    world_sizes: frozenset[int] = frozenset({16, 32, 64, 128, 256})
+    #: ep_world_size with "" / "fullmesh" under the newest rules (ops.releases has each release's)
+    world_sizes: frozenset[int] = frozenset({2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 192, 256, 384})
     hierarchy_world_sizes: frozenset[int] = frozenset({16, 32, 64})
     comm_algs: tuple[str, ...] = ("", "fullmesh", "hierarchy")
     max_experts: int = 512

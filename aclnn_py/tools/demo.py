@@ -27,9 +27,12 @@ from .. import golden
 from ..dtypes import DataType, bfloat16
 from ..golden import casts
 from ..ops import generations
-from ..ops.profiles import A2_LIMITS, FAMILIES, SocProfile
+from ..ops.profiles import FAMILIES, SocProfile
 from .cli_conventions import UsageError, int_at_least, positive_seconds
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
+
+#: the demo's Atlas A2 world: one every CANN release accepts there
+A2_DEFAULT_WORLD = 16
 
 if TYPE_CHECKING:
     from ..buffer import MoeDistributeBuffer
@@ -461,7 +464,7 @@ def add_parser(sub: Any) -> None:
     g.add_argument("--soc", default="auto", help="SoC profile: Ascend910_93, Ascend950 or Ascend910B selects the mock's "
                    "profile; on real CANN the SoC is the device's and --soc may only repeat it (auto: the backend's)")
     g.add_argument("--world-size", type=int, default=None,
-                   help=f"ranks, one per device (default: {d.world_size}, on Atlas A2 {min(A2_LIMITS.world_sizes)}, "
+                   help=f"ranks, one per device (default: {d.world_size}, on Atlas A2 {A2_DEFAULT_WORLD}, "
                    "or the number of --devices)")
     g.add_argument("--devices", default=None, help="comma-separated device ids, one per rank "
                    "(default: 0 .. world-size-1)")
@@ -499,8 +502,9 @@ def add_parser(sub: Any) -> None:
 
 
 def _default_world_size(profile: SocProfile) -> int:
-    # Atlas A2 runs on 16 ranks or more (docs/operators.md, "Atlas A2"); the others from 2
-    return min(A2_LIMITS.world_sizes) if profile.atlas_a2 else Model().world_size
+    # Atlas A2: 16 ranks, a world every CANN release accepts there (8.3.RC1 starts at 16; docs/operators.md,
+    # "Atlas A2"); the others from 2
+    return A2_DEFAULT_WORLD if profile.atlas_a2 else Model().world_size
 
 
 def _devices(text: str | None) -> list[int] | None:

@@ -23,7 +23,7 @@ from .cli_conventions import UsageError
 
 ENV_VARS = (
     "ACLNN_PY_BACKEND", "ACLNN_PY_MOCK_ROOT", "ACLNN_PY_BUILD_DIR", "ACLNN_PY_SKIP_ABI_CHECK", "ACLNN_PY_ABI_CHECK",
-    "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH", "ACLNN_MOCK_SOC", "ACLNN_MOCK_DEVICE_COUNT",
+    "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH", "ACLNN_MOCK_SOC", "ACLNN_MOCK_CANN_VERSION", "ACLNN_MOCK_DEVICE_COUNT",
     "ACLNN_MOCK_POISON", "HCCL_BUFFSIZE", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT",
 )
 GROUPS = ("runtime", "meta", "hccl", "ops")
@@ -200,14 +200,29 @@ def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
     if not present:
         problems.append("no generation of the MoE dispatch / combine operators is exported (each needs its four "
                         "entry points; see the symbols above)")
-    doc["soc"] = doc["devices"] = None
+    doc["soc"] = doc["devices"] = doc["cann_rules"] = None
     if "error" not in doc["backend"]:
         try:
             doc["soc"] = acl.soc_name()
             doc["devices"] = acl.Device.count()
+            doc["cann_rules"] = _rules(b)
         except acl.AclnnPyError as e:
             doc["runtime_error"] = str(e)
             problems.append(f"runtime query failed: {e}")
+
+
+def _rules(b: Any) -> dict[str, str]:
+    """The rule set the operators apply where CANN releases differ (ops.releases)."""
+    from aclnn_py.ops import releases
+
+    if not b.is_mock:
+        return {"name": "CANN's own", "source": "the installed release checks its own rules"}
+    from aclnn_py import _mock
+
+    active = releases.active()
+    given = _mock.cann_version()
+    how = f"{releases.VARIABLE}={given}" if given else f"{releases.VARIABLE} unset: the default"
+    return {"name": active.name, "source": f"{how}; {active.source}"}
 
 
 def strict_problems(doc: dict[str, Any]) -> list[str]:
@@ -250,6 +265,8 @@ def render(doc: dict[str, Any]) -> str:
     if be["loaded"]:
         lines.append(f"soc        {doc['soc'] if doc['soc'] is not None else '(query failed)'}")
         lines.append(f"devices    {doc['devices'] if doc['devices'] is not None else '(query failed)'}")
+        rules = doc.get("cann_rules")
+        lines.append(f"rules      {rules['name']} ({rules['source']})" if rules else "rules      (query failed)")
         gens = doc["generations"]
         used = (f"calls use {generations.GENERATIONS[generations.NEWEST - gens['used']]} unless a config names "
                 "another" if gens["used"] else "no operator can run")

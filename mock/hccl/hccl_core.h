@@ -111,8 +111,10 @@ public:
     //     number (call-order mismatch), or one of `fields` differs ("moe_expert_num: rank 2 has 64,
     //     rank 0 has 32"); field_names names each field for that message; or this communicator was
     //     destroyed while waiting.
+    // `members` (W flags), when given, limits the wait to the ranks flagged: the live ranks of a
+    // dynamic shrink, where ranks left out of the communicator never publish.
     int wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
-                 uint32_t nfields, const char *op_name);
+                 uint32_t nfields, const char *op_name, const uint8_t *members = nullptr);
 
     // Whether peer r's process is alive (always true for thread ranks of this process, and for a
     // process of another pid namespace, whose liveness cannot be known).

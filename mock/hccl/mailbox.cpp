@@ -72,7 +72,7 @@ void Comm::publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fiel
 }
 
 int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
-                   uint32_t nfields, const char *op_name) {
+                   uint32_t nfields, const char *op_name, const uint8_t *members) {
     const char *op = op_name ? op_name : op_tag_name(tag);
     const uint32_t me = impl_->rank, W = impl_->nranks;
     if (nfields > static_cast<uint32_t>(kMailboxFields)) nfields = kMailboxFields;
@@ -88,6 +88,12 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
     const double start = now_seconds();
     std::vector<uint8_t> done(W, 0);
     uint32_t remaining = W;
+    if (members)
+        for (uint32_t src = 0; src < W; ++src)
+            if (!members[src]) {
+                done[src] = 1;
+                --remaining;
+            }
     Backoff bo;
     LivenessPacer pacer(start);
     for (;;) {

@@ -88,8 +88,8 @@ int check_modes(CombineParams &p) {
     if (p.tp == 2 && p.comm_quant != 0)
         return bad("comm_quant_mode", "must be 0 with tp_world_size 2 (got %" PRId64 ")", p.comm_quant);
     if (p.out_dtype != 0) return bad("out_dtype", "is reserved and must be 0 (got %" PRId64 ")", p.out_dtype);
-    if (p.group_list_type != 0)
-        return bad("group_list_type", "is reserved and must be 0 (got %" PRId64 ")", p.group_list_type);
+    // group_list_type is reserved and no CANN tiling reads it (CANN's own CombineV2 sample passes 1):
+    // any value is accepted and ignored
     return 0;
 }
 
@@ -109,8 +109,8 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     if (int rc = check_sizes(p, "expert_ids", "expand_x")) return rc;
     // 950: elastic_info makes A the larger of both roles'; A3 refuses both in check_options
     if (int rc = check_elastic_perf(a[kElastic], a[kPerf], p)) return rc;
-    p.has_elastic = p.soc950 && a[kElastic] != nullptr;
-    p.has_perf = p.soc950 && a[kPerf] != nullptr;
+    p.has_elastic = (p.soc950 || p.shrink) && a[kElastic] != nullptr;
+    p.has_perf = (p.soc950 || p.a2) && a[kPerf] != nullptr;
     // A caller who slices dispatch's expand_x to the rows it received ends here: say what to pass.
     if (ex->view[0] < p.A * p.tp)
         return bad("expand_x", "dim 0 must be >= %s = %" PRId64 " (got %" PRId64 "): pass all %s rows of "
@@ -136,29 +136,22 @@ int check_rows(const CombineArgs &a, CombineParams &p) {
     return 0;
 }
 
-// tp_send_counts: int32 (2,) with a TP domain (NULL → 161001), NULL without one.
+// tp_send_counts: int32 (2,) with a TP domain (NULL → 161001). Without one it is accepted and never
+// read, as CANN's tilings ignore it there (its newer samples pass dispatch's tp_recv_counts anyway).
 int check_tp_send_counts(const aclTensor *t, const CombineParams &p) {
-    if (p.tp == 2) {
-        if (!t) {
-            set_error("tp_send_counts: must not be NULL with tp_world_size 2");
-            return ACLNN_ERR_PARAM_NULLPTR;
-        }
-        if (int rc = check_dtype(t, "tp_send_counts", kI32, 1)) return rc;
-        if (t->view.size() != 1 || t->view[0] < 2)
-            return bad("tp_send_counts", "shape must be (tp_world_size,) = (2,) (got %s)", dims_str(t).c_str());
-        return 0;
+    if (p.tp != 2) return 0;
+    if (!t) {
+        set_error("tp_send_counts: must not be NULL with tp_world_size 2");
+        return ACLNN_ERR_PARAM_NULLPTR;
     }
-    if (t && p.generation == 5)
-        return bad("tp_send_counts", "is reserved and must be NULL, tensor parallelism is not supported (got a %s "
-                   "tensor)", dims_str(t).c_str());
-    if (t)
-        return bad("tp_send_counts", "must be NULL without a TP domain (tp_world_size 0 or 1) (got a %s tensor)",
-                   dims_str(t).c_str());
+    if (int rc = check_dtype(t, "tp_send_counts", kI32, 1)) return rc;
+    if (t->view.size() != 1 || t->view[0] < 2)
+        return bad("tp_send_counts", "shape must be (tp_world_size,) = (2,) (got %s)", dims_str(t).c_str());
     return 0;
 }
 
-// expert_scales (empty → unweighted), x_active_mask, the tensors that must be NULL (tp_send_counts,
-// activation_scale, weight_scale, group_list), expand_scales,
+// expert_scales (empty → unweighted), x_active_mask, tp_send_counts, the tensors that must be NULL
+// (activation_scale, weight_scale, group_list), expand_scales,
 // shared_expert_x, elastic_info / performance_info on A3.
 int check_options(const CombineArgs &a, CombineParams &p) {
     const aclTensor *es = a[kEScales];
@@ -492,6 +485,12 @@ const uint8_t *CombineKernel::slot(int64_t t, int64_t k) {
     const uint64_t tc = call_.layout.tc;
     if (p.generation != 1)
         return call_.data(p.r) + call_.layout.combine_offset + uint64_t(t * (p.K + p.S) + k) * tc;
+    if (k >= p.K) {
+        // shared expert s: dispatch sent every token (the first generation has no mask) to replica
+        // (r % P) + s*P, receive block r, row t
+        const int64_t m = (p.r % p.P) + (k - p.K) * p.P;
+        return call_.data(m) + uint64_t(p.r * p.maxBs + t) * tc;
+    }
     const int64_t e = ids_[t * p.K + k], pos = assist_[t * p.K + k];
     if (pos < 0 || pos >= p.maxBs) {
         if (err_.empty())
@@ -616,7 +615,15 @@ int CombineKernel::receive() {
 int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     KernelCall call;
     if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
-    CombineKernel k(p_, call, in, out, workspace);
+    // A3 elastic_info: the ranks still in the communicator run the call as a world of their own
+    CombineParams q = p_;
+    if (p_.shrink) {
+        std::vector<int32_t> phys;
+        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &q, &phys)) return rc;
+        q.has_elastic = false;   // the 950's re-mapping table is not read
+        if (!phys.empty()) call.use_subworld(q, std::move(phys));
+    }
+    CombineKernel k(q, call, in, out, workspace);
     if (p_.tp == 2)
         if (int rc = k.reduce_scatter()) return rc;
     k.send();

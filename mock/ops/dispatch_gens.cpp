@@ -35,14 +35,12 @@ extern "C" ACLMOCK_API aclnnStatus aclnnMoeDistributeDispatchGetWorkspaceSize(
     aclTensor *expandX, aclTensor *dynamicScales, aclTensor *expandIdx, aclTensor *expertTokenNums,
     aclTensor *epRecvCounts, aclTensor *tpRecvCounts, aclTensor *expandScales, uint64_t *workspaceSize,
     aclOpExecutor **executor) {
-    // aclnnMoeDistributeDispatch.md, Atlas A3 and 950 entries: no xActiveMask, no expandScales
+    // aclnnMoeDistributeDispatch.md: xActiveMask is reserved; expertScales (BS, K) is an input, as in
+    // the later generations (CANN's own sample passes it with expandScales of A entries)
     if (xActiveMask)
         return bad("x_active_mask", "must be NULL for aclnnMoeDistributeDispatch (got a %s tensor)",
                    dims_str(xActiveMask).c_str());
-    if (expertScales)
-        return bad("expert_scales", "must be NULL for aclnnMoeDistributeDispatch, expandScales is not produced "
-                   "(got a %s tensor)", dims_str(expertScales).c_str());
-    const DispatchArgs a{nullptr, x, expertIds, scales, nullptr, nullptr, nullptr, nullptr, expandX, dynamicScales,
+    const DispatchArgs a{nullptr, x, expertIds, scales, nullptr, expertScales, nullptr, nullptr, expandX, dynamicScales,
                          expandIdx, expertTokenNums, epRecvCounts, tpRecvCounts, expandScales};
     const GroupAttrs g{groupEp, epWorldSize, epRankId, moeExpertNum, groupTp, tpWorldSize, tpRankId,
                        expertShardType, sharedExpertNum, sharedExpertRankNum, globalBs, nullptr, 0, 0, 0};

@@ -360,10 +360,10 @@ int check_routing_outputs(const DispatchArgs &a, const DispatchParams &p) {
         return bad("ep_recv_counts", "dim 0 must be >= %s%s = %" PRId64 " (got %" PRId64 ")",
                    p.has_elastic || !p.shared_rank ? "ep_world_size * L" : "ep_world_size on a shared-expert rank",
                    p.tp == 2 ? " * tp_world_size" : "", p.recv_slots * p.tp, rc_->view[0]);
-    if (const int64_t extra = a2_recv_counts_extra(p, p.has_escales))
+    if (const int64_t extra = a2_recv_counts_extra(p))
         if (rc_->view[0] < p.recv_slots + extra)
             return bad("ep_recv_counts", "dim 0 must be >= ep_world_size * L + 2 * G * K * (ep_world_size / 8) = "
-                       "%" PRId64 " on Ascend910B with expert_scales (got %" PRId64 ")", p.recv_slots + extra,
+                       "%" PRId64 " on Ascend910B with comm_alg \"hierarchy\", whose reduce information follows the counts (got %" PRId64 ")", p.recv_slots + extra,
                        rc_->view[0]);
     if (p.tp == 2 && !a.tp_recv_counts) {
         set_error("tp_recv_counts: must not be NULL with tp_world_size 2");
@@ -738,7 +738,15 @@ void DispatchKernel::record(int64_t N) {
 int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
     KernelCall call;
     if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
-    DispatchKernel k(p_, call, in, out, workspace);
+    // A3 elastic_info: the ranks still in the communicator run the call as a world of their own
+    DispatchParams q = p_;
+    if (p_.shrink) {
+        std::vector<int32_t> phys;
+        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &q, &phys)) return rc;
+        q.has_elastic = false;   // the 950's re-mapping table is not read
+        if (!phys.empty()) call.use_subworld(q, std::move(phys));
+    }
+    DispatchKernel k(q, call, in, out, workspace);
     k.send();
     if (int rc = k.wait()) return rc;
     if (int rc = k.receive()) return rc;

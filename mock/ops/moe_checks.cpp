@@ -165,7 +165,7 @@ int check_attrs(MoeParams &p) {
 }
 
 namespace {
-int check_window_need(const MoeParams &p);
+int check_window_need(MoeParams &p);
 }
 
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param) {
@@ -239,13 +239,37 @@ int check_mask(const aclTensor *mask, const MoeParams &p) {
 
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p) {
     if (!t || p.soc950) return 0;
+    // aclnnMoeDistributeDispatchV3.md / V4.md: elasticInfo (dynamic shrink) on A3
+    if (!p.a2 && (p.generation == 3 || p.generation == 4) && std::strcmp(param, "elastic_info") == 0) return 0;
+    // aclnnMoeDistributeDispatchV4.md / CombineV4.md: performanceInfo on A2 in every revision
+    if (p.a2 && p.generation >= 4 && std::strcmp(param, "performance_info") == 0) return 0;
     return bad(param, "is reserved on %s and must be NULL (got a %s tensor)", p.soc, dims_str(t).c_str());
 }
 
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p) {
     static const aclDataType i32[] = {ACL_INT32};
     static const aclDataType i64[] = {ACL_INT64};
-    if (!p.soc950) return 0;   // A3: reserved (check_reserved)
+    if (p.a2 && perf) {
+        if (int rc = check_dtype(perf, "performance_info", i64, 1)) return rc;
+        if (perf->view.size() != 1 || perf->view[0] != p.W)
+            return bad("performance_info", "shape must be (ep_world_size,) = (%" PRId64 ",) (got %s)", p.W,
+                       dims_str(perf).c_str());
+        if (!p.stamp_room)
+            return bad("performance_info", "the window has no room after its data for the %" PRId64 " per-rank "
+                       "time stamps (ep_world_size * 1024 bytes); the mock refuses rather than write past the "
+                       "window: raise HCCL_BUFFSIZE by 1 (got ccl_buffer_size %" PRId64 ")", p.W, p.ccl);
+        return 0;
+    }
+    const bool a3_shrink = !p.soc950 && !p.a2 && elastic && (p.generation == 3 || p.generation == 4);
+    if (!p.soc950 && !a3_shrink) return 0;   // A3: reserved otherwise (check_reserved)
+    if (a3_shrink && p.tp == 2)
+        return bad("elastic_info", "a dynamic shrink is not supported with a TP domain (tp_world_size 2), as "
+                   "CANN documents (got a %s tensor)", dims_str(elastic).c_str());
+    if (a3_shrink && (p.Z || p.C || p.Q))
+        return bad("elastic_info", "a dynamic shrink together with zero / copy / const experts is not simulated by "
+                   "the mock (got zero_expert_num %" PRId64 ", copy_expert_num %" PRId64 ", const_expert_num %" PRId64
+                   ")", p.Z, p.C, p.Q);
+    p.shrink = a3_shrink;
     if (elastic) {
         if (int rc = check_dtype(elastic, "elastic_info", i32, 1)) return rc;
         if (elastic->view.size() != 1 || elastic->view[0] != 4 + 2 * p.W)
@@ -257,7 +281,7 @@ int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParam
         p.local_experts = p.L;
         p.recv_slots = p.W * p.L;
     }
-    if (perf) {
+    if (perf && p.soc950) {
         if (int rc = check_dtype(perf, "performance_info", i64, 1)) return rc;
         if (perf->view.size() != 1 || perf->view[0] != p.W)
             return bad("performance_info", "shape must be (ep_world_size,) = (%" PRId64 ",) (got %s)", p.W,
@@ -347,13 +371,16 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
 
 namespace {
 // The window these sizes need (docs/operators.md, "Buffer sizing") must fit in ccl_buffer_size.
-int check_window_need(const MoeParams &p) {
+int check_window_need(MoeParams &p) {
     if (p.ccl < 0) return bad("ccl_buffer_size", "must be >= 0 (got %" PRId64 ")", p.ccl);
     if (p.a2)
         if (int rc = check_window_a2(p)) return rc;
     Layout l = make_layout(p.W, p.L, p.maxBs, p.H, p.K, p.S, p.fullmesh_v2);
     const uint64_t need_b = window_need_bytes(l, p.W, p.soc950);
     const uint64_t avail = uint64_t(p.ccl) > kMiB ? uint64_t(p.ccl) - kMiB : 0;
+    // the 950 reserves the stamps in its formula; on A2 (performance_info from generation 4) they are
+    // written when the window has room left after the data, which every rank finds alike
+    p.stamp_room = p.soc950 || (p.a2 && window_need_bytes(l, p.W, true) <= avail);
     if (need_b > avail || uint64_t(p.ccl) < kMiB) {
         const uint64_t mib = ceil_div(need_b + kMiB, kMiB);
         const uint64_t buffsize = ceil_div(mib, 2);

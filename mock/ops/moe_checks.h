@@ -41,6 +41,8 @@ struct MoeParams {
     bool soc950 = false;     // the Ascend950 profile (else Ascend910_93 or Ascend910B)
     bool a2 = false;         // the Ascend910B (Atlas A2) profile: profile_a2.cpp
     bool hierarchy = false;  // A2 with comm_alg "hierarchy"
+    bool stamp_room = false; // the window holds the W per-rank time stamps of performance_info
+    bool shrink = false;     // A3 elastic_info (generations 3 and 4): CANN's dynamic shrink
     const char *soc = "";    // the profile's name, for messages
     aclDataType dtype = ACL_DT_UNDEFINED;   // x (dispatch) / expand_x (combine)
     // the generation of the entry point: 5 names its communicator by a context tensor, 2 to 4 by
@@ -95,9 +97,11 @@ int check_attrs(MoeParams &p);
 int check_sizes(MoeParams &p, const char *bs_param, const char *h_param);
 // x_active_mask: bool, (BS,) or (BS,K), and no uneven BS.
 int check_mask(const aclTensor *mask, const MoeParams &p);
-// A3: must be NULL (reserved). 950: accepted here, checked by check_elastic_perf.
+// A3: must be NULL (reserved). 950: accepted here, checked by check_elastic_perf; A2 takes
+// performance_info from generation 4 on.
 int check_reserved(const aclTensor *t, const char *param, const MoeParams &p);
-// 950: elastic_info int32 (4 + 2W,), performance_info int64 (W,). With elastic_info
+// 950: elastic_info int32 (4 + 2W,), performance_info int64 (W,); A2: performance_info (W,); A3,
+// generations 3 and 4: elastic_info (4 + 2W,), a dynamic shrink (p.shrink), not with a TP domain. With elastic_info
 // every rank may serve either role (the table is read at run time), so A = max of the shared and MoE
 // formulas, expert_token_nums holds max(L, 1) entries and ep_recv_counts W * L.
 int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParams &p);
@@ -122,9 +126,9 @@ int check_token_sizes_a2(const MoeParams &p, const char *bs_param, const char *h
 int check_window_a2(const MoeParams &p);
 // x_active_mask: 1-D only on A2.
 int check_mask_a2(const aclTensor *mask, const MoeParams &p);
-// ep_recv_counts entries beyond W * L that A2 reserves when expert_scales are given:
-// 2 * G * K * (W / 8), 0 otherwise (and on other profiles).
-int64_t a2_recv_counts_extra(const MoeParams &p, bool with_expert_scales);
+// ep_recv_counts entries beyond W * L that A2's "hierarchy" algorithm writes (its reduce information):
+// 2 * G * K * (W / 8); 0 for "fullmesh", which writes the W * L counts only, and on other profiles.
+int64_t a2_recv_counts_extra(const MoeParams &p);
 
 // Workspace sizes (bytes), always > 0; the kernels use every part.
 struct DispatchWs {

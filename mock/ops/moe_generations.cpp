@@ -71,12 +71,19 @@ inline uint64_t gather_stride(int64_t row_bytes, int64_t dyn_bytes) {
 
 }  // namespace
 
-int group_arg(const char *value, const char *param, std::string *out) {
+int group_arg(const char *value, const char *param, int too_long, std::string *out) {
     if (int rc = need(value, param)) return rc;
     const size_t n = strnlen(value, COMM_NAME_MAX_LENGTH);
-    if (n == 0) return bad(param, "must name a communicator (HcclGetCommName) (got \"\")");
-    if (n >= COMM_NAME_MAX_LENGTH)
-        return bad(param, "must be shorter than %d characters (got \"%.40s...\")", COMM_NAME_MAX_LENGTH, value);
+    if (n == 0) {
+        set_error(std::string(param) + ": must name a communicator (HcclGetCommName), an empty name counts as "
+                  "missing (got \"\")");
+        return ACLNN_ERR_PARAM_NULLPTR;
+    }
+    if (n >= COMM_NAME_MAX_LENGTH) {
+        set_error(format("%s: must be shorter than %d characters (got \"%.40s...\")", param, COMM_NAME_MAX_LENGTH,
+                         value));
+        return too_long;
+    }
     out->assign(value, n);
     return 0;
 }
@@ -93,11 +100,12 @@ int check_first_generation_attrs(const MoeParams &p) {
                    "%s (got %" PRId64 ")", p.soc950 ? "2, 4, " : "", p.soc, p.W);
     if (p.E > 512)
         return bad("moe_expert_num", "must be in [1, 512] for the first generation (got %" PRId64 ")", p.E);
-    // The first generation splits a source's tokens over the shared-expert ranks in its own way,
-    // which the mock does not model: it refuses shared-expert ranks rather than guess.
-    if (p.R != 0)
-        return bad("shared_expert_rank_num", "must be 0 for the first generation on the mock (its shared-expert "
-                   "token split is not simulated) (got %" PRId64 ")", p.R);
+    // aclnnMoeDistributeDispatch.md: a non-zero sharedExpertRankNum divides epWorldSize. The mock sends
+    // a source's tokens to the shared replica src % P, as in the later generations (the row order on
+    // a shared-expert rank is opaque to callers; combine takes every row back to its token).
+    if (p.R != 0 && p.W % p.R != 0)
+        return bad("shared_expert_rank_num", "must divide ep_world_size for the first generation (got %" PRId64
+                   " with ep_world_size %" PRId64 ")", p.R, p.W);
     return 0;
 }
 

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <string>
 
 #include "hccl/hccl_core.h"
@@ -20,9 +21,10 @@
 namespace aclmock {
 namespace moe {
 
-// A group-string argument: NULL → 161001, "" or a name of COMM_NAME_MAX_LENGTH characters or more
-// → 161002, each naming `param`.
-int group_arg(const char *value, const char *param, std::string *out);
+// A group-string argument: NULL or "" → 161001 (CANN's aclnn layer refuses both before any tensor);
+// a name of COMM_NAME_MAX_LENGTH characters or more → `too_long` (161001 from CANN's dispatch entry
+// points, 161002 from its combine ones), each naming `param`.
+int group_arg(const char *value, const char *param, int too_long, std::string *out);
 
 // The attributes every group-string generation has, dispatch and combine alike, in their common order.
 struct GroupAttrs {
@@ -40,9 +42,11 @@ template <class Attrs>
 int group_attrs(int generation, const char *op, const GroupAttrs &g, Attrs *p) {
     p->generation = generation;
     p->op = op;
-    if (int rc = group_arg(g.group_ep, "group_ep", &p->group_ep)) return rc;
+    const int too_long = std::strncmp(op, "aclnnMoeDistributeDispatch", 26) == 0 ? ACLNN_ERR_PARAM_NULLPTR
+                                                                               : ACLNN_ERR_PARAM_INVALID;
+    if (int rc = group_arg(g.group_ep, "group_ep", too_long, &p->group_ep)) return rc;
     if (g.group_tp && g.group_tp[0])
-        if (int rc = group_arg(g.group_tp, "group_tp", &p->group_tp)) return rc;
+        if (int rc = group_arg(g.group_tp, "group_tp", too_long, &p->group_tp)) return rc;
     p->W = g.W; p->r = g.r; p->E = g.E;
     p->tp_world = g.tp_world; p->tp_rank = g.tp_rank; p->shard = g.shard;
     p->S_attr = g.S; p->R = g.R; p->global_bs = g.global_bs;

@@ -28,17 +28,80 @@ int KernelCall::begin(const aclTensor *ctx, const MoeParams &p, const char *op_n
     return 0;
 }
 
+void KernelCall::use_subworld(const MoeParams &q, std::vector<int32_t> phys) {
+    params = &q;
+    members_.assign(comm->nranks(), 0);
+    for (int32_t ph : phys) members_[size_t(ph)] = 1;
+    phys_ = std::move(phys);
+    layout = make_layout(q.W, q.L, q.maxBs, q.H, q.K, q.S, q.fullmesh_v2);
+}
+
 int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
                          int64_t *t_ready) {
     const MoeParams &p = *params;
     const uint64_t stamps = perf_stamp_offset(layout);
-    comm->publish(uint32_t(p.r), seq, tag, fields, nfields);
+    comm->publish(physical(p.r), seq, tag, fields, nfields);
     for (int64_t m = 0; m < p.W; ++m) {
-        if (p.soc950) write_perf_stamp(data(m) + stamps, p.r);
-        if (m != p.r) comm->publish(uint32_t(m), seq, tag, fields, nfields);
+        if (p.stamp_room) write_perf_stamp(data(m) + stamps, p.r);
+        if (m != p.r) comm->publish(physical(m), seq, tag, fields, nfields);
     }
     *t_ready = monotonic_ns();
-    return comm->wait_all(seq, tag, fields, names, nfields, op);
+    return comm->wait_all(seq, tag, fields, names, nfields, op, members_.empty() ? nullptr : members_.data());
+}
+
+int read_shrink(const int32_t *info, const MoeParams &p, MoeParams *q, std::vector<int32_t> *phys) {
+    *q = p;
+    phys->clear();
+    if (!info || info[0] == 0) return 0;
+    const int64_t W = p.W, Wl = info[1], Rl = info[2], El = info[3];
+    auto bad_info = [&](const std::string &why) {
+        return fail(kKernelFail, "%s: rank %" PRId64 ": elastic_info: %s", p.op, p.r, why.c_str());
+    };
+    if (Wl < 1 || Wl > W)
+        return bad_info(format("[1] (ranks after the shrink) must be in [1, ep_world_size = %" PRId64 "] (got %" PRId64
+                               ")", W, Wl));
+    if (Rl < 0 || Rl >= Wl || (p.S == 0) != (Rl == 0) || (Rl > 0 && Rl % p.S != 0))
+        return bad_info(format("[2] (shared-expert ranks after the shrink) must be in [0, [1]) and, like "
+                               "shared_expert_rank_num, 0 exactly when there is no shared expert and a multiple of "
+                               "shared_expert_num (got %" PRId64 " of %" PRId64 " ranks, shared_expert_num %" PRId64 ")",
+                               Rl, Wl, p.S));
+    if (El != p.L * (Wl - Rl))
+        return bad_info(format("[3] (MoE experts after the shrink) must be L * ([1] - [2]) = %" PRId64 " * %" PRId64
+                               " = %" PRId64 ": every MoE rank keeps its local experts (got %" PRId64 ")",
+                               p.L, Wl - Rl, p.L * (Wl - Rl), El));
+    std::vector<int32_t> logical(static_cast<size_t>(W));
+    int64_t live = 0;
+    for (int64_t i = 0; i < W; ++i) {
+        logical[size_t(i)] = info[4 + i];
+        if (info[4 + i] < -1 || info[4 + i] >= Wl)
+            return bad_info(format("[4 + %" PRId64 "] (rank %" PRId64 "'s new id) must be -1 or in [0, [1]) (got %d)",
+                                   i, i, info[4 + i]));
+        live += info[4 + i] >= 0;
+    }
+    if (live != Wl)
+        return bad_info(format("the first table gives %" PRId64 " ranks a new id, [1] says %" PRId64, live, Wl));
+    phys->resize(size_t(Wl));
+    for (int64_t l = 0; l < Wl; ++l) {
+        const int32_t ph = info[4 + W + l];
+        if (ph < 0 || ph >= W || logical[size_t(ph)] != l)
+            return bad_info(format("[4 + W + %" PRId64 "] must be the rank whose new id is %" PRId64 " in the first "
+                                   "table (got %d)", l, l, ph));
+        (*phys)[size_t(l)] = ph;
+    }
+    const int32_t me = logical[size_t(p.r)];
+    if (me < 0)
+        return bad_info(format("this rank is left out of the communicator (its new id is -1): a rank removed by "
+                               "the shrink does not call the operator"));
+    q->W = Wl;
+    q->R = Rl;
+    q->E = El;
+    q->r = me;
+    q->P = p.S > 0 ? Rl / p.S : 1;
+    q->G = q->maxBs * Wl;
+    q->shared_rank = me < Rl;
+    q->local_experts = q->shared_rank ? 1 : p.L;
+    q->recv_slots = q->shared_rank ? Wl : Wl * p.L;
+    return 0;
 }
 
 int64_t tokens_considered(const uint8_t *mask, int mask_dims, int64_t BS) {

@@ -35,6 +35,10 @@ public:
     ~KernelCall();
 
     int begin(const aclTensor *ctx, const MoeParams &p, const char *op);
+    // After begin(): run the call in the live sub-world of a dynamic shrink. `q` holds the sub-world's
+    // sizes and this rank's logical id; rank numbers given to data(), mailbox() and exchange() are
+    // logical from then on, phys[l] the physical rank of logical rank l.
+    void use_subworld(const MoeParams &q, std::vector<int32_t> phys);
 
     // Publishes this rank's mailbox entry (tag, fields) to itself first (a delay injected into the
     // call happens there), then to every peer, each entry preceded on the 950 by this rank's time
@@ -51,12 +55,23 @@ public:
     const MoeParams *params = nullptr;
     const char *op = nullptr;
 
-    uint8_t *data(int64_t rank) const { return comm->data_half(uint32_t(rank), half); }
-    hccl::Mailbox *mailbox(int64_t rank) const { return comm->mailbox(uint32_t(rank), half); }
+    uint8_t *data(int64_t rank) const { return comm->data_half(physical(rank), half); }
+    hccl::Mailbox *mailbox(int64_t rank) const { return comm->mailbox(physical(rank), half); }
 
 private:
+    uint32_t physical(int64_t rank) const { return uint32_t(phys_.empty() ? rank : phys_[size_t(rank)]); }
     bool held_ = false;
+    std::vector<int32_t> phys_;      // logical → physical in a shrunk sub-world, else empty
+    std::vector<uint8_t> members_;   // the physical ranks taking part (empty: all)
 };
+
+// A3 elastic_info at run time: CANN's dynamic shrink (aclnnMoeDistributeDispatchV3.md / V4.md). With
+// flag [0] set, [1] = W' ranks still taking part, [2] = R' of them shared-expert ranks, [3] = E' MoE
+// experts (each MoE rank keeps its L), [4, 4+W) maps each physical rank to its logical id or -1 (left
+// out), [4+W, 4+W+W') each logical id to its physical rank. *q becomes the sub-world of W' ranks
+// (this rank's logical id, R', E', the roles and receive slots) and *phys its logical → physical table;
+// phys stays empty with the flag clear. 0, or a kernel failure naming the broken entry.
+int read_shrink(const int32_t *info, const MoeParams &p, MoeParams *q, std::vector<int32_t> *phys);
 
 // Typed address of slot i's view, or nullptr for an absent optional tensor.
 template <class T>

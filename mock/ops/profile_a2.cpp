@@ -6,6 +6,7 @@
 #include <cinttypes>
 
 #include "ops/moe_checks.h"
+#include "runtime/rt_core.h"
 
 namespace aclmock {
 namespace moe {
@@ -21,10 +22,19 @@ constexpr int64_t kMaxHHierarchy = 10 * 1024;
 constexpr int64_t kFullmeshReserve = 2 * int64_t(kMiB);          // the "+ 2MB" of the fullmesh formula
 constexpr int64_t kHierarchyReserve = (4 + 100) * int64_t(kMiB);  // the "+ 4MB + 100MB" of hierarchy
 
-bool world_size_ok(int64_t w, bool hierarchy) {
+// "fullmesh" worlds: the newest documents (aclnnMoeDistributeDispatchV2.md of the revision that lists
+// the Ascend 950PR/950DT) add 2 ... 8 (one server), 192 and 384 to the 16 ... 256 of CANN 8.3.RC1's.
+bool world_size_ok(int64_t w, bool hierarchy, CannRules rules) {
+    if (hierarchy) return w == 16 || w == 32 || w == 64;
     for (int64_t ok : {16, 32, 64, 128, 256})
-        if (w == ok) return !hierarchy || w <= 64;
-    return false;
+        if (w == ok) return true;
+    if (rules == CannRules::R8_3) return false;
+    return (w >= 2 && w <= 8) || w == 192 || w == 384;
+}
+
+const char *world_sizes_text(CannRules rules) {
+    return rules == CannRules::R8_3 ? "16, 32, 64, 128 or 256 (the CANN 8.3.RC1 rules)"
+                                    : "2 ... 8, 16, 32, 64, 128, 192, 256 or 384";
 }
 
 int must_be_zero(int64_t v, const char *param, const char *what) {
@@ -34,8 +44,9 @@ int must_be_zero(int64_t v, const char *param, const char *what) {
 }  // namespace
 
 int check_attrs_a2(MoeParams &p) {
-    if (!world_size_ok(p.W, false))
-        return bad("ep_world_size", "must be 16, 32, 64, 128 or 256 on Ascend910B (got %" PRId64 ")", p.W);
+    const CannRules rules = config().rules;
+    if (!world_size_ok(p.W, false, rules))
+        return bad("ep_world_size", "must be %s on Ascend910B (got %" PRId64 ")", world_sizes_text(rules), p.W);
     if (p.r < 0 || p.r >= p.W)
         return bad("ep_rank_id", "must be in [0, ep_world_size) (got %" PRId64 " with ep_world_size %" PRId64 ")",
                    p.r, p.W);
@@ -59,7 +70,7 @@ int check_attrs_a2(MoeParams &p) {
         return bad("comm_alg", "must be \"\", \"fullmesh\" or \"hierarchy\" on Ascend910B (got \"%s\")",
                    p.comm_alg.c_str());
     }
-    if (p.hierarchy && !world_size_ok(p.W, true))
+    if (p.hierarchy && !world_size_ok(p.W, true, rules))
         return bad("ep_world_size", "must be 16, 32 or 64 with comm_alg \"hierarchy\" on Ascend910B (got %" PRId64 ")",
                    p.W);
     if (p.E <= 0 || p.E > kMaxExperts)
@@ -120,8 +131,8 @@ int check_mask_a2(const aclTensor *mask, const MoeParams &p) {
                dims_str(mask).c_str());
 }
 
-int64_t a2_recv_counts_extra(const MoeParams &p, bool with_expert_scales) {
-    if (!p.a2 || !with_expert_scales) return 0;
+int64_t a2_recv_counts_extra(const MoeParams &p) {
+    if (!p.a2 || !p.hierarchy) return 0;
     return 2 * p.G * p.K * (p.W / kServerRanks);
 }
 

@@ -99,6 +99,19 @@ PYBIND11_MODULE(_mock, m) {
     m.def("set_soc", &set_soc_by_name, py::arg("name"),
           "Switch the SoC profile by the family of `name` (Ascend910_93..., Ascend950..., Ascend910B...); aclrtGetSocName "
           "then reports `name` exactly. ValueError for a name of no known family.");
+    m.def("cann_rules", [] { return std::string(cann_rules_name(config().rules)); },
+          "The CANN rule set the ops apply where releases differ: 'newest' or '8.3.RC1' (ACLNN_MOCK_CANN_VERSION).");
+    m.def("cann_version", [] { return config().release; },
+          "ACLNN_MOCK_CANN_VERSION as given ('' when unset: the newest rules).");
+    m.def(
+        "set_cann_version",
+        [](const std::string &value) {
+            std::string why;
+            if (!set_cann_version(value, &why)) throw py::value_error("set_cann_version: " + why);
+        },
+        py::arg("value"),
+        "Answer as the CANN release `value` (8.3.RC1, 8.5.0, ..., or '' / 'newest'), as ACLNN_MOCK_CANN_VERSION "
+        "would. ValueError for a value that is no release.");
     m.def("poison", [] { return config().poison; }, "Whether new allocations are filled with 0xA5.");
     m.def("set_poison", &set_poison, py::arg("on"), "Turn the poison fill of new allocations on or off.");
     m.def("poison_stripe", [] { return config().poison_stripe; },

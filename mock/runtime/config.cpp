@@ -7,6 +7,8 @@
 //                            exactly as given. A name of no known family is refused: aclInit fails
 //                            with config_error() until a valid profile is set.
 //   ACLNN_MOCK_POISON        0/off/false/no disables the 0xA5 fill of new allocations
+//   ACLNN_MOCK_CANN_VERSION  the CANN release whose rules the ops apply where releases differ
+//                            (cann_rules_of); a value that is no release is refused like a bad SoC
 // Other values that are not understood fall back to the default and leave a note (config_notes()).
 #include <atomic>
 #include <strings.h>
@@ -66,6 +68,15 @@ void load_locked() {
         else
             error = format("ACLNN_MOCK_SOC='%s' is refused: %s", v, why.c_str());
     }
+    if (const char *v = std::getenv("ACLNN_MOCK_CANN_VERSION"); v && *v) {
+        std::string why;
+        if (cann_rules_of(v, &c.rules, &why)) {
+            c.release = v;
+        } else {
+            if (!error.empty()) error += "; ";
+            error += why;
+        }
+    }
     if (const char *v = std::getenv("ACLNN_MOCK_POISON"); v && *v) {
         if (!std::strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false") ||
             !strcasecmp(v, "no"))
@@ -122,6 +133,54 @@ bool soc_profile_of(const std::string &name, Soc *soc, std::string *why) {
                   "Ascend910_93 (Atlas A3, e.g. Ascend910_9391, Ascend910_9392), Ascend910B (Atlas A2, e.g. "
                   "Ascend910B1 ... Ascend910B4) or Ascend950 (950DT, e.g. Ascend950)", name.c_str());
     return false;
+}
+
+bool cann_rules_of(const std::string &value, CannRules *rules, std::string *why) {
+    if (value.empty() || !strcasecmp(value.c_str(), "newest")) {
+        *rules = CannRules::Newest;
+        return true;
+    }
+    // <major>.<minor>.<RCn | n>[.<suffix>]: digits, a dot, digits, a dot, then RC<digits> or digits
+    const char *s = value.c_str();
+    char *end = nullptr;
+    errno = 0;
+    const long major = std::strtol(s, &end, 10);
+    // strtol skips blanks and takes signs: each number must start with a digit
+    bool ok = *s >= '0' && *s <= '9' && !errno && *end == '.';
+    long minor = 0;
+    if (ok) {
+        const char *m = end + 1;
+        minor = std::strtol(m, &end, 10);
+        ok = *m >= '0' && *m <= '9' && !errno && *end == '.';
+    }
+    if (ok) {
+        const char *p = end + 1;
+        if (!strncasecmp(p, "RC", 2)) p += 2;
+        const char *digits = p;
+        while (*p >= '0' && *p <= '9') ++p;
+        ok = p != digits && (*p == '\0' || *p == '.');
+        if (ok && *p == '.') ok = p[1] != '\0';
+    }
+    if (!ok || major < 1 || minor < 0) {
+        *why = format("ACLNN_MOCK_CANN_VERSION='%s' is refused: must be a CANN release such as 8.3.RC1 or 8.5.0 "
+                      "(<major>.<minor>.<RCn or n>; releases before 8.5 get the 8.3.RC1 rules) or \"newest\" "
+                      "(the default)", value.c_str());
+        return false;
+    }
+    *rules = (major < 8 || (major == 8 && minor < 5)) ? CannRules::R8_3 : CannRules::Newest;
+    return true;
+}
+
+const char *cann_rules_name(CannRules rules) { return rules == CannRules::R8_3 ? "8.3.RC1" : "newest"; }
+
+bool set_cann_version(const std::string &value, std::string *why) {
+    CannRules rules;
+    if (!cann_rules_of(value, &rules, why)) return false;
+    ensure_loaded();
+    std::lock_guard<std::mutex> lk(g_cfg_mu);
+    g_cfg.rules = rules;
+    g_cfg.release = value;
+    return true;
 }
 
 bool set_soc_name(const std::string &name, std::string *why) {

@@ -30,12 +30,17 @@ ACLMOCK_API std::string format(const char *fmt, ...) __attribute__((format(print
 
 // ---- configuration, read from the environment at first use and resettable for tests ----------
 enum class Soc { Ascend910_93, Ascend950, Ascend910B };
+// The CANN release whose published rules the ops apply where releases differ (docs/testing_with_the_mock.md,
+// "The CANN release"): Newest = the newest published documents; R8_3 = CANN 8.3.RC1 and earlier.
+enum class CannRules { Newest, R8_3 };
 struct Config {
     int device_count = 16;       // ACLNN_MOCK_DEVICE_COUNT
     Soc soc = Soc::Ascend910_93; // ACLNN_MOCK_SOC
     bool poison = true;          // ACLNN_MOCK_POISON (0 turns it off)
     bool poison_stripe = false;  // ACLNN_MOCK_POISON=stripe: a large reused block is refilled striped
     uint8_t poison_byte = 0xA5;
+    CannRules rules = CannRules::Newest;   // ACLNN_MOCK_CANN_VERSION
+    std::string release = "";              // the value as given ("" = newest)
 };
 ACLMOCK_API const Config &config();
 ACLMOCK_API void reload_config();                 // re-read the environment
@@ -47,6 +52,14 @@ ACLMOCK_API void set_poison_stripe(bool stripe);
 ACLMOCK_API void set_skip_kernels(bool on);
 ACLMOCK_API bool skip_kernels();
 ACLMOCK_API const char *soc_name(Soc soc);   // the profile's own (family) name
+// ACLNN_MOCK_CANN_VERSION: "" / "newest" (the newest published rules), or a release number
+// <major>.<minor>.<RCn | n>[.<suffix>] (8.3.RC1, 8.2.RC1, 8.5.0, ...); releases before 8.5 answer with
+// the 8.3.RC1 rules, later ones with the newest. Anything else: false, *why naming the accepted values.
+ACLMOCK_API bool cann_rules_of(const std::string &value, CannRules *rules, std::string *why);
+// Selects the rules of `value` (as the variable would); a value refused changes nothing.
+ACLMOCK_API bool set_cann_version(const std::string &value, std::string *why);
+// The active rule set's name, as doctor prints it: "newest" or "8.3.RC1".
+ACLMOCK_API const char *cann_rules_name(CannRules rules);
 // SoC names by family (case-insensitive prefix): a name beginning "Ascend910_93" (the A3 line,
 // e.g. Ascend910_9391, Ascend910_9392) selects Ascend910_93, one beginning "Ascend950" selects
 // Ascend950, one beginning "Ascend910B" (the Atlas A2 line: Ascend910B1 ... Ascend910B4) selects
@@ -59,7 +72,7 @@ ACLMOCK_API bool set_soc_name(const std::string &name, std::string *why);
 // NULL while the configuration is refused (config_error()).
 ACLMOCK_API const char *reported_soc_name();
 // Why the configuration read from the environment is refused (an ACLNN_MOCK_SOC of no known
-// family); empty when it is accepted. aclInit fails with this message until a valid profile is set.
+// family, an ACLNN_MOCK_CANN_VERSION that is no release); empty when it is accepted. aclInit fails with this message until a valid profile is set.
 ACLMOCK_API std::string config_error();
 // A numeric environment variable, or dflt when unset/unparsable.
 ACLMOCK_API double env_double(const char *name, double dflt);

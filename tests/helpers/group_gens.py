@@ -38,6 +38,7 @@ class GenCase:
     seed: int = 0
     mask: int = 0
     special: int = 0
+    escales: bool = False  # dispatch takes expert_scales (the router weights) and returns expand_scales
     E: int = field(init=False)
 
     def __post_init__(self) -> None:
@@ -64,7 +65,8 @@ class GenCase:
         return self.BS * self.K if self.gen == 1 else capacity * 128
 
     def label(self) -> str:
-        extra = (f"-m{self.mask}" if self.mask else "") + (f"-z{self.special}" if self.special else "")
+        extra = (f"-m{self.mask}" if self.mask else "") + (f"-z{self.special}" if self.special else "") + \
+            ("-es" if self.escales else "")
         return f"V{self.gen}-W{self.W}-tp{self.tp}-q{self.quant}-cq{self.comm_quant}-R{self.R}{extra}-s{self.seed}"
 
 
@@ -182,9 +184,9 @@ def dispatch_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], 
         return tensors + mid + [d(outs[k]) for k in ("expand_x", "dynamic_scales", "assist_info", "expert_token_nums",
                                                       "ep_recv_counts", "tp_recv_counts", "expand_scales")]
     if gen >= 3:
-        tensors.append(d(None))           # elastic_info
+        tensors.append(d(ins.get("elastic_info")))
     if gen >= 4:
-        tensors.append(d(None))           # performance_info
+        tensors.append(d(ins.get("performance_info")))
     mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"],
            a["quant"], 0, a["ent_type"], ffi.NULL]
     special = [a["Z"], a["C"], 0] if gen >= 3 else []
@@ -201,16 +203,16 @@ def combine_args(gen: int, d: Any, ins: dict[str, Any], attrs: dict[str, Any], x
     a = attrs
     if gen == 1:   # no shared_expert_x, no comm_alg
         mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0,
-               0, a["comm_quant"], 0]
+               a.get("out_dtype", 0), a["comm_quant"], a.get("group_list_type", 0)]
         return tensors + mid + [d(x_out)]
     tensors.append(d(None))               # shared_expert_x
     if gen >= 3:
         # elastic_info, ori_x, const_expert_alpha_1 / _2, const_expert_v
-        tensors += [d(None), d(ins.get("ori_x")), d(None), d(None), d(None)]
+        tensors += [d(ins.get("elastic_info")), d(ins.get("ori_x")), d(None), d(None), d(None)]
     if gen >= 4:
-        tensors.append(d(None))           # performance_info
-    mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0, 0,
-           a["comm_quant"], 0, ffi.NULL]
+        tensors.append(d(ins.get("performance_info")))
+    mid = [a["group_ep"], a["W"], a["r"], a["E"], a["group_tp"], a["tp_world"], a["tp_rank"], 0, a["S"], a["R"], 0,
+           a.get("out_dtype", 0), a["comm_quant"], a.get("group_list_type", 0), ffi.NULL]
     special = [a["Z"], a["C"], 0] if gen >= 3 else []
     return tensors + mid + special + [d(x_out)]
 
@@ -225,12 +227,14 @@ class RankOut:
     tp_recv_counts: np.ndarray | None
     num_rows: int
     x_out: np.ndarray | None = None
+    expand_scales: np.ndarray | None = None
 
 
 def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp: str, stream: Any,
-               tp_send_counts: Any = None) -> RankOut:
+               tp_send_counts: Any = None, elastic_info: np.ndarray | None = None) -> RankOut:
     """Rank (e, t)'s dispatch, the expert function on what arrived, and its combine (with
-    `tp_send_counts(dispatch's tp_recv_counts)` instead of them when given)."""
+    `tp_send_counts(dispatch's tp_recv_counts)` instead of them when given; both with `elastic_info`
+    when given: a dynamic shrink, where `e` is the physical rank)."""
     import aclnn_py
     from aclnn_py import Device, Tensor
 
@@ -248,17 +252,20 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
         return v.descriptor()
 
     A = c.capacity(e)
-    slots = c.W
+    # receive slots written: W (one local expert), W' in a shrunk world
+    slots = int(elastic_info[1]) if elastic_info is not None and elastic_info[0] else c.W
     ydt = np.int8 if c.quant == 2 else c.dtype
     outs = {"expand_x": Tensor.empty((A * c.tp, c.H), ydt), "dynamic_scales": Tensor.empty((A * c.tp,), F32),
             "assist_info": Tensor.empty((c.routing_len(A),), I32), "expert_token_nums": Tensor.empty((1,), np.int64),
-            "ep_recv_counts": Tensor.empty((slots * c.tp,), I32),
-            "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None, "expand_scales": None}
+            "ep_recv_counts": Tensor.empty((c.W * c.tp,), I32),
+            "tp_recv_counts": Tensor.empty((2,), I32) if c.tp == 2 else None,
+            "expand_scales": Tensor.empty((A * c.tp,), F32) if c.escales else None}
     attrs = dict(group_ep=ffi.new("char[]", group_ep.encode()), group_tp=ffi.new("char[]", group_tp.encode()),
                  W=c.W, r=e, E=c.E, tp_world=c.tp if c.tp == 2 else 0, tp_rank=t, S=c.S, R=c.R, quant=c.quant,
                  ent_type=c.ent_type, comm_quant=c.comm_quant, Z=c.special, C=c.special)
     mask = inp.mask[t][e] if inp.mask else None
-    ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales, "x_active_mask": mask}
+    ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales, "x_active_mask": mask,
+           "expert_scales": inp.weights[t][e] if c.escales else None, "elastic_info": elastic_info}
     _launch(lib, ffi, f"aclnnMoeDistributeDispatch{c.op_suffix}", dispatch_args(c.gen, d, ins, attrs, outs, ffi), stream)
     counts = outs["ep_recv_counts"].numpy()
     tp_counts = outs["tp_recv_counts"].numpy() if c.tp == 2 else None
@@ -268,14 +275,15 @@ def rank_round(c: GenCase, inp: Inputs, e: int, t: int, group_ep: str, group_tp:
     dyn = outs["dynamic_scales"].numpy() if c.quant == 2 else None
     routing = outs["assist_info"].numpy()
     r = RankOut(ex[:n], dyn[:n] if dyn is not None else None, routing if c.gen == 1 else routing[:3 * n_own],
-                outs["expert_token_nums"].numpy(), counts, tp_counts, n)
+                outs["expert_token_nums"].numpy(), counts, tp_counts, n,
+                expand_scales=outs["expand_scales"].numpy()[:n_own] if c.escales else None)
     y = np.zeros((A * c.tp, c.H), c.dtype)
     y[:n] = expert(c, t, r.expand_x, r.dynamic_scales)
     x_out = Tensor.empty((c.BS, c.H), c.dtype)
     cin = {"expand_x": y, "expert_ids": inp.ids[t][e], "assist_info": outs["assist_info"],
            "ep_send_counts": outs["ep_recv_counts"], "expert_scales": inp.weights[t][e] if c.weights
            else np.zeros((0,), F32), "tp_send_counts": outs["tp_recv_counts"], "x_active_mask": mask,
-           "ori_x": inp.x[t][e] if c.special else None}
+           "ori_x": inp.x[t][e] if c.special else None, "elastic_info": elastic_info}
     if tp_send_counts is not None:
         cin["tp_send_counts"] = tp_send_counts(tp_counts)
     _launch(lib, ffi, f"aclnnMoeDistributeCombine{c.op_suffix}", combine_args(c.gen, d, cin, attrs, x_out, ffi), stream)
@@ -324,14 +332,17 @@ def golden_round(c: GenCase, inp: Inputs) -> tuple[list[list[Any]], list[list[An
                               zero_expert_num=c.special, copy_expert_num=c.special)
     dkw = dict(kw, scales=inp.scales, quant_mode=c.quant, expert_token_nums_type=c.ent_type)
     if c.tp == 2:
-        disp = golden.dispatch_tp(inp.x, inp.ids, x_active_mask_tp=inp.mask, **dkw)
+        disp = golden.dispatch_tp(inp.x, inp.ids, x_active_mask_tp=inp.mask,
+                                  expert_scales_tp=inp.weights if c.escales else None, **dkw)
     else:
-        disp = [golden.dispatch(inp.x[0], inp.ids[0], x_active_mask=inp.mask[0] if inp.mask else None, **dkw)]
+        disp = [golden.dispatch(inp.x[0], inp.ids[0], x_active_mask=inp.mask[0] if inp.mask else None,
+                                expert_scales=inp.weights[0] if c.escales else None, **dkw)]
     ys = [[expert(c, t, d.expand_x, d.dynamic_scales) for d in disp[t]] for t in range(c.tp)]
     if c.gen == 1:   # combine reads the rows through expand_idx: the triples it implies
         for t in range(c.tp):
             idx = golden.expand_idx(inp.ids[t])
-            for d, tri in zip(disp[t], golden.assist_from_expand_idx(inp.ids[t], idx, moe_expert_num=c.E), strict=True):
+            for d, tri in zip(disp[t], golden.assist_from_expand_idx(inp.ids[t], idx, moe_expert_num=c.E, shared_expert_num=c.S,
+                                                                     shared_expert_rank_num=c.R), strict=True):
                 d.assist_info_for_combine = tri
     weights = inp.weights if c.weights else None
     if c.tp == 2:
@@ -389,13 +400,15 @@ def phase1(c: GenCase, world: World, inp: Inputs, op: str = "dispatch", e: int =
     outs.update(tensors or {})
     if op == "dispatch":
         ins = {"x": inp.x[t][e], "expert_ids": inp.ids[t][e], "scales": inp.scales,
-               "x_active_mask": outs.get("x_active_mask"), "expert_scales": outs.get("expert_scales")}
+               "x_active_mask": outs.get("x_active_mask"), "expert_scales": outs.get("expert_scales"),
+               "elastic_info": outs.get("elastic_info"), "performance_info": outs.get("performance_info")}
         args = dispatch_args(c.gen, d, ins, a, outs, ffi)
         name = f"aclnnMoeDistributeDispatch{c.op_suffix}"
     else:
         cin = {"expand_x": outs["expand_x_in"], "expert_ids": inp.ids[t][e], "assist_info": outs["assist_in"],
                "ep_send_counts": outs["counts_in"], "expert_scales": inp.weights[t][e],
-               "tp_send_counts": outs["tp_counts_in"]}
+               "tp_send_counts": outs["tp_counts_in"], "elastic_info": outs.get("elastic_info"),
+               "performance_info": outs.get("performance_info")}
         args = combine_args(c.gen, d, cin, a, Tensor.empty((c.BS, c.H), c.dtype), ffi)
         name = f"aclnnMoeDistributeCombine{c.op_suffix}"
     ws = ffi.new("uint64_t *")

@@ -107,6 +107,8 @@ def mock_dispatch(c: Case, inp: Inputs, rank: int, ctx: Any, ccl: int, stream: A
             sc = Tensor.from_numpy(sc, stream=stream, dtype=DataType.FLOAT8_E8M0)
         kw = dict(y_dtype=datatype(c.yfmt) if c.yfmt else None, elastic_info=inp.elastic,
                   performance_info=perf if c.perf else None)
+    elif c.soc == A2 and c.perf:
+        kw = dict(performance_info=perf)
     x = _x_tensor(inp.x_mock[rank], stream) if inp.x_mock is not None else inp.x[rank]
     p = prepare_dispatch(ctx, x, inp.ids[rank], ep_world_size=c.W, ep_rank_id=rank, ccl_buffer_size=ccl, scales=sc,
                          x_active_mask=inp.mask[rank] if inp.mask else None,
@@ -138,6 +140,8 @@ def mock_combine(c: Case, inp: Inputs, rank: int, ctx: Any, ccl: int, stream: An
     kw: dict[str, Any] = {}
     if c.soc == A950:
         kw = dict(elastic_info=inp.elastic, performance_info=perf if c.perf else None)
+    elif c.soc == A2 and c.perf:
+        kw = dict(performance_info=perf)
     p = prepare_combine(ctx, y, inp.ids[rank], t.assist_info_for_combine, t.ep_recv_counts,
                         inp.weights[rank] if inp.weights else None, ep_world_size=c.W, ep_rank_id=rank,
                         ccl_buffer_size=ccl, x_active_mask=inp.mask[rank] if inp.mask else None,

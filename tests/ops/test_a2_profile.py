@@ -30,9 +30,30 @@ def test_valid_calls_pass(world, profile):
     assert combine(world, comm_alg="hierarchy", comm_quant_mode=2) == ACCEPTED
 
 
-@pytest.mark.parametrize("w", [2, 8, 24, 512])
+NEWEST_WORLDS = "2 ... 8, 16, 32, 64, 128, 192, 256 or 384"
+OLD_WORLDS = "16, 32, 64, 128 or 256 (the CANN 8.3.RC1 rules)"
+
+
+@pytest.mark.parametrize("w", [1, 9, 24, 512])
 def test_world_size_set(world, profile, w):
-    refused(dispatch(world, ep_world_size=w), f"ep_world_size: must be 16, 32, 64, 128 or 256 on Ascend910B (got {w})")
+    refused(dispatch(world, ep_world_size=w, moe_expert_num=max(w, 1)),
+            f"ep_world_size: must be {NEWEST_WORLDS} on Ascend910B (got {w})")
+
+
+@pytest.mark.parametrize("w", [2, 3, 8, 192, 384])
+def test_world_sizes_of_the_newest_documents(world, profile, mock, w):
+    """The newest documents accept one-server worlds (2 ... 8) and 192, 384 for "fullmesh": the rule
+    passes (only this 16-rank communicator differs); under ACLNN_MOCK_CANN_VERSION=8.3.RC1 they are
+    refused with that release's list."""
+    refused(dispatch(world, ep_world_size=w, moe_expert_num=w),
+            f"ep_world_size: must equal the rank count of the context's communicator (got {w}")
+    mock.set_cann_version("8.3.RC1")
+    try:
+        refused(dispatch(world, ep_world_size=w, moe_expert_num=w),
+                f"ep_world_size: must be {OLD_WORLDS} on Ascend910B (got {w})")
+        assert dispatch(world) == ACCEPTED   # W = 16 is in both lists
+    finally:
+        mock.set_cann_version("")
 
 
 def test_world_size_hierarchy(world, profile):
@@ -127,17 +148,34 @@ def test_scales_refused_with_hierarchy(world, profile):
             f'scales: must be NULL with comm_alg "hierarchy" on Ascend910B (got a ({E}, {H}) tensor)')
 
 
-def test_ep_recv_counts_space_with_expert_scales(world, profile):
+def test_ep_recv_counts_space_of_the_algorithm(world, profile):
+    """ep_recv_counts holds what the chosen algorithm writes: the W * L counts for "fullmesh" (with or
+    without expert_scales), and the reduce information after them for "hierarchy"."""
     from aclnn_py import Tensor
 
+    counts = W * (E // W)
     escales = np.ones((BS, K), np.float32)
-    need = W * (E // W) + 2 * BS * W * K * (W // 8)
+    assert dispatch(world, expert_scales=escales, outputs={"ep_recv_counts": Tensor.empty((counts,), np.int32)}) \
+        == ACCEPTED
+    refused(dispatch(world, outputs={"ep_recv_counts": Tensor.empty((counts - 1,), np.int32)}),
+            f"ep_recv_counts: dim 0 must be >= ep_world_size * L = {counts} (got {counts - 1})")
+    need = counts + 2 * BS * W * K * (W // 8)
     short = Tensor.empty((need - 1,), np.int32)
-    refused(dispatch(world, expert_scales=escales, outputs={"ep_recv_counts": short}),
+    refused(dispatch(world, quant_mode=2, comm_alg="hierarchy", outputs={"ep_recv_counts": short}),
             f"ep_recv_counts: dim 0 must be >= ep_world_size * L + 2 * G * K * (ep_world_size / 8) = {need} on "
-            f"Ascend910B with expert_scales (got {need - 1})")
-    # without expert_scales the W * L counts are enough
-    assert dispatch(world, outputs={"ep_recv_counts": Tensor.empty((W * (E // W),), np.int32)}) == ACCEPTED
+            f'Ascend910B with comm_alg "hierarchy", whose reduce information follows the counts (got {need - 1})')
+    assert dispatch(world, quant_mode=2, comm_alg="hierarchy",
+                    outputs={"ep_recv_counts": Tensor.empty((need,), np.int32)}) == ACCEPTED
+
+
+def test_performance_info_from_generation_4(world, profile):
+    """performance_info (W,) int64 on A2 (the V4 documents, every revision); its nearest refused
+    neighbours: a wrong shape or dtype (161002)."""
+    assert dispatch(world, performance_info=np.zeros(W, np.int64)) == ACCEPTED
+    assert combine(world, performance_info=np.zeros(W, np.int64)) == ACCEPTED
+    refused(dispatch(world, performance_info=np.zeros(W - 1, np.int64)),
+            f"performance_info: shape must be (ep_world_size,) = ({W},) (got ({W - 1},))")
+    refused(combine(world, performance_info=np.zeros(W, np.int32)), "performance_info: dtype must be ACL_INT64")
 
 
 def test_reserved_inputs(world, profile):
@@ -160,7 +198,7 @@ def test_every_a2_name_gives_the_a2_rules(world, mock, profile, name):
 
     mock.set_soc(name)
     assert acl.soc_name() == name and mock.soc() == "Ascend910B"
-    refused(dispatch(world, ep_world_size=8), "on Ascend910B (got 8)")
+    refused(dispatch(world, ep_world_size=9, moe_expert_num=9), "on Ascend910B (got 9)")
 
 
 def test_window_requirement_names_the_larger_need(world, profile):

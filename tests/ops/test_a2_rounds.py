@@ -14,10 +14,10 @@ from helpers.moe_world import run_world
 W = 16
 
 
-def a2_case(rng: np.random.Generator, seed: int, combine: bool) -> Case:
-    """One A2 configuration: no shared or special experts, small H (a multiple of 32) and BS so that
-    16 ranks stay fast."""
-    comm_alg = ["", "fullmesh", "hierarchy"][rng.integers(3)]
+def a2_case(rng: np.random.Generator, seed: int, combine: bool, W: int = W) -> Case:
+    """One A2 configuration of W ranks: no shared or special experts, small H (a multiple of 32) and BS
+    so that 16 ranks stay fast; "hierarchy" only where its worlds (16, 32, 64) allow it."""
+    comm_alg = ["", "fullmesh", "hierarchy"][rng.integers(3 if W >= 16 else 2)]
     L = int(rng.integers(1, 4))
     K = int(rng.integers(1, min(6, L * W) + 1))
     H = int(rng.choice([32, 64, 96, 256]))
@@ -35,7 +35,8 @@ def a2_case(rng: np.random.Generator, seed: int, combine: bool) -> Case:
                 dtype=["fp16", "bf16"][rng.integers(2)], escales=bool(rng.random() < 0.6),
                 ent_type=int(rng.integers(2)), comm_alg=comm_alg,
                 comm_quant=int(rng.choice([0, 2])) if combine and comm_alg == "hierarchy" else 0,
-                weights=bool(rng.random() < 0.6), zero_row=bool(rng.random() < 0.3), soc=A2)
+                weights=bool(rng.random() < 0.6), zero_row=bool(rng.random() < 0.3), soc=A2,
+                perf=bool(rng.random() < 0.5))
 
 
 def a2_cases(count: int, base_seed: int, combine: bool) -> list[Case]:
@@ -54,6 +55,17 @@ def test_a2_rounds_bit_for_bit_threads(profile):
 
 
 @on_profile(A2)
+@pytest.mark.parametrize("w", [2, 5, 8])
+def test_a2_one_server_worlds(profile, w):
+    """The newest documents' "fullmesh" worlds of one server (2 ... 8 ranks), with performance_info on
+    some calls: bit for bit against the golden (the refusal under 8.3.RC1: tests/ops/test_a2_profile.py)."""
+    rng = np.random.default_rng(2700 + w)
+    cases = [a2_case(rng, 2700 + 10 * w + i, True, W=w) for i in range(3)]
+    assert any(c.perf for c in cases)
+    run_world(cases, combine=True)
+
+
+@on_profile(A2)
 def test_a2_dispatch_only_threads(profile):
     run_world(a2_cases(6, 2400, combine=False), combine=False)
 
@@ -67,16 +79,17 @@ def test_a2_round_processes(profile):
 @pytest.mark.parametrize("comm_alg", ["fullmesh", "hierarchy"])
 @pytest.mark.parametrize("escales", [False, True])
 def test_a2_ep_recv_counts_size(profile, comm_alg, escales):
-    """The wrapper allocates ep_recv_counts as A2 sizes it: W * L counts, plus 2 * G * K * (W / 8)
-    entries with expert_scales; the counts are the golden's, the rest opaque."""
+    """The wrapper allocates ep_recv_counts as the A2 algorithm writes it: W * L counts, plus
+    2 * G * K * (W / 8) entries of reduce information with "hierarchy"; the counts are the golden's,
+    the rest opaque."""
     from aclnn_py import golden
 
     c = replace_case(a2_cases(1, 2600, combine=False)[0], comm_alg=comm_alg, escales=escales, smooth=False,
                      mask="none")
     res = run_world([c], combine=False)
     g = c.global_bs or c.bss[0] * W
-    want = golden.ep_recv_counts_size(W, c.L, g, c.K, expert_scales=escales, soc=A2)
-    assert want == W * c.L + (2 * g * c.K * 2 if escales else 0)
+    want = golden.ep_recv_counts_size(W, c.L, g, c.K, comm_alg=comm_alg, soc=A2)
+    assert want == W * c.L + (2 * g * c.K * 2 if comm_alg == "hierarchy" else 0)
     for r in range(W):
         assert res[r][0]["recv_len"] == want
 

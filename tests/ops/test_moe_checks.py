@@ -477,7 +477,6 @@ C_ATTR_CASES = [
     ("comm_quant 1", dict(comm_quant=1), "comm_quant_mode: must be 0 or 2 on Ascend910_93 (got 1)"),
     ("comm_quant 3", dict(comm_quant=3), "comm_quant_mode: must be 0 or 2 on Ascend910_93 (got 3)"),
     ("out_dtype", dict(out_dtype=1), "out_dtype: is reserved and must be 0 (got 1)"),
-    ("group_list_type", dict(group_list_type=1), "group_list_type: is reserved and must be 0 (got 1)"),
     ("hierarchy", dict(comm_alg="hierarchy"), 'comm_alg: "hierarchy" is not supported with a context tensor'),
     ("comm_alg", dict(comm_alg="x"), 'comm_alg: must be "", "fullmesh_v1" or "fullmesh_v2" (got "x")'),
     ("BS>512", dict(BS=513), "expert_ids: dim 0 (BS) must be in [1, 512] (got 513)"),
@@ -571,10 +570,20 @@ def test_combine_empty_weights_accepted(world, profile):
     assert _c(world, expert_scales=np.zeros((0, 2), np.float32)).run()[0] == 0
 
 
-def test_combine_tp_send_counts_must_be_null(world, profile):
-    expect(_c(world, tp_send_counts=np.zeros(2, np.int32)), INVALID,
-           "tp_send_counts: is reserved and must be NULL, tensor parallelism is not supported (got a (2,) tensor)")
-    expect(_c(world, tp_send_counts=np.zeros(0, np.int32)), INVALID, "tp_send_counts: is reserved and must be NULL")
+def test_combine_tp_send_counts_without_tp_ignored(world, profile):
+    """CANN's tilings do not read tp_send_counts without a TP domain: any tensor passes; the nearest
+    refused neighbour, a TP domain on the context generation, keeps its 161002."""
+    for t in (np.zeros(2, np.int32), np.zeros(0, np.int32), np.zeros((3, 3), np.float32)):
+        assert _c(world, tp_send_counts=t).run()[0] == 0
+    expect(CombineCall(world, tp_world=2), INVALID, "tp_world_size: must be 0 or 1")
+
+
+def test_combine_group_list_type_reserved_and_unread(world, profile):
+    """No CANN tiling reads group_list_type (its CombineV2 sample passes 1): every value passes; the
+    nearest refused neighbour, the other reserved attribute out_dtype, keeps its 161002."""
+    for v in (1, 2, -1):
+        assert CombineCall(world, group_list_type=v).run()[0] == 0
+    expect(CombineCall(world, out_dtype=1), INVALID, "out_dtype: is reserved and must be 0 (got 1)")
 
 
 @on_profile(A950)

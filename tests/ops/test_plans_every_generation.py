@@ -15,7 +15,7 @@ from aclnn_py import MoeDistributeBuffer, golden, ops
 
 CASES = [GenCase(gen=5, W=4, quant=2, seed=51), GenCase(gen=4, W=3, quant=2, seed=52),
          GenCase(gen=3, W=2, quant=0, seed=53, weights=False), GenCase(gen=2, W=4, quant=2, R=1, seed=54),
-         GenCase(gen=1, W=8, BS=2, quant=0, seed=55)]
+         GenCase(gen=1, W=8, BS=2, quant=0, seed=55), GenCase(gen=1, W=8, BS=2, quant=2, R=1, seed=56)]
 
 
 def _same(got: np.ndarray, want: np.ndarray, what: str) -> None:

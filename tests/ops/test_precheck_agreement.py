@@ -95,7 +95,7 @@ def attributes(ccl: int, op: str, soc: str = "Ascend910_93") -> st.SearchStrateg
     if op == "dispatch":
         table.update(quant_mode=([0, 2], [1, 3, 4, 5, 6, -1]), expert_token_nums_type=([1, 0], [2, -1]))
     else:
-        table.update(comm_quant_mode=([0, 2], [1, 3, 4]), out_dtype=([0], [1]), group_list_type=([0], [1]))
+        table.update(comm_quant_mode=([0, 2], [1, 3, 4]), out_dtype=([0], [1]), group_list_type=([0, 1, 5], [0]))
     return _fields(table)
 
 
