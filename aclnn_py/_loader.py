@@ -228,8 +228,14 @@ def _load(kind: str, root: Path) -> Backend:
     plan = library_plan(root)
     handles: dict[Path, Any] = {}
     loaded: dict[str, list[str]] = {}
+    names = [ffi.string(raw.aclnnpy_symbol_name(i)).decode() for i in range(raw.aclnnpy_symbol_count())]
     for group in ("runtime", "meta", "hccl", "ops"):
+        # operators not yet found: once an op library holds them all, the later candidates (CANN's
+        # built-in libraries behind a custom package) are not opened
+        unfound = {n for n in names if symbol_group(n) == "ops"}
         for path in plan[group]:
+            if group == "ops" and not unfound:
+                break
             handle = raw.aclnnpy_dlopen(str(path).encode(), 1)
             if handle == ffi.NULL:
                 err = raw.aclnnpy_dlerror()
@@ -239,10 +245,11 @@ def _load(kind: str, root: Path) -> Backend:
                 continue  # optional groups: report through doctor / missing symbols
             handles[path] = handle
             loaded.setdefault(group, []).append(str(path))
+            if group == "ops":
+                unfound = {n for n in unfound if raw.aclnnpy_dlsym(handle, n.encode()) == ffi.NULL}
     symbols: dict[str, str | None] = {}
     missing: dict[str, str] = {}
-    for i in range(raw.aclnnpy_symbol_count()):
-        name = ffi.string(raw.aclnnpy_symbol_name(i)).decode()
+    for i, name in enumerate(names):
         group = symbol_group(name)
         search = plan[group]
         if group == "hccl" and name not in _HCOMM_FUNCTIONS:
