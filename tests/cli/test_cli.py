@@ -78,7 +78,8 @@ USER_ERRORS = [
     (["demo", "--seed", "-1"], {}, "aclnn-py demo: error: argument --seed: must be >= 0 (got -1)"),
     (["demo", "--devices", "0,x"], {}, "aclnn-py demo: error: --devices '0,x': give comma-separated integers"),
     (["demo", "--soc", "Ascend310P"], {},
-     "aclnn-py demo: error: --soc 'Ascend310P' is not a known SoC (Ascend910_93, Ascend950, Ascend910B)"),
+     "aclnn-py demo: error: --soc 'Ascend310P' is of no known SoC family: give a name beginning with Ascend910_93 "
+     "(Atlas A3, e.g. Ascend910_9391, Ascend910_9392); Ascend910B (Atlas A2"),
     (["demo", "--quant-mode", "4"], {},
      "aclnn-py demo: error: --quant-mode 4 is not supported on Ascend910_93 (it supports 0, 2) (Ascend950 "
      "supports it: --soc on the mock)"),
