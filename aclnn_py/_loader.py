@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import _package, errors
+from . import _package, env_values, errors
 
 if TYPE_CHECKING:
     from ._abi import AbiReport
@@ -329,6 +329,7 @@ def load(backend: str | os.PathLike[str] | None = None) -> Backend:
                 )
             return _backend
         kind, root = _resolve_request(backend)
+        env_values.check(mock=kind == "mock")  # before anything reads a value that cannot be read
         _backend = _load(kind, root)
         return _backend
 

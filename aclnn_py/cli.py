@@ -16,7 +16,9 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+from . import env_values
 from .cli_conventions import Parser, UsageError, run_main
+from .errors import EnvironmentValueError
 
 DESCRIPTION = """\
 aclnn-py: CANN's MoE dispatch / combine operators from Python, with a CPU mock of the same C ABI.
@@ -74,7 +76,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cmd is None:  # bare `aclnn-py`: a usage error, as for any other missing argument
             ap.print_usage(sys.stderr)
             raise UsageError("a command is required (see aclnn-py --help)")
-        return int(args.func(args))
+        try:
+            env_values.check(mock=False)  # the mock's own: when a command loads the mock (init)
+            return int(args.func(args))
+        except EnvironmentValueError as e:
+            raise UsageError(str(e)) from None
 
     return run_main("aclnn-py", body, lambda: f"aclnn-py {cmd}" if cmd else "aclnn-py")
 

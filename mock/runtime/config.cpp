@@ -7,7 +7,8 @@
 //                            exactly as given. A name of no known family is refused: aclInit fails
 //                            with config_error() until a valid profile is set.
 //   ACLNN_MOCK_POISON        0/off/false/no disables the 0xA5 fill of new allocations
-// Other values that are not understood fall back to the default and leave a note (config_notes()).
+// A value that cannot be read is refused (config_error(), which aclInit returns) with the variable's
+// name and what it accepts (runtime/env.cpp); none falls back to a default.
 #include <atomic>
 #include <strings.h>
 
@@ -27,7 +28,6 @@ constexpr int kMaxDevices = 1024;
 std::mutex g_cfg_mu;
 std::once_flag g_cfg_once;
 Config g_cfg;
-std::string g_notes;
 std::string g_error;                      // the refused ACLNN_MOCK_SOC, if any
 std::atomic<const char *> g_reported{nullptr};   // aclrtGetSocName; nullptr: the profile's own name
 
@@ -46,25 +46,21 @@ constexpr Family kFamilies[] = {{"Ascend910_93", Soc::Ascend910_93}, {"Ascend950
 
 void load_locked() {
     Config c;
-    std::string notes;
-    if (const char *v = std::getenv("ACLNN_MOCK_DEVICE_COUNT"); v && *v) {
-        char *end = nullptr;
-        errno = 0;
-        long n = std::strtol(v, &end, 10);
-        if (errno || end == v || *end || n < 1 || n > kMaxDevices)
-            notes += format("ACLNN_MOCK_DEVICE_COUNT='%s' is not an integer in 1..%d; using %d. ", v,
-                            kMaxDevices, c.device_count);
-        else
-            c.device_count = static_cast<int>(n);
-    }
     std::string error;
+    auto refuse = [&error](const std::string &why) { error += (error.empty() ? "" : "; ") + why; };
+    std::string why;
+    long long count;
+    if (env_whole("ACLNN_MOCK_DEVICE_COUNT", 1, kMaxDevices, c.device_count, &count, &why))
+        c.device_count = static_cast<int>(count);
+    else
+        refuse(why);
     const char *reported = nullptr;
     if (const char *v = std::getenv("ACLNN_MOCK_SOC"); v && *v) {
         std::string why;
         if (soc_profile_of(v, &c.soc, &why))
             reported = intern(v);
         else
-            error = format("ACLNN_MOCK_SOC='%s' is refused: %s", v, why.c_str());
+            refuse(format("ACLNN_MOCK_SOC='%s' is refused: %s", v, why.c_str()));
     }
     if (const char *v = std::getenv("ACLNN_MOCK_POISON"); v && *v) {
         if (!std::strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false") ||
@@ -76,11 +72,10 @@ void load_locked() {
         else if (!strcasecmp(v, "stripe"))
             c.poison = c.poison_stripe = true;
         else
-            notes += format("ACLNN_MOCK_POISON='%s' is not 0/1/on/off/stripe; poison stays on. ", v);
+            refuse(format("ACLNN_MOCK_POISON='%s' cannot be read: give 0, 1, on, off, true, false, yes, no or "
+                          "stripe", v));
     }
-    if (!notes.empty() && notes.back() == ' ') notes.pop_back();
     g_cfg = c;
-    g_notes = notes;
     g_error = error;
     g_reported.store(reported);
 }
@@ -120,7 +115,7 @@ bool soc_profile_of(const std::string &name, Soc *soc, std::string *why) {
         }
     *why = format("'%s' names no SoC the mock simulates; the profile is chosen by family: a name beginning "
                   "Ascend910_93 (Atlas A3, e.g. Ascend910_9391, Ascend910_9392), Ascend910B (Atlas A2, e.g. "
-                  "Ascend910B1 ... Ascend910B4) or Ascend950 (950DT, e.g. Ascend950)", name.c_str());
+                  "Ascend910B1 ... Ascend910B4) or Ascend950 (e.g. Ascend950PR_..., Ascend950DT_...)", name.c_str());
     return false;
 }
 
@@ -170,12 +165,6 @@ std::atomic<bool> g_skip_kernels{false};
 void set_skip_kernels(bool on) { g_skip_kernels.store(on, std::memory_order_relaxed); }
 bool skip_kernels() { return g_skip_kernels.load(std::memory_order_relaxed); }
 
-std::string config_notes() {
-    ensure_loaded();
-    std::lock_guard<std::mutex> lk(g_cfg_mu);
-    return g_notes;
-}
-
 const char *soc_name(Soc soc) {
     switch (soc) {
     case Soc::Ascend950: return "Ascend950";
@@ -183,17 +172,6 @@ const char *soc_name(Soc soc) {
     case Soc::Ascend910_93: break;
     }
     return "Ascend910_93";
-}
-
-double env_double(const char *name, double dflt) {
-    const char *v = std::getenv(name);
-    if (!v || !*v) return dflt;
-    char *end = nullptr;
-    errno = 0;
-    double d = std::strtod(v, &end);
-    if (errno || end == v) return dflt;
-    while (*end == ' ' || *end == '\t') ++end;
-    return *end ? dflt : d;
 }
 
 }  // namespace aclmock
