@@ -5,7 +5,7 @@ Quick start::
     import numpy as np
     import aclnn_py as acl
 
-    acl.init()                      # real CANN when found, else the mock (or "mock" / "cann" / a path)
+    acl.init()                      # real CANN when found, else the mock off an NPU host ("mock" / "cann" / a path)
     acl.Device(0).set_current()
     t = acl.Tensor.from_numpy(np.arange(8, dtype=np.float32))
     print(t.numpy())

@@ -9,6 +9,7 @@ libraries searched.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 import platform
@@ -189,11 +190,32 @@ _lock = threading.Lock()
 _backend: Backend | None = None
 
 
+#: The device nodes of Ascend's driver: on a host that has them, no backend named and no CANN root
+#: found is an error, not the mock (a module attribute so a test can point it elsewhere).
+DEVICE_NODES = "/dev/davinci[0-9]*"
+
+
+def ascend_device_nodes() -> list[str]:
+    """The Ascend device nodes this host shows (``/dev/davinci0`` ...), sorted."""
+    return sorted(glob.glob(DEVICE_NODES))
+
+
 def _resolve_request(backend: str | os.PathLike[str] | None) -> tuple[str, Path]:
     req = backend if backend is not None else os.environ.get(ENV_BACKEND) or None
     if req is None:
         root = find_cann_root()
         if root is None:
+            nodes = ascend_device_nodes()
+            if nodes:
+                # a serving engine on an NPU host with a broken ASCEND_HOME_PATH must not run on the
+                # CPU mock and look right
+                tried = ", ".join(str(p) for p in cann_candidates())
+                raise errors.BackendError(
+                    f"this host has Ascend devices ({', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}) but no "
+                    f"CANN root was found (looked for lib64/libascendcl.so in {tried}): set ASCEND_HOME_PATH "
+                    f"(source CANN's set_env.sh) or pass a CANN root (init('/path/to/cann') or "
+                    f"{ENV_BACKEND}=/path/to/cann); to run on the CPU mock here, choose it: "
+                    f"init('mock') or {ENV_BACKEND}=mock")
             return "mock", mock_root()
         return (_kind_of(root), root)  # ASCEND_HOME_PATH may point at the mock root itself
     if isinstance(req, str) and req == "mock":

@@ -168,12 +168,25 @@ def collect(request: str | None) -> dict[str, Any]:
     return doc
 
 
+def _why_this_backend(doc: dict[str, Any], b: Any) -> str:
+    """How the loaded backend was chosen, in a few words."""
+    from aclnn_py import _loader
+
+    if doc["backend"]["requested"] != "auto":
+        return "requested with --backend"
+    if os.environ.get(_loader.ENV_BACKEND):
+        return f"requested with {_loader.ENV_BACKEND}"
+    if _loader.find_cann_root() is not None:
+        return "the first CANN root found (ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME, /usr/local/Ascend/...)"
+    return "the default where no CANN root is found and the host shows no Ascend device"
+
+
 def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
     import aclnn_py as acl
     from aclnn_py import _abi, _aclnn, _loader
     from aclnn_py.ops import generations
 
-    doc["backend"].update(loaded=True, kind=b.kind, root=str(b.root))
+    doc["backend"].update(loaded=True, kind=b.kind, root=str(b.root), reason=_why_this_backend(doc, b))
     doc["libraries"] = {g: b.libraries.get(g, []) for g in GROUPS}
     symbols: dict[str, Any] = {}
     for g in GROUPS:
@@ -235,7 +248,8 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"           {be.get('error', '')}")
     else:
         what = "the package's mock root" if be["kind"] == "mock" else "a CANN root"
-        lines += [f"backend    {be['kind']} ({what}; requested: {be['requested']})", f"root       {be['root']}"]
+        lines += [f"backend    {be['kind']} ({what}; requested: {be['requested']}: {be['reason']})",
+                  f"root       {be['root']}"]
         lines.append(f"CANN       {CannVersion(**doc['cann_version']).describe()}")
     abi = doc.get("abi")
     lines.append(f"ABI        {abi['summary'] if abi else 'not checked'}")
