@@ -358,6 +358,7 @@ def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence
         raise UsageError(f"--topk {m.topk} is more than the {m.experts + m.zero_experts + m.copy_experts} experts "
                          "a token can be routed to")
     _validate_modes(m, profile)
+    _validate_sizes(m)
     if len(devices) != w:
         raise UsageError(f"--devices lists {len(devices)} devices for {w} ranks")
     if len(set(devices)) != len(devices):
@@ -369,6 +370,21 @@ def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence
     if bad:
         raise UsageError(f"--devices {','.join(map(str, bad))}: the backend reports devices "
                          f"0..{device_count - 1}{hint}")
+
+
+def _validate_sizes(m: Model) -> None:
+    """The operators' size rules (BS, H, K per SoC), checked before any rank starts: the same words
+    phase 1 would return on every rank."""
+    from .ops import MoeConfig
+    from .ops.prechecks import size_problem
+
+    cfg = MoeConfig(ep_world_size=m.world_size, ep_rank_id=0, moe_expert_num=m.experts, ccl_buffer_size=0,
+                    shared_expert_num=m.shared, shared_expert_rank_num=m.shared_expert_ranks,
+                    zero_expert_num=m.zero_experts, copy_expert_num=m.copy_experts, quant_mode=m.quant_mode,
+                    comm_quant_mode=m.comm_quant_mode, soc=m.soc)
+    problem = size_problem(cfg, "dispatch", m.tokens, m.hidden, m.topk)
+    if problem is not None:
+        raise UsageError(f"the operator rejects this model: {problem.message or problem}")
 
 
 def _validate_modes(m: Model, profile: SocProfile) -> None:

@@ -130,10 +130,11 @@ def test_other_commands_still_refuse_unknown_arguments():
 
 
 def test_operator_rejection_of_the_model_is_a_user_error():
-    """H = 512 is outside the operators' 1024..8192: the ranks' parameter check refuses it."""
+    """H = 512 is outside the operators' 1024..8192: refused with the operators' words before any rank
+    starts (the ranks' own refusal of a rule the demo cannot check ahead says "on rank N")."""
     r = run_cli("demo", "--world-size", "2", "--experts", "2", "--topk", "2", "--hidden", "512", "--quiet")
     assert r.returncode == 2, r.stdout + r.stderr
-    assert first_line(r.stderr).startswith("aclnn-py demo: error: the operator rejects this model on rank ")
+    assert first_line(r.stderr).startswith("aclnn-py demo: error: the operator rejects this model: ")
     assert "x: dim 1 (H) must be in [1024, 8192] (got 512)" in r.stderr and "Traceback" not in r.stderr
 
 
