@@ -86,6 +86,8 @@ def _link_lib64(src: Path, root: Path, gens: list[int]) -> None:
     for lib in sorted((src / "lib64").iterdir()):
         if lib.name != BUILTIN_OPS:
             (lib64 / lib.name).symlink_to(lib)
+    # libopapi_math.so and libopapi.so are linker scripts naming -lopapi_transformer: linked against
+    # this root they lead to the script below, through the program's own -L path
     joined = []
     for g in gens:
         name = lib64 / f"libcust_opapi_moe_v{g}.so"

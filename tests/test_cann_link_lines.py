@@ -42,6 +42,9 @@ def _line(kind: str, root: Path, vendor: str = "") -> list[str]:
     if kind == "builtin":
         return includes + libs + ["-lopapi_math", "-lopapi_transformer", "-lascendcl", "-lnnopbase", "-lpthread",
                                   "-lhccl", "-lhccl_fwk", "-lc_sec"]
+    if kind == "doc-page":  # the build script of the V3/V4 documents' samples
+        return [f"-I{root}/include/", f"-I{root}/include/aclnnop/", f"-L={root}/lib64/", "-lascendcl", "-lnnopbase",
+                "-lopapi_math", "-lop_common", "-lpthread", "-lhccl"]
     if kind == "builtin-legacy":
         return includes + libs + ["-lopapi", "-lopapi_transformer", "-lascendcl", "-lnnopbase", "-lpthread",
                                   "-lhccl"]
@@ -70,7 +73,7 @@ def _ranks_succeeded(out: str, phrase: str) -> list[int]:
     return sorted(int(ln.split()[2].rstrip(":")) for ln in out.splitlines() if phrase in ln)
 
 
-@pytest.mark.parametrize("kind", ["builtin", "builtin-legacy", "cust"])
+@pytest.mark.parametrize("kind", ["builtin", "builtin-legacy", "doc-page", "cust"])
 def test_fp16_sample_first_generation_on_every_link_line(tmp_path, kind):
     root = _root(tmp_path, "1")
     exe = _build(SAMPLES / "moe_dispatch_combine_fp16.cpp", _line(kind, root, vendor="moe_v1"), tmp_path / "fp16")
@@ -94,9 +97,10 @@ def test_fp16_sample_reports_the_refusal_with_cann_message(tmp_path):
     # a root offering several generations joins them in its libopapi_transformer.so
     ("moe_dispatch_combine_v5.cpp", "2,5", 8),
 ])
-def test_generation_samples_on_cann_builtin_line(tmp_path, source, generations, ranks):
+@pytest.mark.parametrize("kind", ["builtin", "doc-page"])
+def test_generation_samples_on_cann_builtin_line(tmp_path, source, generations, ranks, kind):
     root = _root(tmp_path, generations)
-    exe = _build(SAMPLES / source, _line("builtin", root), tmp_path / "sample")
+    exe = _build(SAMPLES / source, _line(kind, root), tmp_path / "sample")
     res = _run(exe, root)
     assert res.returncode == 0, res.stdout + res.stderr
     assert _ranks_succeeded(res.stdout, "match the host") == list(range(ranks)), res.stdout
