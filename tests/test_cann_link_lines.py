@@ -106,6 +106,46 @@ def test_generation_samples_on_cann_builtin_line(tmp_path, source, generations, 
     assert _ranks_succeeded(res.stdout, "match the host") == list(range(ranks)), res.stdout
 
 
+def test_a2_sample_rank_table_processes(tmp_path):
+    """Atlas A2, the way CANN's A2 samples run: a process per device, HcclCommInitClusterInfo on a rank
+    table, generation 3, EP 16; the SoC as an A2 device reports it."""
+    root = _root(tmp_path, "3")
+    exe = _build(SAMPLES / "moe_dispatch_combine_v3_a2.cpp", _line("builtin", root), tmp_path / "v3_a2")
+    work = tmp_path / "run"
+    work.mkdir()
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACLNN_MOCK_")}
+    full.update(LD_LIBRARY_PATH=f"{root}/lib64", ACLNN_MOCK_SOC="Ascend910B3")
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=240, env=full, cwd=work, check=False)
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _ranks_succeeded(res.stdout, "execute successfully") == list(range(16)), res.stdout
+    assert (work / "moe_v3_a2_rank_table.json").is_file()
+
+
+def test_a2_sample_with_too_few_devices_reports_each_rank(tmp_path):
+    """With 8 devices, ranks 8..15 cannot set their device and ranks 0..7 find devices 8..15 of the rank
+    table missing: every rank prints its call with CANN's message, and the program fails without a hang."""
+    root = _root(tmp_path, "3")
+    exe = _build(SAMPLES / "moe_dispatch_combine_v3_a2.cpp", _line("builtin", root), tmp_path / "v3_a2")
+    work = tmp_path / "run"
+    work.mkdir()
+    full = {k: v for k, v in os.environ.items() if not k.startswith("ACLNN_MOCK_")}
+    full.update(LD_LIBRARY_PATH=f"{root}/lib64", ACLNN_MOCK_SOC="Ascend910B3", ACLNN_MOCK_DEVICE_COUNT="8")
+    res = subprocess.run([str(exe)], capture_output=True, text=True, timeout=240, env=full, cwd=work, check=False)
+    assert res.returncode != 0
+    lines = res.stdout.strip().splitlines()
+    assert lines[-1] == "[ERROR] 16 of 16 ranks failed", res.stdout
+    assert sum("aclrtSetDevice(rankId) failed. ret = 107001" in ln and "must be in [0, 8)" in ln for ln in lines) == 8
+    assert sum("HcclCommInitClusterInfo(" in ln and "not a device id in [0, 8)" in ln for ln in lines) == 8, res.stdout
+
+
+def test_v5_sample_on_the_950(tmp_path):
+    root = _root(tmp_path, "5")
+    exe = _build(SAMPLES / "moe_dispatch_combine_v5.cpp", _line("builtin", root), tmp_path / "v5")
+    res = _run(exe, root, ACLNN_MOCK_SOC="Ascend950DT_9391")
+    assert res.returncode == 0, res.stdout + res.stderr
+    assert _ranks_succeeded(res.stdout, "match the host") == list(range(8)), res.stdout
+
+
 def test_builtin_library_offers_only_the_chosen_generations(tmp_path):
     """A program calling generation 5 does not link against a root made with generation 2 only, as
     against a CANN install whose op package predates it."""
