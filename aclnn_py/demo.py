@@ -381,7 +381,8 @@ def _validate_sizes(m: Model) -> None:
     cfg = MoeConfig(ep_world_size=m.world_size, ep_rank_id=0, moe_expert_num=m.experts, ccl_buffer_size=0,
                     shared_expert_num=m.shared, shared_expert_rank_num=m.shared_expert_ranks,
                     zero_expert_num=m.zero_experts, copy_expert_num=m.copy_experts, quant_mode=m.quant_mode,
-                    comm_quant_mode=m.comm_quant_mode, soc=m.soc)
+                    comm_quant_mode=m.comm_quant_mode, soc=m.soc,
+                    group_ep="size-check")  # never reaches a C call; a group-string generation needs one
     problem = size_problem(cfg, "dispatch", m.tokens, m.hidden, m.topk)
     if problem is not None:
         raise UsageError(f"the operator rejects this model: {problem.message or problem}")
