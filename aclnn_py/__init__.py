@@ -5,7 +5,7 @@ Quick start::
     import numpy as np
     import aclnn_py as acl
 
-    acl.init()                      # real CANN when found, else the mock (or "mock" / "cann" / a path)
+    acl.init()                      # real CANN when found, else the mock off an NPU host ("mock" / "cann" / a path)
     acl.Device(0).set_current()
     t = acl.Tensor.from_numpy(np.arange(8, dtype=np.float32))
     print(t.numpy())
@@ -44,6 +44,7 @@ from .errors import (  # noqa: E402
     AclTimeoutError,
     BackendError,
     ClosedError,
+    EnvironmentValueError,
     HcclError,
     HcclTimeoutError,
     MissingSymbolError,
@@ -68,7 +69,7 @@ from .tensor import Tensor  # noqa: E402
 __all__ = [
     "AclError", "AclTimeoutError", "AclnnError", "AclnnInnerError", "AclnnParamInvalid", "AclnnParamNullptr",
     "AclnnPyError", "AclnnRuntimeError", "Backend", "BackendError", "ClosedError", "DataType", "Device",
-    "DeviceMemory", "Event", "HcclError", "HcclTimeoutError", "LowLatencyDispatchResult", "MissingSymbolError",
+    "DeviceMemory", "EnvironmentValueError", "Event", "HcclError", "HcclTimeoutError", "LowLatencyDispatchResult", "MissingSymbolError",
     "MemoryPool", "MoeConfig", "MoeDistributeBuffer", "RecycledError", "Stream", "StreamLike", "Tensor", "__version__", "backend",
     "current_stream", "dtypes", "errors", "get_memory_pool", "golden", "hccl", "init", "mock_root", "ops",
     "set_allocator", "soc_name", "worlds",

@@ -96,12 +96,13 @@ _BITS: dict[DataType, int] = {
     DataType.FLOAT4_E2M1: 4, DataType.FLOAT4_E1M2: 4,
 }
 
-bfloat16 = np.dtype(ml_dtypes.bfloat16)
-float8_e4m3fn = np.dtype(ml_dtypes.float8_e4m3fn)
-float8_e5m2 = np.dtype(ml_dtypes.float8_e5m2)
-float8_e8m0fnu = np.dtype(ml_dtypes.float8_e8m0fnu)
-float4_e2m1fn = np.dtype(ml_dtypes.float4_e2m1fn)
-int4 = np.dtype(ml_dtypes.int4)
+# ml_dtypes' scalar types are untyped, so np.dtype() of them is Any to a type checker: annotated here
+bfloat16: np.dtype[Any] = np.dtype(ml_dtypes.bfloat16)
+float8_e4m3fn: np.dtype[Any] = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e5m2: np.dtype[Any] = np.dtype(ml_dtypes.float8_e5m2)
+float8_e8m0fnu: np.dtype[Any] = np.dtype(ml_dtypes.float8_e8m0fnu)
+float4_e2m1fn: np.dtype[Any] = np.dtype(ml_dtypes.float4_e2m1fn)
+int4: np.dtype[Any] = np.dtype(ml_dtypes.int4)
 
 _TO_NUMPY: dict[DataType, np.dtype[Any]] = {
     DataType.FLOAT: np.dtype(np.float32),

@@ -15,7 +15,7 @@ from typing import Any
 
 __all__ = [
     "AclError", "AclTimeoutError", "AclnnError", "AclnnInnerError", "AclnnParamInvalid", "AclnnParamNullptr",
-    "AclnnPyError", "AclnnRuntimeError", "BackendError", "ClosedError", "HcclError", "HcclTimeoutError",
+    "AclnnPyError", "AclnnRuntimeError", "BackendError", "ClosedError", "EnvironmentValueError", "HcclError", "HcclTimeoutError",
     "MissingSymbolError", "check_acl", "recent_message", "check_aclnn", "check_hccl", "param_invalid", "param_nullptr",
     "status_name",
 ]
@@ -60,6 +60,18 @@ def _rebuild(cls: type[AclnnPyError], func: str, code: int, name: str, message: 
 class BackendError(RuntimeError):
     """No usable backend: CANN not found, a library that cannot be loaded, a backend switch, an
     installed CANN whose headers do not match the bound prototypes."""
+
+
+class EnvironmentValueError(ValueError):
+    """An environment variable aclnn-py or the mock reads holds a value that cannot be read
+    (aclnn_py.env_values lists them with what they accept); ``variable`` names it."""
+
+    def __init__(self, message: str, variable: str):
+        super().__init__(message)
+        self.variable = variable
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (str(self), self.variable))
 
 
 class ClosedError(ValueError):

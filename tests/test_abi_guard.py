@@ -365,7 +365,7 @@ def test_an_unknown_abi_check_mode_is_refused(tmp_path):
     r = run_python(LOAD.format(root=str(root)), ACLNN_PY_ABI_CHECK="strcit")
     assert r.returncode != 0
     assert r.stderr.strip().splitlines()[-1] == (
-        "aclnn_py.errors.BackendError: ACLNN_PY_ABI_CHECK must be 'warn' or 'strict' (got 'strcit')")
+        "aclnn_py.errors.EnvironmentValueError: ACLNN_PY_ABI_CHECK='strcit' cannot be read: give warn or strict")
 
 
 def test_a_function_no_header_declares_names_the_folders_searched(compiled, tmp_path):

@@ -185,7 +185,7 @@ def test_the_package_layers_are_folders():
     """The top level holds the library; the binding layer is _binding/, the command line is tools/, and
     the header parser (pycparser) runs at build time only: no module of the package imports it."""
     top = sorted(p.stem for p in PACKAGE.glob("*.py") if not p.name.startswith("__"))
-    assert top == ["_version", "buffer", "dlpack", "dtypes", "errors", "hccl", "tensor", "worlds"]
+    assert top == ["_version", "buffer", "dlpack", "dtypes", "env_values", "errors", "hccl", "socs", "tensor", "worlds"]
     assert {p.stem for p in (PACKAGE / "_binding").glob("*.py")} >= {"loader", "package", "prototypes",
                                                                        "headers", "guard"}
     assert {p.stem for p in (PACKAGE / "tools").glob("*.py")} >= {"cli", "demo", "doctor", "mock_roots"}

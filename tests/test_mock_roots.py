@@ -83,7 +83,12 @@ def test_usage_errors(tmp_path):
     (tmp_path / "full").mkdir()
     (tmp_path / "full" / "x").write_text("")
     taken = run_cli("mock-root", str(tmp_path / "full"), "--generations", "2")
-    assert taken.returncode == 2 and "exists and is not an empty directory" in taken.stderr
+    assert taken.returncode == 2 and "is not empty: name a new or empty directory" in taken.stderr
+    a_file = tmp_path / "file"
+    a_file.write_text("not a directory")
+    on_file = run_cli("mock-root", str(a_file), "--generations", "2")
+    assert on_file.returncode == 2
+    assert "is a file, not a directory: name a new or empty directory" in on_file.stderr, on_file.stderr
 
 
 def test_priority_order(tmp_path):

@@ -229,7 +229,9 @@ def enforce(report: AbiReport) -> None:
     (RuntimeWarning) about the unverified ones otherwise. ``ACLNN_PY_SKIP_ABI_CHECK=1`` turns every
     refusal into a warning."""
     mode = abi_check_mode()
-    skip = os.environ.get(ENV_SKIP) == "1"
+    from .. import env_values
+
+    skip = env_values.flag(ENV_SKIP, False)
     if report.status == "mismatch":
         if not skip:
             raise _refusal_error(report, f"{report.refusal()}. Install the CANN / op package whose headers match")

@@ -9,6 +9,7 @@ libraries searched.
 
 from __future__ import annotations
 
+import glob
 import importlib
 import os
 import platform
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .. import errors
+from .. import env_values, errors
 from . import package as _package
 
 if TYPE_CHECKING:
@@ -190,11 +191,32 @@ _lock = threading.Lock()
 _backend: Backend | None = None
 
 
+#: The device nodes of Ascend's driver: on a host that has them, no backend named and no CANN root
+#: found is an error, not the mock (a module attribute so a test can point it elsewhere).
+DEVICE_NODES = "/dev/davinci[0-9]*"
+
+
+def ascend_device_nodes() -> list[str]:
+    """The Ascend device nodes this host shows (``/dev/davinci0`` ...), sorted."""
+    return sorted(glob.glob(DEVICE_NODES))
+
+
 def _resolve_request(backend: str | os.PathLike[str] | None) -> tuple[str, Path]:
     req = backend if backend is not None else os.environ.get(ENV_BACKEND) or None
     if req is None:
         root = find_cann_root()
         if root is None:
+            nodes = ascend_device_nodes()
+            if nodes:
+                # a serving engine on an NPU host with a broken ASCEND_HOME_PATH must not run on the
+                # CPU mock and look right
+                tried = ", ".join(str(p) for p in cann_candidates())
+                raise errors.BackendError(
+                    f"this host has Ascend devices ({', '.join(nodes[:3])}{' ...' if len(nodes) > 3 else ''}) but no "
+                    f"CANN root was found (looked for lib64/libascendcl.so in {tried}): set ASCEND_HOME_PATH "
+                    f"(source CANN's set_env.sh) or pass a CANN root (init('/path/to/cann') or "
+                    f"{ENV_BACKEND}=/path/to/cann); to run on the CPU mock here, choose it: "
+                    f"init('mock') or {ENV_BACKEND}=mock")
             return "mock", mock_root()
         return (_kind_of(root), root)  # ASCEND_HOME_PATH may point at the mock root itself
     if isinstance(req, str) and req == "mock":
@@ -229,8 +251,14 @@ def _load(kind: str, root: Path) -> Backend:
     plan = library_plan(root)
     handles: dict[Path, Any] = {}
     loaded: dict[str, list[str]] = {}
+    names = [ffi.string(raw.aclnnpy_symbol_name(i)).decode() for i in range(raw.aclnnpy_symbol_count())]
     for group in ("runtime", "meta", "hccl", "ops"):
+        # operators not yet found: once an op library holds them all, the later candidates (CANN's
+        # built-in libraries behind a custom package) are not opened
+        unfound = {n for n in names if symbol_group(n) == "ops"}
         for path in plan[group]:
+            if group == "ops" and not unfound:
+                break
             handle = raw.aclnnpy_dlopen(str(path).encode(), 1)
             if handle == ffi.NULL:
                 err = raw.aclnnpy_dlerror()
@@ -240,10 +268,11 @@ def _load(kind: str, root: Path) -> Backend:
                 continue  # optional groups: report through doctor / missing symbols
             handles[path] = handle
             loaded.setdefault(group, []).append(str(path))
+            if group == "ops":
+                unfound = {n for n in unfound if raw.aclnnpy_dlsym(handle, n.encode()) == ffi.NULL}
     symbols: dict[str, str | None] = {}
     missing: dict[str, str] = {}
-    for i in range(raw.aclnnpy_symbol_count()):
-        name = ffi.string(raw.aclnnpy_symbol_name(i)).decode()
+    for i, name in enumerate(names):
         group = symbol_group(name)
         search = plan[group]
         if group == "hccl" and name not in _HCOMM_FUNCTIONS:
@@ -323,6 +352,7 @@ def load(backend: str | os.PathLike[str] | None = None) -> Backend:
                 )
             return _backend
         kind, root = _resolve_request(backend)
+        env_values.check(mock=kind == "mock")  # before anything reads a value that cannot be read
         _backend = _load(kind, root)
         return _backend
 

@@ -70,7 +70,7 @@ def combine(
     Ascend950 (package docstring, choices 8–10): comm_quant_mode 3 (MXFP8 e5m2) and 4 (MXFP8
     e4m3fn); ``elastic_info`` tells each physical rank's role (shared / MoE) when it re-maps ranks.
     """
-    check_soc(soc)
+    soc = check_soc(soc)
     ex = [np.asarray(a) for a in expand_x]
     expert_ids = [np.asarray(a) for a in expert_ids]
     w = len(ex)

@@ -22,15 +22,31 @@ SOC_A3 = "Ascend910_93"
 SOC_950 = "Ascend950"
 SOC_A2 = "Ascend910B"
 SOCS = (SOC_A3, SOC_950, SOC_A2)
+#: A device reports a member of a family (Ascend910_9391, Ascend910B3, Ascend950PR_...): a name belongs
+#: to the family it begins with, case aside. The golden keeps its own copy of this rule, as of every
+#: other; tests/test_socs.py checks it against the package's table (aclnn_py.socs).
+SOC_EXAMPLES = {SOC_A3: "Ascend910_9391", SOC_A2: "Ascend910B3", SOC_950: "Ascend950PR_..."}
+
+
+def soc_family(soc: str) -> str | None:
+    """The family a SoC name belongs to, or None."""
+    if not isinstance(soc, str):
+        return None
+    return next((f for f in SOCS if soc.lower().startswith(f.lower())), None)
 #: Atlas A2 (aclnnMoeDistributeDispatchV2.md / V3.md): the EP world sizes per comm_alg
 #: Atlas A2 worlds by comm_alg, as the newest published documents list them ("fullmesh" from 2 ranks)
 _A2_FULLMESH = (2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 192, 256, 384)
 A2_WORLD_SIZES = {"": _A2_FULLMESH, "fullmesh": _A2_FULLMESH, "hierarchy": (16, 32, 64)}
 
 
-def check_soc(soc: str) -> None:
-    if soc not in SOCS:
-        raise ValueError(f"soc: must be {SOC_A3!r}, {SOC_950!r} or {SOC_A2!r} (got {soc!r})")
+def check_soc(soc: str) -> str:
+    """The family of `soc`: a device's own name (``Ascend910B3``, ``Ascend910_9391`` ...) counts as its
+    family's (soc_family)."""
+    fam = soc_family(soc)
+    if fam is None:
+        examples = ", ".join(f"{f} (e.g. {e})" for f, e in SOC_EXAMPLES.items())
+        raise ValueError(f"soc: must name a SoC of the family {examples} (got {soc!r})")
+    return fam
 
 
 def check_a2(cfg: Cfg, comm_alg: str) -> None:
@@ -347,6 +363,6 @@ def elastic_table(elastic_info: Any, w: int, r: int, e: int, soc: str) -> tuple[
 
 
 __all__ = ["F32", "BF16", "FP16", "ROW_DTYPES", "COMM_ALGS", "COMM_ALGS_A2", "SOC_A3", "SOC_950", "SOC_A2", "SOCS",
-           "A2_WORLD_SIZES", "check_soc", "check_a2",
+           "SOC_EXAMPLES", "soc_family", "A2_WORLD_SIZES", "check_soc", "check_a2",
            "normalized_shared_expert_num", "moe_local_num", "local_expert_num", "rows_capacity",
            "resolve_global_bs", "Cfg", "per_rank", "make_cfg", "masks", "check_ids", "row_dtype", "elastic_table"]

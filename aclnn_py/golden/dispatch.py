@@ -93,7 +93,7 @@ def dispatch(
     low-precision x: a list).  ``expert_scales`` is a list of (BS_r, K) float32 arrays; an array with
     a zero dim counts as absent.  Returns one :class:`DispatchResult` per rank.
     """
-    check_soc(soc)
+    soc = check_soc(soc)
     xs = [np.asarray(a) for a in x]
     expert_ids = [np.asarray(a) for a in expert_ids]
     if not xs:

@@ -252,7 +252,7 @@ def dynamic_scales_shape(capacity: int, quant_mode: int, hidden: int, *, soc: st
     fp16/bf16 x (allocated by the wrapper as (A,) float32 but never written) and for quant 1.
 
     ``scales_dim1`` (with its dtype float32 assumed) applies to quant 0 with a low-precision x."""
-    check_soc(soc)
+    soc = check_soc(soc)
     a = int(capacity)
     if quant_mode == 2:
         return (a,), np.dtype(F32)

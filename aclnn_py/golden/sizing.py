@@ -12,6 +12,7 @@ from .config import (
     SOCS,
     moe_local_num,
     normalized_shared_expert_num,
+    soc_family,
 )
 
 MIB = 1 << 20
@@ -104,6 +105,7 @@ def window_bytes_required(
     n_local = moe_local_num(w, moe_expert_num, shared_expert_rank_num)
     if comm_alg not in COMM_ALGS:
         raise ValueError(f"comm_alg: must be one of {COMM_ALGS} (got {comm_alg!r})")
+    soc = soc_family(soc) or soc
     if soc not in SOCS or soc == SOC_A2:
         raise ValueError(f"soc: must be 'Ascend910_93' or 'Ascend950' (got {soc!r}; Ascend910B: a2_window_bytes_required)")
     td, tc = token_sizes(int(hidden), comm_alg)
@@ -136,7 +138,7 @@ def ep_recv_counts_size(ep_world_size: int, local_expert_num: int, global_bs: in
     "hierarchy" ``+ 2 * G * K * serverNum`` with ``serverNum = W / 8`` (servers of 8 ranks; G = global_bs
     resolved): the reduce information that algorithm writes after the counts."""
     w = int(ep_world_size)
-    extra = 2 * int(global_bs) * int(topk) * (w // 8) if soc == SOC_A2 and comm_alg == "hierarchy" else 0
+    extra = 2 * int(global_bs) * int(topk) * (w // 8) if soc_family(soc) == SOC_A2 and comm_alg == "hierarchy" else 0
     return w * int(local_expert_num) + extra
 
 

@@ -89,6 +89,21 @@ def verdict(config: MoeConfig, op: str, inputs: Sequence[Tensor | None],
     return None
 
 
+def size_problem(config: MoeConfig, op: str, bs: int, h: int, k: int) -> AclnnParamInvalid | None:
+    """The error phase 1 of `op` returns for tokens of BS rows, hidden size H and top-k K under
+    `config`'s attributes (the size and attribute rules, not the window), or None; for a caller that
+    wants to know before it makes any tensor or communicator (the demo, before starting ranks)."""
+    func = FUNCS[op]
+    bs_param, h_param = _BS_H_PARAMS[op]
+    try:
+        _check_attrs(config, func, releases.active() if config.profile.atlas_a2 else None)
+        _check_modes(config, op, func)
+        _check_sizes(config, func, bs, h, k, bs_param, h_param)
+    except AclnnParamInvalid as exc:
+        return exc
+    return None
+
+
 def shape_passed(config: MoeConfig, op: str, bs: int, h: int, k: int) -> bool:
     """Whether calls of `op` with this BS, H and K passed every pre-checked rule of `config` before
     (the rules :func:`verdict` remembers)."""

@@ -3,7 +3,7 @@ that maps the name ``aclrtGetSocName`` reports to its profile (used by the pre-c
 
 Real SoC names carry product suffixes (the Atlas A3 line reports ``Ascend910_93…``, e.g.
 ``Ascend910_9391``; the Atlas A2 line ``Ascend910B…``, e.g. ``Ascend910B3``; the 950 line
-``Ascend950…``), so profiles are chosen by family prefix. An unknown name gets a warning and the A3
+``Ascend950…``), so profiles are chosen by family (aclnn_py.socs). An unknown name gets a warning and the A3
 rules (docs/operators.md, "SoC profiles"; the A2 limits: "Atlas A2").
 """
 
@@ -12,6 +12,8 @@ from __future__ import annotations
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .. import socs
 
 
 @dataclass(frozen=True)
@@ -77,24 +79,23 @@ A2 = SocProfile("Ascend910B", 256, 0, 256, None, frozenset({0, 2}), frozenset({0
 ASCEND950 = SocProfile("Ascend950", 1024, 1024, 512, None, frozenset({0, 1, 2, 3, 4, 5}),
                        frozenset({0, 2, 3, 4}), True, True)
 
-#: (name prefix, profile), first match wins.
-FAMILIES: tuple[tuple[str, SocProfile], ...] = (
-    ("Ascend910_93", A3),
-    ("Ascend950", ASCEND950),
-    ("Ascend910B", A2),
-)
+#: (family name, profile), in the order of the family table (aclnn_py.socs).
+FAMILIES: tuple[tuple[str, SocProfile], ...] = tuple(
+    (f.name, {p.name: p for p in (A3, A2, ASCEND950)}[f.name]) for f in socs.FAMILIES)
+_BY_FAMILY: Mapping[str, SocProfile] = dict(FAMILIES)
 
 _warned: set[str] = set()
 
 
 def profile_of(soc_name: str) -> SocProfile:
-    """The profile for a SoC name; an unknown name warns once and gets the A3 rules."""
-    for prefix, profile in FAMILIES:
-        if soc_name.startswith(prefix):
-            return profile
+    """The profile for a SoC name (any member of a family, aclnn_py.socs); an unknown name warns once
+    and gets the A3 rules."""
+    fam = socs.family_of(soc_name)
+    if fam is not None:
+        return _BY_FAMILY[fam]
     if soc_name not in _warned:
         _warned.add(soc_name)
         warnings.warn(f"SoC {soc_name!r} is not a known MoE dispatch/combine profile "
-                      f"({', '.join(p for p, _ in FAMILIES)}); applying the {A3.name} rules",
+                      f"({socs.accepted()}); applying the {A3.name} rules",
                       RuntimeWarning, stacklevel=3)
     return A3

@@ -9,12 +9,12 @@ real CANN backend the pre-checks apply the newest rules and leave the rest to CA
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from ..env_values import cann_release
 
 #: The variable that selects a release's rules on the mock.
 VARIABLE = "ACLNN_MOCK_CANN_VERSION"
-_RELEASE = re.compile(r"^(\d+)\.(\d+)\.(?:[Rr][Cc])?\d+(?:\.[0-9A-Za-z]+)?$")
 
 
 @dataclass(frozen=True)
@@ -43,15 +43,13 @@ def rules_of(value: str) -> RuleSet:
     """The rule set a value of ACLNN_MOCK_CANN_VERSION selects: "" or "newest" → the newest rules; a
     release number <major>.<minor>.<RCn | n>[.<suffix>] → the 8.3.RC1 rules before 8.5, the newest from
     8.5 on. ValueError naming the variable and the accepted values otherwise (the mock's own wording)."""
-    if value == "" or value.lower() == "newest":
-        return NEWEST
-    m = _RELEASE.match(value)
-    if not m or int(m.group(1)) < 1:
+    try:
+        release = cann_release(value)
+    except ValueError:
         raise ValueError(f"{VARIABLE}='{value}' is refused: must be a CANN release such as 8.3.RC1 or 8.5.0 "
                          "(<major>.<minor>.<RCn or n>; releases before 8.5 get the 8.3.RC1 rules) or \"newest\" "
-                         "(the default)")
-    major, minor = int(m.group(1)), int(m.group(2))
-    return R8_3 if (major, minor) < (8, 5) else NEWEST
+                         "(the default)") from None
+    return NEWEST if release is None or release >= (8, 5) else R8_3
 
 
 def active() -> RuleSet:

@@ -14,12 +14,12 @@ filed by the pool's next step under the lock.
 from __future__ import annotations
 
 import atexit
-import os
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable
 
+from .. import env_values
 from ..errors import AclError, acl_error, check_acl
 from ._init import initialized
 
@@ -311,7 +311,7 @@ _refill: Callable[[int, int], None] | None = None
 _pools: weakref.WeakSet[MemoryPool] = weakref.WeakSet()  # every pool, for exit and device resets
 _default_pool = MemoryPool()
 #: The pool DeviceMemory allocates from, or None: plain aclrtMalloc / aclrtFree per object.
-current: MemoryPool | None = None if os.environ.get("ACLNN_PY_POOL", "1").strip() == "0" else _default_pool
+current: MemoryPool | None = _default_pool if env_values.flag("ACLNN_PY_POOL", True) else None
 
 
 def get_memory_pool() -> MemoryPool:

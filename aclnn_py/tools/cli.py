@@ -11,12 +11,15 @@ its traceback and exits 3. Commands describe their other exit codes in their ``-
 from __future__ import annotations
 
 import argparse
+import json
 import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
 
-from .cli_conventions import Parser, UsageError, run_main
+from .. import env_values
+from ..errors import EnvironmentValueError
+from .cli_conventions import EXIT_USAGE, Parser, UsageError, run_main
 
 DESCRIPTION = """\
 aclnn-py: CANN's MoE dispatch / combine operators from Python, with a CPU mock of the same C ABI.
@@ -59,14 +62,34 @@ def build_parser() -> Parser:
     return ap
 
 
+#: The commands with a --json option: their refusals are JSON documents too.
+JSON_COMMANDS = ("demo", "doctor")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``aclnn-py`` script and ``python -m aclnn_py``; returns the exit status."""
     cmd: str | None = None
 
+    words = list(sys.argv[1:] if argv is None else argv)
+
     def body() -> int:
+        try:
+            return command()
+        except UsageError as e:
+            if "--json" not in words or cmd not in JSON_COMMANDS:
+                raise
+            # --json promises one JSON document on stdout and nothing on stderr, refusals included
+            where = e.prog or f"aclnn-py {cmd}"
+            print(json.dumps({"ok": False, "result": "USAGE_ERROR", "error": f"{where}: error: {e}",
+                              "exit_code": EXIT_USAGE}, indent=2))
+            return EXIT_USAGE
+
+    def command() -> int:
         nonlocal cmd
         ap = build_parser()
-        args, extra = ap.parse_known_args(argv)
+        if words[:1] and words[0] in JSON_COMMANDS:
+            cmd = words[0]  # known before parsing, so that a refused option of `demo --json` is JSON too
+        args, extra = ap.parse_known_args(words)
         cmd = args.cmd
         if cmd == "bench":  # whatever follows is the benchmark's own command line
             args.bench_args = extra
@@ -75,7 +98,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         if cmd is None:  # bare `aclnn-py`: a usage error, as for any other missing argument
             ap.print_usage(sys.stderr)
             raise UsageError("a command is required (see aclnn-py --help)")
-        return int(args.func(args))
+        try:
+            env_values.check(mock=False)  # the mock's own: when a command loads the mock (init)
+            return int(args.func(args))
+        except EnvironmentValueError as e:
+            raise UsageError(str(e)) from None
 
     return run_main("aclnn-py", body, lambda: f"aclnn-py {cmd}" if cmd else "aclnn-py")
 

@@ -23,11 +23,12 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
-from .. import golden
+from .. import golden, socs
 from ..dtypes import DataType, bfloat16
 from ..golden import casts
 from ..ops import generations
 from ..ops.profiles import FAMILIES, SocProfile
+from ..socs import family_of
 from .cli_conventions import UsageError, int_at_least, positive_seconds
 from .demo_check import DemoResult, OutputCheck, RankRow, compare
 
@@ -101,7 +102,7 @@ class Model:
             return _FORMAT_OF_DTYPE[self.dtype]
         if self.y_dtype != "auto":
             return self.y_dtype
-        profile = PROFILES.get(self.soc)
+        profile = PROFILES.get(family_of(self.soc) or "")
         choices = profile.y_dtypes(self.quant_mode) if profile else ()
         return choices[0] if choices else "int8"
 
@@ -361,6 +362,7 @@ def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence
         raise UsageError(f"--topk {m.topk} is more than the {m.experts + m.zero_experts + m.copy_experts} experts "
                          "a token can be routed to")
     _validate_modes(m, profile)
+    _validate_sizes(m)
     if len(devices) != w:
         raise UsageError(f"--devices lists {len(devices)} devices for {w} ranks")
     if len(set(devices)) != len(devices):
@@ -372,6 +374,22 @@ def validate(m: Model, profile: SocProfile, device_count: int, devices: Sequence
     if bad:
         raise UsageError(f"--devices {','.join(map(str, bad))}: the backend reports devices "
                          f"0..{device_count - 1}{hint}")
+
+
+def _validate_sizes(m: Model) -> None:
+    """The operators' size rules (BS, H, K per SoC), checked before any rank starts: the same words
+    phase 1 would return on every rank."""
+    from ..ops import MoeConfig
+    from ..ops.prechecks import size_problem
+
+    cfg = MoeConfig(ep_world_size=m.world_size, ep_rank_id=0, moe_expert_num=m.experts, ccl_buffer_size=0,
+                    shared_expert_num=m.shared, shared_expert_rank_num=m.shared_expert_ranks,
+                    zero_expert_num=m.zero_experts, copy_expert_num=m.copy_experts, quant_mode=m.quant_mode,
+                    comm_quant_mode=m.comm_quant_mode, soc=m.soc,
+                    group_ep="size-check")  # never reaches a C call; a group-string generation needs one
+    problem = size_problem(cfg, "dispatch", m.tokens, m.hidden, m.topk)
+    if problem is not None:
+        raise UsageError(f"the operator rejects this model: {problem.message or problem}")
 
 
 def _validate_modes(m: Model, profile: SocProfile) -> None:
@@ -461,7 +479,8 @@ def add_parser(sub: Any) -> None:
     g = p.add_argument_group("where")
     g.add_argument("--backend", default="mock",
                    help='"mock", "cann" (the installed CANN) or the path of a CANN root')
-    g.add_argument("--soc", default="auto", help="SoC profile: Ascend910_93, Ascend950 or Ascend910B selects the mock's "
+    g.add_argument("--soc", default="auto", help="SoC: a family (Ascend910_93, Ascend950, Ascend910B) or a member name "
+                   "such as Ascend910_9391 or Ascend910B3 selects the mock's "
                    "profile; on real CANN the SoC is the device's and --soc may only repeat it (auto: the backend's)")
     g.add_argument("--world-size", type=int, default=None,
                    help=f"ranks, one per device (default: {d.world_size}, on Atlas A2 {A2_DEFAULT_WORLD}, "
@@ -532,19 +551,22 @@ def _open_backend(backend: str, soc: str) -> tuple[str, str, int, str]:
         raise UsageError(f"--backend {backend}: {e}") from e
     except acl.AclnnPyError as e:
         raise UsageError(f"--backend {backend}: the runtime does not answer: {e}") from e
-    if soc != "auto" and name != soc:
+    family = family_of(name)
+    if soc != "auto" and name != soc and soc != family:
         raise UsageError(f"--soc {soc}: the {b.kind} backend reports {name}" +
                          (" (on real CANN the SoC is the device's; leave --soc out)" if not b.is_mock else ""))
-    if name not in PROFILES:
-        raise UsageError(f"the device reports SoC {name!r}; the demo knows {', '.join(PROFILES)}")
+    if family is None:
+        raise UsageError(f"the device reports SoC {name!r}, of no family the demo knows: a name beginning with "
+                         f"{socs.accepted()}")
     version = cann_version(b.root).version
     what = "the mock" if b.is_mock else f"CANN {version} at {b.root}"
     return f"{what} ({name}, {count} devices)", name, count, version
 
 
 def main(args: argparse.Namespace) -> int:
-    if args.soc != "auto" and args.soc not in PROFILES:
-        raise UsageError(f"--soc {args.soc!r} is not a known SoC ({', '.join(PROFILES)})")
+    if args.soc != "auto" and family_of(args.soc) is None:
+        raise UsageError(f"--soc {args.soc!r} is of no known SoC family: give a name beginning with "
+                         f"{socs.accepted()}")
     devices = _devices(args.devices)
     quiet = args.quiet or args.json
     say = None if quiet else _say
@@ -556,7 +578,7 @@ def main(args: argparse.Namespace) -> int:
         os.environ[ENV_MOCK_SOC] = args.soc
     where, soc, count, version = _open_backend(args.backend, args.soc)
     world = args.world_size if args.world_size is not None else (
-        len(devices) if devices else _default_world_size(PROFILES[soc]))
+        len(devices) if devices else _default_world_size(PROFILES[family_of(soc) or ""]))
     if devices is None:
         devices = list(range(world))
     experts = args.experts if args.experts is not None else max(Model().experts, world - args.shared_expert_ranks)
@@ -568,7 +590,7 @@ def main(args: argparse.Namespace) -> int:
     import aclnn_py as acl
 
     is_mock = acl.backend().is_mock
-    validate(m, PROFILES[soc], count, devices, mock=is_mock)
+    validate(m, PROFILES[family_of(soc) or ""], count, devices, mock=is_mock)
     if args.threads and not is_mock:
         raise UsageError("--threads: thread ranks are a mock convenience; on CANN every rank is a process")
     if say:

@@ -23,8 +23,9 @@ from .cli_conventions import UsageError
 
 ENV_VARS = (
     "ACLNN_PY_BACKEND", "ACLNN_PY_MOCK_ROOT", "ACLNN_PY_BUILD_DIR", "ACLNN_PY_SKIP_ABI_CHECK", "ACLNN_PY_ABI_CHECK",
-    "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH", "ACLNN_MOCK_SOC", "ACLNN_MOCK_CANN_VERSION", "ACLNN_MOCK_DEVICE_COUNT",
-    "ACLNN_MOCK_POISON", "HCCL_BUFFSIZE", "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT",
+    "ASCEND_HOME_PATH", "ASCEND_TOOLKIT_HOME", "ASCEND_OPP_PATH", "ASCEND_CUSTOM_OPP_PATH", "ACLNN_MOCK_SOC",
+    "ACLNN_MOCK_CANN_VERSION", "ACLNN_MOCK_DEVICE_COUNT", "ACLNN_MOCK_POISON", "ACLNN_PY_POOL", "HCCL_BUFFSIZE",
+    "HCCL_CONNECT_TIMEOUT", "HCCL_EXEC_TIMEOUT",
 )
 GROUPS = ("runtime", "meta", "hccl", "ops")
 
@@ -169,6 +170,19 @@ def collect(request: str | None) -> dict[str, Any]:
     return doc
 
 
+def _why_this_backend(doc: dict[str, Any], b: Any) -> str:
+    """How the loaded backend was chosen, in a few words."""
+    from aclnn_py._binding import loader as _loader
+
+    if doc["backend"]["requested"] != "auto":
+        return "requested with --backend"
+    if os.environ.get(_loader.ENV_BACKEND):
+        return f"requested with {_loader.ENV_BACKEND}"
+    if _loader.find_cann_root() is not None:
+        return "the first CANN root found (ASCEND_HOME_PATH, ASCEND_TOOLKIT_HOME, /usr/local/Ascend/...)"
+    return "the default where no CANN root is found and the host shows no Ascend device"
+
+
 def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
     import aclnn_py as acl
     from aclnn_py import _aclnn
@@ -176,7 +190,7 @@ def _describe_backend(doc: dict[str, Any], b: Any, problems: list[str]) -> None:
     from aclnn_py._binding import loader as _loader
     from aclnn_py.ops import generations
 
-    doc["backend"].update(loaded=True, kind=b.kind, root=str(b.root))
+    doc["backend"].update(loaded=True, kind=b.kind, root=str(b.root), reason=_why_this_backend(doc, b))
     doc["libraries"] = {g: b.libraries.get(g, []) for g in GROUPS}
     symbols: dict[str, Any] = {}
     for g in GROUPS:
@@ -253,7 +267,8 @@ def render(doc: dict[str, Any]) -> str:
         lines.append(f"           {be.get('error', '')}")
     else:
         what = "the package's mock root" if be["kind"] == "mock" else "a CANN root"
-        lines += [f"backend    {be['kind']} ({what}; requested: {be['requested']})", f"root       {be['root']}"]
+        lines += [f"backend    {be['kind']} ({what}; requested: {be['requested']}: {be['reason']})",
+                  f"root       {be['root']}"]
         lines.append(f"CANN       {CannVersion(**doc['cann_version']).describe()}")
     abi = doc.get("abi")
     lines.append(f"ABI        {abi['summary'] if abi else 'not checked'}")

@@ -54,18 +54,48 @@ def make_root(dest: str | os.PathLike[str], generations: Iterable[int], mock: Pa
         if not (_package(src, g) / "op_api" / "lib" / "libcust_opapi.so").is_file():
             raise FileNotFoundError(f"{src} has no op package of generation {g} (opp/generations/moe_v{g})")
     root = Path(dest)
-    if root.exists() and (not root.is_dir() or any(root.iterdir())):
-        raise FileExistsError(f"{root} exists and is not an empty directory")
+    if root.exists() and not root.is_dir():
+        raise FileExistsError(f"{root} is a file, not a directory: name a new or empty directory")
+    if root.exists() and any(root.iterdir()):
+        raise FileExistsError(f"{root} is not empty: name a new or empty directory")
     vendors = root / "opp" / "vendors"
     vendors.mkdir(parents=True)
     arch = f"{platform.machine()}-linux"
-    for part in ("lib64", "include", arch):
+    for part in ("include", arch):
         if (src / part).exists():
             (root / part).symlink_to(src / part, target_is_directory=True)
+    _link_lib64(src, root.resolve(), gens)
     for g in gens:
         (vendors / f"moe_v{g}").symlink_to(_package(src, g), target_is_directory=True)
     (vendors / "config.ini").write_text("load_priority=" + ",".join(f"moe_v{g}" for g in gens) + "\n")
     return root
+
+
+#: The built-in operator library of a CANN root, named on CANN's example link lines.
+BUILTIN_OPS = "libopapi_transformer.so"
+
+
+def _link_lib64(src: Path, root: Path, gens: list[int]) -> None:
+    """root/lib64: the mock's libraries, except that the built-in operator library offers only the
+    chosen generations. Each generation's op package has a soname of its own
+    (libcust_opapi_moe_v<N>.so, named here in lib64 so the dynamic loader finds it), and
+    libopapi_transformer.so is a linker script joining them, so a program linked with CANN's
+    ``-lopapi_transformer`` gets exactly these generations' symbols and needs exactly these libraries."""
+    lib64 = root / "lib64"
+    lib64.mkdir()
+    for lib in sorted((src / "lib64").iterdir()):
+        if lib.name != BUILTIN_OPS:
+            (lib64 / lib.name).symlink_to(lib)
+    # libopapi_math.so and libopapi.so are linker scripts naming -lopapi_transformer: linked against
+    # this root they lead to the script below, through the program's own -L path
+    joined = []
+    for g in gens:
+        name = lib64 / f"libcust_opapi_moe_v{g}.so"
+        name.symlink_to(_package(src, g) / "op_api" / "lib" / "libcust_opapi.so")
+        joined.append(str(name))
+    (lib64 / BUILTIN_OPS).write_text(
+        "/* generations " + ", ".join(map(str, gens)) + " of the mock's MoE operators (aclnn-py mock-root) */\n"
+        "INPUT(" + " ".join(joined) + ")\n")
 
 
 DESCRIPTION = """\
@@ -87,11 +117,11 @@ def main(args: argparse.Namespace) -> int:
 def add_parser(sub: Any) -> None:
     p = sub.add_parser("mock-root", help="make a mock CANN root that exports only some operator generations",
                        description=DESCRIPTION)
-    p.add_argument("dest", metavar="DEST", help="a new or empty directory")
+    p.add_argument("dest", metavar="DEST", help="a new or empty directory (not a file)")
     p.add_argument("--generations", default="5",
                    help="comma-separated generations to export (1 = the unsuffixed first generation, 2, 3, 4, 5), "
                         "first = highest priority")
     p.set_defaults(func=main)
 
 
-__all__ = ["GENERATIONS", "add_parser", "main", "make_root", "parse_generations"]
+__all__ = ["BUILTIN_OPS", "GENERATIONS", "add_parser", "main", "make_root", "parse_generations"]

@@ -10,8 +10,10 @@
  * libnnopbase.so, libhccl.so and the op library libcust_opapi.so found under $ASCEND_HOME_PATH
  * (see CMakeLists.txt). Pointing ASCEND_HOME_PATH at aclnn_py.mock_root() runs it on the CPU.
  *
- * usage: moe_round [out_dir] [world_size] [tokens] [hidden] [topk] [experts] [seed]
- * defaults:        .          4            8        1024     4      8         0
+ * usage: moe_round out_dir [world_size] [tokens] [hidden] [topk] [experts] [seed]
+ * defaults:                 4            8        1024     4      8         0
+ * out_dir is required: the program writes 9 files per rank there. Each number must be a whole
+ * decimal number (a word such as "abc" is refused by name, exit code 2, not read as 0).
  * out_dir is created (with its parents) if it does not exist; when that fails the program stops
  * before any CANN call, naming the folder.
  *
@@ -449,19 +451,55 @@ done:
     return NULL;
 }
 
+static const char USAGE[] = "usage: moe_round out_dir [world_size] [tokens] [hidden] [topk] [experts] [seed]";
+
+/* argv[i] as a whole decimal number in [lo, hi], or `dflt` when absent; 0 on success, else a message
+ * naming the argument and -1 */
+static int number_arg(int argc, char **argv, int i, const char *name, long long lo, long long hi, long long dflt,
+                      long long *out) {
+    const char *v;
+    char *end = NULL;
+    long long n;
+    *out = dflt;
+    if (argc <= i) return 0;
+    v = argv[i];
+    errno = 0;
+    n = strtoll(v, &end, 10);
+    if (*v == '\0' || *end != '\0' || errno != 0 || n < lo || n > hi) {
+        fprintf(stderr, "moe_round: %s must be a whole number in [%lld, %lld] (got '%s')\n%s\n", name, lo, hi, v,
+                USAGE);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     Config cfg;
     RankJob *jobs;
     pthread_t *threads;
     int r, failed = 0;
+    long long w, bs, h, k, e, seed;
 
-    cfg.out_dir = argc > 1 ? argv[1] : ".";
-    cfg.world_size = argc > 2 ? atoi(argv[2]) : 4;
-    cfg.tokens = argc > 3 ? atoi(argv[3]) : 8;
-    cfg.hidden = argc > 4 ? atoi(argv[4]) : 1024;
-    cfg.topk = argc > 5 ? atoi(argv[5]) : 4;
-    cfg.experts = argc > 6 ? atoi(argv[6]) : 8;
-    cfg.seed = argc > 7 ? (uint64_t)strtoull(argv[7], NULL, 10) : 0;
+    if (argc < 2 || argc > 8) {
+        fprintf(stderr, "moe_round: %s\n%s\n", argc < 2 ? "name the output folder (out_dir)" : "too many arguments",
+                USAGE);
+        return 2;
+    }
+    cfg.out_dir = argv[1];
+    if (number_arg(argc, argv, 2, "world_size", 2, MAX_EP_RANKS, 4, &w) ||
+        number_arg(argc, argv, 3, "tokens", 1, 1 << 20, 8, &bs) ||
+        number_arg(argc, argv, 4, "hidden", 1, 1 << 20, 1024, &h) ||
+        number_arg(argc, argv, 5, "topk", 1, 1024, 4, &k) ||
+        number_arg(argc, argv, 6, "experts", 1, 1024, 8, &e) ||
+        number_arg(argc, argv, 7, "seed", 0, 0x7fffffffffffffffLL, 0, &seed))
+        return 2;
+    cfg.world_size = (int)w;
+    cfg.tokens = (int)bs;
+    cfg.hidden = (int)h;
+    cfg.topk = (int)k;
+    cfg.experts = (int)e;
+    cfg.seed = (uint64_t)seed;
     if (cfg.world_size < 2 || cfg.world_size > MAX_EP_RANKS || cfg.experts < 1 || cfg.experts > 1024 ||
         cfg.experts % cfg.world_size || cfg.topk < 1 || cfg.topk > cfg.experts || cfg.tokens < 1 || cfg.hidden < 1) {
         fprintf(stderr, "bad configuration (experts must be a multiple of world_size, topk <= experts)\n");

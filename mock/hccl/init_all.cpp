@@ -35,6 +35,7 @@ constexpr const char *kClusterInfo = "HcclCommInitClusterInfo";
 int check_init_all_args(uint32_t ndev, const int32_t *devices, const HcclComm *comms) {
     if (!devices) return fail(HCCL_E_PTR, "%s: devices is NULL", kInitAll);
     if (!comms) return fail(HCCL_E_PTR, "%s: comms (output) is NULL", kInitAll);
+    if (std::string why = hccl_env_error(); !why.empty()) return fail(HCCL_E_PARA, "%s: %s", kInitAll, why.c_str());
     if (ndev < 1 || ndev > static_cast<uint32_t>(kMaxRanks))
         return fail(HCCL_E_PARA, "%s: ndev must be in [1, %d] (got %u)", kInitAll, kMaxRanks, ndev);
     std::map<int32_t, uint32_t> seen;
@@ -177,6 +178,8 @@ extern "C" HcclResult HcclCommInitAll(uint32_t ndev, int32_t *devices, HcclComm 
 extern "C" HcclResult HcclCommInitClusterInfo(const char *clusterInfo, uint32_t rank, HcclComm *comm) {
     if (!clusterInfo) return static_cast<HcclResult>(fail(HCCL_E_PTR, "%s: clusterInfo is NULL", kClusterInfo));
     if (!comm) return static_cast<HcclResult>(fail(HCCL_E_PTR, "%s: comm (output) is NULL", kClusterInfo));
+    if (std::string why = hccl_env_error(); !why.empty())
+        return static_cast<HcclResult>(fail(HCCL_E_PARA, "%s: %s", kClusterInfo, why.c_str()));
     RootBlob b;
     uint32_t nranks = 0;
     int32_t table_device = -1;

@@ -26,8 +26,12 @@ const char *op_tag_name(uint32_t tag) {
 }
 
 double exec_timeout_seconds() {
-    // Read at every wait so that a test may change it between calls. 0 or less: as HCCL, no limit.
-    double t = env_double("HCCL_EXEC_TIMEOUT", 120);
+    // Read at every wait so that a test may change it between calls. 0: as HCCL, no limit. A value
+    // that cannot be read fails the wait itself (wait_all); here, for the grace periods that follow
+    // it, the default.
+    double t = 120;
+    std::string why;
+    if (!hccl_exec_timeout(&t, &why)) t = 120;
     return t > 0 ? t : 1e12;
 }
 
@@ -84,6 +88,11 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
         return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: injected fault: this rank skipped collective "
                     "call #%" PRIu64, op, me, seq);
     const uint64_t want = seq + 1;
+    {
+        double t;
+        std::string why;
+        if (!hccl_exec_timeout(&t, &why)) return fail(ACL_ERROR_INVALID_PARAM, "%s on rank %u: %s", op, me, why.c_str());
+    }
     const double timeout = exec_timeout_seconds();
     const double start = now_seconds();
     std::vector<uint8_t> done(W, 0);

@@ -20,16 +20,19 @@ namespace aclmock {
 namespace hccl {
 namespace {
 
+// Both read after validate_init refused a value that cannot be read (hccl_env_error).
 uint64_t window_bytes_from_env() {
-    double mib = env_double("HCCL_BUFFSIZE", 200);
-    if (!(mib >= 1)) mib = mib > 0 ? 1 : 200;
-    if (mib > (1 << 20)) mib = 1 << 20;
+    long long mib = 200;
+    std::string why;
+    (void)hccl_window_mib(&mib, &why);
     return 2 * static_cast<uint64_t>(mib) * (1ull << 20);
 }
 
 double connect_timeout() {
-    double t = env_double("HCCL_CONNECT_TIMEOUT", 120);
-    return t > 0 ? t : 120;
+    double t = 120;
+    std::string why;
+    (void)hccl_connect_timeout(&t, &why);
+    return t;
 }
 
 constexpr const char *kInit = "HcclCommInitRootInfo";
@@ -38,6 +41,7 @@ constexpr const char *kInit = "HcclCommInitRootInfo";
 int validate_init(uint32_t nranks, const HcclRootInfo *root, uint32_t rank, HcclComm *comm, RootBlob *b) {
     if (!comm) return fail(HCCL_E_PTR, "%s: comm (output) is NULL", kInit);
     if (!root) return fail(HCCL_E_PTR, "%s: rootInfo is NULL", kInit);
+    if (std::string why = hccl_env_error(); !why.empty()) return fail(HCCL_E_PARA, "%s: %s", kInit, why.c_str());
     memcpy(b, root->internal, sizeof *b);
     if (b->magic != kRootMagic || b->version != kRootVersion || b->world_id == 0)
         return fail(HCCL_E_PARA, "%s: rootInfo was not produced by HcclGetRootInfo of this library", kInit);

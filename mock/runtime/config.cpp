@@ -9,7 +9,8 @@
 //   ACLNN_MOCK_POISON        0/off/false/no disables the 0xA5 fill of new allocations
 //   ACLNN_MOCK_CANN_VERSION  the CANN release whose rules the ops apply where releases differ
 //                            (cann_rules_of); a value that is no release is refused like a bad SoC
-// Other values that are not understood fall back to the default and leave a note (config_notes()).
+// A value that cannot be read is refused (config_error(), which aclInit returns) with the variable's
+// name and what it accepts (runtime/env.cpp); none falls back to a default.
 #include <atomic>
 #include <strings.h>
 
@@ -29,7 +30,6 @@ constexpr int kMaxDevices = 1024;
 std::mutex g_cfg_mu;
 std::once_flag g_cfg_once;
 Config g_cfg;
-std::string g_notes;
 std::string g_error;                      // the refused ACLNN_MOCK_SOC, if any
 std::atomic<const char *> g_reported{nullptr};   // aclrtGetSocName; nullptr: the profile's own name
 
@@ -48,34 +48,31 @@ constexpr Family kFamilies[] = {{"Ascend910_93", Soc::Ascend910_93}, {"Ascend950
 
 void load_locked() {
     Config c;
-    std::string notes;
-    if (const char *v = std::getenv("ACLNN_MOCK_DEVICE_COUNT"); v && *v) {
-        char *end = nullptr;
-        errno = 0;
-        long n = std::strtol(v, &end, 10);
-        if (errno || end == v || *end || n < 1 || n > kMaxDevices)
-            notes += format("ACLNN_MOCK_DEVICE_COUNT='%s' is not an integer in 1..%d; using %d. ", v,
-                            kMaxDevices, c.device_count);
-        else
-            c.device_count = static_cast<int>(n);
-    }
     std::string error;
+    auto refuse = [&error](const std::string &why) { error += (error.empty() ? "" : "; ") + why; };
+    std::string why;
+    long long count;
+    if (env_whole("ACLNN_MOCK_DEVICE_COUNT", 1, kMaxDevices, c.device_count, &count, &why))
+        c.device_count = static_cast<int>(count);
+    else
+        refuse(why);
     const char *reported = nullptr;
-    if (const char *v = std::getenv("ACLNN_MOCK_SOC"); v && *v) {
+    if (const std::string v = env_trimmed(std::getenv("ACLNN_MOCK_SOC") ? std::getenv("ACLNN_MOCK_SOC") : "");
+        !v.empty()) {
         std::string why;
-        if (soc_profile_of(v, &c.soc, &why))
-            reported = intern(v);
+        if (soc_profile_of(v.c_str(), &c.soc, &why))
+            reported = intern(v.c_str());
         else
-            error = format("ACLNN_MOCK_SOC='%s' is refused: %s", v, why.c_str());
+            refuse(format("ACLNN_MOCK_SOC='%s' is refused: %s", v.c_str(), why.c_str()));
     }
-    if (const char *v = std::getenv("ACLNN_MOCK_CANN_VERSION"); v && *v) {
+    if (const std::string v =
+            env_trimmed(std::getenv("ACLNN_MOCK_CANN_VERSION") ? std::getenv("ACLNN_MOCK_CANN_VERSION") : "");
+        !v.empty()) {
         std::string why;
-        if (cann_rules_of(v, &c.rules, &why)) {
+        if (cann_rules_of(v, &c.rules, &why))
             c.release = v;
-        } else {
-            if (!error.empty()) error += "; ";
-            error += why;
-        }
+        else
+            refuse(why);
     }
     if (const char *v = std::getenv("ACLNN_MOCK_POISON"); v && *v) {
         if (!std::strcmp(v, "0") || !strcasecmp(v, "off") || !strcasecmp(v, "false") ||
@@ -87,11 +84,10 @@ void load_locked() {
         else if (!strcasecmp(v, "stripe"))
             c.poison = c.poison_stripe = true;
         else
-            notes += format("ACLNN_MOCK_POISON='%s' is not 0/1/on/off/stripe; poison stays on. ", v);
+            refuse(format("ACLNN_MOCK_POISON='%s' cannot be read: give 0, 1, on, off, true, false, yes, no or "
+                          "stripe", v));
     }
-    if (!notes.empty() && notes.back() == ' ') notes.pop_back();
     g_cfg = c;
-    g_notes = notes;
     g_error = error;
     g_reported.store(reported);
 }
@@ -131,7 +127,7 @@ bool soc_profile_of(const std::string &name, Soc *soc, std::string *why) {
         }
     *why = format("'%s' names no SoC the mock simulates; the profile is chosen by family: a name beginning "
                   "Ascend910_93 (Atlas A3, e.g. Ascend910_9391, Ascend910_9392), Ascend910B (Atlas A2, e.g. "
-                  "Ascend910B1 ... Ascend910B4) or Ascend950 (950DT, e.g. Ascend950)", name.c_str());
+                  "Ascend910B1 ... Ascend910B4) or Ascend950 (e.g. Ascend950PR_..., Ascend950DT_...)", name.c_str());
     return false;
 }
 
@@ -229,12 +225,6 @@ std::atomic<bool> g_skip_kernels{false};
 void set_skip_kernels(bool on) { g_skip_kernels.store(on, std::memory_order_relaxed); }
 bool skip_kernels() { return g_skip_kernels.load(std::memory_order_relaxed); }
 
-std::string config_notes() {
-    ensure_loaded();
-    std::lock_guard<std::mutex> lk(g_cfg_mu);
-    return g_notes;
-}
-
 const char *soc_name(Soc soc) {
     switch (soc) {
     case Soc::Ascend950: return "Ascend950";
@@ -242,17 +232,6 @@ const char *soc_name(Soc soc) {
     case Soc::Ascend910_93: break;
     }
     return "Ascend910_93";
-}
-
-double env_double(const char *name, double dflt) {
-    const char *v = std::getenv(name);
-    if (!v || !*v) return dflt;
-    char *end = nullptr;
-    errno = 0;
-    double d = std::strtod(v, &end);
-    if (errno || end == v) return dflt;
-    while (*end == ' ' || *end == '\t') ++end;
-    return *end ? dflt : d;
 }
 
 }  // namespace aclmock

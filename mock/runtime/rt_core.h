@@ -75,10 +75,19 @@ ACLMOCK_API const char *reported_soc_name();
 // family, an ACLNN_MOCK_CANN_VERSION that is no release); empty when it is accepted. aclInit fails with this message until a valid profile is set.
 ACLMOCK_API std::string config_error();
 // A numeric environment variable, or dflt when unset/unparsable.
-ACLMOCK_API double env_double(const char *name, double dflt);
-// Notes about environment values that were not understood (e.g. an unknown ACLNN_MOCK_SOC, which
-// falls back to the default); empty when everything was accepted. Added for `doctor`.
-ACLMOCK_API std::string config_notes();
+// Environment values (runtime/env.cpp). Unset or empty: *out = the default, true. A value that
+// cannot be read: false, *why = one line naming the variable and what it accepts.
+// The value between leading and trailing blanks ("" when there is none): every variable is read so.
+ACLMOCK_API std::string env_trimmed(const char *v);
+ACLMOCK_API bool env_whole(const char *name, long long lo, long long hi, long long dflt, long long *out,
+                           std::string *why);
+ACLMOCK_API bool env_seconds(const char *name, bool zero_ok, double dflt, double *out, std::string *why);
+constexpr long long kMaxBuffsizeMib = 1 << 20;
+ACLMOCK_API bool hccl_window_mib(long long *mib, std::string *why);         // HCCL_BUFFSIZE, MiB (200)
+ACLMOCK_API bool hccl_exec_timeout(double *seconds, std::string *why);      // HCCL_EXEC_TIMEOUT (120; 0: none)
+ACLMOCK_API bool hccl_connect_timeout(double *seconds, std::string *why);   // HCCL_CONNECT_TIMEOUT (120)
+// The first HCCL_* value that cannot be read, "" when all can: communicator creation refuses it.
+ACLMOCK_API std::string hccl_env_error();
 
 // ---- init / devices -------------------------------------------------------------------------
 ACLMOCK_API bool acl_initialized();

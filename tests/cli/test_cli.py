@@ -78,7 +78,8 @@ USER_ERRORS = [
     (["demo", "--seed", "-1"], {}, "aclnn-py demo: error: argument --seed: must be >= 0 (got -1)"),
     (["demo", "--devices", "0,x"], {}, "aclnn-py demo: error: --devices '0,x': give comma-separated integers"),
     (["demo", "--soc", "Ascend310P"], {},
-     "aclnn-py demo: error: --soc 'Ascend310P' is not a known SoC (Ascend910_93, Ascend950, Ascend910B)"),
+     "aclnn-py demo: error: --soc 'Ascend310P' is of no known SoC family: give a name beginning with Ascend910_93 "
+     "(Atlas A3, e.g. Ascend910_9391, Ascend910_9392); Ascend910B (Atlas A2"),
     (["demo", "--quant-mode", "4"], {},
      "aclnn-py demo: error: --quant-mode 4 is not supported on Ascend910_93 (it supports 0, 2) (Ascend950 "
      "supports it: --soc on the mock)"),
@@ -129,10 +130,11 @@ def test_other_commands_still_refuse_unknown_arguments():
 
 
 def test_operator_rejection_of_the_model_is_a_user_error():
-    """H = 512 is outside the operators' 1024..8192: the ranks' parameter check refuses it."""
+    """H = 512 is outside the operators' 1024..8192: refused with the operators' words before any rank
+    starts (the ranks' own refusal of a rule the demo cannot check ahead says "on rank N")."""
     r = run_cli("demo", "--world-size", "2", "--experts", "2", "--topk", "2", "--hidden", "512", "--quiet")
     assert r.returncode == 2, r.stdout + r.stderr
-    assert first_line(r.stderr).startswith("aclnn-py demo: error: the operator rejects this model on rank ")
+    assert first_line(r.stderr).startswith("aclnn-py demo: error: the operator rejects this model: ")
     assert "x: dim 1 (H) must be in [1024, 8192] (got 512)" in r.stderr and "Traceback" not in r.stderr
 
 

@@ -70,7 +70,8 @@ def test_doctor_json_on_a_copy_of_the_mock_root(tmp_path):
     r = run_cli("doctor", "--backend", str(root), "--json", "--strict")
     assert r.returncode == 0 and r.stderr == "", r.stdout + r.stderr
     doc = json.loads(r.stdout)
-    assert doc["backend"] == {"requested": str(root), "loaded": True, "kind": "cann", "root": str(root)}
+    assert doc["backend"] == {"requested": str(root), "loaded": True, "kind": "cann", "root": str(root),
+                              "reason": "requested with --backend"}
     assert doc["cann_version"]["version"] == "8.5.0"
     assert doc["cann_version"]["source"] == str(root / f"{platform.machine()}-linux/ascend_toolkit_install.info")
     assert doc["abi"]["status"] == "verified"
