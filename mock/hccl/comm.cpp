@@ -164,7 +164,11 @@ extern "C" HcclResult HcclCommDestroy(HcclComm comm) {
     unregister_comm(c);
     Comm::Impl *m = c->impl();
     m->closing.store(true, std::memory_order_release);
-    // Work in flight (a barrier or a kernel between begin_use/end_use) notices `closing` in its waits.
+    // Work in flight (a barrier or a kernel between begin_use/end_use) notices `closing` in its waits,
+    // woken from its sleep on the hub.
+    if (m->inflight.load(std::memory_order_acquire) > 0)
+        for (int half = 0; half < 2; ++half)
+            if (Mailbox *hub = c->mailbox(0, half)) futex_wake_all(&hub->done);
     double until = now_seconds() + exec_timeout_seconds() + 5;
     Backoff bo;
     while (m->inflight.load(std::memory_order_acquire) > 0 && now_seconds() < until) bo.pause();
@@ -286,7 +290,7 @@ extern "C" HcclResult HcclBarrier(HcclComm comm, aclrtStream stream) {
     auto tok = std::make_shared<UseToken>(c);
     aclError e = enqueue(s, [c, tok]() -> int {
         uint64_t seq = c->next_seq();
-        for (uint32_t dst = 0; dst < c->nranks(); ++dst) c->publish(dst, seq, kTagBarrier, nullptr, 0);
+        c->arrive(seq, kTagBarrier, nullptr, 0);
         int rc = c->wait_all(seq, kTagBarrier, nullptr, nullptr, 0, "HcclBarrier");
         tok->finish();
         return rc;

@@ -32,11 +32,10 @@ int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const 
                          int64_t *t_ready) {
     const MoeParams &p = *params;
     const uint64_t stamps = perf_stamp_offset(layout);
-    comm->publish(uint32_t(p.r), seq, tag, fields, nfields);
-    for (int64_t m = 0; m < p.W; ++m) {
-        if (p.soc950) write_perf_stamp(data(m) + stamps, p.r);
-        if (m != p.r) comm->publish(uint32_t(m), seq, tag, fields, nfields);
-    }
+    comm->take_fault(seq, tag);   // a delay comes before the stamps
+    if (p.soc950)
+        for (int64_t m = 0; m < p.W; ++m) write_perf_stamp(data(m) + stamps, p.r);
+    comm->arrive(seq, tag, fields, nfields);
     *t_ready = monotonic_ns();
     return comm->wait_all(seq, tag, fields, names, nfields, op);
 }
