@@ -50,7 +50,7 @@ FaultKind call_fault(const Comm *c, uint32_t rank, uint64_t seq, uint32_t tag) {
     t_call_fault = CallFault{c, seq, h.kind};
     if (h.kind == FaultKind::Delay && h.seconds > 0)
         std::this_thread::sleep_for(std::chrono::duration<double>(h.seconds));
-    if (h.kind == FaultKind::Crash) kill(getpid(), SIGKILL);
+    if (h.kind == FaultKind::Crash) kill(own_pid(), SIGKILL);
     return h.kind;
 }
 }  // namespace
