@@ -36,6 +36,8 @@ struct alignas(128) MailboxEntry {
 };
 static_assert(sizeof(MailboxEntry) == 128, "mailbox entry layout");
 
+struct Mailbox;
+
 // One per data half of every window. `counts` is what senders tell this window's owner (e.g. rows
 // per receive slot). The rest is used only in rank 0's window, the world's hub for that half: each
 // rank writes its entry into from[rank] and counts itself into `arrivals`; the last rank to arrive
@@ -44,6 +46,9 @@ static_assert(sizeof(MailboxEntry) == 128, "mailbox entry layout");
 struct Mailbox {
     MailboxEntry from[kMaxRanks];     // hub only: from[src] is rank src's entry of the newest call
     int32_t counts[kMailboxCounts];   // per-(slot) counts written by senders, e.g. [j*W+src]
+    // Low 32 bits of seq + 1 of the call that last wrote counts[i], for counts that only senders
+    // with rows write: a count no sender wrote in the current call reads as 0 (counts_of()).
+    uint32_t counted[kMailboxCounts];
     // hub only: (seq + 1) << 16 | ranks counted, for the newest call of this half any rank reached
     alignas(64) std::atomic<uint64_t> arrivals;
     // hub only: low 32 bits of seq + 1 of the newest call every rank arrived at (a futex word)
@@ -51,6 +56,16 @@ struct Mailbox {
     std::atomic<uint32_t> sleepers;   // ranks asleep on `done`; the last arriver wakes them if any
     int32_t differs;                  // for the call `done` names: first rank whose entry is not rank 0's, or -1
 };
+
+// Count i of call `seq` in mailbox `mb`: counts[i] when a sender wrote it in that call (put_count),
+// else 0.
+inline void put_count(Mailbox *mb, uint64_t seq, int64_t i, int32_t value) {
+    mb->counts[i] = value;
+    mb->counted[i] = static_cast<uint32_t>(seq + 1);
+}
+inline int32_t count_of(const Mailbox *mb, uint64_t seq, int64_t i) {
+    return mb->counted[i] == static_cast<uint32_t>(seq + 1) ? mb->counts[i] : 0;
+}
 
 struct WindowHeader {
     uint64_t magic;
