@@ -3,7 +3,7 @@
 //
 // Window layout (every rank's window is 2 * HCCL_BUFFSIZE MiB of POSIX shared memory, mapped by all
 // ranks of the world):
-//   [0, 1 MiB)            status area: WindowHeader, then two Mailbox halves
+//   [0, 1 MiB)            status area: WindowHeader, then two Mailbox halves (rank 0's: the hub)
 //   [1 MiB, end)          data area, split in two halves; a call with sequence number `seq` uses
 //                         half (seq % 2), so a rank one call ahead never overwrites data a slower
 //                         rank is still reading (the hardware double-buffers the same way).
