@@ -96,11 +96,21 @@ _JOIN_POLL_S = 0.1
 
 
 def _join(world_size: int, rank: int, root: RootInfo, device: int | None) -> Any:
-    """``HcclCommInitRootInfo`` on a helper thread while this thread waits interruptibly: Ctrl-C
-    raises KeyboardInterrupt here within about 100 ms. An abandoned join that succeeds later destroys
-    its communicator, so nothing is left behind."""
+    """``HcclCommInitRootInfo``. On the main thread it runs on a helper thread while this thread waits
+    interruptibly: Ctrl-C raises KeyboardInterrupt here within about 100 ms, and an abandoned join
+    that succeeds later destroys its communicator, so nothing is left behind. Python delivers
+    KeyboardInterrupt to the main thread only: any other thread calls directly, as the ranks of a
+    thread world do, which saves a helper thread and its polling per rank while the world forms."""
     b = initialized()
     ffi, lib = b.ffi, b.lib
+    if threading.current_thread() is not threading.main_thread():
+        cell = ffi.new("HcclRootInfo *")
+        ffi.memmove(cell, bytes(root), ROOT_INFO_BYTES)
+        out = ffi.new("HcclComm *")
+        ret = lib.HcclCommInitRootInfo(world_size, cell, rank, out)
+        if ret:
+            raise hccl_error(ret, "HcclCommInitRootInfo", recent_message())
+        return out[0]
     lock = threading.Lock()
     outcome: dict[str, Any] = {}
     abandoned = False
@@ -266,12 +276,6 @@ def error_string(code: int) -> str:
     return "" if p == b.ffi.NULL else b.ffi.string(p).decode(errors="replace")
 
 
-# Every cffi call releases and retakes the GIL. When hundreds of rank threads of one process build
-# their contexts at once, each of the W window queries of each rank would hand the GIL to another
-# thread (W**2 thread switches); ranks take turns instead, each querying its W windows in one go.
-_WINDOW_QUERIES = threading.Lock()
-
-
 def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     """The 16,400-byte context struct for `comm` (docs/concepts.md), and the window size in bytes,
     built with CANN's own KFC sequence:
@@ -313,19 +317,15 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
         raise
     check_hccl(lib.HcclKfcFreeOpArgs(op_args), "HcclKfcFreeOpArgs")
 
-    windows = [0] * MAX_EP_RANKS
     addr, wsize = ffi.new("void **"), ffi.new("uint64_t *")
     check_hccl(lib.HcclGetHcclBuffer(h[0], addr, wsize), "HcclGetHcclBuffer")
     ccl_buffer_size = int(wsize[0])
+    # the peers' windows in one crossing into C (the same HCCL call per peer): W calls from Python
+    # per rank would make forming a thread world of W ranks cost W**2 interpreter round trips
+    peers = ffi.new("uint64_t[]", MAX_EP_RANKS)
+    check_hccl(lib.aclnnpy_hccl_windows(h[0], rank, size, peers, ffi.new("uint32_t *")), "HcclGetRemoteIpcHcclBuf")
+    windows = ffi.unpack(peers, MAX_EP_RANKS)
     windows[rank] = int(ffi.cast("uintptr_t", addr[0]))
-    remote = lib.HcclGetRemoteIpcHcclBuf
-    with _WINDOW_QUERIES:
-        for r in range(size):
-            if r != rank:
-                rc = remote(h[0], r, addr, wsize)
-                if rc:
-                    check_hccl(rc, "HcclGetRemoteIpcHcclBuf")
-                windows[r] = int(ffi.cast("uintptr_t", addr[0]))
     blob = struct.pack(f"<IIQ{MAX_EP_RANKS}Q{MAX_EP_RANKS}Q", rank, DEFAULT_RANK_SIZE_PER_SERVER, kfc_addr,
                        *windows, *([0] * MAX_EP_RANKS))
     assert len(blob) == CONTEXT_BYTES

@@ -27,6 +27,11 @@ const char *aclnnpy_dlerror(void);
 /* JSON: the prototypes the extension was generated from (for the ABI guard, aclnn_py/_binding/prototypes.py) */
 const char *aclnnpy_prototypes(void);
 
+/* ---- HCCL ----
+ * The window address of every rank r != rank of `comm` (an HcclComm) into addrs[r], r < nranks, by
+ * HcclGetRemoteIpcHcclBuf; 0, or that call's status with *failed_rank set to the peer it failed on. */
+int aclnnpy_hccl_windows(void *comm, uint32_t rank, uint32_t nranks, uint64_t *addrs, uint32_t *failed_rank);
+
 /* ---- an operator's both phases in one call (generated, one per operator) ----
  * Phase 1 with the tensors `t` (the prototype's inputs, then its outputs; NULL for an absent one),
  * the integer attributes `a` and the string attributes `s`, each in the prototype's order; then, when

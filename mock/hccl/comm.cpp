@@ -2,7 +2,9 @@
 // HcclCommDestroy, queries, HcclBarrier, HcclGetCommAsyncError and HcclGetErrorString.
 #include <cinttypes>
 #include <cstring>
-#include <set>
+#include <shared_mutex>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "hccl/hccl_internal.h"
 
@@ -10,39 +12,45 @@ namespace aclmock {
 namespace hccl {
 
 // ---- live handles --------------------------------------------------------------------------------
+// Every HCCL call checks its handle here, W times per rank while a world builds its contexts:
+// readers share the lock.
 namespace {
-std::mutex g_comm_mu;
-std::set<const Comm *> &live_comms() {
-    static auto *s = new std::set<const Comm *>();
+std::shared_mutex g_comm_mu;
+std::unordered_set<const Comm *> &live_comms() {
+    static auto *s = new std::unordered_set<const Comm *>();
     return *s;
+}
+std::unordered_map<std::string, Comm *> &comms_by_name() {
+    static auto *m = new std::unordered_map<std::string, Comm *>();
+    return *m;
 }
 }  // namespace
 
 void register_comm(Comm *c) {
-    std::lock_guard<std::mutex> lk(g_comm_mu);
+    std::unique_lock<std::shared_mutex> lk(g_comm_mu);
     live_comms().insert(c);
+    comms_by_name()[c->name()] = c;
 }
 bool comm_is_live(const Comm *c) {
-    std::lock_guard<std::mutex> lk(g_comm_mu);
+    std::shared_lock<std::shared_mutex> lk(g_comm_mu);
     return live_comms().count(c) != 0;
 }
 void unregister_comm(Comm *c) {
-    std::lock_guard<std::mutex> lk(g_comm_mu);
-    live_comms().erase(c);
+    std::unique_lock<std::shared_mutex> lk(g_comm_mu);
+    if (live_comms().erase(c)) comms_by_name().erase(c->name());
     // Destroyed communicators are kept (see HcclCommDestroy) and stay reachable from here, so the
     // leak checker of the sanitizer build (.ci/sanitize.sh) does not report them.
     static auto *retired = new std::vector<const Comm *>();
     retired->push_back(c);
 }
 size_t live_comm_count() {
-    std::lock_guard<std::mutex> lk(g_comm_mu);
+    std::shared_lock<std::shared_mutex> lk(g_comm_mu);
     return live_comms().size();
 }
 Comm *find_comm_by_name(const std::string &name) {
-    std::lock_guard<std::mutex> lk(g_comm_mu);
-    for (const Comm *c : live_comms())
-        if (c->name() == name) return const_cast<Comm *>(c);
-    return nullptr;
+    std::shared_lock<std::shared_mutex> lk(g_comm_mu);
+    auto it = comms_by_name().find(name);
+    return it == comms_by_name().end() ? nullptr : it->second;
 }
 
 Comm *from_handle(HcclComm handle) {
@@ -106,6 +114,7 @@ WindowHeader *Comm::header(uint32_t r) const { return reinterpret_cast<WindowHea
 
 bool Comm::peer_alive(uint32_t r) const {
     if (r >= impl_->pids.size()) return false;
+    if (impl_->pids[r] == impl_->pid && impl_->pid_ns[r] == pid_namespace()) return true;   // a thread rank: no probe
     return !process_gone(impl_->pids[r], impl_->pid_ns[r]);
 }
 
@@ -134,8 +143,10 @@ bool Comm::begin_use() {
 void Comm::end_use() { impl_->inflight.fetch_sub(1, std::memory_order_acq_rel); }
 
 void release_windows(Comm::Impl &m) {
-    for (auto &n : m.seg_names)
-        if (!n.empty()) seg_release(n);
+    if (m.world_mapped) world_windows_release(m.world_id);
+    m.world_mapped = false;
+    if (!m.own_seg.empty()) seg_release(m.own_seg);
+    m.own_seg.clear();
     m.windows.assign(m.windows.size(), nullptr);
 }
 
@@ -164,7 +175,11 @@ extern "C" HcclResult HcclCommDestroy(HcclComm comm) {
     unregister_comm(c);
     Comm::Impl *m = c->impl();
     m->closing.store(true, std::memory_order_release);
-    // Work in flight (a barrier or a kernel between begin_use/end_use) notices `closing` in its waits.
+    // Work in flight (a barrier or a kernel between begin_use/end_use) notices `closing` in its waits,
+    // woken from its sleep on the hub.
+    if (m->inflight.load(std::memory_order_acquire) > 0)
+        for (int half = 0; half < 2; ++half)
+            if (Mailbox *hub = c->mailbox(0, half)) futex_wake_all(&hub->done);
     double until = now_seconds() + exec_timeout_seconds() + 5;
     Backoff bo;
     while (m->inflight.load(std::memory_order_acquire) > 0 && now_seconds() < until) bo.pause();
@@ -286,7 +301,7 @@ extern "C" HcclResult HcclBarrier(HcclComm comm, aclrtStream stream) {
     auto tok = std::make_shared<UseToken>(c);
     aclError e = enqueue(s, [c, tok]() -> int {
         uint64_t seq = c->next_seq();
-        for (uint32_t dst = 0; dst < c->nranks(); ++dst) c->publish(dst, seq, kTagBarrier, nullptr, 0);
+        c->arrive(seq, kTagBarrier, nullptr, 0);
         int rc = c->wait_all(seq, kTagBarrier, nullptr, nullptr, 0, "HcclBarrier");
         tok->finish();
         return rc;

@@ -3,7 +3,7 @@
 //
 // Window layout (every rank's window is 2 * HCCL_BUFFSIZE MiB of POSIX shared memory, mapped by all
 // ranks of the world):
-//   [0, 1 MiB)            status area: WindowHeader, then two Mailbox halves
+//   [0, 1 MiB)            status area: WindowHeader, then two Mailbox halves (rank 0's: the hub)
 //   [1 MiB, end)          data area, split in two halves; a call with sequence number `seq` uses
 //                         half (seq % 2), so a rank one call ahead never overwrites data a slower
 //                         rank is still reading (the hardware double-buffers the same way).
@@ -26,8 +26,8 @@ constexpr int kMaxRanks = 1024;
 constexpr int kMailboxCounts = 4096;   // int32 per half (dispatch uses index j*W+src < L*W <= 2048)
 constexpr int kMailboxFields = 14;
 
-// What every call publishes to every peer. `seq` is written last (release) and read first
-// (acquire); the other fields are valid once seq matches.
+// What every rank publishes for each call, once, into the hub (below). `seq` is written last
+// (release) and read first (acquire); the other fields are valid once seq matches.
 struct alignas(128) MailboxEntry {
     std::atomic<uint64_t> seq;    // call sequence number + 1 (0 = never written)
     uint32_t tag;                 // which op (OpTag)
@@ -36,14 +36,36 @@ struct alignas(128) MailboxEntry {
 };
 static_assert(sizeof(MailboxEntry) == 128, "mailbox entry layout");
 
+struct Mailbox;
+
+// One per data half of every window. `counts` is what senders tell this window's owner (e.g. rows
+// per receive slot). The rest is used only in rank 0's window, the world's hub for that half: each
+// rank writes its entry into from[rank] and counts itself into `arrivals`; the last rank to arrive
+// compares every entry with rank 0's, records the first that differs and wakes the sleepers on
+// `done` once. A call thus costs O(W) for the whole world, however many ranks wait.
 struct Mailbox {
-    MailboxEntry from[kMaxRanks];     // from[src]: written by rank src into this rank's window
+    MailboxEntry from[kMaxRanks];     // hub only: from[src] is rank src's entry of the newest call
     int32_t counts[kMailboxCounts];   // per-(slot) counts written by senders, e.g. [j*W+src]
-    // The doorbell: a publish increments `ring` after its entry, and wakes the owner when it sleeps
-    // (sleepers > 0) in a long wait, instead of the owner polling.
-    alignas(64) std::atomic<uint32_t> ring;
-    std::atomic<uint32_t> sleepers;
+    // Low 32 bits of seq + 1 of the call that last wrote counts[i], for counts that only senders
+    // with rows write: a count no sender wrote in the current call reads as 0 (counts_of()).
+    uint32_t counted[kMailboxCounts];
+    // hub only: (seq + 1) << 16 | ranks counted, for the newest call of this half any rank reached
+    alignas(64) std::atomic<uint64_t> arrivals;
+    // hub only: low 32 bits of seq + 1 of the newest call every rank arrived at (a futex word)
+    alignas(64) std::atomic<uint32_t> done;
+    std::atomic<uint32_t> sleepers;   // ranks asleep on `done`; the last arriver wakes them if any
+    int32_t differs;                  // for the call `done` names: first rank whose entry is not rank 0's, or -1
 };
+
+// Count i of call `seq` in mailbox `mb`: counts[i] when a sender wrote it in that call (put_count),
+// else 0.
+inline void put_count(Mailbox *mb, uint64_t seq, int64_t i, int32_t value) {
+    mb->counts[i] = value;
+    mb->counted[i] = static_cast<uint32_t>(seq + 1);
+}
+inline int32_t count_of(const Mailbox *mb, uint64_t seq, int64_t i) {
+    return mb->counted[i] == static_cast<uint32_t>(seq + 1) ? mb->counts[i] : 0;
+}
 
 struct WindowHeader {
     uint64_t magic;
@@ -94,14 +116,20 @@ public:
     // the stream order in which the calls execute.
     uint64_t next_seq();
 
-    // Publish this rank's entry for call `seq` into peer `dst`'s mailbox (half seq % 2). Any data
-    // and counts written into dst's window before this call are visible to dst once it sees the
-    // entry.
-    void publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields);
+    // This rank's entry for call `seq` (op tag and parameter fields) into the hub of half seq % 2.
+    // Any data and counts written into peers' windows before this call are visible to every rank
+    // once wait_all() of the same call returns.
+    void arrive(uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields,
+                const uint8_t *members = nullptr);
+    // The fault injected into call `seq` on this rank (aclnn_py._mock.inject_fault), taken once per
+    // call: a delay sleeps here, a crash kills the process here. arrive() and wait_all() take it
+    // too; a kernel that writes into peers' windows just before arriving takes it first, so that
+    // what it writes follows the delay. True when the call is to be skipped.
+    bool take_fault(uint64_t seq, uint32_t tag);
 
-    // Wait until every rank (this one included: publish to yourself too) has published call `seq`
-    // into this rank's mailbox. Bounded by HCCL_EXEC_TIMEOUT seconds (default 120). Returns 0, or an
-    // aclError with the message set:
+    // Wait until every rank (this one included) has arrived at call `seq`, asleep on the hub.
+    // Bounded by HCCL_EXEC_TIMEOUT seconds (default 120). Returns 0, or an aclError with the
+    // message set:
     //   - ACL_ERROR_RT_AICORE_TIMEOUT: "<op> on rank r: timed out after Ns waiting for ranks [..]
     //     (rank 3: process 1234 is dead)"; or, within about a second of a missing peer's process
     //     dying or its communicator being destroyed, "<op> on rank r: gave up after Ns waiting for
@@ -111,8 +139,9 @@ public:
     //     number (call-order mismatch), or one of `fields` differs ("moe_expert_num: rank 2 has 64,
     //     rank 0 has 32"); field_names names each field for that message; or this communicator was
     //     destroyed while waiting.
-    // `members` (W flags), when given, limits the wait to the ranks flagged: the live ranks of a
-    // dynamic shrink, where ranks left out of the communicator never publish.
+    // `members` (W flags), when given to both arrive() and wait_all(), limits the call to the ranks
+    // flagged: the live ranks of a dynamic shrink, where ranks left out of the communicator never
+    // arrive; the first member's entry is the one the others are compared with.
     int wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
                  uint32_t nfields, const char *op_name, const uint8_t *members = nullptr);
 
@@ -137,6 +166,9 @@ public:
     Impl *impl() const { return impl_; }
 
 private:
+    int verdict(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names, uint32_t nfields,
+                const char *op, const uint8_t *members) const;
+
     Impl *impl_;
 };
 

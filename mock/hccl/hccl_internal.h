@@ -107,6 +107,13 @@ uint8_t *seg_ref(const std::string &name);
 void seg_register(const std::string &name, int32_t device, MemKind kind);
 void seg_release(const std::string &name);
 void seg_unlink(const std::string &name);
+// Every window of world `world_id` (names[r]: rank r's segment, `bytes` each) as mapped in this
+// process, into *addrs: mapped by the first rank of this process to ask, shared with the others
+// (each caller holds one use, given back by world_windows_release). Returns -1, or the rank whose
+// window could not be mapped (*err set; nothing is held then).
+int world_windows_acquire(uint64_t world_id, const std::vector<std::string> &names, size_t bytes, int32_t device,
+                          std::vector<uint8_t *> *addrs, std::string *err);
+void world_windows_release(uint64_t world_id);
 
 // Remove segments of this mock whose owners are provably dead (see shm.cpp).
 void sweep_stale_segments();
@@ -114,6 +121,8 @@ void sweep_stale_segments();
 void sweep_stale_segments_every(double min_interval);
 
 // ---- liveness ----------------------------------------------------------------------------------------
+// getpid() of this process, without a system call (kept right across fork).
+int32_t own_pid();
 // Whether process pid exists and is not a zombie.
 bool pid_alive(int32_t pid);
 // This process's pid namespace (inode of /proc/self/ns/pid; 0 when it cannot be read).
@@ -193,9 +202,11 @@ struct Comm::Impl {
     std::string name;
     int32_t device = 0;
     uint64_t window_bytes = 0;
-    std::vector<std::string> seg_names;   // window segment of each rank
+    std::string own_seg;                  // this rank's window segment (its own reference)
+    bool world_mapped = false;            // holds a use of the world's windows (world_windows_acquire)
     std::vector<uint8_t *> windows;       // local mapping of each rank's window
     std::vector<int32_t> pids;            // owner process of each rank's window
+    int32_t pid = 0;                      // this rank's process: peers of the same pid are threads, alive
     std::vector<uint64_t> pid_ns;         // pid namespace of each of those processes
     std::atomic<uint64_t> seq{0};
     std::atomic<bool> closing{false};     // HcclCommDestroy started
@@ -205,7 +216,7 @@ struct Comm::Impl {
     std::map<uint8_t, OpResCtx *> op_ctx;
 };
 
-// Drops this rank's references to every window it maps (seg_names stay, windows become NULL).
+// Drops this rank's references to every window it maps (windows become NULL).
 void release_windows(Comm::Impl &m);
 
 // "[0, 1, 2]", shortened after 32 entries.

@@ -1,4 +1,5 @@
 // Liveness of the processes that own ranks: whether a pid still runs (zombies count as dead).
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -6,15 +7,32 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <mutex>
 
 #include "hccl/hccl_internal.h"
 
 namespace aclmock {
 namespace hccl {
 
+namespace {
+// This process's pid, read once and again in a forked child: liveness checks run in every wait, and
+// a system call each time adds up to millions in a large world.
+std::atomic<int32_t> g_own_pid{0};
+void refresh_own_pid() { g_own_pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed); }
+}  // namespace
+
+int32_t own_pid() {
+    static std::once_flag once;
+    std::call_once(once, [] {
+        refresh_own_pid();
+        pthread_atfork(nullptr, nullptr, refresh_own_pid);
+    });
+    return g_own_pid.load(std::memory_order_relaxed);
+}
+
 bool pid_alive(int32_t pid) {
     if (pid <= 0) return false;
-    if (pid == getpid()) return true;
+    if (pid == own_pid()) return true;
     if (kill(pid, 0) != 0 && errno == ESRCH) return false;
     // kill() succeeds on a zombie (dead, not yet reaped by its parent): look at its state.
     char path[64];

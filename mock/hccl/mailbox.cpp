@@ -1,6 +1,6 @@
-// The mailbox primitives shared by HcclBarrier and the dispatch/combine kernels: publish an entry
-// into a peer's status area, wait for every rank's entry of one call, report mismatches and peers
-// that never arrive.
+// The mailbox primitives shared by HcclBarrier and the dispatch/combine kernels: a rank's arrival
+// at a call (its entry into the world's hub, one count), the wait for every rank's arrival, and the
+// reports of mismatches and of peers that never arrive.
 #include <signal.h>
 #include <unistd.h>
 
@@ -36,9 +36,9 @@ double exec_timeout_seconds() {
 }
 
 // ---- fault injection hook (aclnn_py._mock.inject_fault; the registry is in the runtime) -----------
-// Consulted once per collective call, at its first publish, on the thread running the call: Delay
+// Consulted once per collective call, at its arrival, on the thread running the call: Delay
 // sleeps there, Crash SIGKILLs the process there (after a kernel wrote its data, before any peer
-// sees its entry), Skip makes the call publish nothing and fail at once on this rank.
+// sees its entry), Skip makes the call arrive nowhere and fail at once on this rank.
 namespace {
 struct CallFault {
     const Comm *comm = nullptr;
@@ -54,25 +54,115 @@ FaultKind call_fault(const Comm *c, uint32_t rank, uint64_t seq, uint32_t tag) {
     t_call_fault = CallFault{c, seq, h.kind};
     if (h.kind == FaultKind::Delay && h.seconds > 0)
         std::this_thread::sleep_for(std::chrono::duration<double>(h.seconds));
-    if (h.kind == FaultKind::Crash) kill(getpid(), SIGKILL);
+    if (h.kind == FaultKind::Crash) kill(own_pid(), SIGKILL);
     return h.kind;
 }
 }  // namespace
 
-void Comm::publish(uint32_t dst, uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields) {
+namespace {
+// Mailbox::arrivals packs the call (seq + 1) above a count of the ranks that arrived at it.
+constexpr unsigned kCountBits = 16;
+constexpr uint64_t kCountMask = (uint64_t(1) << kCountBits) - 1;
+static_assert(kMaxRanks <= static_cast<int>(kCountMask), "arrival count fits");
+
+// Whether the hub's `done` word names call `want` (seq + 1) or a newer one of the same half; the
+// word holds the low 32 bits, so compare by wrapping difference.
+bool reached(uint32_t done, uint64_t want) { return static_cast<int32_t>(done - static_cast<uint32_t>(want)) >= 0; }
+
+bool same_entry(const MailboxEntry &a, const MailboxEntry &b) {
+    if (a.tag != b.tag || a.nfields != b.nfields) return false;
+    const uint32_t n = a.nfields < static_cast<uint32_t>(kMailboxFields) ? a.nfields : kMailboxFields;
+    return n == 0 || memcmp(a.fields, b.fields, n * sizeof(int64_t)) == 0;
+}
+
+// Whether rank `src` takes part in the call: every rank, or those `members` flags (a dynamic shrink).
+bool member(const uint8_t *members, uint32_t src) { return !members || members[src]; }
+
+// The rank every entry is compared with: rank 0, or the first member.
+uint32_t reference(const uint8_t *members, uint32_t W) {
+    uint32_t src = 0;
+    while (src + 1 < W && !member(members, src)) ++src;
+    return src;
+}
+
+uint32_t member_count(const uint8_t *members, uint32_t W) {
+    if (!members) return W;
+    uint32_t n = 0;
+    for (uint32_t src = 0; src < W; ++src) n += members[src] != 0;
+    return n;
+}
+
+// The first member whose entry differs from the reference's, or -1: run once per call, by its last
+// arriver.
+int32_t first_differing(const Mailbox &hub, uint32_t W, const uint8_t *members) {
+    const uint32_t ref = reference(members, W);
+    for (uint32_t src = ref + 1; src < W; ++src)
+        if (member(members, src) && !same_entry(hub.from[src], hub.from[ref])) return static_cast<int32_t>(src);
+    return -1;
+}
+}  // namespace
+
+bool Comm::take_fault(uint64_t seq, uint32_t tag) {
+    return call_fault(this, impl_->rank, seq, tag) == FaultKind::Skip;
+}
+
+void Comm::arrive(uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields, const uint8_t *members) {
     if (call_fault(this, impl_->rank, seq, tag) == FaultKind::Skip) return;
-    Mailbox *mb = mailbox(dst, static_cast<int>(seq % 2));
-    if (!mb) return;   // destroyed, or dst out of range: the waits report it
-    MailboxEntry &e = mb->from[impl_->rank];
+    Mailbox *hub = mailbox(0, static_cast<int>(seq % 2));
+    if (!hub) return;   // destroyed: the wait reports it
+    MailboxEntry &e = hub->from[impl_->rank];
     if (nfields > static_cast<uint32_t>(kMailboxFields)) nfields = kMailboxFields;
     e.tag = tag;
     e.nfields = nfields;
     if (nfields && fields) memcpy(e.fields, fields, nfields * sizeof(int64_t));
-    e.seq.store(seq + 1, std::memory_order_release);
-    // Ring after the entry; sequentially consistent with the owner's sleepers/ring pair in wait_all,
-    // so either the owner sees this entry before it sleeps or this publish sees it asleep.
-    mb->ring.fetch_add(1, std::memory_order_seq_cst);
-    if (mb->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&mb->ring);
+    const uint64_t want = seq + 1;
+    e.seq.store(want, std::memory_order_release);
+    // The first arrival at a call restarts the count; a rank behind the newest call of this half
+    // (a call-order mismatch) is not counted and finds out in wait_all. acq_rel: the last arriver
+    // acquires every earlier arriver's writes (entries, rows, counts), and passes them on through
+    // `done`.
+    uint64_t cur = hub->arrivals.load(std::memory_order_acquire), next;
+    do {
+        const uint64_t at = cur >> kCountBits;
+        if (at > want) return;
+        next = at < want ? (want << kCountBits) | 1 : cur + 1;
+    } while (!hub->arrivals.compare_exchange_weak(cur, next, std::memory_order_acq_rel, std::memory_order_acquire));
+    if ((next & kCountMask) < member_count(members, impl_->nranks)) return;
+    hub->differs = first_differing(*hub, impl_->nranks, members);
+    // Sequentially consistent with the sleepers' count in wait_all: either a sleeper sees `done`
+    // before it sleeps, or this store's wake finds it counted.
+    hub->done.store(static_cast<uint32_t>(want), std::memory_order_seq_cst);
+    if (hub->sleepers.load(std::memory_order_seq_cst) > 0) futex_wake_all(&hub->done);
+}
+
+// The outcome of a call every member arrived at: 0, or the mismatch between this rank's entry and
+// the first one that differs from it (the reference's - rank 0's, or the first member's - when this
+// rank's differs from it, else the first member that differs from the reference) - the
+// lowest-numbered member that differs from this one.
+int Comm::verdict(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
+                  uint32_t nfields, const char *op, const uint8_t *members) const {
+    const uint32_t me = impl_->rank;
+    const Mailbox *hub = mailbox(0, static_cast<int>(seq % 2));
+    const int32_t d = hub->differs;
+    if (d < 0) return 0;
+    const uint32_t ref = reference(members, impl_->nranks);
+    const uint32_t src = me != ref && !same_entry(hub->from[me], hub->from[ref]) ? ref : static_cast<uint32_t>(d);
+    if (src == me) return 0;
+    const MailboxEntry &e = hub->from[src];
+    if (e.tag != tag)
+        return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                    "%s on rank %u: call-order mismatch at collective call #%" PRIu64 ": rank %u runs %s, rank %u runs %s",
+                    op, me, seq, src, op_tag_name(e.tag), me, op_tag_name(tag));
+    if (e.nfields != nfields)
+        return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: rank %u published %u parameters, rank %u has %u",
+                    op, me, src, e.nfields, me, nfields);
+    for (uint32_t i = 0; i < nfields; ++i) {
+        if (e.fields[i] == fields[i]) continue;
+        std::string fname = field_names && field_names[i] ? field_names[i] : format("parameter %u", i);
+        return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: %s: rank %u has %" PRId64 ", rank %u has %" PRId64,
+                    op, me, fname.c_str(), src, e.fields[i], me, fields[i]);
+    }
+    return 0;
 }
 
 int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
@@ -80,8 +170,8 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
     const char *op = op_name ? op_name : op_tag_name(tag);
     const uint32_t me = impl_->rank, W = impl_->nranks;
     if (nfields > static_cast<uint32_t>(kMailboxFields)) nfields = kMailboxFields;
-    Mailbox *mb = mailbox(me, static_cast<int>(seq % 2));
-    if (!mb || impl_->closing.load(std::memory_order_acquire))
+    Mailbox *hub = mailbox(0, static_cast<int>(seq % 2));
+    if (!hub || impl_->closing.load(std::memory_order_acquire))
         return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: the communicator %s was destroyed", op, me,
                     impl_->name.c_str());
     if (call_fault(this, me, seq, tag) == FaultKind::Skip)
@@ -95,64 +185,45 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
     }
     const double timeout = exec_timeout_seconds();
     const double start = now_seconds();
-    std::vector<uint8_t> done(W, 0);
-    uint32_t remaining = W;
-    if (members)
-        for (uint32_t src = 0; src < W; ++src)
-            if (!members[src]) {
-                done[src] = 1;
-                --remaining;
-            }
-    Backoff bo;
+    auto pending = [&](uint32_t src) {
+        return member(members, src) && hub->from[src].seq.load(std::memory_order_acquire) < want;
+    };
     LivenessPacer pacer(start);
     for (;;) {
-        for (uint32_t src = 0; src < W; ++src) {
-            if (done[src]) continue;
-            MailboxEntry &e = mb->from[src];
-            uint64_t s = e.seq.load(std::memory_order_acquire);
-            if (s < want) continue;
-            if (s > want)
-                return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
-                            "%s on rank %u: call-order mismatch: rank %u is already at collective call #%" PRIu64
-                            " (%s) while this rank waits for call #%" PRIu64 " (%s)",
-                            op, me, src, s - 1, op_tag_name(e.tag), seq, op_tag_name(tag));
-            if (e.tag != tag)
-                return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
-                            "%s on rank %u: call-order mismatch at collective call #%" PRIu64
-                            ": rank %u runs %s, rank %u runs %s",
-                            op, me, seq, src, op_tag_name(e.tag), me, op_tag_name(tag));
-            if (e.nfields != nfields)
-                return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
-                            "%s on rank %u: rank %u published %u parameters, rank %u has %u", op, me, src,
-                            e.nfields, me, nfields);
-            for (uint32_t i = 0; i < nfields; ++i) {
-                if (e.fields[i] == fields[i]) continue;
-                std::string fname = field_names && field_names[i] ? field_names[i] : format("parameter %u", i);
-                return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: %s: rank %u has %" PRId64
-                            ", rank %u has %" PRId64, op, me, fname.c_str(), src, e.fields[i], me, fields[i]);
+        if (reached(hub->done.load(std::memory_order_acquire), want))
+            return verdict(seq, tag, fields, field_names, nfields, op, members);
+        // A newer call of this half counts arrivals while this one never completed: some rank is
+        // ahead of this one (or this one was not counted because it is behind).
+        if ((hub->arrivals.load(std::memory_order_acquire) >> kCountBits) > want) {
+            for (uint32_t src = 0; src < W; ++src) {
+                const MailboxEntry &e = hub->from[src];
+                const uint64_t s = e.seq.load(std::memory_order_acquire);
+                if (member(members, src) && s > want)
+                    return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                                "%s on rank %u: call-order mismatch: rank %u is already at collective call #%" PRIu64
+                                " (%s) while this rank waits for call #%" PRIu64 " (%s)",
+                                op, me, src, s - 1, op_tag_name(e.tag), seq, op_tag_name(tag));
             }
-            done[src] = 1;
-            --remaining;
         }
-        if (remaining == 0) return 0;
         if (impl_->closing.load(std::memory_order_acquire))
             return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
                         "%s on rank %u: the communicator %s was destroyed while waiting", op, me,
                         impl_->name.c_str());
         const double now = now_seconds();
-        // A peer that is gone will never publish this call, so waiting for the timeout is pointless.
+        // A peer that is gone will never arrive at this call, so waiting for the timeout is pointless.
         // Its entry may have landed just before it went: only a peer still without one counts.
         std::string gone;
         if (pacer.due(now))
-            pacer.probe_batch(W, [&](uint32_t src) { return !done[src]; }, [&](uint32_t src) {
+            pacer.probe_batch(W, pending, [&](uint32_t src) {
                 std::string why;
-                if (peer_gone(src, &why) && mb->from[src].seq.load(std::memory_order_acquire) < want) gone += why;
+                if (peer_gone(src, &why) && pending(src)) gone += why;
             });
         const double waited = now - start;
         if (!gone.empty() || waited > timeout) {
+            if (reached(hub->done.load(std::memory_order_acquire), want)) continue;
             std::vector<uint32_t> missing;
             for (uint32_t src = 0; src < W; ++src)
-                if (!done[src]) missing.push_back(src);
+                if (pending(src)) missing.push_back(src);
             if (!gone.empty())
                 return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
                             "%s on rank %u: gave up after %.1fs waiting for ranks %s: a peer is gone, so collective "
@@ -165,19 +236,12 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
                         "collective call #%" PRIu64 ")%s",
                         op, me, waited, rank_list(missing).c_str(), timeout, seq, notes.c_str());
         }
-        if (!bo.long_wait()) {
-            bo.pause();
-            continue;
-        }
-        // A long wait sleeps on the doorbell, at most 50 ms at a time (destruction, liveness and the
-        // timeout are checked between sleeps).
-        mb->sleepers.fetch_add(1, std::memory_order_seq_cst);
-        const uint32_t rung = mb->ring.load(std::memory_order_seq_cst);
-        bool arrived = false;
-        for (uint32_t src = 0; src < W && !arrived; ++src)
-            arrived = !done[src] && mb->from[src].seq.load(std::memory_order_acquire) >= want;
-        if (!arrived) futex_wait(&mb->ring, rung, 0.05);
-        mb->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+        // Asleep on the hub until the last arriver rings, at most 50 ms at a time (destruction, a
+        // newer call, liveness and the timeout are checked between sleeps).
+        hub->sleepers.fetch_add(1, std::memory_order_seq_cst);
+        const uint32_t d = hub->done.load(std::memory_order_seq_cst);
+        if (!reached(d, want)) futex_wait(&hub->done, d, 0.05);
+        hub->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     }
 }
 

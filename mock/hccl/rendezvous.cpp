@@ -64,16 +64,16 @@ class Joiner {
 public:
     Joiner(const RootBlob &b, uint32_t nranks, uint32_t rank, int32_t device)
         : nranks_(nranks), rank_(rank), wid_(b.world_id), rname_(rdv_name(b.world_id)),
-          own_name_(window_name(b.world_id, rank, pid_namespace(), getpid())), timeout_(connect_timeout()),
-          start_(now_seconds()), deadline_(start_ + timeout_), pid_(getpid()) {
+          own_name_(window_name(b.world_id, rank, pid_namespace(), own_pid())), timeout_(connect_timeout()),
+          start_(now_seconds()), deadline_(start_ + timeout_), pid_(own_pid()) {
         impl_ = new Comm::Impl();
         impl_->world_id = wid_;
         impl_->rank = rank;
         impl_->nranks = nranks;
         impl_->name = format("hccl_world_%016" PRIx64 "_rank_%u", wid_, rank);
         impl_->device = device;
+        impl_->pid = pid_;
         impl_->window_bytes = window_bytes_from_env();
-        impl_->seg_names.resize(nranks);
         impl_->windows.resize(nranks);
         impl_->pids.resize(nranks);
         impl_->pid_ns.resize(nranks);
@@ -104,7 +104,11 @@ private:
         h_->aborted_by.compare_exchange_strong(zero, static_cast<int32_t>(rank_) + 1);
         wake_waiters();
     }
-    // Ranks in a long wait sleep on the two counters; anything they must notice wakes them.
+    // Counts this rank into `counter`; the rank that completes it wakes the sleepers, once.
+    void count_in(std::atomic<uint32_t> &counter) {
+        if (counter.fetch_add(1, std::memory_order_acq_rel) + 1 >= nranks_) futex_wake_all(&counter);
+    }
+    // Waiting ranks sleep on the two counters; anything they must notice wakes them.
     void wake_waiters() {
         futex_wake_all(&h_->ready);
         futex_wake_all(&h_->mapped);
@@ -119,7 +123,7 @@ private:
     RdvHeader *h_ = nullptr;
     bool claimed_ = false;
     bool left_ = false;
-    Comm::Impl *impl_;   // built as the steps go; its seg_names are the windows this rank maps
+    Comm::Impl *impl_;   // built as the steps go: the windows this rank maps
 };
 
 // ---- joins in progress, for the exit handler ------------------------------------------------------
@@ -212,7 +216,7 @@ int Joiner::create_own_window() {
     uint8_t *w = seg_create(own_name_, impl_->window_bytes, &err);
     if (!w) return fail(HCCL_E_MEMORY, "%s: rank %u: cannot create its window: %s", kInit, rank_, err.c_str());
     lk.unlock();
-    impl_->seg_names[rank_] = own_name_;
+    impl_->own_seg = own_name_;
     impl_->windows[rank_] = w;
     seg_register(own_name_, impl_->device, MemKind::Window);
     auto *wh = reinterpret_cast<WindowHeader *>(w);
@@ -222,41 +226,41 @@ int Joiner::create_own_window() {
     wh->nranks = nranks_;
     wh->pid = pid_;
     h_->slots[rank_].state.store(kSlotReady, std::memory_order_release);
-    h_->ready.fetch_add(1, std::memory_order_acq_rel);
-    futex_wake_all(&h_->ready);
+    count_in(h_->ready);
     return HCCL_SUCCESS;
 }
 
 int Joiner::map_peer_windows() {
     const uint64_t wbytes = impl_->window_bytes;
+    std::vector<std::string> names(nranks_);
     for (uint32_t r = 0; r < nranks_; ++r) {
         const RdvSlot &s = h_->slots[r];
         impl_->pids[r] = s.pid;
         impl_->pid_ns[r] = s.pid_ns;
-        if (r == rank_) continue;
         if (s.window_bytes != wbytes) {
             abort_world();
             return fail(HCCL_E_PARA, "%s: window size mismatch (HCCL_BUFFSIZE differs between ranks): rank %u has %" PRIu64
                         " bytes, rank %u has %" PRIu64 " bytes", kInit, r, s.window_bytes, rank_, wbytes);
         }
-        std::string err, nm = window_name(wid_, r, s.pid_ns, s.pid);
-        uint8_t *p = seg_open(nm, wbytes, &err);
-        if (!p) {
-            abort_world();
-            return fail(HCCL_E_SYSCALL, "%s: rank %u: cannot map the window of rank %u%s: %s", kInit, rank_, r,
-                        process_gone(s.pid, s.pid_ns) ? " (its process is dead)" : "", err.c_str());
-        }
-        impl_->seg_names[r] = nm;
-        impl_->windows[r] = p;
-        seg_register(nm, impl_->device, MemKind::PeerWindow);   // no-op when this process registered it already
+        names[r] = r == rank_ ? own_name_ : window_name(wid_, r, s.pid_ns, s.pid);
     }
+    std::string err;
+    std::vector<uint8_t *> addrs;
+    const int bad = world_windows_acquire(wid_, names, wbytes, impl_->device, &addrs, &err);
+    if (bad >= 0) {
+        abort_world();
+        const RdvSlot &s = h_->slots[bad];
+        return fail(HCCL_E_SYSCALL, "%s: rank %u: cannot map the window of rank %d%s: %s", kInit, rank_, bad,
+                    process_gone(s.pid, s.pid_ns) ? " (its process is dead)" : "", err.c_str());
+    }
+    impl_->world_mapped = true;
+    impl_->windows = std::move(addrs);
     return HCCL_SUCCESS;
 }
 
 int Joiner::wait_mapped() {
     h_->slots[rank_].state.store(kSlotMapped, std::memory_order_release);
-    h_->mapped.fetch_add(1, std::memory_order_acq_rel);
-    futex_wake_all(&h_->mapped);
+    count_in(h_->mapped);
     return wait_for_all(h_->mapped, kSlotMapped);
 }
 
@@ -326,7 +330,6 @@ void Joiner::abandon() {
 // HCCL_CONNECT_TIMEOUT, as soon as a rank that has not got there is gone (its process died, or it
 // left), or when another rank gave up.
 int Joiner::wait_for_all(std::atomic<uint32_t> &counter, SlotState done) {
-    Backoff bo;
     LivenessPacer pacer(start_);
     // Every rank that claimed a slot is needed until the world forms, whatever step it is at.
     auto joined = [&](uint32_t r) {
@@ -365,11 +368,10 @@ int Joiner::wait_for_all(std::atomic<uint32_t> &counter, SlotState done) {
                 }
             return give_up(ab, late, missing, gone, done);
         }
+        // Asleep, not spinning: ranks still starting need the CPU. Woken by the last arrival, an
+        // abort or a rank leaving; between sleeps, liveness and the deadline are checked.
         const uint32_t seen = counter.load(std::memory_order_acquire);
-        if (bo.long_wait())
-            futex_wait(&counter, seen, 0.05);   // woken by each arrival, an abort or a rank leaving
-        else
-            bo.pause();
+        if (seen < nranks_) futex_wait(&counter, seen, 0.1);
     }
 }
 

@@ -212,6 +212,54 @@ void seg_release(const std::string &name) {
     segs().erase(it);
 }
 
+// ---- the windows of one world, mapped once per process ------------------------------------------
+// The ranks of a thread world all map the same W windows: the first of them maps each window (one
+// reference per segment), the others copy the addresses, and the last to let go drops the
+// references. Forming and destroying a world thus cost O(W) per process, not O(W) per rank.
+namespace {
+struct WorldWindows {
+    std::vector<std::string> names;
+    std::vector<uint8_t *> addrs;
+    int users = 0;
+};
+std::mutex g_world_mu;   // guards worlds(); taken before g_seg_mu
+std::map<uint64_t, WorldWindows> &worlds() {
+    static auto *m = new std::map<uint64_t, WorldWindows>();   // never destroyed: used at exit
+    return *m;
+}
+}  // namespace
+
+int world_windows_acquire(uint64_t world_id, const std::vector<std::string> &names, size_t bytes, int32_t device,
+                          std::vector<uint8_t *> *addrs, std::string *err) {
+    std::lock_guard<std::mutex> lk(g_world_mu);
+    auto it = worlds().find(world_id);
+    if (it == worlds().end()) {
+        WorldWindows w;
+        w.names = names;
+        w.addrs.assign(names.size(), nullptr);
+        for (size_t r = 0; r < names.size(); ++r) {
+            w.addrs[r] = seg_open(names[r], bytes, err);
+            if (!w.addrs[r]) {
+                for (size_t q = 0; q < r; ++q) seg_release(names[q]);
+                return static_cast<int>(r);
+            }
+            seg_register(names[r], device, MemKind::PeerWindow);   // no-op for a window registered already
+        }
+        it = worlds().emplace(world_id, std::move(w)).first;
+    }
+    ++it->second.users;
+    *addrs = it->second.addrs;
+    return -1;
+}
+
+void world_windows_release(uint64_t world_id) {
+    std::lock_guard<std::mutex> lk(g_world_mu);
+    auto it = worlds().find(world_id);
+    if (it == worlds().end() || --it->second.users > 0) return;
+    for (auto &n : it->second.names) seg_release(n);
+    worlds().erase(it);
+}
+
 void seg_unlink(const std::string &name) {
     // ENOENT (unlinked already, e.g. by a sweep) and other failures are left to a later sweep.
     shm_unlink(name.c_str());

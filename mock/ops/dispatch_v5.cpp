@@ -618,17 +618,19 @@ void DispatchKernel::send_shared_rows() {
     }
 }
 
-// Each receiver's count of this rank's rows per receive slot (made visible by the publish).
+// Each receiver's count of this rank's rows per receive slot (made visible by the arrival), written
+// only where rows go: a slot this call did not write reads as 0 (hccl::count_of), so a rank touches
+// the windows of the few ranks it sends to, not all W.
 void DispatchKernel::publish_counts() {
     const int64_t W = p_.W, r = p_.r;
     for (int64_t m = 0; m < W; ++m) {
-        int32_t *mc = call_.mailbox(m)->counts;
         const int64_t lm = logical_[size_t(m)];
         if (lm < p_.R) {
-            mc[r] = (lm % p_.P == r % p_.P) ? int32_t(nvalid_) : 0;
-        } else {
-            for (int64_t j = 0; j < p_.L; ++j) mc[j * W + r] = cnt_[(lm - p_.R) * p_.L + j];
+            if (lm % p_.P == r % p_.P && nvalid_) hccl::put_count(call_.mailbox(m), call_.seq, r, int32_t(nvalid_));
+            continue;
         }
+        for (int64_t j = 0; j < p_.L; ++j)
+            if (const int32_t c = cnt_[(lm - p_.R) * p_.L + j]) hccl::put_count(call_.mailbox(m), call_.seq, j * W + r, c);
     }
 }
 
@@ -670,14 +672,14 @@ int DispatchKernel::receive() {
     int32_t *recv = ptr<int32_t>(out_, kRecvCounts);
     float *exp_scales = (p.has_escales && !shared_role_) ? ptr<float>(out_, kExpandScales) : nullptr;
 
-    const int32_t *mc = call_.mailbox(p.r)->counts;
+    const hccl::Mailbox *mb = call_.mailbox(p.r);
     const uint8_t *own = call_.data(p.r);
     if (p.has_perf) add_perf(ptr<int64_t>(in_, kPerf), own + perf_stamp_offset(call_.layout), W, t_ready_);
     const uint64_t orow = uint64_t(p.out_row_bytes);
     int64_t N = 0;
     int64_t per_expert_n = 0, cum = 0;
     for (int64_t idx = 0; idx < recv_slots_; ++idx) {
-        int64_t c = mc[idx];
+        int64_t c = hccl::count_of(mb, call_.seq, idx);
         if (c < 0 || c > maxBs) {
             if (err_.empty())
                 err_ = format("receive slot %" PRId64 " holds %" PRId64 " rows, outside [0, maxBs = %" PRId64 "]",

@@ -48,11 +48,10 @@ public:
     int32_t *counts(uint32_t rank) const { return comm_->mailbox(rank, half_)->counts; }
     uint64_t half_bytes() const { return comm_->data_half_bytes(); }
 
-    // Publishes to both ranks (what was written into the peer's window before is visible to it
-    // then) and waits for the peer's entry of the same call.
+    // Arrives at the call (what was written into the peer's window before is visible to it once
+    // both arrived) and waits for the peer's arrival at the same call.
     int exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields) {
-        comm_->publish(me(), seq_, tag, fields, nfields);
-        comm_->publish(peer(), seq_, tag, fields, nfields);
+        comm_->arrive(seq_, tag, fields, nfields);
         return comm_->wait_all(seq_, tag, fields, names, nfields, op_);
     }
 

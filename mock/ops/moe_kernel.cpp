@@ -40,13 +40,13 @@ int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const 
                          int64_t *t_ready) {
     const MoeParams &p = *params;
     const uint64_t stamps = perf_stamp_offset(layout);
-    comm->publish(physical(p.r), seq, tag, fields, nfields);
-    for (int64_t m = 0; m < p.W; ++m) {
-        if (p.stamp_room) write_perf_stamp(data(m) + stamps, p.r);
-        if (m != p.r) comm->publish(physical(m), seq, tag, fields, nfields);
-    }
+    const uint8_t *members = members_.empty() ? nullptr : members_.data();
+    comm->take_fault(seq, tag);   // a delay comes before the stamps
+    if (p.stamp_room)
+        for (int64_t m = 0; m < p.W; ++m) write_perf_stamp(data(m) + stamps, p.r);
+    comm->arrive(seq, tag, fields, nfields, members);
     *t_ready = monotonic_ns();
-    return comm->wait_all(seq, tag, fields, names, nfields, op, members_.empty() ? nullptr : members_.data());
+    return comm->wait_all(seq, tag, fields, names, nfields, op, members);
 }
 
 int read_shrink(const int32_t *info, const MoeParams &p, MoeParams *q, std::vector<int32_t> *phys) {

@@ -1,6 +1,6 @@
 // What the dispatch and combine kernels share at run time (private to mock/ops): the start of a
-// kernel call (context, communicator, sequence number, data half), the exchange of mailbox entries
-// with every peer, token validity under x_active_mask, elastic_info's rank table and the
+// kernel call (context, communicator, sequence number, data half), the exchange (one arrival at the
+// world's hub, then the wait for all), token validity under x_active_mask, elastic_info's rank table and the
 // performance_info stamps.
 #pragma once
 
@@ -40,11 +40,10 @@ public:
     // logical from then on, phys[l] the physical rank of logical rank l.
     void use_subworld(const MoeParams &q, std::vector<int32_t> phys);
 
-    // Publishes this rank's mailbox entry (tag, fields) to itself first (a delay injected into the
-    // call happens there), then to every peer, each entry preceded on the 950 by this rank's time
-    // stamp for the peer's performance_info; then waits for every rank's entry of this call
-    // (Comm::wait_all: timeouts, call-order and parameter mismatches). *t_ready is when the wait
-    // began.
+    // Stamps, on the 950, this rank's time into every peer's window for its performance_info; then
+    // arrives at the call with this rank's entry (tag, fields; a fault injected into the call
+    // happens there) and waits for every rank's arrival (Comm::wait_all: timeouts, call-order and
+    // parameter mismatches). *t_ready is when the wait began.
     int exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
                  int64_t *t_ready);
 

@@ -1,8 +1,8 @@
 // Window layout of the mock MoeDistributeDispatchV5 / CombineV5 kernels (private to mock/ops).
 //
 // Every rank's HCCL window (mock/hccl/hccl_core.h) is
-//   [0, 1 MiB)     status area: header + two Mailbox halves (sequence numbers, parameter fields,
-//                  per-slot counts), owned by mock/hccl
+//   [0, 1 MiB)     status area: header + two Mailbox halves (per-slot counts; in rank 0's window
+//                  also the world's hub of entries and arrivals), owned by mock/hccl
 //   [1 MiB, end)   data area, two halves; a call with sequence number seq uses half seq % 2
 //                  (Comm::data_half(rank, seq % 2)).
 //
@@ -20,7 +20,8 @@
 //                         float32 top-k weight (expert_scales[t,k]) at D+4, rest unused
 //       [D+32, D+44)      int32 triple (src_rank, src_token_index, k_slot)
 //     so one row uses D + 44 bytes <= Td (Td = align(D+44, 512), fullmesh_v2: ceil((D+44)/480)*512).
-//     The per-slot row counts travel in the receiver's Mailbox counts[idx] (same half).
+//     The per-slot row counts travel in the receiver's Mailbox counts[idx] (same half), written
+//     only for slots that get rows (hccl::put_count; the others read 0 through hccl::count_of).
 //
 //   offset maxBs * Td * W * L         COMBINE REGION, maxBs * Tc * (K+S) bytes, Tc = align(2H, 512)
 //     slot (t, k) = t*(K+S) + k holds the expert output for token t of the receiving rank, top-k
@@ -42,7 +43,7 @@
 //
 // The window check guarantees 2*(dispatch region + combine region) <= cclBufferSize - 1 MiB <= window
 // size - 1 MiB, i.e. both regions fit in one data half. A rank can be at most one call ahead of any
-// peer (it must see every peer's entry for call n before it starts call n+1, and a peer publishes
+// peer (it must see every rank arrive at call n before it starts call n+1, and a peer arrives at
 // call n+1 only after reading its own half of call n), so two halves are enough.
 #pragma once
 

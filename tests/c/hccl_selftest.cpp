@@ -2,7 +2,7 @@
 //   hccl_selftest <scenario> [args]
 // Scenarios run worlds of threads (or forked processes) and exit 0 on success; a failed check prints
 // "FAIL <file>:<line>: <what>" and exits 1. Uses the public C ABI plus the kernel contract of
-// mock/hccl/hccl_core.h (publish / wait_all / verify_op_res_ctx).
+// mock/hccl/hccl_core.h (arrive / wait_all / verify_op_res_ctx).
 #include <dirent.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -192,19 +192,19 @@ static void world_threads(int W) {
         CHECK_EQ(HcclGetCommAsyncError(comms[r], &ae), HCCL_SUCCESS);
         CHECK_EQ(ae, HCCL_SUCCESS);
     });
-    // the kernel contract: publish / wait_all with parameters, then a parameter mismatch
+    // the kernel contract: arrive / wait_all with parameters, then a parameter mismatch
     if (W >= 2) run_ranks(W, [&](int r) {
         hccl::Comm *c = hccl::from_handle(comms[r]);
         const char *names[2] = {"moe_expert_num", "bs"};
         for (int round = 0; round < 3; ++round) {
             uint64_t seq = c->next_seq();
             int64_t f[2] = {32, 8 + round};
-            for (uint32_t d = 0; d < c->nranks(); ++d) c->publish(d, seq, hccl::kTagDispatch, f, 2);
+            c->arrive(seq, hccl::kTagDispatch, f, 2);
             CHECK_EQ(c->wait_all(seq, hccl::kTagDispatch, f, names, 2, "MoeDistributeDispatchV5"), 0);
         }
         uint64_t seq = c->next_seq();
         int64_t f[2] = {r == 1 ? 64 : 32, 8};
-        for (uint32_t d = 0; d < c->nranks(); ++d) c->publish(d, seq, hccl::kTagDispatch, f, 2);
+        c->arrive(seq, hccl::kTagDispatch, f, 2);
         int rc = c->wait_all(seq, hccl::kTagDispatch, f, names, 2, "MoeDistributeDispatchV5");
         CHECK_EQ(rc, ACL_ERROR_RT_AICORE_EXCEPTION);
         std::string m = msg();
@@ -216,7 +216,7 @@ static void world_threads(int W) {
         hccl::Comm *c = hccl::from_handle(comms[r]);
         uint64_t seq = c->next_seq();
         uint32_t tag = r == 0 ? hccl::kTagCombine : hccl::kTagDispatch;
-        for (uint32_t d = 0; d < c->nranks(); ++d) c->publish(d, seq, tag, nullptr, 0);
+        c->arrive(seq, tag, nullptr, 0);
         CHECK_EQ(c->wait_all(seq, tag, nullptr, nullptr, 0, nullptr), ACL_ERROR_RT_AICORE_EXCEPTION);
         CHECK_MSG(msg(), "call-order mismatch");
     });

@@ -38,7 +38,9 @@ def test_unreadable_values_refused_alike(mock, value):
     text = f"ACLNN_MOCK_CANN_VERSION='{value}' is refused: must be a CANN release such as 8.3.RC1 or 8.5.0"
     assert text in str(py.value) and text in str(c.value)
     assert mock.cann_rules() == "newest"   # a refused value changes nothing
-    from aclnn_py import env_values  # init() refuses it before the mock loads, in the same words as the others
+    from aclnn_py import (
+        env_values,  # init() refuses it before the mock loads, in the same words as the others
+    )
 
     refused = env_values.problem("ACLNN_MOCK_CANN_VERSION", {"ACLNN_MOCK_CANN_VERSION": value}) is not None
     assert refused == (value == value.strip())  # an environment value is read between its blanks

@@ -1,6 +1,6 @@
 """C-level tests of the mock libhccl.so: tests/c/hccl_selftest.cpp is compiled against the mock CANN
 root and run scenario by scenario (threads, forked processes, timeouts, argument errors, the
-publish/wait_all kernel contract of mock/hccl/hccl_core.h, peers that die or leave, host waits in
+arrive/wait_all kernel contract of mock/hccl/hccl_core.h, peers that die or leave, host waits in
 slices, process exit while a thread is blocked)."""
 
 from __future__ import annotations
