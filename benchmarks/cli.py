@@ -153,8 +153,8 @@ def build_parser() -> Parser:
     run.add_argument("--scaling-hidden", type=int, default=2048, metavar="H", help="scaling: hidden size")
     run.add_argument("--scaling-topk", type=int, default=4, metavar="K", help="scaling: experts per token")
     run.add_argument("--mem-reserve-mb", type=float, default=4096, metavar="MIB",
-                     help="scaling: memory left to the machine; a size estimated to need more than "
-                          "MemAvailable minus this is not run")
+                     help="scaling and thread worlds: memory left to the machine; a size estimated to need "
+                          "more than MemAvailable minus this is not run")
     run.add_argument("--thread-world", type=_world, action="append", metavar="SOC:W",
                      help="thread worlds to run, repeatable; SOC is A3 / Ascend910_93 or 950 / Ascend950, W "
                           f"one size or W1-W2 (doubling from W1 up to W2) {dflt('thread_world')}")
@@ -219,7 +219,8 @@ def run(s: Settings, progress: Progress, command: str = PROG) -> dict[str, Any]:
         report["thread_worlds"] = thread_worlds(s.thread_world, tokens=s.thread_tokens, hidden=s.thread_hidden,
                                                 topk=s.thread_topk, timeout=s.thread_timeout,
                                                 connect_timeout=s.thread_connect_timeout,
-                                                fallback=s.thread_fallback, progress=progress)
+                                                fallback=s.thread_fallback, reserve_mb=s.mem_reserve_mb,
+                                                progress=progress)
     report["elapsed_s"] = time.perf_counter() - t0
     progress(f"done in {report['elapsed_s']:.1f} s")
     return report

@@ -23,7 +23,7 @@ from .progress import SILENT, Progress
 from .scaling import short_reason, worlds_up_to
 from .world_rounds import WorldRounds, growth_per_doubling, rank_rounds, summarize
 
-DEFAULT_WORLDS = ("A3:64-768", "950:1024")
+DEFAULT_WORLDS = ("A3:64-768", "950:128-1024")
 SOC_ALIASES = {"a3": "Ascend910_93", "ascend910_93": "Ascend910_93", "950": "Ascend950", "ascend950": "Ascend950"}
 
 
@@ -126,9 +126,26 @@ def run_thread_world(tw: ThreadWorld, timeout: float, connect_timeout: float | N
     return row
 
 
+def memory_refusal(rows: list[dict[str, Any]], soc: str, size: int, reserve_mb: float) -> str | None:
+    """Why a world of `size` threads is not run, or None: its memory estimated from the largest smaller
+    world of the same profile that ran, growing as W² (every rank holds outputs sized by the W ranks it
+    may receive from), does not fit in MemAvailable minus `reserve_mb`."""
+    ran = [r for r in rows if r["soc"] == soc and "error" not in r and r["world_size"] < size]
+    if not ran:
+        return None
+    prev = max(ran, key=lambda r: r["world_size"])
+    need = prev["peak_rss_mb"] * (size / prev["world_size"]) ** 2
+    avail = memory.available_mb()
+    if need <= avail - reserve_mb:
+        return None
+    return (f"not run: about {need:.0f} MiB needed (W = {prev['world_size']} took {prev['peak_rss_mb']:.0f} MiB, "
+            f"x (W / {prev['world_size']})^2), {avail:.0f} MiB available, {reserve_mb:.0f} MiB kept in reserve")
+
+
 def thread_worlds(worlds: list[tuple[str, int]], tokens: int = 1, hidden: int = 1024, topk: int = 1,
                   timeout: float = 900.0, connect_timeout: float | None = None, fallback: bool = True,
-                  smallest: int = 16, progress: Progress = SILENT) -> list[dict[str, Any]]:
+                  smallest: int = 16, reserve_mb: float = 4096.0,
+                  progress: Progress = SILENT) -> list[dict[str, Any]]:
     """For each (SoC, W): a row per attempted size. On a failure and with `fallback`, W is halved
     (not below `smallest`) until a size works; every attempt is a row."""
     rows: list[dict[str, Any]] = []
@@ -136,6 +153,11 @@ def thread_worlds(worlds: list[tuple[str, int]], tokens: int = 1, hidden: int = 
         size = w
         while True:
             tw = ThreadWorld(soc=soc, world_size=size, tokens=tokens, hidden=hidden, topk=topk)
+            too_big = memory_refusal(rows, soc, size, reserve_mb)
+            if too_big is not None:
+                rows.append({**asdict(tw), "experts": size, "requested_world_size": w, "error": too_big})
+                progress(f"thread world: {soc} W={size} not run (memory)")
+                break
             progress(f"thread world: {soc} W={size} threads (BS={tokens}, H={hidden}, K={topk}, E={size})")
             row = run_thread_world(tw, timeout, connect_timeout)
             row["requested_world_size"] = w

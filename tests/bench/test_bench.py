@@ -91,7 +91,7 @@ def test_help_shows_defaults():
     assert proc.returncode == 0
     text = " ".join(proc.stdout.split())
     for expected in ("(default: 2000; --quick: 300)", "(default: 15; --quick: 3)", "(default: 512; --quick: 4)", "A3:64-768",
-                     "950:1024", "(default: 4096)"):
+                     "950:128-1024", "(default: 4096)"):
         assert expected in text, expected
 
 
@@ -495,3 +495,15 @@ def test_plot_without_matplotlib_is_a_usage_error(monkeypatch, capsys):
     monkeypatch.setattr(plot, "available", lambda: False)
     assert cli.main(["--plot", "out"]) == 2
     assert "--plot needs matplotlib: pip install \".[plot]\"" in capsys.readouterr().err
+
+
+def test_thread_world_estimated_not_to_fit_is_a_row_not_a_run(monkeypatch):
+    from benchmarks import memory
+
+    monkeypatch.setattr(memory, "available_mb", lambda: 10_000.0)
+    ran = [{"soc": "Ascend950", "world_size": 256, "peak_rss_mb": 1000.0}]
+    assert thread_worlds.memory_refusal(ran, "Ascend950", 512, reserve_mb=4096) is None  # 4000 MiB fits
+    why = thread_worlds.memory_refusal(ran, "Ascend950", 1024, reserve_mb=4096)           # 16000 MiB does not
+    assert why == ("not run: about 16000 MiB needed (W = 256 took 1000 MiB, x (W / 256)^2), 10000 MiB available, "
+                   "4096 MiB kept in reserve")
+    assert thread_worlds.memory_refusal(ran, "Ascend910_93", 1024, reserve_mb=4096) is None  # another profile
