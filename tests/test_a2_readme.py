@@ -207,10 +207,10 @@ def _sizes(world: World2) -> None:
         refused(dispatch(world, bs=1, h=h, comm_alg=alg), "x: dim 1 (H) must be a multiple of 32")
 
 
-@claim("`moe_expert_num`", '1 … 512, E / W ≤ 24 unless `"hierarchy"`')
+@claim("`moe_expert_num`", '1 … 1024 (`"hierarchy"`: 1 … 512), divisible by W')
 def _experts(world: World2) -> None:
-    assert dispatch(world, moe_expert_num=384) == ACCEPTED
-    refused(dispatch(world, moe_expert_num=400), "must be <= 24 on Ascend910B")
+    assert dispatch(world, moe_expert_num=400) == ACCEPTED
+    refused(dispatch(world, moe_expert_num=1040), "moe_expert_num: must be in [1, 1024]")
     assert dispatch(world, moe_expert_num=512, comm_alg="hierarchy") == ACCEPTED
     refused(dispatch(world, moe_expert_num=528, comm_alg="hierarchy"), "moe_expert_num: must be in [1, 512]")
 

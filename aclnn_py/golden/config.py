@@ -51,7 +51,7 @@ def check_soc(soc: str) -> str:
 
 def check_a2(cfg: Cfg, comm_alg: str) -> None:
     """The Atlas A2 limits the golden can see in its inputs: world size per comm_alg, no shared or
-    special experts, E <= 512, L <= 24 unless "hierarchy", BS <= 256, H a multiple of 32 up to 7168
+    special experts, E <= 1024 (512 with "hierarchy"), BS <= 256, H a multiple of 32 up to 7168
     (10240 with "hierarchy")."""
     if cfg.w not in A2_WORLD_SIZES[comm_alg]:
         raise ValueError(f"ep_world_size: must be one of {A2_WORLD_SIZES[comm_alg]} on {SOC_A2} with comm_alg "
@@ -59,8 +59,9 @@ def check_a2(cfg: Cfg, comm_alg: str) -> None:
     if cfg.r or cfg.s or cfg.z or cfg.c or cfg.q:
         raise ValueError(f"shared and zero/copy/const experts are not supported on {SOC_A2} (got R={cfg.r}, "
                          f"S={cfg.s}, Z={cfg.z}, C={cfg.c}, Q={cfg.q})")
-    if not 0 < cfg.e <= 512 or (comm_alg != "hierarchy" and cfg.l > 24):
-        raise ValueError(f"moe_expert_num: must be in [1, 512] with E / W <= 24 (unless 'hierarchy') on {SOC_A2} "
+    e_max = 512 if comm_alg == "hierarchy" else 1024
+    if not 0 < cfg.e <= e_max:
+        raise ValueError(f"moe_expert_num: must be in [1, {e_max}] with comm_alg {comm_alg!r} on {SOC_A2} "
                          f"(got E={cfg.e}, W={cfg.w})")
     h_max = 10240 if comm_alg == "hierarchy" else 7168
     if max(cfg.bss) > 256 or cfg.h % 32 or not 32 <= cfg.h <= h_max:

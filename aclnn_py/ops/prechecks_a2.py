@@ -10,7 +10,7 @@ from ..errors import AclnnParamInvalid
 from . import sizing
 from .config import MoeConfig
 from .profiles import A2_LIMITS as LIM
-from .releases import RuleSet
+from .releases import R8_3, RuleSet
 
 Bad = Callable[[str, str, str], AclnnParamInvalid]
 
@@ -40,15 +40,19 @@ def check_attrs(c: MoeConfig, func: str, bad: Bad, rules: RuleSet) -> None:
     if hierarchy and w not in LIM.hierarchy_world_sizes:
         raise bad(func, "ep_world_size", f'must be 16, 32 or 64 with comm_alg "hierarchy" on Ascend910B (got {w})')
     e = c.moe_expert_num
-    if e <= 0 or e > LIM.max_experts:
-        raise bad(func, "moe_expert_num", f"must be in [1, {LIM.max_experts}] on Ascend910B (got {e})")
+    max_e = LIM.max_experts if hierarchy else rules.a2_fullmesh_max_experts
+    tag = " (the CANN 8.3.RC1 rules)" if rules is R8_3 else ""
+    if e <= 0 or e > max_e:
+        raise bad(func, "moe_expert_num",
+                  f'must be in [1, {max_e}] on Ascend910B with comm_alg "{c.comm_alg}"{tag} (got {e})')
     if e % w:
         raise bad(func, "moe_expert_num",
                   f"must be divisible by ep_world_size - shared_expert_rank_num (got {e} % {w})")
-    if not hierarchy and e // w > LIM.max_local_fullmesh:
+    max_l = rules.a2_fullmesh_max_local
+    if not hierarchy and max_l is not None and e // w > max_l:
         raise bad(func, "moe_expert_num",
-                  f"local experts per rank (moe_expert_num / ep_world_size) must be <= {LIM.max_local_fullmesh} on "
-                  f'Ascend910B unless comm_alg is "hierarchy" (got {e} / {w} = {e // w})')
+                  f"local experts per rank (moe_expert_num / ep_world_size) must be <= {max_l} on "
+                  f'Ascend910B unless comm_alg is "hierarchy"{tag} (got {e} / {w} = {e // w})')
     _zero(func, bad, "zero_expert_num", c.zero_expert_num, "zero experts")
     _zero(func, bad, "copy_expert_num", c.copy_expert_num, "copy experts")
     _zero(func, bad, "const_expert_num", c.const_expert_num, "const experts")

@@ -49,8 +49,8 @@ class A2Limits:
     world_sizes: frozenset[int] = frozenset({2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 192, 256, 384})
     hierarchy_world_sizes: frozenset[int] = frozenset({16, 32, 64})
     comm_algs: tuple[str, ...] = ("", "fullmesh", "hierarchy")
+    #: moe_expert_num bound with "hierarchy" (ops.releases has each release's "fullmesh" bounds)
     max_experts: int = 512
-    max_local_fullmesh: int = 24           # L limit that "hierarchy" lifts
     max_bs: int = 256
     h_align: int = 32
     max_h_fullmesh: int = 7168

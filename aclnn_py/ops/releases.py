@@ -24,6 +24,8 @@ class RuleSet:
     name: str                                   # "newest" or the release, as doctor prints it
     source: str                                 # the documents the rules come from
     a2_fullmesh_world_sizes: frozenset[int]     # Atlas A2 ep_world_size with comm_alg "" / "fullmesh"
+    a2_fullmesh_max_experts: int                # Atlas A2 moe_expert_num bound with "" / "fullmesh"
+    a2_fullmesh_max_local: int | None           # Atlas A2 E / W bound with "" / "fullmesh" (None: no bound)
 
     def a2_world_sizes_text(self) -> str:
         """The fullmesh world sizes as the mock's message words them."""
@@ -33,9 +35,9 @@ class RuleSet:
 
 
 NEWEST = RuleSet("newest", "the newest published aclnnMoeDistribute*.md (the revision listing Ascend 950PR/950DT)",
-                 frozenset({2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 192, 256, 384}))
+                 frozenset({2, 3, 4, 5, 6, 7, 8, 16, 32, 64, 128, 192, 256, 384}), 1024, None)
 R8_3 = RuleSet("8.3.RC1", "the aclnnMoeDistribute*.md of CANN 8.3.RC1 and earlier (before the Ascend 950 entries)",
-               frozenset({16, 32, 64, 128, 256}))
+               frozenset({16, 32, 64, 128, 256}), 512, 24)
 RULE_SETS = (NEWEST, R8_3)
 
 

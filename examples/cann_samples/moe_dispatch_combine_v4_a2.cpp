@@ -3,7 +3,9 @@
 // first rank id of this server in FIRST_RANK_ID), each thread sets its device and joins with
 // HcclCommInitClusterInfo. One server of four ranks, a "fullmesh" world the newest CANN documents
 // allow (CANN 8.3.RC1 and earlier start at 16 ranks: under ACLNN_MOCK_CANN_VERSION=8.3.RC1 phase 1
-// refuses it, and the sample prints CANN's message). Dispatch takes the top-k weights (expertScales,
+// refuses it, and the sample prints CANN's message). Each rank holds 26 experts, more than the 24 per
+// rank CANN 8.3.RC1 allowed with "fullmesh" and as many as the newest A2 tiling takes (CANN's own V4 A2
+// sample runs 32 per rank). Dispatch takes the top-k weights (expertScales,
 // out as expandScales) and both operators add their wait times to performanceInfo. Each rank checks
 // dispatch's row count and rows against the host's prediction and that combine, with an identity
 // expert and weights that sum to 1, gives x back; it prints one success line.
@@ -34,8 +36,8 @@ constexpr uint32_t EP_WORLD_SIZE = 4;
 constexpr int64_t BS = 4;
 constexpr int64_t H = 1024;
 constexpr int64_t K = 2;
-constexpr int64_t MOE_EXPERT_NUM = EP_WORLD_SIZE;
-constexpr int64_t LOCAL_EXPERT_NUM = 1;
+constexpr int64_t LOCAL_EXPERT_NUM = 26;
+constexpr int64_t MOE_EXPERT_NUM = EP_WORLD_SIZE * LOCAL_EXPERT_NUM;
 constexpr int64_t GLOBAL_BS = BS * EP_WORLD_SIZE;
 constexpr int64_t A = GLOBAL_BS * (LOCAL_EXPERT_NUM < K ? LOCAL_EXPERT_NUM : K);
 
@@ -49,7 +51,8 @@ int64_t RowsFor(uint32_t me) {
     int64_t n = 0;
     for (uint32_t src = 0; src < EP_WORLD_SIZE; ++src)
         for (int t = 0; t < BS; ++t)
-            for (int k = 0; k < K; ++k) n += sample::ExpertOf(src, t, k, MOE_EXPERT_NUM) == static_cast<int32_t>(me);
+            for (int k = 0; k < K; ++k)
+                n += sample::ExpertOf(src, t, k, MOE_EXPERT_NUM) / LOCAL_EXPERT_NUM == static_cast<int32_t>(me);
     return n;
 }
 

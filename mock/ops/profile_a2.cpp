@@ -13,8 +13,9 @@ namespace moe {
 
 namespace {
 constexpr int64_t kServerRanks = 8;            // ranks of one A2 server (serverNum = W / 8)
-constexpr int64_t kMaxExperts = 512;
-constexpr int64_t kMaxLocalFullmesh = 24;      // L limit, lifted by "hierarchy"
+constexpr int64_t kMaxExpertsHierarchy = 512;
+constexpr int64_t kMaxExpertsFullmesh = 1024;  // the newest rules; 8.3.RC1 keeps 512 for every comm_alg
+constexpr int64_t kMaxLocalFullmesh8_3 = 24;   // 8.3.RC1's L limit without "hierarchy"; the newest has none
 constexpr int64_t kMaxBs = 256;
 constexpr int64_t kHAlign = 32;
 constexpr int64_t kMaxHFullmesh = 7168;
@@ -73,16 +74,19 @@ int check_attrs_a2(MoeParams &p) {
     if (p.hierarchy && !world_size_ok(p.W, true, rules))
         return bad("ep_world_size", "must be 16, 32 or 64 with comm_alg \"hierarchy\" on Ascend910B (got %" PRId64 ")",
                    p.W);
-    if (p.E <= 0 || p.E > kMaxExperts)
-        return bad("moe_expert_num", "must be in [1, %" PRId64 "] on Ascend910B (got %" PRId64 ")", kMaxExperts, p.E);
+    const bool r8_3 = rules == CannRules::R8_3;
+    const int64_t max_experts = (p.hierarchy || r8_3) ? kMaxExpertsHierarchy : kMaxExpertsFullmesh;
+    if (p.E <= 0 || p.E > max_experts)
+        return bad("moe_expert_num", "must be in [1, %" PRId64 "] on Ascend910B with comm_alg \"%s\"%s (got %" PRId64
+                   ")", max_experts, p.comm_alg.c_str(), r8_3 ? " (the CANN 8.3.RC1 rules)" : "", p.E);
     if (p.E % p.W != 0)
         return bad("moe_expert_num", "must be divisible by ep_world_size - shared_expert_rank_num (got %" PRId64
                    " %% %" PRId64 ")", p.E, p.W);
     p.L = p.E / p.W;
-    if (!p.hierarchy && p.L > kMaxLocalFullmesh)
+    if (r8_3 && !p.hierarchy && p.L > kMaxLocalFullmesh8_3)
         return bad("moe_expert_num", "local experts per rank (moe_expert_num / ep_world_size) must be <= %" PRId64
-                   " on Ascend910B unless comm_alg is \"hierarchy\" (got %" PRId64 " / %" PRId64 " = %" PRId64 ")",
-                   kMaxLocalFullmesh, p.E, p.W, p.L);
+                   " on Ascend910B unless comm_alg is \"hierarchy\" (the CANN 8.3.RC1 rules) (got %" PRId64 " / %"
+                   PRId64 " = %" PRId64 ")", kMaxLocalFullmesh8_3, p.E, p.W, p.L);
     if (int rc = must_be_zero(p.Z, "zero_expert_num", "zero experts")) return rc;
     if (int rc = must_be_zero(p.C, "copy_expert_num", "copy experts")) return rc;
     if (int rc = must_be_zero(p.Q, "const_expert_num", "const experts")) return rc;

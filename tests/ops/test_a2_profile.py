@@ -90,13 +90,32 @@ def test_shared_expert_num(world, profile):
 
 
 def test_expert_count_limits(world, profile):
-    refused(dispatch(world, moe_expert_num=528), "moe_expert_num: must be in [1, 512] on Ascend910B (got 528)")
+    """The newest A2 tiling bounds E by 1024 with "fullmesh" (512 with "hierarchy") and puts no bound on
+    the local experts per rank: CANN's own V4 A2 sample runs E = 256 on 8 ranks (L = 32)."""
+    refused(dispatch(world, moe_expert_num=1040),
+            'moe_expert_num: must be in [1, 1024] on Ascend910B with comm_alg "" (got 1040)')
+    refused(dispatch(world, moe_expert_num=528, comm_alg="hierarchy"),
+            'moe_expert_num: must be in [1, 512] on Ascend910B with comm_alg "hierarchy" (got 528)')
     refused(dispatch(world, moe_expert_num=40),
             "moe_expert_num: must be divisible by ep_world_size - shared_expert_rank_num (got 40 % 16)")
     assert dispatch(world, moe_expert_num=384) == ACCEPTED          # L = 24
-    refused(dispatch(world, moe_expert_num=400), "moe_expert_num: local experts per rank (moe_expert_num / "
-            'ep_world_size) must be <= 24 on Ascend910B unless comm_alg is "hierarchy" (got 400 / 16 = 25)')
+    assert dispatch(world, moe_expert_num=400) == ACCEPTED          # L = 25
     assert dispatch(world, moe_expert_num=400, comm_alg="hierarchy") == ACCEPTED
+
+
+def test_expert_count_limits_of_8_3(world, profile, mock):
+    """Under ACLNN_MOCK_CANN_VERSION=8.3.RC1: E <= 512 and L <= 24 unless "hierarchy"."""
+    mock.set_cann_version("8.3.RC1")
+    try:
+        refused(dispatch(world, moe_expert_num=528), 'moe_expert_num: must be in [1, 512] on Ascend910B with '
+                'comm_alg "" (the CANN 8.3.RC1 rules) (got 528)')
+        assert dispatch(world, moe_expert_num=384) == ACCEPTED      # L = 24
+        refused(dispatch(world, moe_expert_num=400), "moe_expert_num: local experts per rank (moe_expert_num / "
+                'ep_world_size) must be <= 24 on Ascend910B unless comm_alg is "hierarchy" (the CANN 8.3.RC1 rules) '
+                "(got 400 / 16 = 25)")
+        assert dispatch(world, moe_expert_num=400, comm_alg="hierarchy") == ACCEPTED
+    finally:
+        mock.set_cann_version("")
 
 
 def test_quant_modes(world, profile):

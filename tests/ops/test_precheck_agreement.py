@@ -71,7 +71,7 @@ def _fields(table: dict[str, tuple[list[Any], list[Any]]]) -> st.SearchStrategy[
 def attributes(ccl: int, op: str, soc: str = "Ascend910_93") -> st.SearchStrategy[dict[str, Any]]:
     """Every attribute: valid values, and the boundaries and invalid ones CANN's own tests use (ranks
     out of range, TP 2, non-zero tp_rank_id, special experts, odd comm_alg, huge global_bs ...); on the
-    Atlas A2 its own world sizes, expert counts (L <= 24 but with "hierarchy") and comm_alg values."""
+    Atlas A2 its own world sizes, expert counts (E <= 1024, 512 with "hierarchy") and comm_alg values."""
     table: dict[str, tuple[list[Any], list[Any]]] = dict(
         ep_world_size=([2], [1, 0, 3, 769, 1025]),
         ep_rank_id=([0], [1, -1, 2]),     # 1: valid attribute, but not this communicator's rank
@@ -89,7 +89,7 @@ def attributes(ccl: int, op: str, soc: str = "Ascend910_93") -> st.SearchStrateg
         comm_alg=(["", "fullmesh_v1"], ["fullmesh_v2", "hierarchy", "ring"]),
     )
     if soc == A2:
-        table.update(ep_world_size=([W_A2], [2, 8, 24, 128, 512]), moe_expert_num=([16, 32, 48], [0, 8, 400, 528, -2]),
+        table.update(ep_world_size=([W_A2], [2, 8, 24, 128, 512]), moe_expert_num=([16, 32, 48], [0, 8, 1040, 528, -2]),
                      shared_expert_num=([1, 0], [2, -1]), global_bs=([0], [64, 8, 3, -2, 2**40]),
                      comm_alg=(["", "fullmesh", "hierarchy"], ["fullmesh_v1", "fullmesh_v2", "ring"]))
     if op == "dispatch":
