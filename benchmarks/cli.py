@@ -104,9 +104,10 @@ the memcpy floor and the golden, process-world scaling and thread worlds, all on
 goes to stderr (silent with --quiet or --json).
 
 What the default run (every section, full sizes) took, measured once on a 2-core machine with
-23.5 GiB of memory: about 6 minutes, and up to about 16 GiB in use at once (the 256-process scaling
-world; the 1024-thread world needs about 8 GiB). The scaling sweep leaves out a size whose estimated
-memory exceeds what is available minus --mem-reserve-mb, so a smaller machine runs fewer sizes.
+23.5 GiB of memory: about 7 minutes, and up to about 16 GiB in use at once (the 1024-thread world;
+the 128-process world about 8.5 GiB). The scaling sweep and the thread worlds leave out a size whose
+estimated memory exceeds what is available minus --mem-reserve-mb, so a smaller machine runs fewer
+sizes.
 --quick takes a few seconds and under 0.2 GiB."""
 EXIT_CODES = """exit status:
   0  the bench ran (or --from rendered a saved report); a target not met is reported, not an error
