@@ -32,6 +32,9 @@ class WorldRounds:
     warmup: int = 2
     rounds: int = 5
     keep_outputs: bool = False  # return the last host round's outputs, for the golden
+    # threads of one process share its memory figures: only rank 0 reads them (a thousand ranks each
+    # walking /proc/self/smaps_rollup of a process mapping every window took minutes)
+    memory_of_rank0_only: bool = False
 
     def demo_model(self) -> Any:
         from aclnn_py.tools.demo import Model
@@ -93,7 +96,10 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
     host = [_timed_round(comm, stream, host_round) for _ in range(1 + spec.rounds)]
     comm.barrier(stream)  # every rank has finished its rounds before memory is read
     stream.synchronize()
-    mem = {"shm_mb": memory.windows_mb(), "pss_mb": memory.pss_mb(), "peak_rss_mb": memory.peak_rss_mb()}
+    if spec.memory_of_rank0_only and rank != 0:
+        mem = {"shm_mb": 0.0, "pss_mb": 0.0, "peak_rss_mb": 0.0}
+    else:
+        mem = {"shm_mb": memory.windows_mb(), "pss_mb": memory.pss_mb(), "peak_rss_mb": memory.peak_rss_mb()}
     comm.barrier(stream)  # nobody unmaps before every rank has measured
     stream.synchronize()
     t_close = time.perf_counter()
