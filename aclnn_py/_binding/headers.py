@@ -36,11 +36,11 @@ def _render(tokens: list[str]) -> str:
             out += " " + t
         elif t in "*(" and (_WORD.match(out[-1]) or out[-1] == ","):
             out += " " + t
+        elif t == ",":
+            out += ", "
         else:
             out += t
-        if t == ",":
-            out += " "
-    return out.replace(", ", ",").replace(",", ", ")
+    return out
 
 
 class _Declaration:

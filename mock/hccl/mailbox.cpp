@@ -178,12 +178,13 @@ int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char
         return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: injected fault: this rank skipped collective "
                     "call #%" PRIu64, op, me, seq);
     const uint64_t want = seq + 1;
+    double timeout;   // read once per call: a test may change it between calls
     {
-        double t;
         std::string why;
-        if (!hccl_exec_timeout(&t, &why)) return fail(ACL_ERROR_INVALID_PARAM, "%s on rank %u: %s", op, me, why.c_str());
+        if (!hccl_exec_timeout(&timeout, &why))
+            return fail(ACL_ERROR_INVALID_PARAM, "%s on rank %u: %s", op, me, why.c_str());
+        if (timeout <= 0) timeout = 1e12;   // as HCCL: 0 is no limit
     }
-    const double timeout = exec_timeout_seconds();
     const double start = now_seconds();
     auto pending = [&](uint32_t src) {
         return member(members, src) && hub->from[src].seq.load(std::memory_order_acquire) < want;

@@ -57,17 +57,14 @@ void load_locked() {
     else
         refuse(why);
     const char *reported = nullptr;
-    if (const std::string v = env_trimmed(std::getenv("ACLNN_MOCK_SOC") ? std::getenv("ACLNN_MOCK_SOC") : "");
-        !v.empty()) {
+    if (const std::string v = env_text("ACLNN_MOCK_SOC"); !v.empty()) {
         std::string why;
         if (soc_profile_of(v.c_str(), &c.soc, &why))
             reported = intern(v.c_str());
         else
             refuse(format("ACLNN_MOCK_SOC='%s' is refused: %s", v.c_str(), why.c_str()));
     }
-    if (const std::string v =
-            env_trimmed(std::getenv("ACLNN_MOCK_CANN_VERSION") ? std::getenv("ACLNN_MOCK_CANN_VERSION") : "");
-        !v.empty()) {
+    if (const std::string v = env_text("ACLNN_MOCK_CANN_VERSION"); !v.empty()) {
         std::string why;
         if (cann_rules_of(v, &c.rules, &why))
             c.release = v;

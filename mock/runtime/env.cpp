@@ -17,6 +17,11 @@ std::string env_trimmed(const char *v) {
     return s.substr(b, s.find_last_not_of(" \t") - b + 1);
 }
 
+std::string env_text(const char *name) {
+    const char *v = std::getenv(name);
+    return v ? env_trimmed(v) : std::string();
+}
+
 namespace {
 const auto trimmed = env_trimmed;
 

@@ -79,6 +79,8 @@ ACLMOCK_API std::string config_error();
 // cannot be read: false, *why = one line naming the variable and what it accepts.
 // The value between leading and trailing blanks ("" when there is none): every variable is read so.
 ACLMOCK_API std::string env_trimmed(const char *v);
+// The variable `name` read so ("" when unset).
+ACLMOCK_API std::string env_text(const char *name);
 ACLMOCK_API bool env_whole(const char *name, long long lo, long long hi, long long dflt, long long *out,
                            std::string *why);
 ACLMOCK_API bool env_seconds(const char *name, bool zero_ok, double dflt, double *out, std::string *why);
