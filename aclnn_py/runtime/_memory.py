@@ -112,6 +112,8 @@ class MemoryExport:
         mem, self.memory = self.memory, None
         if mem is None:
             return
+        if mem._ptr:  # the holder of the export could write any of it
+            _pool.mark_written(mem._ptr, mem._block)
         with _exports_lock:
             mem._exports -= 1
             last = mem._exports == 0 and not mem._open

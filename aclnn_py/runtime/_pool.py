@@ -308,6 +308,16 @@ def _refill_function() -> Callable[[int, int], None]:
 
 _refill: Callable[[int, int], None] | None = None
 
+
+def mark_written(ptr: int, nbytes: int) -> None:
+    """Tell the mock that host code may have written ``[ptr, ptr + nbytes)`` of device memory behind its
+    back (through a zero-copy view or a DLPack export): its refills restore the poison only where the
+    mock saw writes. Nothing on CANN."""
+    if initialized().is_mock:
+        from .. import _mock
+
+        _mock.mark_written(ptr, nbytes)
+
 _pools: weakref.WeakSet[MemoryPool] = weakref.WeakSet()  # every pool, for exit and device resets
 _default_pool = MemoryPool()
 #: The pool DeviceMemory allocates from, or None: plain aclrtMalloc / aclrtFree per object.

@@ -48,9 +48,38 @@ struct Launch {
     std::shared_ptr<Executor> ex;
     std::shared_ptr<const Snapshot> slots;
     void *workspace;
+    uint64_t workspace_bytes;
     Stream *stream;
     PinSet pins;
 };
+
+// What the kernel running on this thread said it wrote of its outputs (note_output_written): bytes
+// from each output view's element 0, kWhole for an output it said nothing about.
+constexpr uint64_t kWhole = ~uint64_t(0);
+constexpr size_t kNotedOutputs = 16;
+thread_local std::array<uint64_t, kNotedOutputs> *t_noted = nullptr;
+
+// Runs one launch's kernel and records what it wrote: the workspace, and each output - the part its
+// kernel noted, or all of it (also when the kernel failed, which may stop anywhere).
+int run_launch(Launch &run) {
+    std::array<uint64_t, kNotedOutputs> noted;
+    noted.fill(kWhole);
+    t_noted = &noted;
+    const int rc = run.ex->run(run.slots->in, run.slots->out, run.workspace, run.stream);
+    t_noted = nullptr;
+    run.pins.note_write(run.workspace, run.workspace_bytes);
+    const std::vector<Slot> &out = run.slots->out;
+    for (size_t i = 0; i < out.size(); ++i) {
+        if (!out[i].present || !out[i].desc.data) continue;
+        const uint64_t note = rc == 0 && i < kNotedOutputs ? noted[i] : kWhole;
+        if (note == kWhole)
+            run.pins.note_write(out[i].desc.data, view_extent_bytes(out[i].desc));
+        else
+            run.pins.note_write(view_ptr(out[i].desc), note);
+    }
+    run.pins.release();
+    return rc;
+}
 
 struct DeadHandle {
     uint64_t id = 0;  // 0: no record (ids start at 1)
@@ -372,18 +401,18 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         // Nothing to hold for a kernel that does nothing: the pins go when this returns.
         err = enqueue(s, []() -> int { return 0; }, api);
     } else {
-        auto run = std::make_shared<Launch>(Launch{ex, std::move(slots), workspace, s, std::move(pins)});
-        err = enqueue(s, [run]() -> int {
-            int rc = run->ex->run(run->slots->in, run->slots->out, run->workspace, run->stream);
-            run->pins.release();
-            return rc;
-        }, api);
+        auto run = std::make_shared<Launch>(Launch{ex, std::move(slots), workspace, need, s, std::move(pins)});
+        err = enqueue(s, [run]() -> int { return run_launch(*run); }, api);
     }
     if (err) {
         std::string why = take_error();
         return fail(ACLNN_ERR_RUNTIME_ERROR, "%s", why.c_str());
     }
     return ACLNN_SUCCESS;
+}
+
+void note_output_written(size_t index, uint64_t bytes) {
+    if (t_noted && index < kNotedOutputs) (*t_noted)[index] = bytes;
 }
 
 aclOpExecutor *make_copy_executor(const aclTensor *src, aclTensor *dst, uint64_t workspace_size) {

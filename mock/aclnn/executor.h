@@ -100,6 +100,11 @@ ACLMOCK_API std::shared_ptr<Executor> find_executor(aclOpExecutor *handle);
 ACLMOCK_API aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t workspace_size,
                                         aclrtStream stream, const char *api_name);
 
+// Called by a kernel while it runs: of output `index` it wrote only the first `bytes` bytes from the
+// view's element 0. Without a note the whole output counts as written; either way the launch records
+// it in the memory registry (mark_written), so a refill of a reused output restores only that part.
+ACLMOCK_API void note_output_written(size_t index, uint64_t bytes);
+
 // A trivial test op (added so the two-phase rules can be tested without the real ops): phase 1 of
 // "MockCopy". Input 0 = src, output 0 = dst, both contiguous with the same number of bytes; the
 // launch copies src's bytes to dst and requires a workspace of at least workspace_size bytes.

@@ -441,6 +441,7 @@ public:
     int wait();
     int receive();
     int all_gather();   // with a TP domain, after receive()
+    void note_received_rows() const;   // without one, after receive()
 
 private:
     void fill(uint8_t *buf, int64_t t, int64_t srow);
@@ -715,6 +716,16 @@ int DispatchKernel::receive() {
     return 0;
 }
 
+// The outputs sized for every row a rank could receive hold the N received ones at their front: a
+// refill of the reused outputs restores only those (the rest still holds the poison).
+void DispatchKernel::note_received_rows() const {
+    const uint64_t N = uint64_t(received_);
+    note_output_written(kExpandX, N * uint64_t(p_.out_row_bytes));
+    if (p_.dyn_bytes) note_output_written(kDynScales, N * uint64_t(p_.dyn_bytes));
+    if (!expand_idx_) note_output_written(kAssist, N * 12);
+    if (p_.has_escales) note_output_written(kExpandScales, shared_role_ ? 0 : N * 4);
+}
+
 int DispatchKernel::all_gather() {
     const DispatchParams &p = p_;
     TpGather g{ptr<uint8_t>(out_, kExpandX), p.out_row_bytes, p.dyn_bytes ? ptr<uint8_t>(out_, kDynScales) : nullptr,
@@ -752,7 +763,9 @@ int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &
     k.send();
     if (int rc = k.wait()) return rc;
     if (int rc = k.receive()) return rc;
-    return p_.tp == 2 ? k.all_gather() : 0;
+    if (p_.tp == 2) return k.all_gather();
+    k.note_received_rows();
+    return 0;
 }
 
 }  // namespace

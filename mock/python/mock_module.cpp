@@ -128,6 +128,31 @@ PYBIND11_MODULE(_mock, m) {
         py::arg("address"), py::arg("nbytes"),
         "Give a block a caching allocator hands out again the poison of a new one, when the fill is on: "
         "whole, or with poison_stripe and above 64 KiB one 64-byte line in every 512 bytes and the last line.");
+    m.def(
+        "written_extent",
+        [](uintptr_t address) -> py::object {
+            WrittenExtent w;
+            if (!written_extent(reinterpret_cast<const void *>(address), &w)) return py::none();
+            py::dict d;
+            d["base"] = w.base;
+            d["size"] = w.size;
+            d["lo"] = w.lo;
+            d["hi"] = w.hi;
+            d["poison_outside"] = w.poison_outside;
+            d["lazy"] = w.lazy;
+            return d;
+        },
+        py::arg("address"),
+        "The registered block that contains `address`: its base and size, the range written since it last held "
+        "the poison throughout (lo, hi: offsets from the base; empty when lo >= hi), whether every byte outside "
+        "that range holds the poison, and whether its unwritten pages take no memory (lazy). None when no "
+        "block contains the address.");
+    m.def(
+        "mark_written",
+        [](uintptr_t address, size_t nbytes) { mark_written(reinterpret_cast<const void *>(address), nbytes); },
+        py::arg("address"), py::arg("nbytes"),
+        "Record that [address, address + nbytes) was written by code the mock does not see (a host view or "
+        "DLPack consumer of device memory), so that a refill of the block restores the poison there too.");
     m.def("refill_poison_async_address", [] { return reinterpret_cast<uintptr_t>(&refill_poison_async); },
           "The address of the mock's queued poison refill (int (*)(void *const *ptrs, const size_t *sizes, "
           "size_t n, aclrtStream stream)), for a compiled caller that reuses device blocks.");

@@ -5,6 +5,10 @@
 // * aclrtMalloc pads like CANN: the usable block is align32(size) + 32 bytes, starting 64-byte
 //   aligned, filled with the poison byte (0xA5) unless ACLNN_MOCK_POISON=0. Each device pretends to
 //   have kDeviceMemBytes (64 GiB) of HBM; going beyond gives ACL_ERROR_RT_MEMORY_ALLOCATION.
+//   A block of 64 KiB to 64 MiB reads as poison without being filled (poison_pages.cpp): only the
+//   pages something writes take memory.
+// * Each block remembers the range written since it last held the poison throughout, so a reused
+//   block gets its poison back in that range only (refill_poison).
 // * NULL pointer arguments are ACL_ERROR_INVALID_PARAM (100000). Freeing a pointer that is not the
 //   base of a live allocation of the right kind (unknown, already freed, interior, pinned host
 //   memory passed to aclrtFree or device memory to aclrtFreeHost) is ACL_ERROR_RT_MEMORY_FREE
@@ -34,8 +38,23 @@ constexpr int kMaxDevices = 1024;
 struct Entry {
     MemBlock b;
     bool owned = false;  // allocated by aclrtMalloc/aclrtMallocHost (we free it)
+    bool mapped = false; // a poison mapping (unmap_poison), else from posix_memalign (free)
     int pins = 0;        // queued stream work that will touch this block (PinSet)
+    // Every byte outside [wr_lo, wr_hi) (offsets from the base) holds the poison.
+    bool poison_outside = false;
+    size_t wr_lo = 0, wr_hi = 0;
 };
+
+void extend_written(Entry &e, uintptr_t p, size_t n) {
+    const size_t lo = p - e.b.base, hi = lo + n < e.b.size ? lo + n : e.b.size;
+    if (e.wr_lo >= e.wr_hi) {
+        e.wr_lo = lo;
+        e.wr_hi = hi;
+        return;
+    }
+    if (lo < e.wr_lo) e.wr_lo = lo;
+    if (hi > e.wr_hi) e.wr_hi = hi;
+}
 
 struct Registry {
     std::shared_mutex mu;
@@ -61,7 +80,7 @@ Registry &reg() {
 }
 
 // Caller holds the lock. The entry whose range contains address p, or nullptr.
-const Entry *lookup_locked(Registry &r, uintptr_t p) {
+Entry *lookup_locked(Registry &r, uintptr_t p) {
     auto it = r.blocks.upper_bound(p);
     if (it == r.blocks.begin()) return nullptr;
     --it;
@@ -84,12 +103,44 @@ const char *kind_name(MemKind k) {
 
 size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
-void *alloc_block(size_t padded) {
+// A new block: filled with the poison when the fill is on (*poisoned), mapped lazily when its size
+// allows (*mapped).
+void *alloc_block(size_t padded, bool *mapped, bool *poisoned) {
+    const Config &c = config();
+    *mapped = false;
+    *poisoned = c.poison;
+    if (c.poison && padded >= kPoisonLazyMin && padded <= kPoisonLazyMax)
+        if (void *m = map_poison(padded, c.poison_byte)) {
+            *mapped = true;
+            return m;
+        }
     void *p = nullptr;
     if (posix_memalign(&p, 64, align_up(padded, 64)) != 0) return nullptr;
-    const Config &c = config();
     if (c.poison) std::memset(p, c.poison_byte, padded);
     return p;
+}
+
+void release_block(void *p, size_t size, bool mapped) {
+    if (mapped)
+        unmap_poison(p, size);
+    else
+        std::free(p);
+}
+
+// Adds a new owned block to the registry (caller holds the lock).
+void add_owned_locked(Registry &r, void *p, size_t padded, int32_t device, MemKind kind, bool mapped,
+                      bool poisoned) {
+    Entry e;
+    e.b.base = reinterpret_cast<uintptr_t>(p);
+    e.b.size = padded;
+    e.b.device = device;
+    e.b.kind = kind;
+    e.owned = true;
+    e.mapped = mapped;
+    e.poison_outside = poisoned;
+    r.blocks[e.b.base] = e;
+    r.live_allocations += 1;
+    r.live_bytes += padded;
 }
 }  // namespace
 
@@ -150,18 +201,62 @@ bool find_block(const void *p, size_t nbytes, MemBlock *out) {
 // then partly stale, so two runs with different allocation histories differ there. Whole is the
 // default: tests compare whole outputs across routes.
 bool refill_poison(void *p, size_t nbytes) {
-    MemBlock b;
-    if (!p || !find_block(p, nbytes, &b) || !device_kind(b.kind)) return false;
+    if (!p) return false;
     const Config &c = config();
-    if (!c.poison || nbytes == 0) return true;
+    const bool stripe = c.poison_stripe && nbytes > kRefillWhole;
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    size_t lo = 0, hi = nbytes;   // what to refill, as offsets from p
+    {
+        Registry &r = reg();
+        std::unique_lock<std::shared_mutex> lk(r.mu);
+        Entry *e = lookup_locked(r, a);
+        if (!e || nbytes > e->b.size - (a - e->b.base) || !device_kind(e->b.kind)) return false;
+        if (!c.poison || nbytes == 0) return true;
+        const size_t off = a - e->b.base;
+        if (e->poison_outside) {   // the rest holds the poison already
+            lo = e->wr_lo > off ? e->wr_lo - off : 0;
+            hi = e->wr_hi < off + nbytes ? (e->wr_hi > off ? e->wr_hi - off : 0) : nbytes;
+            if (lo >= hi) return true;
+            if (!stripe && off <= e->wr_lo && off + nbytes >= e->wr_hi) e->wr_lo = e->wr_hi = 0;
+        } else if (!stripe && off == 0 && nbytes == e->b.size) {
+            e->poison_outside = true;
+            e->wr_lo = e->wr_hi = 0;
+        }
+    }
     auto *bytes = static_cast<unsigned char *>(p);
-    if (!c.poison_stripe || nbytes <= kRefillWhole) {
-        std::memset(bytes, c.poison_byte, nbytes);
+    if (!stripe) {
+        std::memset(bytes + lo, c.poison_byte, hi - lo);
         return true;
     }
-    for (size_t at = 0; at + kRefillLine <= nbytes; at += kRefillStride)
-        std::memset(bytes + at, c.poison_byte, kRefillLine);
-    std::memset(bytes + nbytes - kRefillLine, c.poison_byte, kRefillLine);
+    // The stripe keeps its place relative to p: one line in every stride, and the last line.
+    auto line = [&](size_t at) {
+        const size_t s = at > lo ? at : lo, t = at + kRefillLine < hi ? at + kRefillLine : hi;
+        if (s < t) std::memset(bytes + s, c.poison_byte, t - s);
+    };
+    for (size_t at = lo / kRefillStride * kRefillStride; at < hi && at + kRefillLine <= nbytes; at += kRefillStride)
+        line(at);
+    line(nbytes - kRefillLine);
+    return true;
+}
+
+void mark_written(const void *p, size_t nbytes) {
+    if (!p || nbytes == 0) return;
+    Registry &r = reg();
+    std::unique_lock<std::shared_mutex> lk(r.mu);
+    if (Entry *e = lookup_locked(r, reinterpret_cast<uintptr_t>(p))) extend_written(*e, reinterpret_cast<uintptr_t>(p), nbytes);
+}
+
+bool written_extent(const void *p, WrittenExtent *out) {
+    Registry &r = reg();
+    std::shared_lock<std::shared_mutex> lk(r.mu);
+    const Entry *e = lookup_locked(r, reinterpret_cast<uintptr_t>(p));
+    if (!e) return false;
+    out->base = e->b.base;
+    out->size = e->b.size;
+    out->lo = e->wr_lo;
+    out->hi = e->wr_hi;
+    out->poison_outside = e->poison_outside;
+    out->lazy = e->mapped;
     return true;
 }
 
@@ -243,17 +338,24 @@ bool PinSet::pin(const void *p, size_t n, const char *what, bool any_kind) {
 }
 
 void PinSet::release() {
-    if (bases_.empty()) return;
+    if (bases_.empty() && writes_.empty()) return;
     Registry &r = reg();
+    bool unpinned = false;
     {
         std::unique_lock<std::shared_mutex> lk(r.mu);
+        for (const auto &[p, n] : writes_)
+            if (Entry *e = lookup_locked(r, p)) extend_written(*e, p, n);
         for (uintptr_t b : bases_) {
             auto it = r.blocks.find(b);
-            if (it != r.blocks.end() && it->second.pins > 0 && --it->second.pins == 0) --r.pinned_blocks;
+            if (it != r.blocks.end() && it->second.pins > 0 && --it->second.pins == 0) {
+                --r.pinned_blocks;
+                unpinned = true;
+            }
         }
     }
     bases_.clear();
-    r.unpinned.notify_all();
+    writes_.clear();
+    if (unpinned) r.unpinned.notify_all();
 }
 
 PinStats pin_stats() {
@@ -379,13 +481,14 @@ aclError do_free(const char *api, void *p, MemKind want) {
         }
         if (it != r.blocks.end() && it->second.owned && it->second.b.kind == want) {
             const MemBlock b = it->second.b;
+            const bool mapped = it->second.mapped;
             r.blocks.erase(it);
             r.live_allocations -= 1;
             r.live_bytes -= b.size;
             if (b.kind == MemKind::Device && b.device >= 0 && b.device < kMaxDevices)
                 r.dev_bytes[b.device] -= b.size;
             lk.unlock();
-            std::free(p);
+            release_block(p, b.size, mapped);
             return ACL_SUCCESS;
         }
         const Entry *e = lookup_locked(r, a);
@@ -441,22 +544,15 @@ ACLMOCK_API aclError aclrtMalloc(void **devPtr, size_t size, aclrtMemMallocPolic
                         "in use)", dev, size, r.dev_bytes[dev], kDeviceMemBytes);
         r.dev_bytes[dev] += padded;  // reserve before allocating outside the lock
     }
-    void *p = alloc_block(padded);
+    bool mapped, poisoned;
+    void *p = alloc_block(padded, &mapped, &poisoned);
     std::unique_lock<std::shared_mutex> lk(r.mu);
     if (!p) {
         r.dev_bytes[dev] -= padded;
         return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
                     "aclrtMalloc: host allocation of %zu bytes failed", padded);
     }
-    Entry e;
-    e.b.base = reinterpret_cast<uintptr_t>(p);
-    e.b.size = padded;
-    e.b.device = dev;
-    e.b.kind = MemKind::Device;
-    e.owned = true;
-    r.blocks[e.b.base] = e;
-    r.live_allocations += 1;
-    r.live_bytes += padded;
+    add_owned_locked(r, p, padded, dev, MemKind::Device, mapped, poisoned);
     *devPtr = p;
     return ACL_SUCCESS;
 }
@@ -469,21 +565,14 @@ ACLMOCK_API aclError aclrtMallocHost(void **hostPtr, size_t size) {
     size_t padded = align_up(size, 32) + 32;
     if (size > (size_t(1) << 46)) 
         return fail(ACL_ERROR_RT_MEMORY_ALLOCATION, "aclrtMallocHost: size %zu is too large", size);
-    void *p = alloc_block(padded);
+    bool mapped, poisoned;
+    void *p = alloc_block(padded, &mapped, &poisoned);
     if (!p)
         return fail(ACL_ERROR_RT_MEMORY_ALLOCATION,
                     "aclrtMallocHost: host allocation of %zu bytes failed", padded);
     Registry &r = reg();
     std::unique_lock<std::shared_mutex> lk(r.mu);
-    Entry e;
-    e.b.base = reinterpret_cast<uintptr_t>(p);
-    e.b.size = padded;
-    e.b.device = -1;
-    e.b.kind = MemKind::Host;
-    e.owned = true;
-    r.blocks[e.b.base] = e;
-    r.live_allocations += 1;
-    r.live_bytes += padded;
+    add_owned_locked(r, p, padded, -1, MemKind::Host, mapped, poisoned);
     *hostPtr = p;
     return ACL_SUCCESS;
 }
@@ -494,6 +583,7 @@ ACLMOCK_API aclError aclrtMemcpy(void *dst, size_t destMax, const void *src, siz
                                  aclrtMemcpyKind kind) {
     if (aclError e = check_copy("aclrtMemcpy", dst, destMax, src, count, kind, nullptr)) return e;
     if (count) std::memmove(dst, src, count);
+    mark_written(dst, count);
     return ACL_SUCCESS;
 }
 
@@ -509,6 +599,7 @@ ACLMOCK_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src
     auto pins = std::make_shared<PinSet>();
     if (count && find_block_at(dst, nullptr) && !pins->pin(dst, count, "aclrtMemcpyAsync: dst", true))
         return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
+    pins->note_write(dst, count);
     if (count && find_block_at(src, nullptr) && !pins->pin(src, count, "aclrtMemcpyAsync: src", true))
         return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
     uint64_t ticket = 0;
@@ -525,6 +616,7 @@ ACLMOCK_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src
 ACLMOCK_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {
     if (aclError e = check_memset("aclrtMemset", devPtr, maxCount, count)) return e;
     if (count) std::memset(devPtr, value & 0xff, count);
+    mark_written(devPtr, count);
     return ACL_SUCCESS;
 }
 
@@ -537,6 +629,7 @@ ACLMOCK_API aclError aclrtMemsetAsync(void *devPtr, size_t maxCount, int32_t val
     auto pins = std::make_shared<PinSet>();
     if (!pins->pin(devPtr, count, "aclrtMemsetAsync: devPtr"))
         return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
+    pins->note_write(devPtr, count);
     return enqueue(s, [devPtr, value, count, pins]() -> int {
         if (count) std::memset(devPtr, value & 0xff, count);
         pins->release();

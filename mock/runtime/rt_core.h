@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <vector>
+#include <utility>
 
 #include "acl/acl_rt.h"
 
@@ -129,7 +130,35 @@ ACLMOCK_API MemStats mem_stats();
 constexpr size_t kRefillWhole = size_t(64) << 10;
 constexpr size_t kRefillStride = 512;
 constexpr size_t kRefillLine = 64;
+//
+// Only the bytes written since the block last held the poison throughout are refilled: each
+// writer the mock runs (copies, memsets, kernels, the DLPack exports of aclnn_py) records the
+// range it wrote (mark_written), so a worst-case-sized output whose kernel wrote a few rows is
+// refilled in a few rows.
 ACLMOCK_API bool refill_poison(void *p, size_t nbytes);
+// Records that [p, p+nbytes) was written (nothing when p lies in no registered block).
+ACLMOCK_API void mark_written(const void *p, size_t nbytes);
+// Test hook: the written range of the block that contains p, as offsets from its base, and whether
+// every byte outside it holds the poison. False when p lies in no registered block.
+struct WrittenExtent {
+    uintptr_t base = 0;
+    size_t size = 0, lo = 0, hi = 0;
+    bool poison_outside = false;
+    bool lazy = false;   // a poison mapping: its unwritten pages take no memory
+};
+ACLMOCK_API bool written_extent(const void *p, WrittenExtent *out);
+
+// Poison pages (poison_pages.cpp): a block of kPoisonLazyMin..kPoisonLazyMax bytes is a private
+// mapping of a kPoisonChunk-byte memory file holding the poison; larger blocks would take too many
+// mappings (one per chunk) and are filled instead.
+constexpr size_t kPoisonChunk = size_t(2) << 20;
+constexpr size_t kPoisonLazyMin = size_t(64) << 10;
+constexpr size_t kPoisonLazyMax = size_t(64) << 20;
+// A mapping of at least `bytes` whose pages read as `byte` until written; nullptr when it cannot be
+// made (no memfd, out of mappings).
+void *map_poison(size_t bytes, uint8_t byte);
+void unmap_poison(void *p, size_t bytes);
+size_t poison_map_bytes(size_t bytes);
 // refill_poison of `n` blocks queued on `stream` (a reused block still read by earlier work on it):
 // 0, or an aclError with the message set. Nothing is queued with the poison off.
 ACLMOCK_API int refill_poison_async(void *const *ptrs, const size_t *sizes, size_t n, aclrtStream stream);
@@ -183,10 +212,16 @@ public:
     // block when `any_kind`) and pins it. False (message set, "<what>: ...") when it does not;
     // n == 0 or p == NULL pins nothing and succeeds.
     bool pin(const void *p, size_t n, const char *what, bool any_kind = false);
+    // [p, p+n) will have been written when release() runs: recorded then (mark_written), under the
+    // lock release takes anyway.
+    void note_write(const void *p, size_t n) {
+        if (p && n) writes_.push_back({reinterpret_cast<uintptr_t>(p), n});
+    }
     void release();
 
 private:
     std::vector<uintptr_t> bases_;
+    std::vector<std::pair<uintptr_t, size_t>> writes_;
 };
 struct PinStats {
     size_t pinned_blocks = 0;   // blocks with pending work

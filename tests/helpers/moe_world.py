@@ -84,6 +84,24 @@ def _host(t: Any) -> np.ndarray:
     return t.numpy_view() if t.dtype.name in _VIEWABLE else t.numpy()
 
 
+def _written(t: Any) -> tuple[int, int] | None:
+    """The bytes of `t`'s block the mock recorded as written, relative to `t`'s address ((0, 0): none),
+    or None when the block does not track its poison (the fill was off)."""
+    from aclnn_py import _mock
+
+    w = _mock.written_extent(t.ptr)
+    if w is None or not w["poison_outside"]:
+        return None
+    if w["lo"] >= w["hi"]:
+        return (0, 0)
+    start = t.ptr - w["base"]
+    return (w["lo"] - start, w["hi"] - start)
+
+
+def _row_bytes(t: Any) -> int:
+    return int(t.nbytes // t.shape[0]) if t.shape[0] else 0
+
+
 def _x_tensor(v: Any, stream: Any) -> Any:
     """x as the mock takes it: an array, or (uint8 codes, DataType) for HiFloat8 / packed fp4."""
     from aclnn_py import Tensor
@@ -120,13 +138,18 @@ def mock_dispatch(c: Case, inp: Inputs, rank: int, ctx: Any, ccl: int, stream: A
     _, slots, nloc = roles(c, inp)[rank]
     recv = o.ep_recv_counts.numpy()[:slots]
     n = int(recv[-1])
+    # read before the host views below, whose release counts every byte they could reach as written
+    written = {"expand_x": (_written(o.expand_x), _row_bytes(o.expand_x)),
+               "dynamic_scales": (_written(o.dynamic_scales), _row_bytes(o.dynamic_scales)),
+               "assist": (_written(o.assist_info_for_combine), 12),
+               "expand_scales": (_written(o.expand_scales), 4)}
     ex, ds, ai, es = _host(o.expand_x), _host(o.dynamic_scales), _host(o.assist_info_for_combine), _host(o.expand_scales)
     return {"n": n, "recv": recv, "recv_len": o.ep_recv_counts.shape[0], "tok_nums": o.expert_token_nums.numpy()[:nloc], "expand_x": ex[:n].copy(),
             "dynamic_scales": ds[:n].copy(), "assist": ai[:3 * n].copy(), "expand_scales": es[:n].copy(),
             "poison": {"expand_x": _poisoned(ex[n:]), "dynamic_scales": _poisoned(ds[n:]),
                        "dynamic_scales_all": _poisoned(ds), "assist": _poisoned(ai[3 * n:]),
                        "expand_scales": _poisoned(es[n:]), "expand_scales_all": _poisoned(es)},
-            "perf": perf.numpy().copy() if c.perf else None, "_tensors": o}
+            "written": written, "perf": perf.numpy().copy() if c.perf else None, "_tensors": o}
 
 
 def mock_combine(c: Case, inp: Inputs, rank: int, ctx: Any, ccl: int, stream: Any, d: dict[str, Any],
@@ -212,6 +235,16 @@ def check_dispatch(c: Case, rank: int, m: dict[str, Any], g: Any) -> None:
         assert m["poison"]["expand_scales"], f"expand_scales >= N written: {where}"
     elif c.escales and c.soc == A3:
         assert m["poison"]["expand_scales_all"], f"expand_scales written on a shared rank: {where}"
+    # what the mock recorded as written is exactly the N rows at the front: a refill of the reused outputs
+    # restores the poison there and nowhere else
+    wanted = {"expand_x": True, "assist": True, "dynamic_scales": g.dynamic_scales is not None,
+              "expand_scales": g.expand_scales is not None}
+    for name, (extent, row) in m["written"].items():
+        if extent is not None and wanted[name]:
+            assert extent == (0, n * row) or (n == 0 and extent == (0, 0)), \
+                f"{name}: recorded as written {extent}, the kernel wrote (0, {n * row}): {where}"
+    if c.escales and c.soc == A3 and g.expand_scales is None and m["written"]["expand_scales"][0] is not None:
+        assert m["written"]["expand_scales"][0] == (0, 0), f"expand_scales recorded as written on a shared rank: {where}"
     if m["perf"] is not None:
         p = m["perf"]
         assert p.shape == (c.W,) and p.dtype == np.int64 and (p >= 0).all(), f"performance_info {p}: {where}"
