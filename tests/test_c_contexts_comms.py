@@ -7,22 +7,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.toolchain import c_compiler
 
 import aclnn_py
 
 SRC = Path(__file__).resolve().parent / "c"
-
-
-def _cc() -> str:
-    for name in (os.environ.get("CC", "cc"), "gcc", "clang"):
-        if shutil.which(name):
-            return name
-    pytest.skip("no C compiler")
 
 
 def _cann_env(root: Path) -> dict[str, str]:
@@ -37,7 +30,7 @@ def _cann_env(root: Path) -> dict[str, str]:
 def program(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = Path(aclnn_py.mock_root())
     exe = tmp_path_factory.mktemp("contexts_comms") / "test_contexts_comms"
-    cmd = [_cc(), "-std=c99", "-O1", "-Wall", "-Werror", f"-I{root}/include", f"-I{SRC}",
+    cmd = [c_compiler(), "-std=c99", "-O1", "-Wall", "-Werror", f"-I{root}/include", f"-I{SRC}",
            str(SRC / "test_contexts_comms.c"), f"-L{root}/lib64", "-lhccl", "-lascendcl", "-pthread",
            "-o", str(exe)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=False)

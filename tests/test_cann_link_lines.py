@@ -8,23 +8,16 @@ from __future__ import annotations
 
 import os
 import platform
-import shutil
 import subprocess
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers.root_copies import run_cli
+from helpers.toolchain import c_compiler, cxx_compiler
 
 SAMPLES = Path(__file__).resolve().parents[1] / "examples" / "cann_samples"
 ARCH = f"{platform.machine()}-linux"
-
-
-def _compiler(name: str) -> str:
-    found = shutil.which(name)
-    if found is None:
-        pytest.skip(f"no {name}")
-    return found
 
 
 def _root(tmp_path: Path, generations: str) -> Path:
@@ -56,7 +49,7 @@ def _line(kind: str, root: Path, vendor: str = "") -> list[str]:
 
 
 def _build(source: Path, line: list[str], out: Path) -> Path:
-    cxx = _compiler(os.environ.get("CXX", "g++"))
+    cxx = cxx_compiler()
     cmd = [cxx, "-std=c++17", "-Wall", "-Wextra", "-Werror", str(source), *line, "-o", str(out)]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     assert done.returncode == 0, " ".join(cmd) + "\n" + done.stderr
@@ -152,7 +145,7 @@ def test_builtin_library_offers_only_the_chosen_generations(tmp_path):
     """A program calling generation 5 does not link against a root made with generation 2 only, as
     against a CANN install whose op package predates it."""
     root = _root(tmp_path, "2")
-    cxx = _compiler(os.environ.get("CXX", "g++"))
+    cxx = cxx_compiler()
     cmd = [cxx, "-std=c++17", str(SAMPLES / "moe_dispatch_combine_v5.cpp"), *_line("builtin", root), "-o",
            str(tmp_path / "v5")]
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
@@ -254,7 +247,7 @@ def test_c_sec_return_codes(tmp_path):
     root = _root(tmp_path, "5")
     src = tmp_path / "sec.c"
     src.write_text(SECUREC_PROBE)
-    cc = _compiler(os.environ.get("CC", "cc"))
+    cc = c_compiler()
     exe = tmp_path / "sec"
     done = subprocess.run([cc, "-Wall", "-Werror", str(src), f"-I{root}/include", f"-L{root}/lib64", "-lc_sec", "-o",
                            str(exe)], capture_output=True, text=True, check=False)

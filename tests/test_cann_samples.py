@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import ctypes
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
+from helpers.toolchain import cxx_compiler
 
 import aclnn_py
 
@@ -41,9 +40,7 @@ def _cann_env(root: Path, **extra: str) -> dict[str, str]:
 
 
 def _build(source: str, tmp_path: Path) -> Path:
-    cxx = next((c for c in (os.environ.get("CXX", "c++"), "g++", "clang++") if shutil.which(c)), None)
-    if cxx is None:
-        pytest.skip("no C++ compiler")
+    cxx = cxx_compiler()
     root = _root()
     exe = tmp_path / Path(source).stem
     cmd = [cxx, "-std=c++17", "-O1", "-Wall", "-Wextra", "-Werror", f"-I{root}/include", str(SAMPLES / source),

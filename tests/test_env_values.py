@@ -5,12 +5,12 @@ from the mock's C API. None is replaced by a default in silence."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 from helpers.root_copies import run_cli, run_python
+from helpers.toolchain import c_compiler
 
 import aclnn_py
 from aclnn_py import env_values
@@ -101,9 +101,7 @@ int main(int argc, char **argv) {
     ("HCCL_BUFFSIZE", "2", "HcclCommInitAll 0 "),
 ])
 def test_mock_c_api_refuses_with_status_and_message(tmp_path: Path, name, value, line):
-    cc = shutil.which(os.environ.get("CC", "cc"))
-    if cc is None:
-        pytest.skip("no C compiler")
+    cc = c_compiler()
     root = Path(aclnn_py.mock_root()).resolve()
     src = tmp_path / "probe.c"
     src.write_text(C_PROBE)

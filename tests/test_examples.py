@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import package_pythonpath
+from helpers.toolchain import c_compiler, cmake, cxx_compiler
 
 import aclnn_py
 from aclnn_py import golden
@@ -29,11 +30,11 @@ EXAMPLES = REPO / "examples"
 
 
 def _need_toolchain(cxx: bool = False) -> None:
-    if not shutil.which("cmake"):
-        pytest.skip("cmake is not installed")
-    names = ("c++", "g++", "clang++") if cxx else ("cc", "gcc", "clang")
-    if not any(shutil.which(n) for n in names):
-        pytest.skip("no compiler")
+    cmake()
+    if cxx:
+        cxx_compiler()
+    else:
+        c_compiler()
 
 
 def _cmake(src: Path, build: Path, *defs: str, env: dict[str, str] | None = None) -> None:

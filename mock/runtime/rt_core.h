@@ -206,8 +206,11 @@ public:
     PinSet(const PinSet &) = delete;
     PinSet &operator=(const PinSet &) = delete;
     ~PinSet();
-    // Room for n pins, so pinning allocates at most once.
-    void reserve(size_t n) { bases_.reserve(n); }
+    // Room for n pins and n noted writes, so a launch allocates at most once for each.
+    void reserve(size_t n) {
+        bases_.reserve(n);
+        writes_.reserve(n);
+    }
     // Checks that [p, p+n) lies inside one registered device-addressable block (or any registered
     // block when `any_kind`) and pins it. False (message set, "<what>: ...") when it does not;
     // n == 0 or p == NULL pins nothing and succeeds.

@@ -4,13 +4,13 @@ before any rank starts, moe_round's arguments, acl.dtypes typed for a type check
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 from helpers.root_copies import run_cli
+from helpers.toolchain import c_compiler
 
 
 @pytest.mark.parametrize(("argv", "error"), [
@@ -62,9 +62,7 @@ def test_dtypes_are_typed_for_a_type_checker(tmp_path: Path):
 def test_moe_round_arguments(tmp_path: Path):
     import aclnn_py
 
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler")
+    cc = c_compiler()
     root = Path(aclnn_py.mock_root()).resolve()
     ops = root / "opp" / "vendors" / "custom_transformer" / "op_api" / "lib"
     src = Path(__file__).resolve().parents[2] / "examples" / "c_client" / "moe_round.c"

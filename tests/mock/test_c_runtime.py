@@ -15,6 +15,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from helpers.toolchain import c_compiler, cmake
 
 REPO = Path(__file__).resolve().parents[2]
 SRC = REPO / "tests" / "c"
@@ -28,10 +29,8 @@ def _mock_root() -> Path:
 
 @pytest.fixture(scope="module")
 def c_build(tmp_path_factory) -> Path:
-    if not shutil.which("cmake"):
-        pytest.skip("cmake is not installed (needed to build tests/c)")
-    if not (shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc") or shutil.which("clang")):
-        pytest.skip("no C compiler (needed to build tests/c)")
+    cmake()
+    c_compiler()
     root = _mock_root()
     assert (root / "lib64" / "libascendcl.so").is_file(), root
     assert (root / "lib64" / "libnnopbase.so").is_file(), root

@@ -6,13 +6,13 @@ slices, process exit while a thread is blocked)."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from helpers.toolchain import cxx_compiler
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,9 +34,7 @@ def _mock_root() -> Path:
 
 @pytest.fixture(scope="module")
 def selftest(tmp_path_factory) -> Path:
-    cxx = shutil.which(os.environ.get("CXX", "g++")) or shutil.which("c++")
-    if not cxx:
-        pytest.skip("no C++ compiler")
+    cxx = cxx_compiler()
     root = _mock_root()
     lib = root / "lib64"
     out = tmp_path_factory.mktemp("hccl_c") / "hccl_selftest"

@@ -10,8 +10,7 @@ import json
 
 import numpy as np
 import pytest
-
-from tests.conftest import run_python
+from helpers.root_copies import run_python
 
 POISON = 0xA5
 MIB = 1 << 20
