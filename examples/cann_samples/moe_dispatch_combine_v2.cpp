@@ -110,31 +110,13 @@ int LaunchOneThreadDispatchV2AndCombineV2(Args &args) {
     CHECK_CALL(HcclGetCommName(args.hcclEpComm, hcomEpName));
     CHECK_CALL(HcclGetCommName(args.hcclTpComm, hcomTpName));
 
-    std::vector<uint16_t> xHost(BS * H);
-    std::vector<int32_t> expertIdsHost(BS * K);
-    std::vector<float> expertScalesHost(BS * K);
-    const std::vector<float> w = sample::TopkWeights(K);
-    for (int t = 0; t < BS; ++t) {
-        for (int h = 0; h < H; ++h) xHost[t * H + h] = sample::ToBf16(sample::TokenValue(args.rankId, BS, t));
-        for (int k = 0; k < K; ++k) {
-            expertIdsHost[t * K + k] = sample::ExpertOf(args.epRankId, t, k, MOE_EXPERT_NUM);
-            expertScalesHost[t * K + k] = w[k];
-        }
-    }
+    const sample::Tokens host = sample::RoutedTokens(args.rankId, args.epRankId, BS, H, K, MOE_EXPERT_NUM);
 
-    DeviceTensor x, expertIds, expertScales, expandX, dynamicScales, assistInfo, expertTokenNums, epRecvCounts,
-        tpRecvCounts, expandScales, expertOut, xOut;
-    CHECK_RET(x.Create(xHost, {BS, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(expertIds.Create(expertIdsHost, {BS, K}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertScales.Create(expertScalesHost, {BS, K}, ACL_FLOAT) == 0, return -1);
-    CHECK_RET(expandX.Create(std::vector<uint16_t>(), {TP_WORLD_SIZE * A, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(dynamicScales.Create(std::vector<float>(), {TP_WORLD_SIZE * A}, ACL_FLOAT) == 0, return -1);
-    CHECK_RET(assistInfo.Create(std::vector<int32_t>(), {A * 128}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertTokenNums.Create(std::vector<int64_t>(), {LOCAL_EXPERT_NUM}, ACL_INT64) == 0, return -1);
-    CHECK_RET(epRecvCounts.Create(std::vector<int32_t>(), {TP_WORLD_SIZE * LOCAL_EXPERT_NUM * EP_WORLD_SIZE},
-                                  ACL_INT32) == 0, return -1);
-    CHECK_RET(tpRecvCounts.Create(std::vector<int32_t>(), {TP_WORLD_SIZE}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expandScales.Create(std::vector<float>(), {A}, ACL_FLOAT) == 0, return -1);
+    sample::TokenTensors tok;
+    sample::DispatchOutputs out;
+    DeviceTensor expertOut, xOut;
+    CHECK_RET(tok.Create(host, BS, H, K) == 0, return -1);
+    CHECK_RET(out.Create(A, H, LOCAL_EXPERT_NUM, EP_WORLD_SIZE, TP_WORLD_SIZE, TP_WORLD_SIZE) == 0, return -1);
     CHECK_RET(xOut.Create(std::vector<uint16_t>(), {BS, H}, ACL_BF16) == 0, return -1);
 
     const int64_t expertShardType = 0, sharedExpertNum = 0, sharedExpertRankNum = 0, quantMode = 0;
@@ -146,11 +128,12 @@ int LaunchOneThreadDispatchV2AndCombineV2(Args &args) {
     aclOpExecutor *dispatchV2Executor = nullptr;
     void *dispatchV2WorkspaceAddr = nullptr;
     CHECK_CALL(aclnnMoeDistributeDispatchV2GetWorkspaceSize(
-        x.tensor, expertIds.tensor, nullptr, nullptr, nullptr, hcomEpName, EP_WORLD_SIZE, args.epRankId,
+        tok.x.tensor, tok.expertIds.tensor, nullptr, nullptr, nullptr, hcomEpName, EP_WORLD_SIZE, args.epRankId,
         MOE_EXPERT_NUM, hcomTpName, TP_WORLD_SIZE, args.tpRankId, expertShardType, sharedExpertNum,
-        sharedExpertRankNum, quantMode, GLOBAL_BS, expertTokenNumsType, commAlg.c_str(), expandX.tensor,
-        dynamicScales.tensor, assistInfo.tensor, expertTokenNums.tensor, epRecvCounts.tensor, tpRecvCounts.tensor,
-        expandScales.tensor, &dispatchV2WorkspaceSize, &dispatchV2Executor));
+        sharedExpertRankNum, quantMode, GLOBAL_BS, expertTokenNumsType, commAlg.c_str(), out.expandX.tensor,
+        out.dynamicScales.tensor, out.assistInfo.tensor, out.expertTokenNums.tensor, out.epRecvCounts.tensor,
+        out.tpRecvCounts.tensor,
+        out.expandScales.tensor, &dispatchV2WorkspaceSize, &dispatchV2Executor));
     if (dispatchV2WorkspaceSize > 0)
         CHECK_CALL(aclrtMalloc(&dispatchV2WorkspaceAddr, dispatchV2WorkspaceSize, ACL_MEM_MALLOC_HUGE_FIRST));
     CHECK_CALL(aclnnMoeDistributeDispatchV2(dispatchV2WorkspaceAddr, dispatchV2WorkspaceSize, dispatchV2Executor,
@@ -160,8 +143,8 @@ int LaunchOneThreadDispatchV2AndCombineV2(Args &args) {
     std::vector<int64_t> tokenNums;
     std::vector<int32_t> tpCounts;
     std::vector<uint16_t> expandXHost;
-    CHECK_RET(expertTokenNums.Download(&tokenNums) == 0 && tpRecvCounts.Download(&tpCounts) == 0 &&
-                  expandX.Download(&expandXHost) == 0,
+    CHECK_RET(out.expertTokenNums.Download(&tokenNums) == 0 && out.tpRecvCounts.Download(&tpCounts) == 0 &&
+                  out.expandX.Download(&expandXHost) == 0,
               return -1);
     const int64_t rows = tokenNums[LOCAL_EXPERT_NUM - 1];   // the last prefix sum: every row
     CHECK_RET(CheckDispatch(args, rows, tpCounts, expandXHost) == 0, return -1);
@@ -176,8 +159,8 @@ int LaunchOneThreadDispatchV2AndCombineV2(Args &args) {
     aclOpExecutor *combineV2Executor = nullptr;
     void *combineV2WorkspaceAddr = nullptr;
     CHECK_CALL(aclnnMoeDistributeCombineV2GetWorkspaceSize(
-        expertOut.tensor, expertIds.tensor, assistInfo.tensor, epRecvCounts.tensor, expertScales.tensor,
-        tpRecvCounts.tensor, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, hcomEpName, EP_WORLD_SIZE,
+        expertOut.tensor, tok.expertIds.tensor, out.assistInfo.tensor, out.epRecvCounts.tensor, tok.expertScales.tensor,
+        out.tpRecvCounts.tensor, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, hcomEpName, EP_WORLD_SIZE,
         args.epRankId, MOE_EXPERT_NUM, hcomTpName, TP_WORLD_SIZE, args.tpRankId, expertShardType, sharedExpertNum,
         sharedExpertRankNum, GLOBAL_BS, outDtype, commQuantMode, groupListType, commAlg.c_str(), xOut.tensor,
         &combineV2WorkspaceSize, &combineV2Executor));
@@ -187,20 +170,15 @@ int LaunchOneThreadDispatchV2AndCombineV2(Args &args) {
                                            args.combineV2Stream));
     CHECK_CALL(aclrtSynchronizeStreamWithTimeout(args.combineV2Stream, 10000));
 
-    std::vector<uint16_t> xOutHost;
-    CHECK_RET(xOut.Download(&xOutHost) == 0, return -1);
-    CHECK_RET(xOutHost == xHost,
-              LOG_PRINT("[ERROR] rank %u: combine did not give x back (token 0: %g, x %g)\n", args.rankId,
-                        sample::FromBf16(xOutHost[0]), sample::FromBf16(xHost[0]));
-              return -1);
+    CHECK_RET(sample::CheckXBack(xOut, host.x, args.rankId) == 0, return -1);
     LOG_PRINT("[INFO] rank %u (ep %u, tp %u): dispatch V2 and combine V2 match the host (groups %s, %s)\n",
               args.rankId, args.epRankId, args.tpRankId, hcomEpName, hcomTpName);
 
     if (dispatchV2WorkspaceAddr) aclrtFree(dispatchV2WorkspaceAddr);
     if (combineV2WorkspaceAddr) aclrtFree(combineV2WorkspaceAddr);
-    for (DeviceTensor *t : {&x, &expertIds, &expertScales, &expandX, &dynamicScales, &assistInfo, &expertTokenNums,
-                            &epRecvCounts, &tpRecvCounts, &expandScales, &expertOut, &xOut})
-        t->Release();
+    tok.Release();
+    out.Release();
+    for (DeviceTensor *t : {&expertOut, &xOut}) t->Release();
     CHECK_CALL(HcclCommDestroy(args.hcclEpComm));
     CHECK_CALL(HcclCommDestroy(args.hcclTpComm));
     CHECK_CALL(aclrtDestroyStream(args.dispatchV2Stream));

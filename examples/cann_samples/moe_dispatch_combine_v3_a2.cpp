@@ -59,30 +59,12 @@ int RunOneRank(int rankId, const char *rankTable) {
     char hcomEpName[COMM_NAME_MAX_LENGTH] = {0};
     CHECK_CALL(HcclGetCommName(comm, hcomEpName));
 
-    std::vector<uint16_t> xHost(BS * H);
-    std::vector<int32_t> expertIdsHost(BS * K);
-    std::vector<float> expertScalesHost(BS * K);
-    const std::vector<float> w = sample::TopkWeights(K);
-    for (int t = 0; t < BS; ++t) {
-        for (int h = 0; h < H; ++h) xHost[t * H + h] = sample::ToBf16(sample::TokenValue(rankId, BS, t));
-        for (int k = 0; k < K; ++k) {
-            expertIdsHost[t * K + k] = sample::ExpertOf(rankId, t, k, MOE_EXPERT_NUM);
-            expertScalesHost[t * K + k] = w[k];
-        }
-    }
-    DeviceTensor x, expertIds, expertScales, expandX, dynamicScales, assistInfo, expertTokenNums, epRecvCounts,
-        tpRecvCounts, expandScales, xOut;
-    CHECK_RET(x.Create(xHost, {BS, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(expertIds.Create(expertIdsHost, {BS, K}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertScales.Create(expertScalesHost, {BS, K}, ACL_FLOAT) == 0, return -1);
-    CHECK_RET(expandX.Create(std::vector<uint16_t>(), {A, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(dynamicScales.Create(std::vector<float>(), {A}, ACL_FLOAT) == 0, return -1);
-    CHECK_RET(assistInfo.Create(std::vector<int32_t>(), {A * 128}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertTokenNums.Create(std::vector<int64_t>(), {LOCAL_EXPERT_NUM}, ACL_INT64) == 0, return -1);
-    CHECK_RET(epRecvCounts.Create(std::vector<int32_t>(), {EP_WORLD_SIZE * LOCAL_EXPERT_NUM}, ACL_INT32) == 0,
-              return -1);
-    CHECK_RET(tpRecvCounts.Create(std::vector<int32_t>(), {1}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expandScales.Create(std::vector<float>(), {A}, ACL_FLOAT) == 0, return -1);
+    const sample::Tokens host = sample::RoutedTokens(rankId, rankId, BS, H, K, MOE_EXPERT_NUM);
+    sample::TokenTensors tok;
+    sample::DispatchOutputs out;
+    DeviceTensor xOut;
+    CHECK_RET(tok.Create(host, BS, H, K) == 0, return -1);
+    CHECK_RET(out.Create(A, H, LOCAL_EXPERT_NUM, EP_WORLD_SIZE, 1, 1) == 0, return -1);
     CHECK_RET(xOut.Create(std::vector<uint16_t>(), {BS, H}, ACL_BF16) == 0, return -1);
 
     const int64_t tpWorldSize = 0, tpRankId = 0, expertShardType = 0, sharedExpertNum = 0, sharedExpertRankNum = 0;
@@ -94,11 +76,12 @@ int RunOneRank(int rankId, const char *rankTable) {
     aclOpExecutor *dispatchExecutor = nullptr;
     void *dispatchWorkspaceAddr = nullptr;
     CHECK_CALL(aclnnMoeDistributeDispatchV3GetWorkspaceSize(
-        x.tensor, expertIds.tensor, nullptr, nullptr, nullptr, nullptr, hcomEpName, EP_WORLD_SIZE, rankId,
+        tok.x.tensor, tok.expertIds.tensor, nullptr, nullptr, nullptr, nullptr, hcomEpName, EP_WORLD_SIZE, rankId,
         MOE_EXPERT_NUM, "", tpWorldSize, tpRankId, expertShardType, sharedExpertNum, sharedExpertRankNum, quantMode,
-        GLOBAL_BS, expertTokenNumsType, commAlg, zeroExpertNum, copyExpertNum, constExpertNum, expandX.tensor,
-        dynamicScales.tensor, assistInfo.tensor, expertTokenNums.tensor, epRecvCounts.tensor, tpRecvCounts.tensor,
-        expandScales.tensor, &dispatchWorkspaceSize, &dispatchExecutor));
+        GLOBAL_BS, expertTokenNumsType, commAlg, zeroExpertNum, copyExpertNum, constExpertNum, out.expandX.tensor,
+        out.dynamicScales.tensor, out.assistInfo.tensor, out.expertTokenNums.tensor, out.epRecvCounts.tensor,
+        out.tpRecvCounts.tensor,
+        out.expandScales.tensor, &dispatchWorkspaceSize, &dispatchExecutor));
     if (dispatchWorkspaceSize > 0)
         CHECK_CALL(aclrtMalloc(&dispatchWorkspaceAddr, dispatchWorkspaceSize, ACL_MEM_MALLOC_HUGE_FIRST));
     CHECK_CALL(aclnnMoeDistributeDispatchV3(dispatchWorkspaceAddr, dispatchWorkspaceSize, dispatchExecutor, stream));
@@ -107,7 +90,8 @@ int RunOneRank(int rankId, const char *rankTable) {
     aclOpExecutor *combineExecutor = nullptr;
     void *combineWorkspaceAddr = nullptr;
     CHECK_CALL(aclnnMoeDistributeCombineV3GetWorkspaceSize(
-        expandX.tensor, expertIds.tensor, assistInfo.tensor, epRecvCounts.tensor, expertScales.tensor, nullptr,
+        out.expandX.tensor, tok.expertIds.tensor, out.assistInfo.tensor, out.epRecvCounts.tensor,
+        tok.expertScales.tensor, nullptr,
         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, hcomEpName,
         EP_WORLD_SIZE, rankId, MOE_EXPERT_NUM, "", tpWorldSize, tpRankId, expertShardType, sharedExpertNum,
         sharedExpertRankNum, GLOBAL_BS, outDtype, commQuantMode, groupListType, commAlg, zeroExpertNum, copyExpertNum,
@@ -117,20 +101,15 @@ int RunOneRank(int rankId, const char *rankTable) {
     CHECK_CALL(aclnnMoeDistributeCombineV3(combineWorkspaceAddr, combineWorkspaceSize, combineExecutor, stream));
     CHECK_CALL(aclrtSynchronizeStreamWithTimeout(stream, 10000));
 
-    std::vector<uint16_t> xOutHost;
-    CHECK_RET(xOut.Download(&xOutHost) == 0, return -1);
-    CHECK_RET(xOutHost == xHost,
-              LOG_PRINT("[ERROR] rank %d: combine did not give x back (token 0: %g, x %g)\n", rankId,
-                        sample::FromBf16(xOutHost[0]), sample::FromBf16(xHost[0]));
-              return -1);
+    CHECK_RET(sample::CheckXBack(xOut, host.x, rankId) == 0, return -1);
     LOG_PRINT("[INFO] rank %d: aclnnMoeDistributeDispatchV3 and aclnnMoeDistributeCombineV3 execute successfully\n",
               rankId);
 
     if (dispatchWorkspaceAddr) aclrtFree(dispatchWorkspaceAddr);
     if (combineWorkspaceAddr) aclrtFree(combineWorkspaceAddr);
-    for (DeviceTensor *t : {&x, &expertIds, &expertScales, &expandX, &dynamicScales, &assistInfo, &expertTokenNums,
-                            &epRecvCounts, &tpRecvCounts, &expandScales, &xOut})
-        t->Release();
+    tok.Release();
+    out.Release();
+    for (DeviceTensor *t : {&xOut}) t->Release();
     CHECK_CALL(HcclCommDestroy(comm));
     CHECK_CALL(aclrtDestroyStream(stream));
     CHECK_CALL(aclrtResetDevice(rankId));

@@ -78,31 +78,13 @@ int LaunchOneThreadDispatchV3AndCombineV3(Args &args) {
     char hcomEpName[COMM_NAME_MAX_LENGTH] = {0};
     CHECK_CALL(HcclGetCommName(args.hcclEpComm, hcomEpName));
 
-    std::vector<uint16_t> xHost(BS * H);
-    std::vector<int32_t> expertIdsHost(BS * K);
-    std::vector<float> expertScalesHost(BS * K);
-    const std::vector<float> w = sample::TopkWeights(K);
-    for (int t = 0; t < BS; ++t) {
-        for (int h = 0; h < H; ++h) xHost[t * H + h] = sample::ToBf16(sample::TokenValue(args.rankId, BS, t));
-        for (int k = 0; k < K; ++k) {
-            expertIdsHost[t * K + k] = sample::ExpertOf(args.rankId, t, k, LIVE_EXPERT_NUM);
-            expertScalesHost[t * K + k] = w[k];
-        }
-    }
-    DeviceTensor x, expertIds, expertScales, elasticInfo, expandX, dynamicScales, assistInfo, expertTokenNums,
-        epRecvCounts, tpRecvCounts, expandScales, xOut;
-    CHECK_RET(x.Create(xHost, {BS, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(expertIds.Create(expertIdsHost, {BS, K}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertScales.Create(expertScalesHost, {BS, K}, ACL_FLOAT) == 0, return -1);
+    const sample::Tokens host = sample::RoutedTokens(args.rankId, args.rankId, BS, H, K, LIVE_EXPERT_NUM);
+    sample::TokenTensors tok;
+    sample::DispatchOutputs out;
+    DeviceTensor elasticInfo, xOut;
+    CHECK_RET(tok.Create(host, BS, H, K) == 0, return -1);
     CHECK_RET(elasticInfo.Create(ElasticInfo(), {4 + 2 * EP_WORLD_SIZE}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expandX.Create(std::vector<uint16_t>(), {A, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(dynamicScales.Create(std::vector<float>(), {A}, ACL_FLOAT) == 0, return -1);
-    CHECK_RET(assistInfo.Create(std::vector<int32_t>(), {A * 128}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertTokenNums.Create(std::vector<int64_t>(), {LOCAL_EXPERT_NUM}, ACL_INT64) == 0, return -1);
-    CHECK_RET(epRecvCounts.Create(std::vector<int32_t>(), {EP_WORLD_SIZE * LOCAL_EXPERT_NUM}, ACL_INT32) == 0,
-              return -1);
-    CHECK_RET(tpRecvCounts.Create(std::vector<int32_t>(), {1}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expandScales.Create(std::vector<float>(), {A}, ACL_FLOAT) == 0, return -1);
+    CHECK_RET(out.Create(A, H, LOCAL_EXPERT_NUM, EP_WORLD_SIZE, 1, 1) == 0, return -1);
     CHECK_RET(xOut.Create(std::vector<uint16_t>(), {BS, H}, ACL_BF16) == 0, return -1);
 
     const int64_t tpWorldSize = 0, tpRankId = 0, expertShardType = 0, sharedExpertNum = 0, sharedExpertRankNum = 0;
@@ -113,11 +95,12 @@ int LaunchOneThreadDispatchV3AndCombineV3(Args &args) {
     aclOpExecutor *dispatchExecutor = nullptr;
     void *dispatchWorkspaceAddr = nullptr;
     CHECK_CALL(aclnnMoeDistributeDispatchV3GetWorkspaceSize(
-        x.tensor, expertIds.tensor, nullptr, nullptr, nullptr, elasticInfo.tensor, hcomEpName, EP_WORLD_SIZE,
+        tok.x.tensor, tok.expertIds.tensor, nullptr, nullptr, nullptr, elasticInfo.tensor, hcomEpName, EP_WORLD_SIZE,
         args.rankId, MOE_EXPERT_NUM, "", tpWorldSize, tpRankId, expertShardType, sharedExpertNum,
         sharedExpertRankNum, quantMode, GLOBAL_BS, expertTokenNumsType, "", zeroExpertNum, copyExpertNum,
-        constExpertNum, expandX.tensor, dynamicScales.tensor, assistInfo.tensor, expertTokenNums.tensor,
-        epRecvCounts.tensor, tpRecvCounts.tensor, expandScales.tensor, &dispatchWorkspaceSize, &dispatchExecutor));
+        constExpertNum, out.expandX.tensor, out.dynamicScales.tensor, out.assistInfo.tensor, out.expertTokenNums.tensor,
+        out.epRecvCounts.tensor, out.tpRecvCounts.tensor, out.expandScales.tensor, &dispatchWorkspaceSize,
+        &dispatchExecutor));
     if (dispatchWorkspaceSize > 0)
         CHECK_CALL(aclrtMalloc(&dispatchWorkspaceAddr, dispatchWorkspaceSize, ACL_MEM_MALLOC_HUGE_FIRST));
     CHECK_CALL(aclnnMoeDistributeDispatchV3(dispatchWorkspaceAddr, dispatchWorkspaceSize, dispatchExecutor,
@@ -126,7 +109,7 @@ int LaunchOneThreadDispatchV3AndCombineV3(Args &args) {
 
     std::vector<int64_t> tokenNums;
     std::vector<uint16_t> expandXHost;
-    CHECK_RET(expertTokenNums.Download(&tokenNums) == 0 && expandX.Download(&expandXHost) == 0, return -1);
+    CHECK_RET(out.expertTokenNums.Download(&tokenNums) == 0 && out.expandX.Download(&expandXHost) == 0, return -1);
     const int64_t rows = tokenNums[LOCAL_EXPERT_NUM - 1];
     CHECK_RET(rows == RowsFor(args.rankId),
               LOG_PRINT("[ERROR] rank %u: %lld rows, the host expects %lld\n", args.rankId,
@@ -143,8 +126,9 @@ int LaunchOneThreadDispatchV3AndCombineV3(Args &args) {
     aclOpExecutor *combineExecutor = nullptr;
     void *combineWorkspaceAddr = nullptr;
     CHECK_CALL(aclnnMoeDistributeCombineV3GetWorkspaceSize(
-        expandX.tensor, expertIds.tensor, assistInfo.tensor, epRecvCounts.tensor, expertScales.tensor,
-        tpRecvCounts.tensor, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, elasticInfo.tensor, nullptr,
+        out.expandX.tensor, tok.expertIds.tensor, out.assistInfo.tensor, out.epRecvCounts.tensor,
+        tok.expertScales.tensor,
+        out.tpRecvCounts.tensor, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, elasticInfo.tensor, nullptr,
         nullptr, nullptr, nullptr, hcomEpName, EP_WORLD_SIZE, args.rankId, MOE_EXPERT_NUM, "", tpWorldSize, tpRankId,
         expertShardType, sharedExpertNum, sharedExpertRankNum, GLOBAL_BS, outDtype, commQuantMode, groupListType, "",
         zeroExpertNum, copyExpertNum, constExpertNum, xOut.tensor, &combineWorkspaceSize, &combineExecutor));
@@ -153,17 +137,15 @@ int LaunchOneThreadDispatchV3AndCombineV3(Args &args) {
     CHECK_CALL(aclnnMoeDistributeCombineV3(combineWorkspaceAddr, combineWorkspaceSize, combineExecutor, args.stream));
     CHECK_CALL(aclrtSynchronizeStreamWithTimeout(args.stream, 10000));
 
-    std::vector<uint16_t> xOutHost;
-    CHECK_RET(xOut.Download(&xOutHost) == 0, return -1);
-    CHECK_RET(xOutHost == xHost, LOG_PRINT("[ERROR] rank %u: combine did not give x back\n", args.rankId); return -1);
+    CHECK_RET(sample::CheckXBack(xOut, host.x, args.rankId) == 0, return -1);
     LOG_PRINT("[INFO] rank %u: dispatch V3 and combine V3 after the shrink match the host (%lld rows)\n",
               args.rankId, static_cast<long long>(rows));
 
     if (dispatchWorkspaceAddr) aclrtFree(dispatchWorkspaceAddr);
     if (combineWorkspaceAddr) aclrtFree(combineWorkspaceAddr);
-    for (DeviceTensor *t : {&x, &expertIds, &expertScales, &elasticInfo, &expandX, &dynamicScales, &assistInfo,
-                            &expertTokenNums, &epRecvCounts, &tpRecvCounts, &expandScales, &xOut})
-        t->Release();
+    tok.Release();
+    out.Release();
+    for (DeviceTensor *t : {&elasticInfo, &xOut}) t->Release();
     return 0;
 }
 

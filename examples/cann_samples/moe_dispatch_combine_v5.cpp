@@ -130,31 +130,14 @@ int LaunchOneThreadDispatchAndCombine(Args &args) {
     int64_t cclBufferSize = 0;
     CHECK_RET(BuildOpContext(groupEp, &contextHost, &cclBufferSize) == 0, return -1);
 
-    std::vector<uint16_t> xHost(BS * H);
-    std::vector<int32_t> expertIdsHost(BS * K);
-    std::vector<float> expertScalesHost(BS * K);
-    const std::vector<float> w = sample::TopkWeights(K);
-    for (int t = 0; t < BS; ++t) {
-        for (int h = 0; h < H; ++h) xHost[t * H + h] = sample::ToBf16(sample::TokenValue(rank, BS, t));
-        for (int k = 0; k < K; ++k) {
-            expertIdsHost[t * K + k] = sample::ExpertOf(rank, t, k, MOE_EXPERT_NUM);
-            expertScalesHost[t * K + k] = w[k];
-        }
-    }
+    const sample::Tokens host = sample::RoutedTokens(rank, rank, BS, H, K, MOE_EXPERT_NUM);
 
-    DeviceTensor context, x, expertIds, expertScales, expandX, dynamicScales, assistInfo, expertTokenNums,
-        epRecvCounts, tpRecvCounts, expandScales, xOut;
+    sample::TokenTensors tok;
+    sample::DispatchOutputs out;
+    DeviceTensor context, xOut;
     CHECK_RET(context.Create(contextHost, {static_cast<int64_t>(contextHost.size())}, ACL_INT32) == 0, return -1);
-    CHECK_RET(x.Create(xHost, {BS, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(expertIds.Create(expertIdsHost, {BS, K}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertScales.Create(expertScalesHost, {BS, K}, ACL_FLOAT) == 0, return -1);
-    CHECK_RET(expandX.Create(std::vector<uint16_t>(), {A, H}, ACL_BF16) == 0, return -1);
-    CHECK_RET(dynamicScales.Create(std::vector<float>(), {A}, ACL_FLOAT) == 0, return -1);
-    CHECK_RET(assistInfo.Create(std::vector<int32_t>(), {A * 128}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expertTokenNums.Create(std::vector<int64_t>(), {LOCAL_EXPERT_NUM}, ACL_INT64) == 0, return -1);
-    CHECK_RET(epRecvCounts.Create(std::vector<int32_t>(), {EP_WORLD_SIZE * LOCAL_EXPERT_NUM}, ACL_INT32) == 0, return -1);
-    CHECK_RET(tpRecvCounts.Create(std::vector<int32_t>(), {0}, ACL_INT32) == 0, return -1);
-    CHECK_RET(expandScales.Create(std::vector<float>(), {A}, ACL_FLOAT) == 0, return -1);
+    CHECK_RET(tok.Create(host, BS, H, K) == 0, return -1);
+    CHECK_RET(out.Create(A, H, LOCAL_EXPERT_NUM, EP_WORLD_SIZE, 1, 0) == 0, return -1);
     CHECK_RET(xOut.Create(std::vector<uint16_t>(), {BS, H}, ACL_BF16) == 0, return -1);
 
     const int64_t tpWorldSize = 0, tpRankId = 0, expertShardType = 0, sharedExpertNum = 1, sharedExpertRankNum = 0;
@@ -165,11 +148,12 @@ int LaunchOneThreadDispatchAndCombine(Args &args) {
     aclOpExecutor *executor = nullptr;
     void *workspace = nullptr;
     CHECK_CALL(aclnnMoeDistributeDispatchV5GetWorkspaceSize(
-        context.tensor, x.tensor, expertIds.tensor, nullptr, nullptr, expertScales.tensor, nullptr, nullptr,
+        context.tensor, tok.x.tensor, tok.expertIds.tensor, nullptr, nullptr, tok.expertScales.tensor, nullptr, nullptr,
         EP_WORLD_SIZE, rank, MOE_EXPERT_NUM, cclBufferSize, tpWorldSize, tpRankId, expertShardType, sharedExpertNum,
-        sharedExpertRankNum, quantMode, globalBs, expertTokenNumsType, "", 0, 0, 0, expandX.tensor,
-        dynamicScales.tensor, assistInfo.tensor, expertTokenNums.tensor, epRecvCounts.tensor, tpRecvCounts.tensor,
-        expandScales.tensor, &workspaceSize, &executor));
+        sharedExpertRankNum, quantMode, globalBs, expertTokenNumsType, "", 0, 0, 0, out.expandX.tensor,
+        out.dynamicScales.tensor, out.assistInfo.tensor, out.expertTokenNums.tensor, out.epRecvCounts.tensor,
+        out.tpRecvCounts.tensor,
+        out.expandScales.tensor, &workspaceSize, &executor));
     if (workspaceSize > 0) CHECK_CALL(aclrtMalloc(&workspace, workspaceSize, ACL_MEM_MALLOC_HUGE_FIRST));
     CHECK_CALL(aclnnMoeDistributeDispatchV5(workspace, workspaceSize, executor, args.dispatchStream));
     CHECK_CALL(aclrtSynchronizeStreamWithTimeout(args.dispatchStream, 10000));
@@ -177,7 +161,7 @@ int LaunchOneThreadDispatchAndCombine(Args &args) {
 
     std::vector<int64_t> tokenNums;
     std::vector<uint16_t> expandXHost;
-    CHECK_RET(expertTokenNums.Download(&tokenNums) == 0 && expandX.Download(&expandXHost) == 0, return -1);
+    CHECK_RET(out.expertTokenNums.Download(&tokenNums) == 0 && out.expandX.Download(&expandXHost) == 0, return -1);
     CHECK_RET(CheckDispatch(rank, tokenNums, expandXHost) == 0, return -1);
 
     // combine: the identity expert hands expandX back as it came; the weights sum to 1, so xOut == x
@@ -185,7 +169,8 @@ int LaunchOneThreadDispatchAndCombine(Args &args) {
     executor = nullptr;
     workspace = nullptr;
     CHECK_CALL(aclnnMoeDistributeCombineV5GetWorkspaceSize(
-        context.tensor, expandX.tensor, expertIds.tensor, assistInfo.tensor, epRecvCounts.tensor, expertScales.tensor,
+        context.tensor, out.expandX.tensor, tok.expertIds.tensor, out.assistInfo.tensor, out.epRecvCounts.tensor,
+        tok.expertScales.tensor,
         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
         nullptr, EP_WORLD_SIZE, rank, MOE_EXPERT_NUM, cclBufferSize, tpWorldSize, tpRankId, expertShardType,
         sharedExpertNum, sharedExpertRankNum, globalBs, 0, 0, 0, "", 0, 0, 0, xOut.tensor, &workspaceSize, &executor));
@@ -194,14 +179,12 @@ int LaunchOneThreadDispatchAndCombine(Args &args) {
     CHECK_CALL(aclrtSynchronizeStreamWithTimeout(args.combineStream, 10000));
     if (workspace) aclrtFree(workspace);
 
-    std::vector<uint16_t> xOutHost;
-    CHECK_RET(xOut.Download(&xOutHost) == 0, return -1);
-    CHECK_RET(xOutHost == xHost, LOG_PRINT("[ERROR] rank %u: combine did not give x back\n", rank); return -1);
+    CHECK_RET(sample::CheckXBack(xOut, host.x, rank) == 0, return -1);
     LOG_PRINT("[INFO] rank %u: dispatch and combine V5 match the host (group %s)\n", rank, groupEp);
 
-    for (DeviceTensor *t : {&context, &x, &expertIds, &expertScales, &expandX, &dynamicScales, &assistInfo,
-                            &expertTokenNums, &epRecvCounts, &tpRecvCounts, &expandScales, &xOut})
-        t->Release();
+    tok.Release();
+    out.Release();
+    for (DeviceTensor *t : {&context, &xOut}) t->Release();
     CHECK_CALL(HcclCommDestroy(args.hcclEpComm));
     CHECK_CALL(aclrtDestroyStream(args.dispatchStream));
     CHECK_CALL(aclrtDestroyStream(args.combineStream));

@@ -1,6 +1,7 @@
 // Helpers shared by the CANN-style op samples of this folder: status checks, bf16 conversion, device
-// tensors made from host vectors, and the routing every sample uses so the host can predict the
-// results. Only CANN's public headers are used.
+// tensors made from host vectors, the routing every sample uses so the host can predict the results,
+// the inputs and outputs of a bf16 dispatch, and the check that combine gave x back. Only CANN's
+// public headers are used.
 #pragma once
 
 #include <cstdint>
@@ -109,6 +110,81 @@ inline std::vector<float> TopkWeights(int k) {
     }
     w[k - 1] = left;
     return w;
+}
+
+// A rank's host inputs: every column of token t holds TokenValue(device, bs, t) in bf16; its K experts
+// are ExpertOf(epRank, t, k, experts), weighted by TopkWeights(K).
+struct Tokens {
+    std::vector<uint16_t> x;
+    std::vector<int32_t> expertIds;
+    std::vector<float> expertScales;
+};
+
+inline Tokens RoutedTokens(int device, int epRank, int64_t bs, int64_t h, int64_t k, int64_t experts) {
+    Tokens in{std::vector<uint16_t>(bs * h), std::vector<int32_t>(bs * k), std::vector<float>(bs * k)};
+    const std::vector<float> w = TopkWeights(static_cast<int>(k));
+    for (int t = 0; t < bs; ++t) {
+        for (int c = 0; c < h; ++c) in.x[t * h + c] = ToBf16(TokenValue(device, static_cast<int>(bs), t));
+        for (int j = 0; j < k; ++j) {
+            in.expertIds[t * k + j] = ExpertOf(epRank, t, j, static_cast<int>(experts));
+            in.expertScales[t * k + j] = w[j];
+        }
+    }
+    return in;
+}
+
+// Device copies of a rank's Tokens: x (bs, h) bf16, expert_ids and expert_scales (bs, k).
+struct TokenTensors {
+    DeviceTensor x, expertIds, expertScales;
+
+    int Create(const Tokens &in, int64_t bs, int64_t h, int64_t k) {
+        CHECK_RET(x.Create(in.x, {bs, h}, ACL_BF16) == 0, return -1);
+        CHECK_RET(expertIds.Create(in.expertIds, {bs, k}, ACL_INT32) == 0, return -1);
+        CHECK_RET(expertScales.Create(in.expertScales, {bs, k}, ACL_FLOAT) == 0, return -1);
+        return 0;
+    }
+
+    void Release() {
+        for (DeviceTensor *t : {&x, &expertIds, &expertScales}) t->Release();
+    }
+};
+
+// The outputs of a bf16 dispatch without quantisation (generations 2 to 5), shaped as CANN's op docs give
+// them: A rows per TP rank, assist_info A * 128, ep_recv_counts tpWorld * W * local experts, and
+// tp_recv_counts of `tpRecvLen` entries.
+struct DispatchOutputs {
+    DeviceTensor expandX, dynamicScales, assistInfo, expertTokenNums, epRecvCounts, tpRecvCounts, expandScales;
+
+    int Create(int64_t a, int64_t h, int64_t localExperts, int64_t epWorld, int64_t tpWorld, int64_t tpRecvLen) {
+        CHECK_RET(expandX.Create(std::vector<uint16_t>(), {tpWorld * a, h}, ACL_BF16) == 0, return -1);
+        CHECK_RET(dynamicScales.Create(std::vector<float>(), {tpWorld * a}, ACL_FLOAT) == 0, return -1);
+        CHECK_RET(assistInfo.Create(std::vector<int32_t>(), {a * 128}, ACL_INT32) == 0, return -1);
+        CHECK_RET(expertTokenNums.Create(std::vector<int64_t>(), {localExperts}, ACL_INT64) == 0, return -1);
+        CHECK_RET(epRecvCounts.Create(std::vector<int32_t>(), {tpWorld * epWorld * localExperts}, ACL_INT32) == 0,
+                  return -1);
+        CHECK_RET(tpRecvCounts.Create(std::vector<int32_t>(), {tpRecvLen}, ACL_INT32) == 0, return -1);
+        CHECK_RET(expandScales.Create(std::vector<float>(), {a}, ACL_FLOAT) == 0, return -1);
+        return 0;
+    }
+
+    void Release() {
+        for (DeviceTensor *t :
+             {&expandX, &dynamicScales, &assistInfo, &expertTokenNums, &epRecvCounts, &tpRecvCounts, &expandScales})
+            t->Release();
+    }
+};
+
+// Combine gave x back (every expert returned its input and the weights sum to 1): 0, else the first
+// differing token is printed and -1 returned.
+inline int CheckXBack(const DeviceTensor &xOut, const std::vector<uint16_t> &x, long long rank) {
+    std::vector<uint16_t> got;
+    CHECK_RET(xOut.Download(&got) == 0, return -1);
+    for (size_t i = 0; i < x.size(); ++i)
+        CHECK_RET(got[i] == x[i],
+                  LOG_PRINT("[ERROR] rank %lld: combine did not give x back (element %zu: %g, x %g)\n", rank, i,
+                            FromBf16(got[i]), FromBf16(x[i]));
+                  return -1);
+    return 0;
 }
 
 }  // namespace sample

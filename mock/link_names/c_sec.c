@@ -9,7 +9,9 @@ static int overlaps(const void *a, size_t na, const void *b, size_t nb) {
     return pa < pb + nb && pb < pa + na;
 }
 
-errno_t memcpy_s(void *dest, size_t destMax, const void *src, size_t count) {
+/* The checks memcpy_s and memmove_s share: EOK when the copy may go ahead, else the error, with the
+ * destination cleared where securec clears it. */
+static errno_t check_copy(void *dest, size_t destMax, const void *src, size_t count) {
     if (destMax == 0 || destMax > SECUREC_MEM_MAX_LEN) return ERANGE;
     if (dest == NULL) return EINVAL;
     if (count > destMax) {
@@ -20,7 +22,12 @@ errno_t memcpy_s(void *dest, size_t destMax, const void *src, size_t count) {
         memset(dest, 0, destMax);
         return EINVAL_AND_RESET;
     }
-    if (count == 0 || dest == src) return EOK;
+    return EOK;
+}
+
+errno_t memcpy_s(void *dest, size_t destMax, const void *src, size_t count) {
+    errno_t rc = check_copy(dest, destMax, src, count);
+    if (rc != EOK || count == 0 || dest == src) return rc;
     if (overlaps(dest, count, src, count)) {
         memset(dest, 0, destMax);
         return EOVERLAP_AND_RESET;
@@ -30,18 +37,9 @@ errno_t memcpy_s(void *dest, size_t destMax, const void *src, size_t count) {
 }
 
 errno_t memmove_s(void *dest, size_t destMax, const void *src, size_t count) {
-    if (destMax == 0 || destMax > SECUREC_MEM_MAX_LEN) return ERANGE;
-    if (dest == NULL) return EINVAL;
-    if (count > destMax) {
-        memset(dest, 0, destMax);
-        return ERANGE_AND_RESET;
-    }
-    if (src == NULL) {
-        memset(dest, 0, destMax);
-        return EINVAL_AND_RESET;
-    }
-    if (count != 0 && dest != src) memmove(dest, src, count);
-    return EOK;
+    errno_t rc = check_copy(dest, destMax, src, count);
+    if (rc == EOK && count != 0 && dest != src) memmove(dest, src, count);
+    return rc;
 }
 
 errno_t memset_s(void *dest, size_t destMax, int c, size_t count) {

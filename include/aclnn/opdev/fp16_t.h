@@ -110,6 +110,9 @@ typedef struct tagFp16 {
         return Set(static_cast<double>(v));
     }
 
+    // Computed in double and rounded once to half: double's 53 bits exceed twice half's 11 plus 2, so
+    // the result is the correctly rounded half one (as the hardware's), with no double rounding; the
+    // comparisons are exact because every half is a double.
     tagFp16 operator+(const tagFp16 fp) const { return Made(toDouble() + fp.toDouble()); }
     tagFp16 operator-(const tagFp16 fp) const { return Made(toDouble() - fp.toDouble()); }
     tagFp16 operator*(const tagFp16 fp) const { return Made(toDouble() * fp.toDouble()); }
