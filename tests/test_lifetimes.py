@@ -278,8 +278,8 @@ def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, hand
         host = _plan_step(rng)
         x, ids = (acl.Tensor.from_numpy(a) for a in host)
         memory = [weakref.ref(x._mem), weakref.ref(ids._mem)]
-        others = [(acl.Tensor.from_numpy(a) for a in _plan_step(rng)) for _ in range(2)]
-        later, at_close = ([*pair] for pair in others)
+        others = [(acl.Tensor.from_numpy(a) for a in _plan_step(rng)) for _ in range(3)]
+        later, latest, at_close = ([*pair] for pair in others)
         ranks.wait()
         if rank == 0:
             plan(x, ids, stream=stream)
@@ -301,12 +301,13 @@ def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, hand
         del want
         bound = allocations()
         report["kept while bound"] = all(m() is not None for m in memory)
-        plan(*later, stream=stream)  # replaces them: held until the stream passes this launch
+        plan(*later, stream=stream)  # replaces them: kept by the plan as the inputs bound before
+        plan(*latest, stream=stream)  # pushes them out: held until the stream passes this launch
         gc.collect()
         report["held until the stream passes"] = all(m() is not None for m in memory)
         stream.synchronize()
-        report["freed after the next call and a synchronisation"] = (all(m() is None for m in memory),
-                                                                      bound - allocations())
+        report["freed after two later calls and a synchronisation"] = (all(m() is None for m in memory),
+                                                                       bound - allocations())
         last = [weakref.ref(t._mem) for t in at_close]
         plan(*at_close, stream=stream)
         for t in at_close:
@@ -325,8 +326,8 @@ def _close_right_after_a_plan_call(rank: int, world_size: int, root: bytes, hand
 def test_closing_a_tensor_right_after_a_plan_call_returns_at_once(acl: Any, mock: Any) -> None:
     """``plan(x, ids, stream=s); x.close()`` while the launch is queued: the close returns at once (the
     plan keeps x's memory; aclrtFree would wait for the launch, or on CANN free memory under it), the
-    round succeeds, and the memory is freed once a later call replaced x and the stream passed, or the
-    plan is closed and the stream passed."""
+    round succeeds, and the memory is freed once two later calls pushed x out and the stream passed, or
+    the plan is closed and the stream passed."""
     import threading
 
     before = live_allocations(mock)
@@ -338,7 +339,8 @@ def test_closing_a_tensor_right_after_a_plan_call_returns_at_once(acl: Any, mock
             "right bytes": True,
             "kept while bound": True,
             "held until the stream passes": True,
-            "freed after the next call and a synchronisation": (True, 4),  # x and ids of both ranks
+            # x and ids of both ranks, and the warm-up's inputs, which the plan kept as the ones bound before
+            "freed after two later calls and a synchronisation": (True, 8),
             "kept by a closed plan until the stream passes": True,
             "freed after the plan's close and a synchronisation": True,
         }

@@ -15,6 +15,7 @@ cdef extern from "Python.h":
     ctypedef struct PyMethodDescrObject:
         PyMethodDef *d_method
 
+import sys
 from types import MethodDescriptorType
 
 ctypedef object (*fastcall_method)(object self, PyObject *const *args, Py_ssize_t nargs, PyObject *kwnames)
@@ -37,6 +38,28 @@ cdef bint same_shape(object a, object b) except -1:
     return True
 
 
+cdef extern from "Python.h":
+    # the list slot macros on raw pointers: the item changes hands without Cython's reference counting
+    void list_set_raw "PyList_SET_ITEM"(object a, Py_ssize_t i, PyObject *v)
+    void incref_raw "Py_INCREF"(PyObject *v)
+    void decref_raw "Py_DECREF"(PyObject *v)
+
+
+cdef inline void swap_items(list a, list b, Py_ssize_t i) noexcept:
+    """Exchange a[i] and b[i] (both lists long enough)."""
+    cdef PyObject *x = PyList_GET_ITEM(a, i)
+    list_set_raw(a, i, PyList_GET_ITEM(b, i))
+    list_set_raw(b, i, x)
+
+
+cdef inline void put_item(list a, Py_ssize_t i, object v) noexcept:
+    """a[i] = v without the generic item assignment (a long enough)."""
+    cdef PyObject *old = PyList_GET_ITEM(a, i)
+    incref_raw(<PyObject *>v)
+    list_set_raw(a, i, <PyObject *>v)
+    decref_raw(old)
+
+
 cdef object UNSET = object()     # a slot whose next value must be checked again (host data is copied each call)
 cdef object plan_helpers = None  # aclnn_py.ops.plan_parts: what plans do rarely (building, host data, release)
 
@@ -57,8 +80,9 @@ cdef class Plan:
     buffers (stream-ordered) or binds Tensors at other addresses (``aclSetInputTensorAddr`` /
     ``aclSetOutputTensorAddr``), then launches. Nothing is allocated per call. Inputs that were absent
     at plan time stay absent; a different shape or dtype is refused (AclnnParamInvalid) — build another
-    plan for it. The plan keeps the caller's Tensors last bound; one a call replaces is held until the
-    stream passes the launches that read it. One call at a time: give each thread its own plan."""
+    plan for it. The plan keeps the caller's Tensors last bound, and per input the one bound before (a
+    loop alternating two sets of inputs rebinds without checking them again); one let go of is held until
+    the stream passes the launches that read it. One call at a time: give each thread its own plan."""
 
     cdef void *entry                  # plan(...) by vectorcall (the type's tp_vectorcall_offset points here)
     cdef public bint _open
@@ -83,6 +107,11 @@ cdef class Plan:
     cdef list own_in, own_out             # the plan's own Tensors (None: absent)
     cdef list last_in, last_out           # what each slot was given last call
     cdef list anchor_in, anchor_out       # what keeps the memory of the caller's Tensor bound there
+    # The value each input was given before the last one, its anchor and address: a loop alternating two
+    # sets of inputs (double-buffered activations) finds each one here, checked before, and swaps it back
+    # in; the plan keeps its memory until a third value pushes it out (then it is held on the stream).
+    cdef list prev_in, prev_anchor_in
+    cdef uintptr_t prev_data_in[MAX_TENSORS]
     cdef public object _stream            # the stream of the last launch
     cdef object checked_stream            # the last stream the vocabulary's check passed
     cdef public object _vocabulary        # how the plan names parameters, and its stream check
@@ -139,6 +168,9 @@ cdef class Plan:
         self.last_out = [None] * self.n_out
         self.anchor_in = [None] * self.n_in
         self.anchor_out = [None] * self.n_out
+        self.prev_in, self.prev_anchor_in = [None] * self.n_in, [None] * self.n_in
+        for i in range(self.n_in):
+            self.prev_data_in[i] = 0
         self._stream = None
         self._vocabulary = helpers().OPERATOR_WORDS
         self._open = True
@@ -146,11 +178,14 @@ cdef class Plan:
         return 0
 
     # ---- the call ----------------------------------------------------------------------------------------
-    cdef object step(self, object values, const Py_ssize_t *slots, object outputs, object stream):
-        """Bind `values` (to the inputs `slots`) and `outputs` (None: the plan's own), launch, and return
-        the outputs written (in the operator function's order)."""
-        cdef Py_ssize_t k, n = len(values)
+    cdef object step(self, PyObject **values, Py_ssize_t n, const Py_ssize_t *slots, object outputs, object stream):
+        """Bind `values` (`n` of them, borrowed, to the inputs `slots`) and `outputs` (None: the plan's own)
+        and launch."""
+        cdef Py_ssize_t i, k
+        cdef PyObject *p
+        cdef TensorBase t
         cdef StreamBase s
+        cdef bint reorder = False
         if not self._open:
             raise ClosedError(self._label(), "launch it")
         if self.closed_communicator is not None:
@@ -171,85 +206,113 @@ cdef class Plan:
         self.busy = True
         try:
             if outputs is not None:
-                self.check_outputs(values, slots, outputs, s)
+                self.check_outputs(values, n, slots, outputs, s)
             for k in range(n):
-                v = <object>PyList_GET_ITEM(values, k)
-                if v is not None or PyList_GET_ITEM(self.own_in, slots[k]) != <PyObject *>None:
-                    self.bind(slots[k], v, s, False)  # (an input absent from the plan and the call: nothing)
+                p, i = values[k], slots[k]
+                if p == <PyObject *>None:
+                    if PyList_GET_ITEM(self.own_in, i) != <PyObject *>None:
+                        self.bind(i, None, s, False)  # refused: the plan was built with it
+                    continue  # (an input absent from the plan and the call: nothing)
+                if isinstance(<object>p, TensorBase):
+                    t = <TensorBase>p
+                    # bound as last call: nothing to check or bind
+                    if not (p == PyList_GET_ITEM(self.last_in, i) and t.data == self.want_in[i] and t._open
+                            and t.issuer is None):
+                        self.bind(i, t, s, False)
+                    w = t._writer
+                    if w is not None and w is not s and (<StreamBase>w)._key != s._key:
+                        reorder = True  # last written on another stream: the launch waits for that write
+                else:
+                    self.bind(i, <object>p, s, False)
             if outputs is not None:
                 for k in range(self.n_out):
                     self.bind(k, outputs[k], s, True)
             else:
                 for k in range(self.n_out):
-                    if self.last_out[k] is not None:  # a caller's output was bound: the plan's own again
+                    if PyList_GET_ITEM(self.last_out, k) != <PyObject *>None:  # a caller's output: the plan's own again
                         self.bind(k, None, s, True)
-            for k in range(n):
-                v = <object>PyList_GET_ITEM(values, k)
-                if isinstance(v, TensorBase):
-                    w = (<TensorBase>v)._writer
-                    if w is not None and w is not s and (<StreamBase>w)._key != s._key:
-                        order_inputs_after_writes(s, values)
-                        break
+            if reorder:
+                order_inputs_after_writes(s, [<object>values[k] for k in range(n)])
             self.rebind_and_launch(s)
             self._stream = s
         finally:
             self.busy = False
         for k in range(self.n_out):
-            t = <object>PyList_GET_ITEM(self.own_out, k) if outputs is None or outputs[k] is None else outputs[k]
-            if t is not None and (<TensorBase>t)._writer is not s:
-                (<TensorBase>t)._writer = s
+            o = <object>PyList_GET_ITEM(self.own_out, k) if outputs is None or outputs[k] is None else outputs[k]
+            if o is not None and (<TensorBase>o)._writer is not s:
+                (<TensorBase>o)._writer = s
         return None
 
-    cdef int check_outputs(self, object values, const Py_ssize_t *slots, object outputs, StreamBase s) except -1:
+    cdef int check_outputs(self, PyObject **values, Py_ssize_t n, const Py_ssize_t *slots, object outputs,
+                           StreamBase s) except -1:
         cdef PyObject *ins[MAX_TENSORS]
         cdef PyObject *outs[MAX_TENSORS]
         cdef Py_ssize_t k
-        fill_table(values, ins, MAX_TENSORS)
+        for k in range(n):
+            ins[k] = values[k] if isinstance(<object>values[k], TensorBase) else NULL
         fill_table(outputs, outs, MAX_TENSORS)
-        names = tuple(self.input_names[slots[k]] for k in range(len(values)))
-        problem = placement_problem(names, ins, len(values), self.output_names, outs, self.n_out, s.dev)
+        names = tuple(self.input_names[slots[k]] for k in range(n))
+        problem = placement_problem(names, ins, n, self.output_names, outs, self.n_out, s.dev)
         if problem is not None:
             raise ValueError(problem)
         return 0
 
     cdef int bind(self, Py_ssize_t i, object value, StreamBase stream, bint output) except -1:
         """Check this step's `value` for slot `i` and record the address the launch binds; keep the memory
-        of a caller's Tensor bound there, hold the one it replaces until `stream` passes the launches that
-        read it."""
+        of a caller's Tensor bound there (for an input, also of the one bound before it), hold the one let
+        go of until `stream` passes the launches that read it."""
         cdef list own = self.own_out if output else self.own_in
         cdef list last = self.last_out if output else self.last_in
         cdef list anchors = self.anchor_out if output else self.anchor_in
         cdef uintptr_t *want = &self.want_out[0] if output else &self.want_in[0]
         cdef TensorBase t, mine
-        names = self.output_names if output else self.input_names
-        if own[i] is None:
+        cdef PyObject *mine_p = PyList_GET_ITEM(own, i)
+        if mine_p == <PyObject *>None:
             if value is not None:
+                names = self.output_names if output else self.input_names
                 raise self.refusal(f"{names[i]}: this plan was built without it; build a plan with {names[i]}")
             return 0
-        mine = <TensorBase>own[i]
+        mine = <TensorBase>mine_p
         if value is None:
             if not output:
-                raise self.refusal(f"{names[i]}: this plan was built with it; pass it on every call")
+                raise self.refusal(f"{self.input_names[i]}: this plan was built with it; pass it on every call")
             target, remember, anchor = mine.data, None, None
         elif isinstance(value, TensorBase):
             t = <TensorBase>value
-            if value is last[i] and t.data == want[i] and t._open and t.issuer is None:
-                return 0  # bound as last call
+            if t._open and t.issuer is None:
+                if <PyObject *>value == PyList_GET_ITEM(last, i) and t.data == want[i]:
+                    return 0  # bound as last call
+                if not output and <PyObject *>value == PyList_GET_ITEM(self.prev_in, i) \
+                        and t.data == self.prev_data_in[i] and anchor_of(t) is <object>PyList_GET_ITEM(
+                            self.prev_anchor_in, i):
+                    swap_items(last, self.prev_in, i)  # checked when it was bound before: swapped back in
+                    swap_items(anchors, self.prev_anchor_in, i)
+                    self.prev_data_in[i], want[i] = want[i], t.data
+                    return 0
             t.check_readable("pass it to a plan")
             if t.dtype is not mine.dtype or not t._contiguous or not same_shape(t.shape, mine.shape):
+                names = self.output_names if output else self.input_names
                 raise self.refusal(f"{names[i]}: the plan is fixed to shape {mine.shape} {mine.dtype.name} contiguous "
                                    f"(got {t.shape} {t.dtype.name}{'' if t._contiguous else ' strided'})")
             target, remember, anchor = t.data, value, anchor_of(t)
         else:  # host data, copied into the plan's own buffer on every call
+            names = self.output_names if output else self.input_names
             helpers().copy_host_value(self.op, mine, names[i], value, stream)
             target, remember, anchor = mine.data, UNSET, None
+        if output:
+            let_go = <object>PyList_GET_ITEM(anchors, i)
+        else:  # the input bound so far becomes the previous one, and the previous one is let go of
+            let_go = <object>PyList_GET_ITEM(self.prev_anchor_in, i)
+            swap_items(last, self.prev_in, i)
+            swap_items(anchors, self.prev_anchor_in, i)
+            self.prev_data_in[i] = want[i]
+        put_item(last, i, remember)
+        put_item(anchors, i, anchor)
         want[i] = target
-        last[i] = remember
-        unbound = anchors[i]
-        if unbound is not anchor:  # by anchor, not Tensor: a view rebound since may have a new one
-            anchors[i] = anchor
-            if unbound is not None:
-                hold(stream, unbound)  # the launches queued so far read it
+        # by anchor, not Tensor: a view rebound since may have a new one
+        if let_go is not None and let_go is not anchor and (output or let_go is not <object>PyList_GET_ITEM(
+                self.prev_anchor_in, i)):
+            hold(stream, let_go)  # the launches queued so far may read it
         return 0
 
     cdef int rebind_and_launch(self, StreamBase stream) except -1:
@@ -313,7 +376,7 @@ cdef class Plan:
         self.closed_communicator = label
 
     def close(self):
-        """Destroy the executor and free the plan's buffers — and let go of the caller's Tensors last bound —
+        """Destroy the executor and free the plan's buffers — and let go of the caller's Tensors it keeps —
         once the stream of the last launch has passed it (a launch may still be queued; launches on other
         streams are ordered before it by the caller, as they share these buffers). The plan's Tensors are
         closed at once. Idempotent."""
@@ -322,8 +385,8 @@ cdef class Plan:
         self._open = False
         own = [t for t in self.own_in[1:] + self.own_out if t is not None]  # input 0: the caller's context
         anchors = [anchor_of(<TensorBase>t) for t in own]
-        anchors += [a for a in self.anchor_in + self.anchor_out if a is not None]
-        self.anchor_in = [None] * self.n_in
+        anchors += [a for a in self.anchor_in + self.anchor_out + self.prev_anchor_in if a is not None]
+        self.anchor_in, self.prev_anchor_in, self.prev_in = [None] * self.n_in, [None] * self.n_in, [None] * self.n_in
         self.anchor_out = [None] * self.n_out
         descriptors = [(<TensorBase>t)._take_descriptor() for t in own]
         for t in own:
@@ -356,12 +419,37 @@ cdef fastcall_method dispatch_plan_call = NULL
 cdef fastcall_method combine_plan_call = NULL
 
 
+cdef str STREAM_WORD = sys.intern("stream")
+
+
+cdef inline bint at_most_stream(PyObject *kwnames, Py_ssize_t *at):
+    """The call's keywords are none, or only `stream` (the interned name a call site passes; at[0]: its
+    place among the arguments after the positional ones, -1 when absent). Anything else goes through the
+    method's own parser."""
+    if kwnames == NULL:
+        at[0] = -1
+        return True
+    if PyTuple_GET_SIZE(<object>kwnames) == 1 and PyTuple_GET_ITEM(<object>kwnames, 0) == <PyObject *>STREAM_WORD:
+        at[0] = 0
+        return True
+    return False
+
+
 cdef object dispatch_plan_vectorcall(object plan, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    return dispatch_plan_call(plan, args, PyVectorcall_NARGS(nargsf), kwnames)
+    cdef Py_ssize_t n = PyVectorcall_NARGS(nargsf), at
+    if n == 2 and at_most_stream(kwnames, &at):  # plan(x, expert_ids[, stream=...]): no parser needed
+        return (<DispatchPlan>plan).run(<object>args[0], <object>args[1], None, None, None, None, None,
+                                        None if at < 0 else <object>args[2])
+    return dispatch_plan_call(plan, args, n, kwnames)
 
 
 cdef object combine_plan_vectorcall(object plan, PyObject *const *args, size_t nargsf, PyObject *kwnames):
-    return combine_plan_call(plan, args, PyVectorcall_NARGS(nargsf), kwnames)
+    cdef Py_ssize_t n = PyVectorcall_NARGS(nargsf), at
+    if (n == 4 or n == 5) and at_most_stream(kwnames, &at):  # plan(expand_x, ids, assist, counts[, scales][, stream=])
+        return (<CombinePlan>plan).run(<object>args[0], <object>args[1], <object>args[2], <object>args[3],
+                                       None if n == 4 else <object>args[4], None, None, None, None, None, None,
+                                       None, None, None, None if at < 0 else <object>args[n])
+    return combine_plan_call(plan, args, n, kwnames)
 
 
 cdef void *fastcall_of(type cls, str name):
@@ -449,6 +537,7 @@ cdef class DispatchPlan(Plan):
         return self.run(x, expert_ids, scales, x_active_mask, expert_scales, topk_weights, outputs, stream)
 
     cdef object run(self, x, expert_ids, scales, x_active_mask, expert_scales, topk_weights, outputs, stream):
+        cdef PyObject *values[5]
         try:
             if topk_weights is not None:
                 if expert_scales is not None:
@@ -461,7 +550,9 @@ cdef class DispatchPlan(Plan):
                 raise self.refusal(self._vocabulary.unweighted())
             if outputs is not None and type(outputs) is not self.outputs_type:
                 raise TypeError(f"outputs: expected DispatchOutputs, got {type(outputs).__name__}")
-            self.step([x, expert_ids, scales, x_active_mask, expert_scales], DISPATCH_SLOTS, outputs, stream)
+            values[0], values[1], values[2] = <PyObject *>x, <PyObject *>expert_ids, <PyObject *>scales
+            values[3], values[4] = <PyObject *>x_active_mask, <PyObject *>expert_scales
+            self.step(values, 5, DISPATCH_SLOTS, outputs, stream)
         except Exception as exc:
             self.rename_and_raise(exc)
         if outputs is None:
@@ -528,6 +619,8 @@ cdef class CombinePlan(Plan):
     cdef object run(self, expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales, topk_weights,
                      x_active_mask, shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2,
                      const_expert_v, tp_send_counts, x_out, stream):
+        cdef PyObject *values[12]
+        cdef Py_ssize_t k
         try:
             if topk_weights is not None:
                 if expert_scales is not None:
@@ -542,14 +635,19 @@ cdef class CombinePlan(Plan):
                 raise TypeError(f"x_out: outputs must be Tensors (device memory the operator writes into), got "
                                 f"{type(x_out).__name__}")
             outputs = None if x_out is None else [x_out]
+            values[0], values[1] = <PyObject *>expand_x, <PyObject *>expert_ids
+            values[2], values[3] = <PyObject *>assist_info_for_combine, <PyObject *>ep_send_counts
+            values[4], values[5], values[6] = <PyObject *>expert_scales, <PyObject *>tp_send_counts, \
+                <PyObject *>x_active_mask
+            values[7], values[8], values[9] = <PyObject *>shared_expert_x, <PyObject *>ori_x, \
+                <PyObject *>const_expert_alpha_1
+            values[10], values[11] = <PyObject *>const_expert_alpha_2, <PyObject *>const_expert_v
             if self.weighted:
-                self.step([expand_x, expert_ids, assist_info_for_combine, ep_send_counts, expert_scales,
-                           tp_send_counts, x_active_mask, shared_expert_x, ori_x, const_expert_alpha_1,
-                           const_expert_alpha_2, const_expert_v], COMBINE_SLOTS, outputs, stream)
-            else:
-                self.step([expand_x, expert_ids, assist_info_for_combine, ep_send_counts, tp_send_counts,
-                           x_active_mask, shared_expert_x, ori_x, const_expert_alpha_1, const_expert_alpha_2,
-                           const_expert_v], COMBINE_SLOTS_UNWEIGHTED, outputs, stream)
+                self.step(values, 12, COMBINE_SLOTS, outputs, stream)
+            else:  # no expert_scales slot: the values after it move up one
+                for k in range(4, 11):
+                    values[k] = values[k + 1]
+                self.step(values, 11, COMBINE_SLOTS_UNWEIGHTED, outputs, stream)
         except Exception as exc:
             self.rename_and_raise(exc)
         return self.own_out[0] if x_out is None else x_out

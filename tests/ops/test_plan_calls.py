@@ -143,18 +143,21 @@ def test_a_call_overlapping_another_threads_call_of_the_plan_is_refused(acl):
 
 
 def _replaced_tensors_are_held(acl, buf, stream, rng):
-    """A Tensor a call replaces was used by the launch before it: dropped by the caller, its memory stays
-    until the stream is synchronised — inputs and given outputs alike."""
+    """A Tensor the plan lets go of was used by a launch before: dropped by the caller, its memory stays
+    until the stream is synchronised — an input once two later ones pushed it out (the plan keeps the one
+    bound before the last), given outputs once replaced."""
     plan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16)
     x, ids = (acl.Tensor.from_numpy(v) for v in _step_inputs(rng))
     report = {}
     for what in ("input", "output"):
         first = acl.Tensor.from_numpy(_step_inputs(rng)[0])
+        second = acl.Tensor.from_numpy(_step_inputs(rng)[0])
         out = None if what == "input" else [acl.Tensor.empty(t.shape, t.dtype) for t in plan.outputs]
         plan(first, ids, stream=stream, outputs=None if out is None else type(plan.outputs)(*out))
         memory = [weakref.ref(first._mem)] + ([weakref.ref(t._mem) for t in out] if out is not None else [])
-        plan(x, ids, stream=stream)  # replaces first (and the given outputs by the plan's own)
-        del first, out
+        plan(second, ids, stream=stream)  # first is the one bound before (and the given outputs are replaced)
+        plan(x, ids, stream=stream)       # pushes first out
+        del first, second, out
         gc.collect()
         held = all(m() is not None for m in memory)
         stream.synchronize()
@@ -177,10 +180,13 @@ def _references(acl, buf, stream, rng):
     held = weakref.ref(first)
     del first
     kept_while_last = held() is not None  # the plan remembers what it was given last call
-    plan(x, ids, stream=stream)           # replaced: the plan lets it go
+    plan(x, ids, stream=stream)           # replaced: kept as the one bound before
+    kept_while_previous = held() is not None
+    plan(acl.Tensor.from_numpy(_step_inputs(rng)[0]), ids, stream=stream)  # pushed out: the plan lets it go
+    plan(x, ids, stream=stream)
     stream.synchronize()
     gc.collect()
-    released = held() is None
+    released = held() is None and kept_while_previous
     stream_refs = sys.getrefcount(stream)
     for _ in range(200):
         plan(x, ids, stream=stream)
@@ -259,3 +265,43 @@ def test_refused_calls_say_why(acl):
             out["unknown keyword"]
         assert out["too many positional"].startswith("TypeError") and "positional argument" in out["too many positional"]
         assert out["given twice"].startswith("TypeError") and "multiple values for keyword argument 'x'" in out["given twice"]
+
+
+def _alternating(acl, buf, stream, rng):
+    """Two input sets in turn (double-buffered activations): each step launches with the set it is given
+    — the plan swaps back in the one bound before without checking it again — and one of them closed in
+    between is refused all the same. Combine in turn, its expert_scales given positionally or by name."""
+    dplan = buf.plan_dispatch(BS, H, E, K, x_dtype=bfloat16, with_weights=True)
+    cplan = buf.plan_combine(dplan, with_weights=True, num_experts=E)
+    sets = []
+    for _ in range(2):
+        x, ids = (acl.Tensor.from_numpy(v) for v in _step_inputs(rng))
+        sets.append((x, ids, acl.Tensor.from_numpy(rng.uniform(0, 1, (BS, K)).astype(np.float32))))
+    same = []
+    for step in range(6):
+        x, ids, w = sets[step % 2]
+        d = dplan(x, ids, topk_weights=w, stream=stream)
+        want = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=stream, keep=True)
+        y = cplan(d.expand_x, ids, d.assist_info_for_combine, d.ep_recv_counts, w, stream=stream) if step % 2 else \
+            cplan(d.expand_x, ids, d.assist_info_for_combine, d.ep_recv_counts, topk_weights=w, stream=stream)
+        y_want = buf.low_latency_combine(want.expand_x, ids, w, want.assist_info_for_combine, want.ep_recv_counts,
+                                         num_experts=E, stream=stream, keep=True)
+        same.append(_bytes(d, stream) == _bytes(want, stream)
+                    and y.numpy(stream=stream).tobytes() == y_want.numpy(stream=stream).tobytes())
+    x0, ids0, w0 = sets[0]
+    x0.close()  # bound the call before the last: the plan would swap it back in
+    try:
+        dplan(x0, ids0, topk_weights=w0, stream=stream)
+        refused = None
+    except Exception as e:  # noqa: BLE001
+        refused = type(e).__name__
+    stream.synchronize()
+    dplan.close()
+    cplan.close()
+    return same, refused
+
+
+def test_a_plan_given_two_input_sets_in_turn_launches_each_and_refuses_one_closed_meanwhile(acl):
+    for same, refused in _run(_alternating):
+        assert same == [True] * 6
+        assert refused == "ClosedError"
