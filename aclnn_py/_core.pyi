@@ -62,6 +62,8 @@ class StreamBase:
 class StreamStateBase:
     current: list[object]
     workspace: DeviceMemory | None
+    launches: int
+    launches_passed: int
 
 class ConfigBase:
     _passed: set[tuple[object, ...]]
@@ -146,6 +148,7 @@ class BufferBase:
                       result_type: type[LowLatencyDispatchResult], current_stream: Callable[[], Stream],
                       tp_domain: bool) -> None: ...
     def _forget_calls(self) -> None: ...
+    def _close_result_plans(self) -> None: ...
     @property
     def result_sets(self) -> int: ...
     @property

@@ -5,7 +5,9 @@ process group (docs/comparison.md maps every argument).
 
 This layer only translates: CANN's Python names become the operators' attributes (one
 :class:`~aclnn_py.MoeConfig` per distinct set, made once and cached), and each call is one call of the
-operator's compiled body (``aclnn_py._core``), which writes into the method's ring of result sets.
+operator's compiled body (``aclnn_py._core``), which writes into the method's ring of result sets. Each
+set keeps a repeatable executor of its outputs' layout, so a steady call rebinds the inputs that moved
+and runs phase 2 only.
 
 Results: each method keeps a ring of ``result_sets`` sets (two by default). A call writes into the next
 set's memory and hands out new Tensors over it; the Tensors a call handed out stay valid until
@@ -291,6 +293,14 @@ class MoeDistributeBuffer(BufferBase):
         self._forget_calls()  # the kept outputs go back to the pool once no stream uses them
         if self.context is not None:
             self.context.close()
+
+    def __del__(self) -> None:
+        # Dropped without close(): the result sets live on in a cycle with the Tensors they handed out
+        # until the collector runs; their executors are let go of now.
+        try:
+            self._close_result_plans()
+        except Exception:  # noqa: BLE001 - at interpreter exit the backend may be gone
+            pass
 
     def __enter__(self) -> MoeDistributeBuffer:
         return self

@@ -60,6 +60,8 @@ cdef class StreamStateBase:
     cdef public list current        # the holds of the open segment
     cdef object block               # workspace: the workspace DeviceMemory, or None
     cdef uintptr_t ws_ptr, ws_size  # its address and size ((0, 0) without one)
+    cdef public Py_ssize_t launches         # operator launches queued on the stream so far
+    cdef public Py_ssize_t launches_passed  # how many of them a synchronisation saw complete
 
 
 cdef class ConfigBase:

@@ -333,3 +333,103 @@ def test_an_error_of_the_method_names_the_callers_parameter(acl: Any) -> None:
 
     for r in _world(acl, scenario):
         assert r["message"].startswith("topk_idx: "), r["message"]
+
+
+def test_a_steady_call_launches_its_sets_executor_again_and_a_strided_input_runs_both_phases(acl: Any) -> None:
+    """A set keeps a repeatable executor of its layout: steady calls over the input sets in turn create
+    no executor and no descriptor (phase 1 ran at the first call of the layout). A new layout (another
+    batch size) makes new ones; a strided x runs both phases (and phase 1 refuses it, as without a
+    set's executor). Every call gives the bytes of a call with keep=True (both phases, new memory)."""
+    import threading
+
+    from aclnn_py import _mock
+
+    both = threading.Barrier(2)
+
+    def counts() -> tuple[int, int]:
+        both.wait()  # both ranks between calls
+        n = _mock.stats()
+        both.wait()
+        return int(n["executors"]), int(n["tensors"])
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        same = []
+
+        def round_(data: tuple[Any, Any, Any]) -> None:
+            out, y = _dispatch(buf, s, data), None
+            y = _combine(buf, s, data, out)
+            got = _snapshot(list(out) + [y], s)
+            kept = _dispatch(buf, s, data, keep=True)
+            same.append(got == _snapshot(list(kept) + [_combine(buf, s, data, kept, keep=True)], s))
+
+        base = counts()
+        for step in range(4):
+            round_(sets[step % 3])
+        warm = counts()
+        for step in range(4, 10):
+            round_(sets[step % 3])
+        steady = counts()
+        x, ids, w = sets[0]
+        half = (acl.Tensor.from_numpy(x.numpy()[:BS // 2]), acl.Tensor.from_numpy(ids.numpy()[:BS // 2]),
+                acl.Tensor.from_numpy(w.numpy()[:BS // 2]))
+        round_(half)  # another layout: new outputs and executors for the set it takes
+        wide = acl.Tensor.zeros((BS, 2 * H), ml_dtypes.bfloat16)
+        wide.numpy_view()[:, :H] = x.numpy()
+        strided = acl.Tensor.from_address(wide.ptr, (BS, H), ml_dtypes.bfloat16, strides=(2 * H, 1), owner=wide)
+        try:
+            _dispatch(buf, s, (strided, ids, w))
+            refused = ""
+        except acl.AclnnParamInvalid as exc:
+            refused = str(exc)
+        round_(sets[0])
+        return {"same": same, "base": base, "warm": warm, "steady": steady, "refused": refused}
+
+    for r in _world(acl, scenario):
+        assert r["same"] == [True] * 12
+        # two ranks x two methods x two sets: each set's executor lives on, none more (keep=True's are
+        # destroyed by their launch)
+        assert r["steady"] == r["warm"] and r["steady"][0] == r["base"][0] + 8, r
+        # both phases run: phase 1's own refusal, in the caller's words
+        assert r["refused"].startswith("aclnnMoeDistributeDispatchV5GetWorkspaceSize failed") and \
+            "x: must be contiguous (got strides (2048, 1)" in r["refused"], r["refused"]
+
+
+def test_a_buffer_dropped_without_close_lets_its_executors_go_at_once(acl: Any) -> None:
+    """The result sets' executors go when the buffer is dropped (its sets live on in a cycle with the
+    Tensors they handed out until the collector runs); the Tensors handed out keep their memory."""
+    import threading
+
+    from aclnn_py import _mock
+
+    both = threading.Barrier(2)
+
+    def executors() -> int:
+        both.wait()
+        n = int(_mock.stats()["executors"])
+        both.wait()
+        return n
+
+    def rank_fn(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
+        gc.disable()  # the drop alone, not the collector, lets them go
+        try:
+            with acl.hccl.Communicator(world_size, rank, root) as comm:
+                s = acl.Device(rank).create_stream()
+                before = executors()
+                buf = acl.MoeDistributeBuffer(comm)
+                data = _inputs(acl, rank, 0)
+                out = _dispatch(buf, s, data)
+                y = _combine(buf, s, data, out)
+                s.synchronize()
+                during = executors()
+                want = y.numpy()
+                del buf
+                s.synchronize()  # the executors are released once the stream has passed their launches
+                after = executors()
+                same = y.numpy().tobytes() == want.tobytes()
+                s.close()
+                return {"before": before, "during": during, "after": after, "kept": same}
+        finally:
+            gc.enable()
+
+    for r in acl.worlds.run_threads(rank_fn, 2, timeout=120):
+        assert r["during"] == r["before"] + 4 and r["after"] == r["before"] and r["kept"], r

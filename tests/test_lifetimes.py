@@ -444,10 +444,13 @@ def test_a_failed_deferred_release_is_reported_as_unraisable(acl: Any, device0: 
     def failing_release() -> None:
         raise RuntimeError("aclDestroyAclOpExecutor failed")
 
+    ordered.state(s).launches += 1  # a launch queued that no synchronisation has seen complete
     ordered.release_after(s, failing_release)
     assert seen == []  # pending until the stream is found past it
     s.synchronize()    # does not raise
     assert seen == ["RuntimeError: aclDestroyAclOpExecutor failed"]
+    with pytest.raises(RuntimeError, match="failed"):  # every launch seen complete: released at once
+        ordered.release_after(s, failing_release)
     s.close()
     with pytest.raises(RuntimeError, match="failed"):  # a closed stream: released at once, to the caller
         ordered.release_after(s, failing_release)

@@ -13,8 +13,8 @@ from operator import is_not
 
 from .._core import CombinePlan, Launcher, Operator, moe_distribute_combine, register_operator
 from ..dtypes import DataType, DTypeLike
-from ..errors import AclnnParamInvalid, check_aclnn
-from ..runtime import Stream, StreamArg, initialized, resolve_stream
+from ..errors import AclnnParamInvalid
+from ..runtime import Stream, StreamArg, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import generations, launchers, prechecks
 from ._args import (
@@ -28,7 +28,7 @@ from ._args import (
 )
 from ._layout import Signature
 from .config import MoeConfig, resolve_config
-from .executor import Prepared, private_views
+from .executor import Prepared, phase1
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeCombineV5"
@@ -137,16 +137,9 @@ def prepare_combine(
     if cfg.generation != generations.NEWEST:
         generations.refuse_unsupported(cfg, "combine", generations.given_inputs(INPUTS, ins))
     out = _x_out(cfg, ins, x_out, _NO_DTYPES, precheck, s)
-    if repeatable:
-        ins = private_views(ins)
-        out = private_views([out])[0]  # type: ignore[assignment]
     launcher = launchers.for_config(cfg)[1]
-    ws_size, executor = launcher.phase1(ins, (out,), cfg)
-    if repeatable:
-        b = initialized()
-        check_aclnn(b.lib.aclSetAclOpExecutorRepeatable(b.ffi.cast("aclOpExecutor *", executor)),
-                    "aclSetAclOpExecutorRepeatable")
-    return PreparedCombine(launcher, executor, ws_size, ins, out, repeatable)
+    ws_size, executor, ins, viewed = phase1(launcher, cfg, ins, [out], repeatable)
+    return PreparedCombine(launcher, executor, ws_size, ins, viewed[0], repeatable)  # type: ignore[arg-type]
 
 
 _NO_DTYPES = (None,)

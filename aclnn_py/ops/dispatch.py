@@ -17,8 +17,8 @@ from typing import NamedTuple
 
 from .._core import DispatchPlan, Launcher, Operator, moe_distribute_dispatch, register_operator
 from ..dtypes import DataType, DTypeLike, as_datatype
-from ..errors import AclnnParamInvalid, check_aclnn
-from ..runtime import Stream, StreamArg, initialized, resolve_stream
+from ..errors import AclnnParamInvalid
+from ..runtime import Stream, StreamArg, resolve_stream
 from ..tensor import Tensor, TensorArg
 from . import generations, launchers, prechecks
 from ._args import (
@@ -34,7 +34,7 @@ from ._args import (
 )
 from ._layout import Signature
 from .config import MoeConfig, resolve_config
-from .executor import Prepared, private_views
+from .executor import Prepared, phase1
 from .prechecks_a2 import recv_counts_extra
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
@@ -213,16 +213,9 @@ def prepare_dispatch(
     if cfg.generation != generations.NEWEST:
         generations.refuse_unsupported(cfg, "dispatch", generations.given_inputs(INPUTS, ins))
     outs = _outputs(cfg, ins, outputs, dtypes, precheck, s)
-    if repeatable:
-        ins = private_views(ins)
-        outs = DispatchOutputs(*private_views(outs))  # type: ignore[arg-type]
     launcher = launchers.for_config(cfg)[0]
-    ws_size, executor = launcher.phase1(ins, outs, cfg)
-    if repeatable:
-        b = initialized()
-        check_aclnn(b.lib.aclSetAclOpExecutorRepeatable(b.ffi.cast("aclOpExecutor *", executor)),
-                    "aclSetAclOpExecutorRepeatable")
-    return PreparedDispatch(launcher, executor, ws_size, ins, outs, repeatable)
+    ws_size, executor, ins, viewed = phase1(launcher, cfg, ins, outs, repeatable)
+    return PreparedDispatch(launcher, executor, ws_size, ins, DispatchOutputs(*viewed), repeatable)  # type: ignore[arg-type]
 
 
 class PreparedDispatch(Prepared):

@@ -96,8 +96,28 @@ class Prepared(Resource):
         return f"Prepared({self._launcher.phase2_name}, {'repeatable' if self.repeatable else 'one-shot'})"
 
 
-def private_views(tensors: Sequence[Tensor | None]) -> list[Tensor | None]:
+def phase1(launcher: Launcher, config: Any, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None],
+           repeatable: bool, keep_inputs: bool = True) -> tuple[int, int, list[Tensor | None], list[Tensor | None]]:
+    """Phase 1 of `launcher`'s operator on `inputs` and `outputs` (the operator function's order): its
+    workspace size, executor address, and the tensors the executor refers to — with `repeatable`, private
+    views of them (:func:`private_views`; the input views keep the inputs unless not `keep_inputs`), and
+    an executor that may be launched again (``aclSetAclOpExecutorRepeatable``)."""
+    ins, outs = ((private_views(inputs, keep_inputs), private_views(outputs)) if repeatable
+                 else (list(inputs), list(outputs)))
+    ws_size, executor = launcher.phase1(ins, outs, config)
+    if repeatable:
+        b = initialized()
+        status = b.lib.aclSetAclOpExecutorRepeatable(b.ffi.cast("aclOpExecutor *", executor))
+        if status:
+            b.lib.aclDestroyAclOpExecutor(b.ffi.cast("aclOpExecutor *", executor))  # nothing else would
+            check_aclnn(status, "aclSetAclOpExecutorRepeatable")
+    return ws_size, executor, ins, outs
+
+
+def private_views(tensors: Sequence[Tensor | None], keep: bool = True) -> list[Tensor | None]:
     """Views with descriptors of their own, for a repeatable executor: rebinding its slots changes the
-    addresses of these descriptors, never those of the caller's Tensors."""
-    return [None if t is None else Tensor(t.ptr, t.shape, t.dtype, t.strides, t.offset, owner=t, device=t.device)
-            for t in tensors]
+    addresses of these descriptors, never those of the caller's Tensors. Each view keeps its Tensor's
+    memory (an export of it) unless not `keep`: for an executor whose every launch binds its caller's
+    Tensors first (a MoeDistributeBuffer result set's)."""
+    return [None if t is None else Tensor(t.ptr, t.shape, t.dtype, t.strides, t.offset, owner=t if keep else None,
+                                          device=t.device) for t in tensors]

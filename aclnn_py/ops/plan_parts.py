@@ -21,10 +21,11 @@ from . import combine, dispatch, launchers
 from ._args import as_int32, host_array, host_weights, wrong_dtype
 from ._caller import OPERATOR_WORDS
 from .config import MoeConfig, resolve_config
-from .executor import Prepared
+from .executor import Prepared, phase1
 
 __all__ = ["OPERATOR_WORDS", "build_combine", "build_dispatch", "copy_host_value", "host_weights", "param_invalid",
-           "release_after_stream", "resolve_stream", "size_of", "watch_context", "workspace_memory"]
+           "release_after_stream", "resolve_stream", "result_set_executor", "size_of", "watch_context",
+           "workspace_memory"]
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,16 @@ def build_combine(context: Tensor | None, a: int, bs: int, hidden: int, topk: in
                                        const_expert_alpha_2=consts[1], const_expert_v=consts[2],
                                        stream=stream, repeatable=True)  # type: ignore[arg-type]
     return Built(prepared, cfg, launchers.for_config(cfg)[1], combine.INPUTS, combine.OUTPUTS)
+
+
+def result_set_executor(launcher: Launcher, config: MoeConfig, inputs: list[Tensor | None],
+                        outputs: list[Tensor | None]) -> Prepared:
+    """The repeatable executor a MoeDistributeBuffer result set launches on every call of its layout:
+    phase 1 of `launcher`'s operator on the first call's `inputs` and the set's `outputs` (made after
+    the pre-checks of the layout passed). Its views of the inputs keep nothing: every launch binds the
+    call's inputs first, and a buffer's result passed in stays the buffer's to hand out again."""
+    ws_size, executor, ins, outs = phase1(launcher, config, inputs, outputs, True, keep_inputs=False)
+    return Prepared(launcher, executor, ws_size, ins, outs, True)
 
 
 def workspace_memory(size: int) -> DeviceMemory | None:

@@ -112,15 +112,23 @@ class _AfterStream:
 
 
 def release_after(stream: QueueingStream | None, release: Callable[[], None]) -> None:
-    """Call `release` once `stream` has passed the work queued on it so far: at once when there is no
-    stream or it is closed (its queued work finished when it was destroyed), else when the stream is
-    next found past this point (a synchronisation, a checkpoint, its destruction). For what queued
-    launches use without holding it per launch, e.g. a plan's own buffers when the plan is closed:
-    ``aclrtFree`` does not wait for the tasks that use the memory."""
-    if stream is None or not stream._open:
+    """Call `release` once `stream` has passed the launches queued on it so far: at once when there is
+    no stream, it is closed (its queued work finished when it was destroyed) or a synchronisation saw
+    every launch queued on it complete, else when the stream is next found past this point (a
+    synchronisation, a checkpoint, its destruction). For what queued launches use without holding it
+    per launch, e.g. a plan's executor and own buffers when the plan is closed: ``aclrtFree`` does not
+    wait for the tasks that use the memory."""
+    if stream is None or not stream._open or _launches_passed(stream):
         release()
     else:
         hold(stream, _AfterStream(release))
+
+
+def _launches_passed(stream: QueueingStream) -> bool:
+    """A synchronisation of `stream` saw every operator launch queued on it complete."""
+    with _lock:
+        st = _states.get(stream._key)
+        return st is None or st.launches == st.launches_passed
 
 
 def state(stream: QueueingStream) -> _StreamState:
@@ -163,23 +171,24 @@ def _reap(st: _StreamState, released: list[list[object]]) -> None:
             st.drop_through(closed, released)
 
 
-def mark(stream: QueueingStream) -> int:
-    """A mark in `stream`'s holds, taken before waiting for it: :func:`passed` with it releases
-    everything held before."""
+def mark(stream: QueueingStream) -> tuple[int, int]:
+    """A mark in `stream`'s holds and launches, taken before waiting for it: :func:`passed` with it
+    releases everything held before."""
     with _lock:
         st = _states.get(stream._key)
-        return st.boundary() if st is not None else -1
+        return (st.boundary(), st.launches) if st is not None else (-1, 0)
 
 
-def passed(stream: QueueingStream, position: int) -> None:
+def passed(stream: QueueingStream, position: tuple[int, int]) -> None:
     """`stream` completed the work queued before the mark `position` (it was synchronised)."""
     released: list[list[object]] = []
     with _lock:
         st = _states.get(stream._key)
         if st is None:
             return
-        st.drop_through(position, released)
-        while st.checkpoints and st.checkpoints[0][1] <= position:
+        st.launches_passed = max(st.launches_passed, position[1])
+        st.drop_through(position[0], released)
+        while st.checkpoints and st.checkpoints[0][1] <= position[0]:
             _spare_events.append(st.checkpoints.popleft()[0])
 
 

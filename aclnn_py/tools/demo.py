@@ -242,8 +242,7 @@ def _rank_main(rank: int, world_size: int, root: bytes, m: Model, devices: Seque
     if progress:
         _say(f"  rank {rank}/{world_size}: device {devices[rank]}, joining the communicator")
     rounds = []
-    with Communicator(world_size, rank, root) as comm:
-        buf = MoeDistributeBuffer(comm)
+    with Communicator(world_size, rank, root) as comm, MoeDistributeBuffer(comm) as buf:
         stream = dev.create_stream()
         try:
             for rnd in range(m.rounds):

@@ -77,8 +77,16 @@ cdef class BufferBase:
         self.dispatch_config = self.combine_config = None
         self.dispatch_stream = self.combine_stream = None
         if self.dispatch_ring is not None:
+            self._close_result_plans()
             self.dispatch_ring = ResultRing(self.dispatch_ring.method, self.dispatch_ring.size)
             self.combine_ring = ResultRing(self.combine_ring.method, self.combine_ring.size)
+
+    def _close_result_plans(self):
+        """Let go of the result sets' executors (each once the stream of its last launch has passed it);
+        a later call makes new ones."""
+        if self.dispatch_ring is not None:
+            self.dispatch_ring.close_plans()
+            self.combine_ring.close_plans()
 
     property result_sets:
         """How many result sets each operator method keeps: a result stays valid until that many more

@@ -17,6 +17,14 @@ cdef int order_inputs_after_writes(StreamBase stream, object inputs) except -1:
     return 0
 
 
+cdef int check_passable(TensorBase t, str name) except -1:
+    """`t` (the operator's `name`) may be passed to an operator: open, and not a recycled buffer result."""
+    if t.issuer is not None and t.recycled:
+        raise RecycledError(f"{name}: " + (<ResultSet>t.issuer).recycled_message(t._label(), "pass it to an operator"))
+    t.check_readable("pass it to an operator")
+    return 0
+
+
 cdef inline object anchor_of(TensorBase t):
     """What keeps `t`'s memory allocated while queued work uses it."""
     return t._mem if t._mem is not None else t._owner
@@ -101,12 +109,8 @@ cdef class Launcher:
                 continue
             t = <TensorBase>v
             if not t.desc or t.issuer is not None:
-                if t.issuer is not None and t.recycled:
-                    name = self.input_names[self.in_at[k]] if k < self.n_in else \
-                        self.output_names[self.out_at[k - self.n_in]]
-                    raise RecycledError(f"{name}: " + (<ResultSet>t.issuer).recycled_message(
-                        t._label(), "pass it to an operator"))
-                t.check_readable("pass it to an operator")
+                check_passable(t, self.input_names[self.in_at[k]] if k < self.n_in else
+                               self.output_names[self.out_at[k - self.n_in]])
                 if not t.desc:
                     describe(t)
             table[k] = <aclTensor *>t.desc
@@ -148,6 +152,7 @@ cdef class Launcher:
                 raise
             with nogil:
                 status = self.phase2_fn(<void *>ws if size else NULL, size, executor, handle)
+        st.launches += 1
         hold_in(st, stream, held)  # launched: what it uses is held until the stream passes it, whatever the status
         if status:
             check_aclnn(status, self.phase2_name)
@@ -190,6 +195,7 @@ cdef class Launcher:
         cdef aclnnStatus status
         cdef aclrtStream handle = <aclrtStream>stream.handle
         cdef uintptr_t ws
+        cdef StreamStateBase counted
         tensors = [t for group in (inputs, outputs) for t in group if t is not None]
         for t in inputs:
             if t is not None:
@@ -204,6 +210,8 @@ cdef class Launcher:
             ws = st.ws_ptr if size <= st.ws_size else <uintptr_t>grow_workspace(stream, size)
         with nogil:
             status = self.phase2_fn(<void *>ws if size else NULL, size, <aclOpExecutor *>executor, handle)
+        counted = stream_state(stream)
+        counted.launches += 1
         hold(stream, [anchor_of(<TensorBase>t) for t in tensors])
         if status:
             check_aclnn(status, self.phase2_name)

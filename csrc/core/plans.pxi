@@ -94,6 +94,7 @@ cdef class Plan:
     cdef readonly object workspace_memory  # its DeviceMemory, or None
     cdef void *ws
     cdef uint64_t ws_size
+    cdef bint stream_workspace            # launches use their stream's workspace, not one of the plan's
     cdef tuple input_names, output_names
     cdef Py_ssize_t n_in, n_out
     cdef Py_ssize_t c_in[MAX_TENSORS]     # per input (the operator function's order): its C index, -1: none
@@ -125,8 +126,10 @@ cdef class Plan:
         self._open = False
         self.entry = NULL
 
-    cdef int adopt(self, object prepared, object config, object context, Launcher launcher) except -1:
-        """Take the repeatable executor of `prepared` (phase 1 of `launcher`'s operator)."""
+    cdef int adopt(self, object prepared, object config, object context, Launcher launcher,
+                   bint stream_workspace=False) except -1:
+        """Take the repeatable executor of `prepared` (phase 1 of `launcher`'s operator); with
+        `stream_workspace` its launches use their stream's workspace (as one-shot launches do)."""
         cdef Py_ssize_t i, k
         cdef TensorBase t
         self.prepared, self.config, self.context_tensor = prepared, config, context
@@ -160,7 +163,8 @@ cdef class Plan:
                     describe(t)
                 self.desc_out[i], self.want_out[i], self.bound_out[i] = <aclTensor *>t.desc, t.data, t.data
         self.ws_size = prepared.workspace_size
-        self.workspace_memory = helpers().workspace_memory(self.ws_size)
+        self.stream_workspace = stream_workspace
+        self.workspace_memory = None if stream_workspace else helpers().workspace_memory(self.ws_size)
         self.ws = <void *><uintptr_t>(self.workspace_memory.ptr if self.workspace_memory is not None else 0)
         # a present input starts unset so that None is refused; the context (input 0) is the plan's
         self.last_in = [UNSET if t is not None else None for t in self.own_in]
@@ -183,7 +187,6 @@ cdef class Plan:
         and launch."""
         cdef Py_ssize_t i, k
         cdef PyObject *p
-        cdef TensorBase t
         cdef StreamBase s
         cdef bint reorder = False
         if not self._open:
@@ -213,14 +216,19 @@ cdef class Plan:
                     if PyList_GET_ITEM(self.own_in, i) != <PyObject *>None:
                         self.bind(i, None, s, False)  # refused: the plan was built with it
                     continue  # (an input absent from the plan and the call: nothing)
+                # (the Tensors are read through borrowed pointers: no reference count is written)
                 if isinstance(<object>p, TensorBase):
-                    t = <TensorBase>p
-                    # bound as last call: nothing to check or bind
-                    if not (p == PyList_GET_ITEM(self.last_in, i) and t.data == self.want_in[i] and t._open
-                            and t.issuer is None):
-                        self.bind(i, t, s, False)
-                    w = t._writer
-                    if w is not None and w is not s and (<StreamBase>w)._key != s._key:
+                    if not ((<TensorBase>p)._open and (<TensorBase>p).issuer is None):
+                        self.bind(i, <object>p, s, False)  # checked there: refused, or a buffer's result bound
+                    elif p == PyList_GET_ITEM(self.last_in, i) and (<TensorBase>p).data == self.want_in[i]:
+                        pass  # bound as last call: nothing to check or bind
+                    elif p == PyList_GET_ITEM(self.prev_in, i) and (<TensorBase>p).data == self.prev_data_in[i] \
+                            and anchor_of(<TensorBase>p) is <object>PyList_GET_ITEM(self.prev_anchor_in, i):
+                        self.swap_back(i)  # bound the call before: checked then
+                    else:
+                        self.bind(i, <object>p, s, False)
+                    if (<TensorBase>p)._writer is not None and (<TensorBase>p)._writer is not s \
+                            and (<StreamBase>(<TensorBase>p)._writer)._key != s._key:
                         reorder = True  # last written on another stream: the launch waits for that write
                 else:
                     self.bind(i, <object>p, s, False)
@@ -237,11 +245,35 @@ cdef class Plan:
             self._stream = s
         finally:
             self.busy = False
+        if outputs is None:
+            for k in range(self.n_out):
+                p = PyList_GET_ITEM(self.own_out, k)
+                if p != <PyObject *>None and (<TensorBase>p)._writer is not s:
+                    (<TensorBase>p)._writer = s
+            return None
         for k in range(self.n_out):
-            o = <object>PyList_GET_ITEM(self.own_out, k) if outputs is None or outputs[k] is None else outputs[k]
+            o = <object>PyList_GET_ITEM(self.own_out, k) if outputs[k] is None else outputs[k]
             if o is not None and (<TensorBase>o)._writer is not s:
                 (<TensorBase>o)._writer = s
         return None
+
+    cdef bint fits(self, PyObject **ins, Py_ssize_t n) except -1:
+        """The inputs `ins` (all `n` of the operator function's, NULL: absent; open, contiguous Tensors) would
+        each bind to this plan's slot: present where the plan has one, of its shape and dtype."""
+        cdef Py_ssize_t i
+        cdef PyObject *p
+        cdef PyObject *own
+        cdef TensorBase t
+        for i in range(1, n):
+            p, own = ins[i], PyList_GET_ITEM(self.own_in, i)
+            if (p == NULL) != (own == <PyObject *>None):
+                return False
+            if p == NULL or p == PyList_GET_ITEM(self.last_in, i) or p == PyList_GET_ITEM(self.prev_in, i):
+                continue  # checked when it was bound
+            t = <TensorBase>p
+            if t.dtype is not (<TensorBase>own).dtype or not same_shape(t.shape, (<TensorBase>own).shape):
+                return False
+        return True
 
     cdef int check_outputs(self, PyObject **values, Py_ssize_t n, const Py_ssize_t *slots, object outputs,
                            StreamBase s) except -1:
@@ -285,9 +317,7 @@ cdef class Plan:
                 if not output and <PyObject *>value == PyList_GET_ITEM(self.prev_in, i) \
                         and t.data == self.prev_data_in[i] and anchor_of(t) is <object>PyList_GET_ITEM(
                             self.prev_anchor_in, i):
-                    swap_items(last, self.prev_in, i)  # checked when it was bound before: swapped back in
-                    swap_items(anchors, self.prev_anchor_in, i)
-                    self.prev_data_in[i], want[i] = want[i], t.data
+                    self.swap_back(i)
                     return 0
             t.check_readable("pass it to a plan")
             if t.dtype is not mine.dtype or not t._contiguous or not same_shape(t.shape, mine.shape):
@@ -315,10 +345,20 @@ cdef class Plan:
             hold(stream, let_go)  # the launches queued so far may read it
         return 0
 
+    cdef inline void swap_back(self, Py_ssize_t i) noexcept:
+        """Input `i` takes the value it was given before the last one again (checked when it was bound)."""
+        swap_items(self.last_in, self.prev_in, i)
+        swap_items(self.anchor_in, self.prev_anchor_in, i)
+        self.prev_data_in[i], self.want_in[i] = self.want_in[i], self.prev_data_in[i]
+
     cdef int rebind_and_launch(self, StreamBase stream) except -1:
         cdef Py_ssize_t i
         cdef aclnnStatus status = 0
         cdef aclrtStream handle = <aclrtStream>stream.handle
+        cdef StreamStateBase st = stream_state(stream)  # kept: the stream may be destroyed meanwhile
+        cdef void *ws = self.ws
+        if self.stream_workspace and self.ws_size:
+            ws = <void *>(st.ws_ptr if self.ws_size <= st.ws_size else <uintptr_t>grow_workspace(stream, self.ws_size))
         for i in range(self.n_in):
             if self.want_in[i] != self.bound_in[i] and self.c_in[i] >= 0:
                 status = set_input_addr(self.executor, <size_t>self.c_in[i], self.desc_in[i], <void *>self.want_in[i])
@@ -333,7 +373,8 @@ cdef class Plan:
                     check_aclnn(status, "aclSetOutputTensorAddr")
                 self.bound_out[i] = self.want_out[i]
         with nogil:
-            status = self.phase2_fn(self.ws, self.ws_size, self.executor, handle)
+            status = self.phase2_fn(ws, self.ws_size, self.executor, handle)
+        st.launches += 1
         if status:
             check_aclnn(status, self.op)
         return 0
@@ -412,6 +453,25 @@ cdef class Plan:
     def __repr__(self):
         label = self._label()
         return label if self._open else f"{label[:len(label) - 1]}, closed)"
+
+
+cdef Py_ssize_t FROM_ONE[MAX_TENSORS]  # the inputs of an operator function after the context: 1, 2, …
+for _i in range(MAX_TENSORS):
+    FROM_ONE[_i] = _i + 1
+
+
+cdef Plan result_set_plan(Operator op, Launcher launcher, ConfigBase cfg, PyObject **ins, object outputs):
+    """A plan writing a MoeDistributeBuffer result set's `outputs`, its executor made from the call's `ins`."""
+    cdef Plan plan = Plan.__new__(Plan)
+    prepared = helpers().result_set_executor(launcher, cfg, op.list_of(ins),
+                                             [outputs] if isinstance(outputs, TensorBase) else list(outputs))
+    plan.input_names, plan.output_names = op.input_names, op.output_names
+    try:
+        plan.adopt(prepared, cfg, None if ins[0] == NULL else <object>ins[0], launcher, True)
+    except BaseException:
+        prepared.close()
+        raise
+    return plan
 
 
 # ---- plan(...) by vectorcall ----

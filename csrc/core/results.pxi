@@ -1,10 +1,12 @@
 # MoeDistributeBuffer's result sets: each method keeps a fixed ring of them. A call takes the next set
 # of the ring and writes its outputs into the set's memory when the set holds outputs of this call's
 # layout (same config, shapes and optional inputs; written on the same stream; never exported or read
-# on another stream), else into new outputs the set adopts. The call hands out new Tensor objects over
-# the set's memory; the ones handed out before over that set are recycled, and every read of a
-# recycled Tensor raises RecycledError. So a result stays valid until the ring comes round: `size`
-# more calls of the same method (docs/concepts.md, "Buffer results").
+# on another stream), else into new outputs the set adopts. With the outputs the set keeps a repeatable
+# executor of their layout (a Plan: phase 1 once per layout, then each call rebinds the inputs that
+# moved and launches); a call with dtype overrides or a strided input runs both phases instead. The
+# call hands out new Tensor objects over the set's memory; the ones handed out before over that set are
+# recycled, and every read of a recycled Tensor raises RecycledError. So a result stays valid until the
+# ring comes round: `size` more calls of the same method (docs/concepts.md, "Buffer results").
 
 cdef tuple EMPTY = ()
 
@@ -40,9 +42,49 @@ cdef class ResultSet:
     cdef Py_ssize_t n_blocks
     cdef void *block_ptr[MAX_TENSORS]  # the blocks refilled with the poison of new memory on the mock
     cdef size_t block_size[MAX_TENSORS]
+    cdef Plan plan                    # the repeatable executor writing the outputs, or None
 
     def __cinit__(self, ResultRing ring):
         self.ring = ring
+
+    cdef object plan_for(self, Operator op, Launcher launcher, ConfigBase cfg, PyObject **ins, tuple dtypes,
+                         bint precheck, StreamBase stream):
+        """The plan a call of `op` launches: the set's own when its outputs and executor suit the call, else
+        one over new outputs (made after the pre-checks) that the set keeps from now on; None for a call
+        with dtype overrides or a strided input, which runs both phases (outputs_for)."""
+        cdef long long present = 0
+        cdef Py_ssize_t i
+        cdef TensorBase t
+        for d in dtypes:
+            if d is not None:
+                return None
+        for i in range(1, op.n_in):
+            if ins[i] != NULL:
+                present |= 1LL << i
+                t = <TensorBase>ins[i]
+                if not t._open or t.issuer is not None:
+                    check_passable(t, op.input_names[i])
+                if not t._contiguous:
+                    return None
+        x, ids = <TensorBase>ins[1], <TensorBase>ins[2]
+        if self.plan is not None and self.suits(cfg, x, ids, present | (ins[0] != NULL), NO_DTYPES, stream) \
+                and (self.prechecked or not precheck) and self.plan.fits(ins, op.n_in):
+            self.refill(stream)
+            return self.plan
+        made = op.make_outputs(cfg, op.list_of(ins), None, dtypes, precheck, stream)
+        self.adopt(made, cfg, x, ids, present | (ins[0] != NULL), precheck)
+        self.plan = result_set_plan(op, launcher, cfg, ins, made)
+        return self.plan
+
+    cdef int launch(self, Plan plan, PyObject **ins, Py_ssize_t n, StreamBase stream) except -1:
+        """`plan` writes the set's outputs from `ins` (the operator function's order, NULL: absent) on `stream`."""
+        cdef PyObject *values[MAX_TENSORS]
+        cdef Py_ssize_t i
+        for i in range(1, n):
+            values[i - 1] = ins[i] if ins[i] != NULL else <PyObject *>None
+        plan.step(values, n - 1, FROM_ONE, None, stream)
+        mark_written(self.outputs, stream)
+        return 0
 
     cdef object outputs_for(self, Operator op, ConfigBase cfg, PyObject **ins, tuple dtypes, bint precheck,
                             StreamBase stream):
@@ -84,7 +126,9 @@ cdef class ResultSet:
 
     cdef int adopt(self, object made, ConfigBase cfg, TensorBase x, TensorBase ids, long long present,
                    bint prechecked) except -1:
-        """Keep `made` (new outputs) as the set's own, for calls of this layout."""
+        """Keep `made` (new outputs) as the set's own, for calls of this layout (the executor of the ones
+        before is let go of)."""
+        self.close_plan()
         own = (made,) if isinstance(made, TensorBase) else tuple(made)
         self.outputs, self.own, self.views = made, own, None
         self.config, self.x_shape, self.x_dtype, self.ids_shape = cfg, x.shape, x.dtype, ids.shape
@@ -99,6 +143,12 @@ cdef class ResultSet:
                 self.block_ptr[self.n_blocks] = <void *><uintptr_t>mem._ptr
                 self.block_size[self.n_blocks] = <size_t>mem.size
                 self.n_blocks += 1
+        return 0
+
+    cdef int close_plan(self) except -1:
+        if self.plan is not None:
+            plan, self.plan = self.plan, None
+            plan.close()  # released once the stream of its last launch has passed it
         return 0
 
     cdef int refill(self, StreamBase stream) except -1:
@@ -157,3 +207,8 @@ cdef class ResultRing:
         """How many sets hold outputs."""
         def __get__(self):
             return sum(1 for s in self.sets if (<ResultSet>s).outputs is not None)
+
+    def close_plans(self):
+        """Let go of the sets' executors (each once its stream has passed its last launch)."""
+        for s in self.sets:
+            (<ResultSet>s).close_plan()

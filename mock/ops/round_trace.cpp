@@ -51,6 +51,7 @@ std::vector<DispatchRecord> records_of(const std::string &comm) {
 class Hashes {
 public:
     explicit Hashes(const CombineInputs::Input &in) : p_(in.data), capacity_(in.bytes) {}
+    uint64_t addr() const { return uint64_t(uintptr_t(p_)); }
     // Whether the input's first t.bytes bytes hash to t.hash (false when it holds fewer, and for an
     // empty region, which would match anything).
     bool matches(const Traced &t) {
@@ -69,11 +70,14 @@ private:
 };
 
 // The round of one routing input: the newest record of the same descriptor whose content still
-// matches; else the one round whose content matches; else unknown (none, or several).
+// matches; else the newest record written at the same address whose content still matches; else the
+// one round whose content matches; else unknown (none, or several).
 int64_t find_round(const std::vector<DispatchRecord> &recs, Traced DispatchRecord::*field, uint64_t desc,
                    Hashes &h) {
     for (const DispatchRecord &r : recs)
         if (desc && (r.*field).desc == desc && h.matches(r.*field)) return r.round;
+    for (const DispatchRecord &r : recs)
+        if (h.addr() && (r.*field).addr == h.addr() && h.matches(r.*field)) return r.round;
     int64_t found = kUnknownRound;
     for (const DispatchRecord &r : recs) {
         if (!h.matches(r.*field)) continue;
@@ -143,7 +147,8 @@ CombineRound trace_combine(const std::string &comm, const CombineInputs &in) {
     Hashes ex(in.expand_x);
     if (own && ex.matches(own->expand_x)) return out;
     for (const DispatchRecord &r : recs)
-        if (in.expand_x.desc && r.expand_x.desc == in.expand_x.desc && r.round != out.round && ex.matches(r.expand_x)) {
+        if (((in.expand_x.desc && r.expand_x.desc == in.expand_x.desc) || (ex.addr() && r.expand_x.addr == ex.addr()))
+            && r.round != out.round && ex.matches(r.expand_x)) {
             out.error = format("expand_x holds, unchanged, the rows the dispatch of collective call #%" PRId64
                                " wrote, but assist_info_for_combine / ep_send_counts are the output of call #%"
                                PRId64 " (the expert rows must belong to the dispatch the routing comes from)",

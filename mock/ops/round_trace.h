@@ -11,8 +11,10 @@
 //    ep_recv_counts [0, slots) and (fp16 / bf16 outputs) its expand_x rows [0, N) are (a sampled
 //    fingerprint, content_hash.h), and what its expert_ids input held;
 //  * a combine finds the dispatch its assist_info_for_combine and ep_send_counts come from (the
-//    newest record of the same descriptor whose content still matches, else the only round whose
-//    content matches, empty content matching nothing), refuses inputs of two different traced
+//    newest record of the same descriptor whose content still matches, else the newest record written
+//    at the same address whose content still matches — a repeatable executor reads and writes through
+//    descriptors of its own, rebound to the caller's memory —, else the only round whose content
+//    matches, empty content matching nothing), refuses inputs of two different traced
 //    rounds, and expert_ids or an unchanged expand_x (the same descriptor) that belong to another
 //    traced round than its routing inputs;
 //  * the combine carries its round with its entry to every receiver (two int32 of the receiver's
@@ -41,10 +43,11 @@ constexpr int kRoundSlotBase = 2048;
 constexpr int64_t kUnknownRound = -1;
 constexpr size_t kRecordsPerComm = 64;
 
-// The aclTensor (serial) a region was read through or written to, and the fingerprint of its first
-// `bytes` bytes (sample_hash when `sampled`, else hash_bytes).
+// The aclTensor (serial) a region was read through or written to, its address, and the fingerprint
+// of its first `bytes` bytes (sample_hash when `sampled`, else hash_bytes).
 struct Traced {
     uint64_t desc = 0;
+    uint64_t addr = 0;
     uint64_t bytes = 0;
     uint64_t hash = 0;
     bool sampled = false;
@@ -59,8 +62,12 @@ struct DispatchRecord {
     Traced expand_x;   // rows [0, N) when expand_x is fp16 / bf16 (else addr is null)
 };
 
-inline Traced traced(uint64_t desc, const void *p, uint64_t n) { return Traced{desc, n, hash_bytes(p, n), false}; }
-inline Traced sampled(uint64_t desc, const void *p, uint64_t n) { return Traced{desc, n, sample_hash(p, n), true}; }
+inline Traced traced(uint64_t desc, const void *p, uint64_t n) {
+    return Traced{desc, uint64_t(uintptr_t(p)), n, hash_bytes(p, n), false};
+}
+inline Traced sampled(uint64_t desc, const void *p, uint64_t n) {
+    return Traced{desc, uint64_t(uintptr_t(p)), n, sample_hash(p, n), true};
+}
 
 void record_dispatch(const std::string &comm, const DispatchRecord &r);
 

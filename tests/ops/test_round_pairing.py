@@ -367,3 +367,51 @@ def test_threads_sharing_a_buffer_and_stream_are_exact_or_refused(acl, seed, sha
     assert exact + refused == THREADS * ROUNDS * W
     assert by_round > 0, "no combine was paired with another rank's dispatch (the schedule exercised nothing)"
     assert exact > 0
+
+
+def _two_planned_dispatches_then(rank, world_size, root, how):
+    """_two_dispatches_then through plans: a repeatable executor reads and writes through descriptors of
+    its own (rebound to the memory it is given), so the combine's inputs are traced to the dispatch that
+    wrote them by address."""
+    from aclnn_py import Device, MoeDistributeBuffer
+    from aclnn_py.errors import AclError
+    from aclnn_py.hccl import Communicator
+
+    with Communicator(world_size, rank, root) as comm, MoeDistributeBuffer(comm) as buf:
+        s = Device.current().create_stream()
+        (xa, ids), (xb, _) = _inputs(rank, 1), _inputs(rank, 2)
+        plan_a, plan_b = (buf.plan_dispatch(BS, H, E, ids.shape[1], x_dtype=bfloat16, stream=s) for _ in range(2))
+        a, b = plan_a(xa, ids, stream=s), plan_b(xb, ids, stream=s)
+        combine = buf.plan_combine(plan_a, num_experts=E, stream=s)
+        d = a if how == "rank0_from_a" and rank == 0 else b
+        args = {"rank0_from_a": (d.expand_x, d.assist_info_for_combine, d.ep_recv_counts),
+                "assist_a_counts_b": (b.expand_x, a.assist_info_for_combine, b.ep_recv_counts),
+                "rows_of_a": (a.expand_x, b.assist_info_for_combine, b.ep_recv_counts),
+                "b": (b.expand_x, b.assist_info_for_combine, b.ep_recv_counts)}[how]
+        out = combine(args[0], ids, args[1], args[2], stream=s)
+        try:
+            s.synchronize()
+            res = (0, "", out.numpy())
+        except AclError as e:
+            res = (e.code, e.message, None)
+        for p in (plan_a, plan_b, combine):
+            p.close()
+        s.close()
+    return res
+
+
+@pytest.mark.parametrize("how,error", [
+    ("b", None),
+    ("rank0_from_a", "the ranks paired this combine with different dispatch calls"),
+    ("assist_a_counts_b", "assist_info_for_combine is the output of the dispatch of collective call #"),
+    ("rows_of_a", "expand_x holds, unchanged, the rows the dispatch of collective call #")])
+def test_plans_are_traced_to_their_dispatch_by_address(acl, how, error):
+    from aclnn_py.worlds import run_threads
+
+    g = _golden_b()
+    for r, (code, msg, out) in enumerate(run_threads(_two_planned_dispatches_then, W, how, timeout=120)):
+        if error is None:
+            assert code == 0, msg
+            assert out.tobytes() == g[r].tobytes()
+        else:
+            assert code == KERNEL_FAIL and error in msg, msg
