@@ -95,6 +95,7 @@ cdef class Plan:
     cdef void *ws
     cdef uint64_t ws_size
     cdef bint stream_workspace            # launches use their stream's workspace, not one of the plan's
+    cdef bint moved                       # an address to bind differs from the one the executor holds
     cdef tuple input_names, output_names
     cdef Py_ssize_t n_in, n_out
     cdef Py_ssize_t c_in[MAX_TENSORS]     # per input (the operator function's order): its C index, -1: none
@@ -189,6 +190,7 @@ cdef class Plan:
         cdef PyObject *p
         cdef StreamBase s
         cdef bint reorder = False
+        cdef list own_in = self.own_in, last_in = self.last_in, prev_in = self.prev_in
         if not self._open:
             raise ClosedError(self._label(), "launch it")
         if self.closed_communicator is not None:
@@ -213,16 +215,16 @@ cdef class Plan:
             for k in range(n):
                 p, i = values[k], slots[k]
                 if p == <PyObject *>None:
-                    if PyList_GET_ITEM(self.own_in, i) != <PyObject *>None:
+                    if PyList_GET_ITEM(own_in, i) != <PyObject *>None:
                         self.bind(i, None, s, False)  # refused: the plan was built with it
                     continue  # (an input absent from the plan and the call: nothing)
                 # (the Tensors are read through borrowed pointers: no reference count is written)
                 if isinstance(<object>p, TensorBase):
                     if not ((<TensorBase>p)._open and (<TensorBase>p).issuer is None):
                         self.bind(i, <object>p, s, False)  # checked there: refused, or a buffer's result bound
-                    elif p == PyList_GET_ITEM(self.last_in, i) and (<TensorBase>p).data == self.want_in[i]:
+                    elif p == PyList_GET_ITEM(last_in, i) and (<TensorBase>p).data == self.want_in[i]:
                         pass  # bound as last call: nothing to check or bind
-                    elif p == PyList_GET_ITEM(self.prev_in, i) and (<TensorBase>p).data == self.prev_data_in[i] \
+                    elif p == PyList_GET_ITEM(prev_in, i) and (<TensorBase>p).data == self.prev_data_in[i] \
                             and anchor_of(<TensorBase>p) is <object>PyList_GET_ITEM(self.prev_anchor_in, i):
                         self.swap_back(i)  # bound the call before: checked then
                     else:
@@ -339,6 +341,7 @@ cdef class Plan:
         put_item(last, i, remember)
         put_item(anchors, i, anchor)
         want[i] = target
+        self.moved = True
         # by anchor, not Tensor: a view rebound since may have a new one
         if let_go is not None and let_go is not anchor and (output or let_go is not <object>PyList_GET_ITEM(
                 self.prev_anchor_in, i)):
@@ -350,15 +353,28 @@ cdef class Plan:
         swap_items(self.last_in, self.prev_in, i)
         swap_items(self.anchor_in, self.prev_anchor_in, i)
         self.prev_data_in[i], self.want_in[i] = self.want_in[i], self.prev_data_in[i]
+        self.moved = True
 
     cdef int rebind_and_launch(self, StreamBase stream) except -1:
-        cdef Py_ssize_t i
         cdef aclnnStatus status = 0
         cdef aclrtStream handle = <aclrtStream>stream.handle
         cdef StreamStateBase st = stream_state(stream)  # kept: the stream may be destroyed meanwhile
         cdef void *ws = self.ws
         if self.stream_workspace and self.ws_size:
             ws = <void *>(st.ws_ptr if self.ws_size <= st.ws_size else <uintptr_t>grow_workspace(stream, self.ws_size))
+        if self.moved:
+            self.rebind()
+        with nogil:
+            status = self.phase2_fn(ws, self.ws_size, self.executor, handle)
+        st.launches += 1
+        if status:
+            check_aclnn(status, self.op)
+        return 0
+
+    cdef int rebind(self) except -1:
+        """Bind the addresses that moved (``aclSetInputTensorAddr`` / ``aclSetOutputTensorAddr``)."""
+        cdef Py_ssize_t i
+        cdef aclnnStatus status
         for i in range(self.n_in):
             if self.want_in[i] != self.bound_in[i] and self.c_in[i] >= 0:
                 status = set_input_addr(self.executor, <size_t>self.c_in[i], self.desc_in[i], <void *>self.want_in[i])
@@ -372,11 +388,7 @@ cdef class Plan:
                 if status:
                     check_aclnn(status, "aclSetOutputTensorAddr")
                 self.bound_out[i] = self.want_out[i]
-        with nogil:
-            status = self.phase2_fn(ws, self.ws_size, self.executor, handle)
-        st.launches += 1
-        if status:
-            check_aclnn(status, self.op)
+        self.moved = False
         return 0
 
     cdef object refusal(self, str message):
