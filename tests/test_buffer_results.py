@@ -433,3 +433,44 @@ def test_a_buffer_dropped_without_close_lets_its_executors_go_at_once(acl: Any) 
 
     for r in acl.worlds.run_threads(rank_fn, 2, timeout=120):
         assert r["during"] == r["before"] + 4 and r["after"] == r["before"] and r["kept"], r
+
+
+def test_host_arrays_uploaded_for_a_call_are_let_go_of_once_the_stream_passed_it(acl: Any, monkeypatch: Any) -> None:
+    """A result set's executor keeps the caller's Tensors it bound, but not the uploads made for a call
+    from host arrays: those are freed at the next synchronisation, as without an executor, while the
+    buffer lives on."""
+    import threading
+
+    uploads: list[weakref.ref[Any]] = []
+    real = acl.Tensor.from_numpy.__func__
+    both = threading.Barrier(2)
+
+    def recorded(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        t = real(cls, *args, **kwargs)
+        if t._mem is not None:
+            uploads.append(weakref.ref(t._mem))
+        return t
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        host = [tuple(t.numpy() for t in data) for data in sets]
+        both.wait()
+        if rank == 0:
+            monkeypatch.setattr(acl.Tensor, "from_numpy", classmethod(recorded))
+        both.wait()
+        for step in range(4):
+            x, ids, w = host[step % 2]
+            out = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s)
+            y = buf.low_latency_combine(out.expand_x.numpy(), ids, w, out.assist_info_for_combine,
+                                        out.ep_recv_counts, num_experts=E, stream=s)
+            s.synchronize()
+        del out, y
+        both.wait()
+        gc.collect()
+        both.wait()  # both ranks synchronised and collected; their buffers are open
+        alive = sum(r() is not None for r in uploads)
+        both.wait()
+        return {"made": len(uploads), "alive": alive}
+
+    for r in _world(acl, scenario):
+        assert r["made"] >= 2 * 4 * 6, r  # per rank and step: x, ids, weights twice, expand_x
+        assert r["alive"] == 0, r

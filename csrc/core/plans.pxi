@@ -348,6 +348,20 @@ cdef class Plan:
             hold(stream, let_go)  # the launches queued so far may read it
         return 0
 
+    cdef int let_go_of_input(self, Py_ssize_t i, StreamBase stream) except -1:
+        """Keep nothing of input `i` beyond the launches queued so far (a temporary the caller made for
+        this call, e.g. a host array uploaded): its memory, and that of the one bound before, is held on
+        `stream` until it passes them; the next call binds its value anew."""
+        for anchor in (<object>PyList_GET_ITEM(self.anchor_in, i), <object>PyList_GET_ITEM(self.prev_anchor_in, i)):
+            if anchor is not None:
+                hold(stream, anchor)
+        put_item(self.last_in, i, UNSET)
+        put_item(self.anchor_in, i, None)
+        put_item(self.prev_in, i, None)
+        put_item(self.prev_anchor_in, i, None)
+        self.prev_data_in[i] = 0
+        return 0
+
     cdef inline void swap_back(self, Py_ssize_t i) noexcept:
         """Input `i` takes the value it was given before the last one again (checked when it was bound)."""
         swap_items(self.last_in, self.prev_in, i)
