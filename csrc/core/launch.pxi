@@ -195,7 +195,7 @@ cdef class Launcher:
         cdef aclnnStatus status
         cdef aclrtStream handle = <aclrtStream>stream.handle
         cdef uintptr_t ws
-        cdef StreamStateBase counted
+        cdef StreamStateBase st = stream_state(stream)
         tensors = [t for group in (inputs, outputs) for t in group if t is not None]
         for t in inputs:
             if t is not None:
@@ -206,13 +206,11 @@ cdef class Launcher:
         if workspace is not None:
             ws = workspace
         else:
-            st = stream_state(stream)
             ws = st.ws_ptr if size <= st.ws_size else <uintptr_t>grow_workspace(stream, size)
         with nogil:
             status = self.phase2_fn(<void *>ws if size else NULL, size, <aclOpExecutor *>executor, handle)
-        counted = stream_state(stream)
-        counted.launches += 1
-        hold(stream, [anchor_of(<TensorBase>t) for t in tensors])
+        st.launches += 1
+        hold_in(st, stream, [anchor_of(<TensorBase>t) for t in tensors])
         if status:
             check_aclnn(status, self.phase2_name)
         mark_written(outputs, stream)

@@ -105,11 +105,7 @@ cdef class Operator:
         if into is not None:
             plan = into.plan_for(self, launcher, cfg, ins, dtypes, precheck, s)
             if plan is not None:  # the steady case of a buffer: the set's executor launched again
-                into.launch(<Plan>plan, ins, self.n_in, s)
-                if converted is not None:  # uploads made for this call: the set's plan does not keep them
-                    for i in range(1, self.n_in):
-                        if ins[i] != NULL and ins[i] != values[i]:
-                            (<Plan>plan).let_go_of_input(i, s)
+                into.launch(<Plan>plan, ins, values, self.n_in, s)
                 return into.outputs
             made = into.outputs_for(self, cfg, ins, dtypes, precheck, s)
             fill_outputs(made, outs, self.n_out)

@@ -60,6 +60,11 @@ cdef inline void put_item(list a, Py_ssize_t i, object v) noexcept:
     decref_raw(old)
 
 
+cdef inline bint fits_slot(TensorBase t, TensorBase mine) except -1:
+    """`t` may be bound where the plan's `mine` is: contiguous, of its shape and dtype."""
+    return t.dtype is mine.dtype and t._contiguous and same_shape(t.shape, mine.shape)
+
+
 cdef object UNSET = object()     # a slot whose next value must be checked again (host data is copied each call)
 cdef object plan_helpers = None  # aclnn_py.ops.plan_parts: what plans do rarely (building, host data, release)
 
@@ -265,15 +270,13 @@ cdef class Plan:
         cdef Py_ssize_t i
         cdef PyObject *p
         cdef PyObject *own
-        cdef TensorBase t
         for i in range(1, n):
             p, own = ins[i], PyList_GET_ITEM(self.own_in, i)
             if (p == NULL) != (own == <PyObject *>None):
                 return False
             if p == NULL or p == PyList_GET_ITEM(self.last_in, i) or p == PyList_GET_ITEM(self.prev_in, i):
                 continue  # checked when it was bound
-            t = <TensorBase>p
-            if t.dtype is not (<TensorBase>own).dtype or not same_shape(t.shape, (<TensorBase>own).shape):
+            if not fits_slot(<TensorBase>p, <TensorBase>own):
                 return False
         return True
 
@@ -322,7 +325,7 @@ cdef class Plan:
                     self.swap_back(i)
                     return 0
             t.check_readable("pass it to a plan")
-            if t.dtype is not mine.dtype or not t._contiguous or not same_shape(t.shape, mine.shape):
+            if not fits_slot(t, mine):
                 names = self.output_names if output else self.input_names
                 raise self.refusal(f"{names[i]}: the plan is fixed to shape {mine.shape} {mine.dtype.name} contiguous "
                                    f"(got {t.shape} {t.dtype.name}{'' if t._contiguous else ' strided'})")

@@ -52,7 +52,6 @@ cdef class ResultSet:
         """The plan a call of `op` launches: the set's own when its outputs and executor suit the call, else
         one over new outputs (made after the pre-checks) that the set keeps from now on; None for a call
         with dtype overrides or a strided input, which runs both phases (outputs_for)."""
-        cdef long long present = 0
         cdef Py_ssize_t i
         cdef TensorBase t
         for d in dtypes:
@@ -60,30 +59,30 @@ cdef class ResultSet:
                 return None
         for i in range(1, op.n_in):
             if ins[i] != NULL:
-                present |= 1LL << i
                 t = <TensorBase>ins[i]
                 if not t._open or t.issuer is not None:
                     check_passable(t, op.input_names[i])
                 if not t._contiguous:
                     return None
-        x, ids = <TensorBase>ins[1], <TensorBase>ins[2]
-        if self.plan is not None and self.suits(cfg, x, ids, present | (ins[0] != NULL), NO_DTYPES, stream) \
-                and (self.prechecked or not precheck) and self.plan.fits(ins, op.n_in):
-            self.refill(stream)
-            return self.plan
-        made = op.make_outputs(cfg, op.list_of(ins), None, dtypes, precheck, stream)
-        self.adopt(made, cfg, x, ids, present | (ins[0] != NULL), precheck)
-        self.plan = result_set_plan(op, launcher, cfg, ins, made)
+        made = self.outputs_for(op, cfg, ins, dtypes, precheck, stream)  # new outputs: the old plan is closed
+        if self.plan is not None and not self.plan.fits(ins, op.n_in):
+            self.close_plan()  # other shapes of an input the outputs do not depend on
+        if self.plan is None:
+            self.plan = result_set_plan(op, launcher, cfg, ins, made)
         return self.plan
 
-    cdef int launch(self, Plan plan, PyObject **ins, Py_ssize_t n, StreamBase stream) except -1:
-        """`plan` writes the set's outputs from `ins` (the operator function's order, NULL: absent) on `stream`."""
+    cdef int launch(self, Plan plan, PyObject **ins, PyObject **given, Py_ssize_t n, StreamBase stream) except -1:
+        """`plan` writes the set's outputs from `ins` (the operator function's order, NULL: absent) on `stream`;
+        an input that is not the caller's `given` one (an upload made for this call) is not kept by the plan."""
         cdef PyObject *values[MAX_TENSORS]
         cdef Py_ssize_t i
         for i in range(1, n):
             values[i - 1] = ins[i] if ins[i] != NULL else <PyObject *>None
         plan.step(values, n - 1, FROM_ONE, None, stream)
         mark_written(self.outputs, stream)
+        for i in range(1, n):
+            if ins[i] != NULL and ins[i] != given[i]:
+                plan.let_go_of_input(i, stream)
         return 0
 
     cdef object outputs_for(self, Operator op, ConfigBase cfg, PyObject **ins, tuple dtypes, bint precheck,
