@@ -51,7 +51,7 @@ from .ops import generations, sizing
 from .ops._caller import Vocabulary, renamed, reraise
 from .ops.combine import CombinePlan
 from .ops.config import MoeConfig, plain_key
-from .ops.dispatch import DispatchPlan
+from .ops.dispatch import ROW_ELEMENTS, DispatchPlan, rows_received
 from .runtime import StreamArg, current_stream, resolve_stream, soc_name
 from .tensor import Tensor
 
@@ -146,7 +146,7 @@ class MoeDistributeBuffer(BufferBase):
         self._configs: dict[tuple[object, ...], MoeConfig] = {}
         self._plans: weakref.WeakSet[DispatchPlan | CombinePlan] = weakref.WeakSet()
         self._set_up_calls(result_sets, DISPATCH_NAMES, COMBINE_NAMES, LowLatencyDispatchResult, current_stream,
-                           tp_comm is not None)
+                           tp_comm is not None, rows_received, ROW_ELEMENTS)
 
     def update_ctx(self, new_comm: Communicator) -> bool:
         """Rebuild the context for a new communicator of the same world size, in place: plans made

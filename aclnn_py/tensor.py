@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 import math
+import mmap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -49,6 +50,9 @@ if TYPE_CHECKING:
 ShapeLike = Sequence[int]
 
 _MIN_ALLOC = 32  # aclrtMalloc refuses size 0; empty tensors still get a valid address
+# A download that copies only a part is made over fresh pages from this size on: the rest reads as zero
+# and takes no memory (np.zeros would clear memory a freed array left, touching every page).
+_FRESH_PAGES_MIN = 1 << 16
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
@@ -157,6 +161,15 @@ class Tensor(TensorBase):
                 raise TypeError(f"a {arr.dtype} array cannot hold {dt.name} elements")
         t = cls.empty(shape, dt, device)
         t._upload(arr, explicit_or_current(stream))
+        return t
+
+    @classmethod
+    def _from_leading_rows(cls, array: np.ndarray, rows: int, stream: Stream) -> Tensor:
+        """A Tensor of a C-contiguous host array's shape and type holding only its first `rows` rows,
+        queued on `stream`: the rest of its memory is left as allocated (for an input whose reader
+        reads no other row)."""
+        t = cls.empty(array.shape, as_datatype(array.dtype))
+        t._upload(array[:rows], stream)
         return t
 
     @classmethod
@@ -328,16 +341,10 @@ class Tensor(TensorBase):
         if self.dtype.packed:
             if not self.is_contiguous:
                 raise ValueError("downloading a strided packed tensor is not supported")
-            out = np.empty(self.shape[:-1] + ((self.shape[-1] * self.dtype.bits + 7) // 8,), np.uint8)
-            if out.nbytes:
-                copy_to_host(out, self.data_ptr, out.nbytes)
-            return out
+            return self._download(self.shape[:-1] + ((self.shape[-1] * self.dtype.bits + 7) // 8,), np.dtype(np.uint8))
         nd = to_numpy(self.dtype)
         if self.is_contiguous:
-            out = np.empty(self.shape, nd)
-            if out.nbytes:
-                copy_to_host(out, self.data_ptr, out.nbytes)
-            return out
+            return self._download(self.shape, nd)
         raw = np.empty(self._extent_bytes(), np.uint8)
         if raw.nbytes:
             copy_to_host(raw, self._ptr, raw.nbytes)
@@ -345,6 +352,25 @@ class Tensor(TensorBase):
         view = np.ndarray(self.shape, dtype=nd, buffer=raw, offset=self._offset_bytes(),
                           strides=tuple(s * nd.itemsize for s in self.strides))
         return np.array(view)
+
+    def _download(self, shape: tuple[int, ...], nd: np.dtype) -> np.ndarray:
+        """A contiguous view's bytes in a new host array of `shape`. For an output of a buffer's dispatch,
+        only the rows its call received are copied (no other row is written, docs/concepts.md, "Buffer
+        results"): the rest of the array reads as zero."""
+        nbytes = math.prod(shape) * nd.itemsize
+        written = self._written_nbytes()
+        if 0 <= written < nbytes:
+            if nbytes >= _FRESH_PAGES_MIN:
+                out = np.frombuffer(mmap.mmap(-1, nbytes), nd).reshape(shape)
+            else:
+                out = np.zeros(shape, nd)
+            if written:
+                copy_to_host(out, self.data_ptr, written)
+            return out
+        out = np.empty(shape, nd)
+        if nbytes:
+            copy_to_host(out, self.data_ptr, nbytes)
+        return out
 
     def unpack(self, stream: StreamArg = None) -> np.ndarray:
         """Download a packed 4-bit tensor as one element per byte (ml_dtypes type or uint8 codes)."""

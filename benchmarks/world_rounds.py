@@ -82,7 +82,7 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
         counts = out.ep_recv_counts.numpy()
         n = int(counts[-1])
         expand_x = out.expand_x.numpy()
-        y = np.zeros(expand_x.shape, expand_x.dtype)
+        y = np.empty_like(expand_x)  # combine reads the received rows only: the others need no value
         y[:n] = expert_ffn(m, rank, expand_x[:n], None, out.expert_token_nums.numpy())
         x_out = buf.low_latency_combine(y, inp.ids, inp.weights, out.assist_info_for_combine, out.ep_recv_counts,
                                         num_experts=m.experts, stream=stream)

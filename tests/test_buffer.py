@@ -208,7 +208,7 @@ def _weights_round(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
             d = buf.low_latency_dispatch(x, ids, E, topk_weights=weights, stream=s)
             y = buf.low_latency_combine(d.expand_x, ids, weights, d.assist_info_for_combine, d.ep_recv_counts,
                                         num_experts=E, stream=s)
-            return d.expand_scales.numpy(stream=s).tobytes(), y.numpy(stream=s).tobytes()
+            return _received(d.expand_scales, d.ep_recv_counts, s), y.numpy(stream=s).tobytes()
 
         got["float32"] = per_call(w32)
         got["float64"] = per_call(w64)
@@ -217,7 +217,7 @@ def _weights_round(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
         cplan = buf.plan_combine(dplan, with_weights=True, num_experts=E, stream=s)
         d = dplan(x, ids, topk_weights=w64, stream=s)
         yp = cplan(d.expand_x, ids, d.assist_info_for_combine, d.ep_recv_counts, topk_weights=w64, stream=s)
-        got["plans"] = d.expand_scales.numpy(stream=s).tobytes(), yp.numpy(stream=s).tobytes()
+        got["plans"] = _received(d.expand_scales, d.ep_recv_counts, s), yp.numpy(stream=s).tobytes()
         got["refused"] = [
             _outcome(lambda: buf.low_latency_dispatch(x, ids, E, topk_weights=inexact, stream=s)),
             _outcome(lambda: buf.low_latency_combine(d.expand_x, ids, inexact, d.assist_info_for_combine,
@@ -230,6 +230,11 @@ def _weights_round(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
         s.synchronize()
         s.close()
     return got
+
+
+def _received(scales: Any, counts: Any, s: Any) -> bytes:
+    """The entries of a dispatch's expand_scales its call wrote (one per received row)."""
+    return scales.numpy(stream=s)[:int(counts.numpy(stream=s)[-1])].tobytes()
 
 
 def test_float64_weights_are_converted_when_exact_and_refused_otherwise(acl: Any) -> None:

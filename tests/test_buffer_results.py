@@ -35,9 +35,10 @@ def _inputs(acl: Any, rank: int, i: int) -> tuple[Any, Any, Any]:
 
 
 def _snapshot(out: Any, stream: Any) -> list[bytes]:
-    """Every byte of every output, the unwritten ones included."""
+    """Every byte of every output in device memory, the unwritten ones included (a download copies the
+    received rows only)."""
     stream.synchronize()
-    return [t.numpy().tobytes() for t in out]
+    return [t.numpy_view().tobytes() for t in out]
 
 
 Scenario = Callable[[Any, Any, Any, int, list[Any]], dict[str, Any]]
@@ -288,11 +289,65 @@ def test_unwritten_rows_of_a_set_written_again_show_poison(acl: Any) -> None:
         third = _dispatch(buf, s, sets[1])  # the first call's set, written again with fewer rows
         s.synchronize()
         rows = int(third.ep_recv_counts.numpy()[-1])
-        tail = third.expand_x.numpy().view(np.uint8).reshape(third.expand_x.shape[0], -1)[rows:]
+        tail = third.expand_x.numpy_view().view(np.uint8).reshape(third.expand_x.shape[0], -1)[rows:]
         return {"rows": rows, "capacity": third.expand_x.shape[0], "tail_is_poison": bool((tail == POISON).all())}
 
     for r in _world(acl, scenario):
         assert r["rows"] < r["capacity"] and r["tail_is_poison"]
+
+
+def test_a_download_copies_the_received_rows_and_combine_uploads_only_those(acl: Any, monkeypatch: Any) -> None:
+    """A download of a dispatch result copies the rows its call received (the rest of the host array reads
+    zero; the device keeps its poison there), outputs not written row by row whole; a host expand_x
+    given to combine after such a download is uploaded up to the received rows, and combines to the same
+    bytes as the device result. A plan's outputs (not a buffer's) download whole."""
+    import threading
+
+    leading: list[tuple[int, int]] = []
+    real = acl.Tensor._from_leading_rows.__func__
+    both = threading.Barrier(2)
+
+    def recorded(cls: Any, array: Any, rows: int, stream: Any) -> Any:
+        leading.append((rows, array.shape[0]))
+        return real(cls, array, rows, stream)
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        x, ids, w = sets[1]
+        out = _dispatch(buf, s, sets[1])
+        s.synchronize()
+        n = int(out.ep_recv_counts.numpy()[-1])
+        host, device = out.expand_x.numpy(), out.expand_x.numpy_view()
+        assist, assist_dev = out.assist_info_for_combine.numpy(), out.assist_info_for_combine.numpy_view()
+        report = {
+            "rows": n, "capacity": host.shape[0],
+            "received rows copied": host[:n].tobytes() == device[:n].tobytes() and
+            assist[:3 * n].tobytes() == assist_dev[:3 * n].tobytes(),
+            "rest zero": not host[n:].view(np.uint16).any() and not assist[3 * n:].any(),
+            "device keeps poison": bool((device[n:].view(np.uint8) == POISON).all()),
+            "whole": out.expert_token_nums.numpy().tobytes() == out.expert_token_nums.numpy_view().tobytes(),
+        }
+        y_dev = _combine(buf, s, sets[1], out, keep=True).numpy(stream=s)
+        both.wait()
+        if rank == 0:
+            monkeypatch.setattr(acl.Tensor, "_from_leading_rows", classmethod(recorded))
+        both.wait()
+        host[n:] = np.nan  # never read by combine
+        y_host = buf.low_latency_combine(host, ids, w, out.assist_info_for_combine, out.ep_recv_counts,
+                                         num_experts=E, stream=s).numpy(stream=s)
+        report["same combine"] = y_host.tobytes() == y_dev.tobytes()
+        dplan = buf.plan_dispatch(BS, H, E, K, x_dtype=ml_dtypes.bfloat16, with_weights=True, stream=s)
+        planned = dplan(x, ids, topk_weights=w, stream=s)
+        report["plan downloads whole"] = planned.expand_x.numpy(stream=s).tobytes() == \
+            planned.expand_x.numpy_view().tobytes()
+        dplan.close()
+        return report
+
+    results = _world(acl, scenario)
+    for r in results:
+        assert r["rows"] < r["capacity"], r
+        assert r["received rows copied"] and r["rest zero"] and r["device keeps poison"] and r["whole"], r
+        assert r["same combine"] and r["plan downloads whole"], r
+    assert sorted(leading) == sorted((r["rows"], r["capacity"]) for r in results)  # one upload per rank
 
 
 def test_a_closed_input_or_communicator_raises_through_the_method(acl: Any) -> None:
@@ -442,20 +497,22 @@ def test_host_arrays_uploaded_for_a_call_are_let_go_of_once_the_stream_passed_it
     import threading
 
     uploads: list[weakref.ref[Any]] = []
-    real = acl.Tensor.from_numpy.__func__
     both = threading.Barrier(2)
 
-    def recorded(cls: Any, *args: Any, **kwargs: Any) -> Any:
-        t = real(cls, *args, **kwargs)
-        if t._mem is not None:
-            uploads.append(weakref.ref(t._mem))
-        return t
+    def recording(real: Any) -> Any:
+        def recorded(cls: Any, *args: Any, **kwargs: Any) -> Any:
+            t = real(cls, *args, **kwargs)
+            if t._mem is not None:
+                uploads.append(weakref.ref(t._mem))
+            return t
+        return classmethod(recorded)
 
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
         host = [tuple(t.numpy() for t in data) for data in sets]
         both.wait()
         if rank == 0:
-            monkeypatch.setattr(acl.Tensor, "from_numpy", classmethod(recorded))
+            for name in ("from_numpy", "_from_leading_rows"):  # the second: expand_x's received rows
+                monkeypatch.setattr(acl.Tensor, name, recording(getattr(acl.Tensor, name).__func__))
         both.wait()
         for step in range(4):
             x, ids, w = host[step % 2]

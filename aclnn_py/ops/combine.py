@@ -11,8 +11,10 @@ import threading
 from collections.abc import Sequence
 from operator import is_not
 
+import numpy as np
+
 from .._core import CombinePlan, Launcher, Operator, moe_distribute_combine, register_operator
-from ..dtypes import DataType, DTypeLike
+from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import AclnnParamInvalid
 from ..runtime import Stream, StreamArg, resolve_stream
 from ..tensor import Tensor, TensorArg
@@ -20,6 +22,7 @@ from . import generations, launchers, prechecks
 from ._args import (
     check_given_outputs,
     given_output,
+    host_array,
     host_weights,
     ids_tensor,
     input_tensor,
@@ -65,10 +68,10 @@ def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: St
     if context is not None and not isinstance(context, Tensor):
         raise TypeError(f"context: expected a Tensor (build_context) or None, got {type(context).__name__}")
     ex_arg, ids_arg = tensors[0], tensors[1]
-    ex_t = ex_arg if ex_arg.__class__ is Tensor else required_tensor(ex_arg, "expand_x", s)
+    assist, counts, weights = tensors[2], tensors[3], tensors[4]
+    ex_t = ex_arg if ex_arg.__class__ is Tensor else _expand_x_tensor(ex_arg, assist, s)
     ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1)
     ins: list[Tensor | None] = [context, ex_t, ids]
-    assist, counts, weights = tensors[2], tensors[3], tensors[4]
     if assist.__class__ is Tensor and counts.__class__ is Tensor \
             and (weights is None or weights.__class__ is Tensor) and not any(map(is_not, tensors[5:], _NONES)):
         # the usual call: dispatch's outputs (and the weights) as device Tensors, no optional input
@@ -87,6 +90,18 @@ def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: St
         else:
             ins.append(input_tensor(value, INPUTS[i], s))
     return ins
+
+
+def _expand_x_tensor(value: object, assist: object, s: Stream) -> Tensor:
+    """expand_x given as host data, uploaded: whole, or only the rows its dispatch received when a
+    download of that dispatch's buffer result has read how many (combine reads no other row)."""
+    rows = assist._rows_received() if isinstance(assist, Tensor) else -1
+    if rows < 0 or value is None or isinstance(value, Tensor):
+        return required_tensor(value, "expand_x", s)
+    arr = np.asarray(host_array(value, "expand_x"), order="C")
+    if arr.ndim != 2 or rows > arr.shape[0] or as_datatype(arr.dtype).packed:
+        return required_tensor(arr, "expand_x", s)
+    return Tensor._from_leading_rows(arr, rows, s)
 
 
 def _x_out(cfg: MoeConfig, ins: list[Tensor | None], given: Tensor | None, dtypes: Sequence[DTypeLike | None],

@@ -15,10 +15,13 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
+import numpy as np
+
 from .._core import DispatchPlan, Launcher, Operator, moe_distribute_dispatch, register_operator
 from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import AclnnParamInvalid
 from ..runtime import Stream, StreamArg, resolve_stream
+from ..runtime._memory import copy_to_host
 from ..tensor import Tensor, TensorArg
 from . import generations, launchers, prechecks
 from ._args import (
@@ -94,6 +97,30 @@ def dynamic_scales_layout(a: int, h: int, quant_mode: int, x_dtype: DataType,
     if quant_mode == 0 and x_dtype in _LOW_PRECISION_X and scales is not None and scales.ndim == 2:
         return (a, scales.shape[1]), scales.dtype
     return (a,), DataType.FLOAT
+
+
+#: Per output (OUTPUTS order), the elements one received row takes in it: -1 a row of dim 0, 0 not
+#: written row by row. Rows after the received ones are never written (docs/operators.md, "Dispatch
+#: outputs"), so a download of a buffer's result may copy the received rows only.
+ROW_ELEMENTS = (-1, -1, 3, 0, 0, 0, -1)
+_ELASTIC_BIT = 1 << INPUTS.index("elastic_info")
+
+
+def rows_received(outputs: DispatchOutputs, cfg: MoeConfig, present: int) -> int:
+    """N, the rows a finished dispatch wrote, read from its ep_recv_counts where combine reads it (the
+    last running total of this rank's role); -1 for layouts this rule does not hold for: the first
+    generation, a TP domain, elastic_info (`present`: a bit per input given), the Atlas A2 kernels."""
+    counts = outputs.ep_recv_counts
+    if cfg.generation == 1 or cfg.tp_world_size > 1 or present & _ELASTIC_BIT or cfg.profile.atlas_a2 \
+            or counts is None:
+        return -1
+    at = cfg.ep_world_size * cfg.local_experts - 1
+    if at >= counts.size:
+        return -1
+    last = np.empty(1, np.int32)
+    copy_to_host(last, counts.data_ptr + 4 * at, 4)  # the caller saw the dispatch's stream finish
+    n = int(last[0])
+    return n if 0 <= n <= outputs.expand_x.shape[0] else -1
 
 
 def allocate_outputs(cfg: MoeConfig, xt: Tensor, ids: Tensor, es: Tensor | None, scales: Tensor | None,

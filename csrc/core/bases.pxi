@@ -143,6 +143,19 @@ cdef class TensorBase:
         address, self.desc = self.desc, 0
         return address
 
+    def _written_nbytes(self, bint read=True):
+        """For an output of MoeDistributeBuffer.low_latency_dispatch written row by row: the bytes from
+        element 0 its call wrote (the rows received), -1 when unknown or not such an output. `read`:
+        the count may be read from the device (the stream that wrote the Tensor has finished)."""
+        return written_nbytes(self, read)
+
+    def _rows_received(self, bint read=False):
+        """For an output of MoeDistributeBuffer.low_latency_dispatch: the rows its call received, -1 when
+        not known (`read`: read them from the device if not read yet; its stream has finished)."""
+        if self.issuer is None or (<ResultSet>self.issuer).issue != self.issue:
+            return -1
+        return (<ResultSet>self.issuer).received_rows(read)
+
     def _check_readable(self, str operation):
         """ClosedError when closed, RecycledError when a later buffer call took its result set again."""
         self.check_readable(operation)

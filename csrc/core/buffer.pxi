@@ -58,10 +58,11 @@ cdef class BufferBase:
                                                  # its tp_recv_counts (weakly keyed); None without one
 
     def _set_up_calls(self, Py_ssize_t result_sets, dispatch_names, combine_names, result_type, current_stream,
-                      bint tp_domain):
+                      bint tp_domain, read_rows=None, tuple row_elements=None):
         """Rings of `result_sets` sets per method, and what the methods read (MoeDistributeBuffer.__init__);
-        with `tp_domain` combine finds the tp_recv_counts of the dispatch whose ep_recv_counts it is given."""
-        self.dispatch_ring = ResultRing("low_latency_dispatch", result_sets)
+        with `tp_domain` combine finds the tp_recv_counts of the dispatch whose ep_recv_counts it is given;
+        `read_rows` and `row_elements`: how dispatch's outputs are written row by row (ResultRing)."""
+        self.dispatch_ring = ResultRing("low_latency_dispatch", result_sets, read_rows, row_elements)
         self.combine_ring = ResultRing("low_latency_combine", result_sets)
         self.dispatch_names, self.combine_names = dispatch_names, combine_names
         self.result_type, self.current_stream = result_type, current_stream
@@ -78,7 +79,8 @@ cdef class BufferBase:
         self.dispatch_stream = self.combine_stream = None
         if self.dispatch_ring is not None:
             self._close_result_plans()
-            self.dispatch_ring = ResultRing(self.dispatch_ring.method, self.dispatch_ring.size)
+            self.dispatch_ring = ResultRing(self.dispatch_ring.method, self.dispatch_ring.size,
+                                            self.dispatch_ring.read_rows, self.dispatch_ring.row_elements)
             self.combine_ring = ResultRing(self.combine_ring.method, self.combine_ring.size)
 
     def _close_result_plans(self):

@@ -43,9 +43,23 @@ cdef class ResultSet:
     cdef void *block_ptr[MAX_TENSORS]  # the blocks refilled with the poison of new memory on the mock
     cdef size_t block_size[MAX_TENSORS]
     cdef Plan plan                    # the repeatable executor writing the outputs, or None
+    cdef Py_ssize_t rows, rows_issue   # the rows the call of issue `rows_issue` received, once read
 
     def __cinit__(self, ResultRing ring):
         self.ring = ring
+        self.rows_issue = -1
+
+    cdef Py_ssize_t received_rows(self, bint read) except -2:
+        """The rows the call of the current issue received (a dispatch's N), or -1: unknown (not read yet
+        and not `read`; or outputs whose layout the ring has no rule for). `read`: the caller saw the
+        stream that wrote the set finish, so the count may be read from the device."""
+        if self.rows_issue == self.issue:
+            return self.rows
+        if not read or self.ring.read_rows is None or self.outputs is None:
+            return -1
+        self.rows = self.ring.read_rows(self.outputs, self.config, self.present)
+        self.rows_issue = self.issue
+        return self.rows
 
     cdef object plan_for(self, Operator op, Launcher launcher, ConfigBase cfg, PyObject **ins, tuple dtypes,
                          bint precheck, StreamBase stream):
@@ -190,11 +204,17 @@ cdef class ResultRing:
     cdef readonly Py_ssize_t size
     cdef list sets
     cdef Py_ssize_t next
+    # Outputs written row by row (a dispatch's): read_rows(outputs, config, present) -> the rows received, read
+    # from the device (-1: a layout without the rule), and per output the elements a received row
+    # takes (-1: one row of dim 0; 0: the output is not written row by row). None: no such outputs.
+    cdef object read_rows
+    cdef tuple row_elements
 
-    def __init__(self, str method, Py_ssize_t size):
+    def __init__(self, str method, Py_ssize_t size, read_rows=None, tuple row_elements=None):
         if size < 1:
             raise ValueError(f"result_sets: must be >= 1 (got {size})")
         self.method, self.size, self.next = method, size, 0
+        self.read_rows, self.row_elements = read_rows, row_elements
         self.sets = [ResultSet(self) for _ in range(size)]
 
     cdef ResultSet take(self):
@@ -211,3 +231,33 @@ cdef class ResultRing:
         """Let go of the sets' executors (each once its stream has passed its last launch)."""
         for s in self.sets:
             (<ResultSet>s).close_plan()
+
+
+cdef Py_ssize_t written_nbytes(TensorBase t, bint read) except -2:
+    """The bytes from element 0 of `t` that its call wrote, when `t` is an output a dispatch result set
+    handed out row by row and its received rows are known (`read`: may be read from the device, its
+    writer has finished); else -1 (all of it may hold written bytes)."""
+    cdef ResultSet issued
+    cdef Py_ssize_t j, n, per, total
+    if t.issuer is None:
+        return -1
+    issued = <ResultSet>t.issuer
+    if issued.issue != t.issue or issued.ring.row_elements is None or issued.views is None:
+        return -1
+    for j in range(PyTuple_GET_SIZE(issued.views)):
+        if <object>PyTuple_GET_ITEM(issued.views, j) is t:
+            break
+    else:
+        return -1
+    per = issued.ring.row_elements[j]
+    if per == 0 or not t._contiguous or t.offset != 0 or len(t.shape) == 0:
+        return -1
+    n = issued.received_rows(read)
+    if n < 0:
+        return -1
+    if per < 0:
+        per = 1
+        for d in t.shape[1:]:
+            per *= <Py_ssize_t>d
+    total = t.span
+    return min(total, (n * per * <Py_ssize_t>t.dtype.bits + 7) // 8)
