@@ -324,7 +324,8 @@ def _bind_core(b: Backend) -> None:
                        set_input_addr_address=address("aclSetInputTensorAddr"),
                        set_output_addr_address=address("aclSetOutputTensorAddr"),
                        destroy_executor_address=address("aclDestroyAclOpExecutor"),
-                       format_nd_value=b.lib.ACL_FORMAT_ND, refill_poison_address=refill)
+                       format_nd_value=b.lib.ACL_FORMAT_ND, refill_poison_address=refill,
+                       launch_may_block=not b.is_mock)  # the mock's launch appends to an unbounded queue
 
 
 def _recent_message(ffi: Any, lib: Any) -> str | None:

@@ -26,6 +26,10 @@ cdef set_tensor_addr_fn set_input_addr = NULL
 cdef set_tensor_addr_fn set_output_addr = NULL
 cdef destroy_executor_fn destroy_executor = NULL
 cdef refill_fn refill_poison = NULL   # the mock's aclmockRefillPoisonAsync; NULL on CANN
+# A launch releases the GIL on CANN, where it may block (a full task queue) while another rank's
+# thread must run; the mock's launch only appends to an unbounded queue, and keeping the GIL there
+# spares every launch of a thread world a hand-over among its rank threads.
+cdef bint launch_releases_gil = True
 cdef int format_nd = 0
 
 cdef enum:
@@ -35,12 +39,14 @@ cdef enum:
 
 def bind_backend(*, uintptr_t create_tensor_address, uintptr_t destroy_tensor_address,
                  uintptr_t set_input_addr_address, uintptr_t set_output_addr_address,
-                 uintptr_t destroy_executor_address, int format_nd_value, uintptr_t refill_poison_address=0):
+                 uintptr_t destroy_executor_address, int format_nd_value, uintptr_t refill_poison_address=0,
+                 bint launch_may_block=True):
     """The loaded backend's functions the core calls (the cffi extension's trampolines, by address):
     aclCreateTensor, aclDestroyTensor, aclSetInputTensorAddr, aclSetOutputTensorAddr,
-    aclDestroyAclOpExecutor, ACL_FORMAT_ND, and on the mock its poison refill of reused memory."""
+    aclDestroyAclOpExecutor, ACL_FORMAT_ND, and on the mock its poison refill of reused memory;
+    `launch_may_block`: a launch may block, so the GIL is released around it."""
     global create_tensor, destroy_tensor, set_input_addr, set_output_addr, destroy_executor, format_nd
-    global refill_poison
+    global refill_poison, launch_releases_gil
     if not (create_tensor_address and destroy_tensor_address and set_input_addr_address and set_output_addr_address
             and destroy_executor_address):
         raise ValueError("bind_backend: every function needs its address")
@@ -51,6 +57,7 @@ def bind_backend(*, uintptr_t create_tensor_address, uintptr_t destroy_tensor_ad
     destroy_executor = <destroy_executor_fn>destroy_executor_address
     format_nd = format_nd_value
     refill_poison = <refill_fn>refill_poison_address
+    launch_releases_gil = launch_may_block
 
 
 cdef class TensorBase:

@@ -139,7 +139,11 @@ cdef class Launcher:
                                                        <object>ins[self.in_at[j]] for j in range(self.n_in)])
                     break
         cdef StreamStateBase st = stream_state(stream)  # kept: the stream may be destroyed meanwhile
-        with nogil:
+        if launch_releases_gil:
+            with nogil:
+                status = self.run_fn(table, attrs.ints, attrs.strings, st.ws_ptr, st.ws_size, handle, &size,
+                                     &executor, 1, &launched)
+        else:
             status = self.run_fn(table, attrs.ints, attrs.strings, st.ws_ptr, st.ws_size, handle, &size, &executor,
                                  1, &launched)
         if not launched:
@@ -150,8 +154,7 @@ cdef class Launcher:
             except BaseException:
                 destroy_executor(executor)  # never launched: nothing else would destroy it
                 raise
-            with nogil:
-                status = self.phase2_fn(<void *>ws if size else NULL, size, executor, handle)
+            status = phase2(self.phase2_fn, <void *>ws if size else NULL, size, executor, handle)
         st.launches += 1
         hold_in(st, stream, held)  # launched: what it uses is held until the stream passes it, whatever the status
         if status:
@@ -207,13 +210,23 @@ cdef class Launcher:
             ws = workspace
         else:
             ws = st.ws_ptr if size <= st.ws_size else <uintptr_t>grow_workspace(stream, size)
-        with nogil:
-            status = self.phase2_fn(<void *>ws if size else NULL, size, <aclOpExecutor *>executor, handle)
+        status = phase2(self.phase2_fn, <void *>ws if size else NULL, size, <aclOpExecutor *>executor, handle)
         st.launches += 1
         hold_in(st, stream, [anchor_of(<TensorBase>t) for t in tensors])
         if status:
             check_aclnn(status, self.phase2_name)
         mark_written(outputs, stream)
+
+
+cdef inline aclnnStatus phase2(aclnnpy_phase2_fn fn, void *workspace, uint64_t size, aclOpExecutor *executor,
+                               aclrtStream stream):
+    """A launch, without the GIL where it may block (launch_releases_gil)."""
+    cdef aclnnStatus status
+    if launch_releases_gil:
+        with nogil:
+            status = fn(workspace, size, executor, stream)
+        return status
+    return fn(workspace, size, executor, stream)
 
 
 cdef PackedBase packed_for(ConfigBase config, Launcher launcher):

@@ -381,8 +381,7 @@ cdef class Plan:
             ws = <void *>(st.ws_ptr if self.ws_size <= st.ws_size else <uintptr_t>grow_workspace(stream, self.ws_size))
         if self.moved:
             self.rebind()
-        with nogil:
-            status = self.phase2_fn(ws, self.ws_size, self.executor, handle)
+        status = phase2(self.phase2_fn, ws, self.ws_size, self.executor, handle)
         st.launches += 1
         if status:
             check_aclnn(status, self.op)
