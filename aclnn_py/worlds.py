@@ -246,18 +246,18 @@ def _stop(procs: Sequence[Any], grace: float = 1.0) -> None:
 @overload
 def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
           start_method: str = "forkserver", set_device: bool = True,
-          on_rank_failure: Literal["stop"] = "stop") -> list[T]: ...
+          on_rank_failure: Literal["stop"] = "stop", preload: Sequence[str] = ()) -> list[T]: ...
 
 
 @overload
 def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
           start_method: str = "forkserver", set_device: bool = True,
-          on_rank_failure: Literal["wait"]) -> list[T | BaseException]: ...
+          on_rank_failure: Literal["wait"], preload: Sequence[str] = ()) -> list[T | BaseException]: ...
 
 
 def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
           start_method: str = "forkserver", set_device: bool = True,
-          on_rank_failure: OnRankFailure = "stop") -> list[T] | list[T | BaseException]:
+          on_rank_failure: OnRankFailure = "stop", preload: Sequence[str] = ()) -> list[T] | list[T | BaseException]:
     """Run ``fn(rank, world_size, root_bytes, *args)`` in `world_size` new processes and return
     their return values in rank order.
 
@@ -276,6 +276,11 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
     the package once and forks each rank from it, so ranks start in milliseconds) or "spawn" (a
     fresh interpreter per rank); "fork" is refused because the launching process may have threads
     (the mock's stream workers). Each rank sees the launcher's environment as of this call.
+    `preload` names more modules the fork server imports once, before it forks any rank (e.g. the
+    module of `fn`, or what `fn` imports), so that no rank spends its start importing them. The server
+    imports them in the working directory, as it does the package (neither when the working directory
+    holds another copy of aclnn_py), and only when it starts: multiprocessing keeps one fork server
+    per process, so the list of the first forkserver spawn holds.
     """
     _exit_if_importing_main()
     world_size = int(world_size)
@@ -294,7 +299,7 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
         # would give the ranks that other copy. Each rank then imports the package itself, with
         # the launcher's sys.path.
         ctx.set_forkserver_preload([] if _working_directory_shadows_package() else
-                                   ["aclnn_py", "aclnn_py.hccl", "aclnn_py.worlds"])
+                                   ["aclnn_py", "aclnn_py.hccl", "aclnn_py.worlds", *preload])
     procs: list[Any] = []
     conns: list[Any] = []
     launcher = (os.getpid(), _process_start_time(os.getpid()))

@@ -21,6 +21,16 @@ Medians over repeats with their spread; ``--json`` prints one JSON document.
 
 from __future__ import annotations
 
-from .cli import build_parser, main, run
+from typing import Any
 
 __all__ = ["build_parser", "main", "run"]
+
+
+def __getattr__(name: str) -> Any:
+    # The command line is imported when asked for: every rank of a process world imports this package
+    # to find its rank function, and the command line's imports would cost each rank tens of ms.
+    if name in __all__:
+        from . import cli
+
+        return getattr(cli, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,7 +12,7 @@ from typing import Any
 
 from . import memory
 from .progress import SILENT, Progress
-from .world_rounds import WorldRounds, growth_per_doubling, rank_rounds, summarize
+from .world_rounds import RANK_MODULES, WorldRounds, growth_per_doubling, rank_rounds, summarize
 
 FIRST_GUESS_MB_PER_RANK = 64.0  # before any size has run: a rank process of the mock, roughly
 HEADROOM = 1.5                  # a size's memory is estimated from the previous one, with margin
@@ -63,7 +63,7 @@ def run_process_world(spec: WorldRounds, timeout: float) -> dict[str, Any]:
     from aclnn_py.worlds import spawn
 
     t_launch = time.perf_counter()
-    ranks = spawn(rank_rounds, spec.world_size, spec, t_launch, timeout=timeout)
+    ranks = spawn(rank_rounds, spec.world_size, spec, t_launch, timeout=timeout, preload=RANK_MODULES)
     return summarize(spec, ranks, time.perf_counter())
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from . import memory
 from .progress import SILENT, Progress
 from .stats import ratio
+from .world_rounds import RANK_MODULES
 
 REFERENCE = dict(world_size=8, tokens=128, hidden=7168, topk=8, experts=64, quant_mode=2)
 QUICK = dict(world_size=4, tokens=16, hidden=2048, topk=4, experts=16, quant_mode=2)
@@ -114,8 +115,10 @@ def run_world(m: dict[str, int], rounds: int, processes: bool = True, timeout: f
     """`rounds` timed rounds of model `m` on W ranks; a round ends when its last rank does."""
     from aclnn_py.worlds import run_threads, spawn
 
-    launcher = spawn if processes else run_threads
-    res = launcher(round_rank, m["world_size"], m, rounds, timeout=timeout)
+    if processes:
+        res = spawn(round_rank, m["world_size"], m, rounds, timeout=timeout, preload=RANK_MODULES)
+    else:
+        res = run_threads(round_rank, m["world_size"], m, rounds, timeout=timeout)
     per_round = [max(r["times"][i] for r in res) for i in range(rounds)]
     return {
         "round_s": {"median": statistics.median(per_round), "min": min(per_round), "max": max(per_round)},

@@ -19,6 +19,11 @@ import numpy as np
 
 from . import memory
 
+#: The modules the bench's rank functions and what they import come from: the fork server of the process
+#: worlds imports them once (spawn's `preload`; multiprocessing keeps the list of the first spawn), so
+#: that no rank spends its start importing them.
+RANK_MODULES = ("benchmarks.world_rounds", "benchmarks.throughput", "aclnn_py.tools.demo")
+
 
 @dataclass(frozen=True)
 class WorldRounds:
