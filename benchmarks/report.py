@@ -235,7 +235,8 @@ def markdown(report: dict[str, Any], relative_to: Path | None = None) -> str:
     if report.get("scaling") or report.get("thread_worlds"):
         lines += ["", "Worlds: each rank runs MoeDistributeBuffer rounds (dispatch → expert → combine) as users "
                   "write them: first with device Tensors (inputs uploaded once, an identity expert on the device "
-                  "side), then with host arrays (numpy in, `.numpy()` out, a numpy expert). Every round starts after "
+                  "side), then with host arrays (numpy in, `.numpy()` out, a numpy expert writing the received rows into "
+                  "`np.empty_like`). Every round starts after "
                   "a barrier and lasts until its slowest rank ends it; steady rounds follow two warm-up rounds "
                   "(device) or one (host); memory is read after a barrier. × per doubling: how many times the "
                   "previous size's steady round a size takes, per doubling of W (above 64; 2 is O(W) per rank)."]
