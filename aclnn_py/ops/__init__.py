@@ -3,7 +3,10 @@ arithmetic. :class:`~aclnn_py.MoeDistributeBuffer` is the high-level API over th
 operator, a plan or the buffer runs one compiled body (``aclnn_py._core``)."""
 
 from .._core import Plan
-from . import generations, sizing
+
+# plan_parts is imported with the package, though only the compiled core's plans call it: a rank process
+# forked from a server that imported the package (aclnn_py.worlds.spawn) then finds it loaded.
+from . import generations, plan_parts, sizing  # noqa: F401
 from .combine import CombinePlan, PreparedCombine, moe_distribute_combine, prepare_combine
 from .config import MoeConfig
 from .dispatch import (
