@@ -473,7 +473,7 @@ int CombineKernel::wait() {
     int64_t t_ready = 0;
     if (int rc = call_.exchange(hccl::kTagCombine, fields, names, nf, &t_ready)) return rc;
     if (p.has_perf)
-        add_perf(ptr<int64_t>(in_, kPerf), call_.data(p.r) + perf_stamp_offset(call_.layout), p.W, t_ready);
+        add_perf(ptr<int64_t>(in_, kPerf), call_, t_ready);
     return 0;
 }
 

@@ -675,7 +675,7 @@ int DispatchKernel::receive() {
 
     const hccl::Mailbox *mb = call_.mailbox(p.r);
     const uint8_t *own = call_.data(p.r);
-    if (p.has_perf) add_perf(ptr<int64_t>(in_, kPerf), own + perf_stamp_offset(call_.layout), W, t_ready_);
+    if (p.has_perf) add_perf(ptr<int64_t>(in_, kPerf), call_, t_ready_);
     const uint64_t orow = uint64_t(p.out_row_bytes);
     int64_t N = 0;
     int64_t per_expert_n = 0, cum = 0;

@@ -39,11 +39,9 @@ void KernelCall::use_subworld(const MoeParams &q, std::vector<int32_t> phys) {
 int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
                          int64_t *t_ready) {
     const MoeParams &p = *params;
-    const uint64_t stamps = perf_stamp_offset(layout);
     const uint8_t *members = members_.empty() ? nullptr : members_.data();
     comm->take_fault(seq, tag);   // a delay comes before the stamps
-    if (p.stamp_room)
-        for (int64_t m = 0; m < p.W; ++m) write_perf_stamp(data(m) + stamps, p.r);
+    if (p.stamp_room) write_perf_stamp(*this);
     comm->arrive(seq, tag, fields, nfields, members);
     *t_ready = monotonic_ns();
     return comm->wait_all(seq, tag, fields, names, nfields, op, members);
@@ -156,15 +154,16 @@ int64_t monotonic_ns() {
     return int64_t(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
-void write_perf_stamp(uint8_t *area, int64_t src) {
-    const int64_t now = monotonic_ns();
-    std::memcpy(area + uint64_t(src) * 512, &now, 8);
+void write_perf_stamp(const KernelCall &call) {
+    const int64_t now = monotonic_ns(), r = call.params->r;
+    std::memcpy(call.data(r) + perf_stamp_offset(call.layout) + uint64_t(r) * 512, &now, 8);
 }
 
-void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready) {
-    for (int64_t src = 0; src < W; ++src) {
+void add_perf(int64_t *perf, const KernelCall &call, int64_t t_ready) {
+    const uint64_t stamps = perf_stamp_offset(call.layout);
+    for (int64_t src = 0; src < call.params->W; ++src) {
         int64_t stamp;
-        std::memcpy(&stamp, area + uint64_t(src) * 512, 8);
+        std::memcpy(&stamp, call.data(src) + stamps + uint64_t(src) * 512, 8);
         perf[src] += stamp > t_ready ? (stamp - t_ready) / 1000 : 0;
     }
 }

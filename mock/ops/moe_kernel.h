@@ -98,14 +98,16 @@ void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t>
 // A small hash of a rank table, published so that ranks with different tables fail loudly.
 int64_t table_hash(const std::vector<int32_t> &table);
 
-// performance_info (docs/operators.md): each sender stamps CLOCK_MONOTONIC (ns, system-wide) into the
-// receiver's window just before it publishes; the receiver adds max(0, stamp - t_ready) / 1000 µs per
-// source rank, t_ready being when it started to wait. The stamps live in the W*1024 bytes the 950's
-// window check reserves (W*512 per data half, 8 bytes per source rank at src*512).
+// performance_info (docs/operators.md): each sender stamps CLOCK_MONOTONIC (ns, system-wide) just before
+// it publishes; a receiver given performance_info adds max(0, stamp - t_ready) / 1000 µs per source
+// rank, t_ready being when it started to wait. The stamps live in the W*1024 bytes the 950's window
+// check reserves (W*512 per data half, 8 bytes per source rank at src*512): a sender writes its slot in
+// its own window once, and only a receiver that asks reads the W senders' windows (a stamp written into
+// every peer's window would touch W pages per rank and call, W² for the world).
 inline uint64_t perf_stamp_offset(const Layout &l) { return l.dispatch_region + l.combine_region; }
 int64_t monotonic_ns();
-void write_perf_stamp(uint8_t *area, int64_t src);
-void add_perf(int64_t *perf, const uint8_t *area, int64_t W, int64_t t_ready);
+void write_perf_stamp(const KernelCall &call);
+void add_perf(int64_t *perf, const KernelCall &call, int64_t t_ready);
 
 }  // namespace moe
 }  // namespace aclmock

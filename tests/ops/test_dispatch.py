@@ -507,6 +507,44 @@ def test_performance_info_accumulates_wait_per_source_rank(acl, profile):
     assert res[1][-1][0] < 250_000, res[1]
 
 
+def _stamped_round(rank, world_size, root, hold, peak):
+    from aclnn_py import Device, MoeDistributeBuffer
+    from aclnn_py.hccl import Communicator
+    from helpers.hccl_ranks import rss_kib
+
+    x = np.ones((1, 1024), np.float16)
+    ids = np.array([[rank]], np.int32)
+    with Communicator(world_size, rank, root) as comm, MoeDistributeBuffer(comm) as buf:
+        s = Device.current().create_stream()
+        hold.wait()
+        if rank == 0:
+            peak["before"] = rss_kib()["RssShmem"]
+        hold.wait()
+        out = buf.low_latency_dispatch(x, ids, world_size, stream=s)
+        buf.low_latency_combine(out.expand_x, ids, None, out.assist_info_for_combine, out.ep_recv_counts,
+                                num_experts=world_size, stream=s)
+        s.synchronize()
+        hold.wait()
+        if rank == 0:
+            peak["after"] = rss_kib()["RssShmem"]
+        hold.wait()
+        s.close()
+
+
+@on_profile(A950)
+def test_a_round_without_performance_info_touches_one_stamp_page_per_rank(acl, profile):
+    """The 950's senders stamp their arrival for performance_info in their own window: a round of W ranks
+    makes a page or two of stamps resident per rank and call, not every receiver's W stamps (W x 512
+    bytes each: 16 MiB at W = 128 for a dispatch and a combine)."""
+    import threading
+
+    from aclnn_py.worlds import run_threads
+
+    w, peak = 128, {}
+    run_threads(_stamped_round, w, threading.Barrier(w), peak, timeout=120)
+    assert peak["after"] - peak["before"] < 8 * 1024, peak  # KiB (20 MiB with a stamp in every window)
+
+
 # ---- elastic_info at run time (golden choice 10) -------------------------------------------------------------
 def _elastic_body(rank, world_size, root, info):
     from aclnn_py import Device
