@@ -508,9 +508,10 @@ def test_performance_info_accumulates_wait_per_source_rank(acl, profile):
 
 
 def _stamped_round(rank, world_size, root, hold, peak):
+    from helpers.hccl_ranks import rss_kib
+
     from aclnn_py import Device, MoeDistributeBuffer
     from aclnn_py.hccl import Communicator
-    from helpers.hccl_ranks import rss_kib
 
     x = np.ones((1, 1024), np.float16)
     ids = np.array([[rank]], np.int32)
