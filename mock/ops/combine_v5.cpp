@@ -292,6 +292,7 @@ public:
 private:
     void trace_round(int64_t recv_slots);
     bool rounds_agree();
+    void tell_receivers();
     void add_slot(int64_t t, int64_t k, const float *weight);
     const uint8_t *slot(int64_t t, int64_t k);
     void send_blocks(int64_t N, int64_t recv_slots);
@@ -398,10 +399,18 @@ void CombineKernel::send() {
         }
         ++sendcnt_[src];
     }
-    for (int64_t m = 0; m < W; ++m) {
-        int32_t *mc = call_.mailbox(m)->counts;
-        mc[p.r] = sendcnt_[m];
-        put_round(mc, p.r, round_);
+    tell_receivers();
+}
+
+// Each rank that gets rows learns how many and from which dispatch round (counts stamped with this
+// call: a rank this one sends nothing reads 0 for it, and is not written: O(rows) pages, not O(W)).
+void CombineKernel::tell_receivers() {
+    const CombineParams &p = p_;
+    for (int64_t m = 0; m < p.W; ++m) {
+        if (sendcnt_[m] == 0) continue;
+        hccl::Mailbox *mb = call_.mailbox(m);
+        hccl::put_count(mb, call_.seq, p.r, sendcnt_[m]);
+        put_round(mb->counts, p.r, round_);
     }
 }
 
@@ -422,10 +431,11 @@ void CombineKernel::trace_round(int64_t recv_slots) {
 // Every sender's rows must belong to the same dispatch call as this rank's (where known).
 bool CombineKernel::rounds_agree() {
     const CombineParams &p = p_;
-    const int32_t *mc = call_.mailbox(p.r)->counts;
+    const hccl::Mailbox *mb = call_.mailbox(p.r);
     int64_t ref = round_, ref_rank = p.r;
     for (int64_t src = 0; src < p.W; ++src) {
-        const int64_t rs = get_round(mc, src);
+        if (hccl::count_of(mb, call_.seq, src) == 0) continue;   // sent this rank no row in this call
+        const int64_t rs = get_round(mb->counts, src);
         if (rs == kUnknownRound || rs == ref) continue;
         if (ref == kUnknownRound) {
             ref = rs;
@@ -532,11 +542,7 @@ void CombineKernel::send_blocks(int64_t N, int64_t recv_slots) {
         sendcnt_[idx % W] += int32_t(end - start);
         start = end;
     }
-    for (int64_t m = 0; m < W; ++m) {
-        int32_t *mc = call_.mailbox(m)->counts;
-        mc[p.r] = sendcnt_[m];
-        put_round(mc, p.r, round_);
-    }
+    tell_receivers();
 }
 
 // Adds one received slot to acc_ (dequantised with comm quant 2 / 3 / 4), weighted or not.
@@ -596,9 +602,9 @@ void CombineKernel::reduce_token(int64_t t) {
 
 int CombineKernel::receive() {
     const CombineParams &p = p_;
-    const int32_t *mc = call_.mailbox(p.r)->counts;
+    const hccl::Mailbox *mb = call_.mailbox(p.r);
     int64_t received = 0;
-    for (int64_t m = 0; m < p.W; ++m) received += mc[m];
+    for (int64_t m = 0; m < p.W; ++m) received += hccl::count_of(mb, call_.seq, m);
     if (rounds_agree()) {
         const int64_t ntok = tokens_considered(mask_, p.mask_dims, p.BS);
         for (int64_t t = 0; t < ntok; ++t)

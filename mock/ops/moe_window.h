@@ -29,7 +29,8 @@
 //       comm_quant 0: H elements of the row dtype (2H bytes)
 //       comm_quant 2: H int8 at 0, then at align(H, 32) the per-8-element block scales in the row
 //                     dtype (ceil(H/16)*2 of them)
-//     The number of rows each sender wrote travels in the receiver's Mailbox counts[src].
+//     The number of rows each sender wrote travels in the receiver's Mailbox counts[src], written only
+//     by senders with rows for it (hccl::put_count, as dispatch's).
 //
 // The first generation's combine (no triples; its sources hold expand_idx) pulls instead: each
 // expert rank writes its rows into ITS OWN half at the dispatch region's block positions, Tc bytes

@@ -17,9 +17,10 @@
 //    matches, empty content matching nothing), refuses inputs of two different traced
 //    rounds, and expert_ids or an unchanged expand_x (the same descriptor) that belong to another
 //    traced round than its routing inputs;
-//  * the combine carries its round with its entry to every receiver (two int32 of the receiver's
-//    mailbox counts, kRoundSlotBase + 2*src), and every receiver compares the rounds of all senders
-//    with its own: a difference fails the kernel, naming the ranks and both rounds.
+//  * the combine carries its round with its rows to every receiver of them (two int32 of the
+//    receiver's mailbox counts, kRoundSlotBase + 2*src, next to the row count stamped with the call),
+//    and every receiver compares the rounds of the senders whose rows it got with its own: a
+//    difference fails the kernel, naming the ranks and both rounds.
 //
 // Inputs that cannot be traced (built by hand, copied and then changed, their dispatch's record
 // evicted, empty, or content shared by several rounds in another descriptor) have an unknown round
