@@ -40,6 +40,7 @@ class TensorBase:
     _open: bool
     _contiguous: bool
     _shared: bool
+    _rewritten: bool
     _ptr: int
     _offset_nbytes: int
     @property

@@ -379,6 +379,7 @@ class Tensor(TensorBase):
         return unpack_nibbles(self.numpy(stream), to_numpy(self.dtype))
 
     def _upload(self, arr: np.ndarray, stream: Stream | None) -> None:
+        self._rewritten = True
         if stream is not None:
             order_after_writes(stream, (self,))  # the new bytes land after a pending write on another stream
         copy_to_device(self.data_ptr, self.nbytes, arr, stream)
@@ -400,6 +401,7 @@ class Tensor(TensorBase):
     def fill_bytes(self, value: int, stream: StreamArg = None) -> None:
         """Set every byte of a contiguous view (``aclrtMemset[Async]``)."""
         self._check_open("fill it")
+        self._rewritten = True
         n = self.nbytes
         if n:
             s = explicit_or_current(stream)

@@ -34,6 +34,7 @@ cdef class TensorBase:
     cdef public bint _open
     cdef public bint _contiguous
     cdef public bint _shared        # exported, or read by work on a stream other than its writer's
+    cdef public bint _rewritten     # written through the Tensor (a copy, a fill, an operator's output)
     cdef uintptr_t desc             # the aclTensor descriptor's address, 0 when it has none
     cdef bint owns_desc             # the descriptor is this Tensor's to destroy (not a result set's)
     cdef int dev                    # device: the device the memory lives on, -1 when unknown

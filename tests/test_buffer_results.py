@@ -298,9 +298,10 @@ def test_unwritten_rows_of_a_set_written_again_show_poison(acl: Any) -> None:
 
 def test_a_download_copies_the_received_rows_and_combine_uploads_only_those(acl: Any, monkeypatch: Any) -> None:
     """A download of a dispatch result copies the rows its call received (the rest of the host array reads
-    zero; the device keeps its poison there), outputs not written row by row whole; a host expand_x
-    given to combine after such a download is uploaded up to the received rows, and combines to the same
-    bytes as the device result. A plan's outputs (not a buffer's) download whole."""
+    zero; the device keeps its poison there), outputs not written row by row whole, and a result the caller
+    wrote into whole again; a host expand_x given to combine after such a download is uploaded up to the
+    received rows, and combines to the same bytes as the device result. A plan's outputs (not a buffer's)
+    download whole."""
     import threading
 
     leading: list[tuple[int, int]] = []
@@ -335,6 +336,9 @@ def test_a_download_copies_the_received_rows_and_combine_uploads_only_those(acl:
         y_host = buf.low_latency_combine(host, ids, w, out.assist_info_for_combine, out.ep_recv_counts,
                                          num_experts=E, stream=s).numpy(stream=s)
         report["same combine"] = y_host.tobytes() == y_dev.tobytes()
+        again, mine = _dispatch(buf, s, sets[1]), np.ones(host.shape, host.dtype)
+        again.expand_x.copy_from(mine, stream=s)  # written by the caller: every row is downloaded again
+        report["caller's rows downloaded"] = again.expand_x.numpy(stream=s).tobytes() == mine.tobytes()
         dplan = buf.plan_dispatch(BS, H, E, K, x_dtype=ml_dtypes.bfloat16, with_weights=True, stream=s)
         planned = dplan(x, ids, topk_weights=w, stream=s)
         report["plan downloads whole"] = planned.expand_x.numpy(stream=s).tobytes() == \
@@ -346,7 +350,7 @@ def test_a_download_copies_the_received_rows_and_combine_uploads_only_those(acl:
     for r in results:
         assert r["rows"] < r["capacity"], r
         assert r["received rows copied"] and r["rest zero"] and r["device keeps poison"] and r["whole"], r
-        assert r["same combine"] and r["plan downloads whole"], r
+        assert r["same combine"] and r["plan downloads whole"] and r["caller's rows downloaded"], r
     assert sorted(leading) == sorted((r["rows"], r["capacity"]) for r in results)  # one upload per rank
 
 

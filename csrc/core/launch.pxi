@@ -30,22 +30,27 @@ cdef inline object anchor_of(TensorBase t):
     return t._mem if t._mem is not None else t._owner
 
 
+cdef inline void written_on(TensorBase t, StreamBase stream) noexcept:
+    t._writer = stream
+    t._rewritten = True
+
+
 cdef int mark_written(object outputs, StreamBase stream) except -1:
     """Each Tensor of `outputs` (one Tensor, or a tuple or list with Nones) was last written on `stream`."""
     cdef Py_ssize_t j
     cdef PyObject *p
     if isinstance(outputs, TensorBase):
-        (<TensorBase>outputs)._writer = stream
+        written_on(<TensorBase>outputs, stream)
         return 0
     if isinstance(outputs, tuple):  # a NamedTuple of outputs: read by index, not through its iterator
         for j in range(PyTuple_GET_SIZE(outputs)):
             p = PyTuple_GET_ITEM(outputs, j)
             if <object>p is not None:
-                (<TensorBase>p)._writer = stream
+                written_on(<TensorBase>p, stream)
         return 0
     for t in outputs:
         if t is not None:
-            (<TensorBase>t)._writer = stream
+            written_on(<TensorBase>t, stream)
     return 0
 
 

@@ -18,7 +18,7 @@ cdef inline TensorBase new_view(TensorBase t, ResultSet issuer):
     v.shape, v.dtype, v.strides, v.offset = t.shape, t.dtype, t.strides, t.offset
     v._mem, v._owner, v._writer = t._mem, t._owner, t._writer
     v.ptr_value, v.offset_value, v.data = t.ptr_value, t.offset_value, t.data
-    v._open, v._contiguous, v._shared = True, t._contiguous, False
+    v._open, v._contiguous, v._shared, v._rewritten = True, t._contiguous, False, False
     v.desc, v.owns_desc = t.desc, False
     v.dev, v.span = t.dev, t.span
     v.issuer, v.issue = issuer, issuer.issue
@@ -250,8 +250,8 @@ cdef Py_ssize_t written_nbytes(TensorBase t, bint read) except -2:
     else:
         return -1
     per = issued.ring.row_elements[j]
-    if per == 0 or not t._contiguous or t.offset != 0 or len(t.shape) == 0:
-        return -1
+    if per == 0 or t._shared or t._rewritten or not t._contiguous or t.offset != 0 or len(t.shape) == 0:
+        return -1  # what someone else may have written since (an export, a copy into it) is copied too
     n = issued.received_rows(read)
     if n < 0:
         return -1
