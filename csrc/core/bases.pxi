@@ -150,18 +150,18 @@ cdef class TensorBase:
         address, self.desc = self.desc, 0
         return address
 
-    def _written_nbytes(self, bint read=True):
+    def _written_nbytes(self):
         """For an output of MoeDistributeBuffer.low_latency_dispatch written row by row: the bytes from
-        element 0 its call wrote (the rows received), -1 when unknown or not such an output. `read`:
-        the count may be read from the device (the stream that wrote the Tensor has finished)."""
-        return written_nbytes(self, read)
+        element 0 its call wrote (the rows received, read from the device: the caller saw the stream
+        that wrote the Tensor finish), -1 when unknown or not such an output."""
+        return written_nbytes(self)
 
-    def _rows_received(self, bint read=False):
-        """For an output of MoeDistributeBuffer.low_latency_dispatch: the rows its call received, -1 when
-        not known (`read`: read them from the device if not read yet; its stream has finished)."""
+    def _rows_received(self):
+        """For an output of MoeDistributeBuffer.low_latency_dispatch: the rows its call received when a
+        download of its result read them already, else -1 (nothing is read here)."""
         if self.issuer is None or (<ResultSet>self.issuer).issue != self.issue:
             return -1
-        return (<ResultSet>self.issuer).received_rows(read)
+        return (<ResultSet>self.issuer).received_rows(False)
 
     def _check_readable(self, str operation):
         """ClosedError when closed, RecycledError when a later buffer call took its result set again."""

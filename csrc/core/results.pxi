@@ -233,10 +233,10 @@ cdef class ResultRing:
             (<ResultSet>s).close_plan()
 
 
-cdef Py_ssize_t written_nbytes(TensorBase t, bint read) except -2:
+cdef Py_ssize_t written_nbytes(TensorBase t) except -2:
     """The bytes from element 0 of `t` that its call wrote, when `t` is an output a dispatch result set
-    handed out row by row and its received rows are known (`read`: may be read from the device, its
-    writer has finished); else -1 (all of it may hold written bytes)."""
+    handed out row by row (its received rows read from the device if not read yet: its writer has
+    finished); else -1 (all of it may hold written bytes)."""
     cdef ResultSet issued
     cdef Py_ssize_t j, n, per, total
     if t.issuer is None:
@@ -252,7 +252,7 @@ cdef Py_ssize_t written_nbytes(TensorBase t, bint read) except -2:
     per = issued.ring.row_elements[j]
     if per == 0 or t._shared or t._rewritten or not t._contiguous or t.offset != 0 or len(t.shape) == 0:
         return -1  # what someone else may have written since (an export, a copy into it) is copied too
-    n = issued.received_rows(read)
+    n = issued.received_rows(True)
     if n < 0:
         return -1
     if per < 0:
