@@ -21,7 +21,7 @@ BUILD=${SANITIZE_BUILD_DIR:-$REPO/build/sanitize}
 PY=$(python3 -c 'import sys; print(sys.executable)')   # the real interpreter, not a shell shim
 JOBS=${SANITIZE_JOBS:-2}
 FUZZ_EXAMPLES=${SANITIZE_FUZZ_EXAMPLES:-5000}
-SUITES=${SANITIZE_SUITES:-"tests/mock/test_c_runtime.py tests/mock/test_hccl_c.py tests/mock/test_fuzz_abi.py tests/mock/test_misuse.py tests/mock/test_faults.py tests/test_concurrency.py tests/ops/test_dispatch.py tests/ops/test_combine.py tests/ops/test_plans.py tests/ops/test_plan_calls.py tests/ops/test_call_layout.py tests/test_buffer_results.py"}
+SUITES=${SANITIZE_SUITES:-"tests/mock/test_c_runtime.py tests/mock/test_hccl_c.py tests/mock/test_fuzz_abi.py tests/mock/test_misuse.py tests/mock/test_faults.py tests/mock/test_stream_runners.py tests/test_concurrency.py tests/ops/test_dispatch.py tests/ops/test_combine.py tests/ops/test_plans.py tests/ops/test_plan_calls.py tests/ops/test_call_layout.py tests/test_buffer_results.py"}
 
 # the build needs pybind11 and Cython (build requirements of the package, so not always in the environment)
 "$PY" -c "import pybind11" 2>/dev/null || "$PY" -m pip install -q "pybind11>=2.12"

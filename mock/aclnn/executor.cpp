@@ -51,6 +51,7 @@ struct Launch {
     uint64_t workspace_bytes;
     Stream *stream;
     PinSet pins;
+    std::unique_ptr<KernelRest> rest;   // a launch paused at a wait for its peers
 };
 
 // What the kernel running on this thread said it wrote of its outputs (note_output_written): bytes
@@ -65,8 +66,11 @@ int run_launch(Launch &run) {
     std::array<uint64_t, kNotedOutputs> noted;
     noted.fill(kWhole);
     t_noted = &noted;
-    const int rc = run.ex->run(run.slots->in, run.slots->out, run.workspace, run.stream);
+    const int rc = run.rest ? run.rest->step()
+                            : run.ex->run(run.slots->in, run.slots->out, run.workspace, run.stream, &run.rest);
     t_noted = nullptr;
+    if (rc == kTaskPending) return rc;
+    run.rest.reset();   // the call's hold on its communicator ends before the task counts as done
     run.pins.note_write(run.workspace, run.workspace_bytes);
     const std::vector<Slot> &out = run.slots->out;
     for (size_t i = 0; i < out.size(); ++i) {
@@ -263,8 +267,8 @@ class CopyExecutor : public Executor {
 public:
     CopyExecutor() : Executor("MockCopy") {}
     uint64_t nbytes = 0;
-    int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace,
-            Stream *) override {
+    int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
+            std::unique_ptr<KernelRest> *) override {
         if (workspace_size > 0 && !find_block(workspace, workspace_size, nullptr))
             return fail(ACLNN_ERR_PARAM_INVALID, "MockCopy: workspace %p holds fewer than %llu bytes",
                         workspace, static_cast<unsigned long long>(workspace_size));
@@ -401,8 +405,8 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
         // Nothing to hold for a kernel that does nothing: the pins go when this returns.
         err = enqueue(s, []() -> int { return 0; }, api);
     } else {
-        auto run = std::make_shared<Launch>(Launch{ex, std::move(slots), workspace, need, s, std::move(pins)});
-        err = enqueue(s, [run]() -> int { return run_launch(*run); }, api);
+        auto run = std::make_shared<Launch>(Launch{ex, std::move(slots), workspace, need, s, std::move(pins), {}});
+        err = enqueue(s, [run]() -> int { return run_launch(*run); }, api, ex->may_block());
     }
     if (err) {
         std::string why = take_error();

@@ -60,6 +60,15 @@ ACLMOCK_API Slot slot_of(const aclTensor *t);
 
 // Base class of every op's executor. Phase 1 (the op's GetWorkspaceSize) validates, fills the
 // slots, sets workspace_size and calls register_executor(). Phase 2 calls launch_executor().
+// What is left of a launch that paused at a wait for its peers (Executor::run returned
+// kTaskPending): step() goes on from there, on whichever thread runs the stream next, and is called
+// again until it returns something else.
+class KernelRest {
+public:
+    virtual ~KernelRest() = default;
+    virtual int step() = 0;
+};
+
 class Executor {
 public:
     // `op_name` is a string literal (kept, not copied).
@@ -76,12 +85,17 @@ public:
     uint64_t workspace_size = 0;
     bool repeatable = false;
 
-    // Runs on the stream's worker thread. `workspace` was checked to be device memory of at least
-    // workspace_size bytes; the slots hold the addresses bound at launch time (rebinding after a
-    // launch does not affect a launch already queued). Returns an aclError / aclnnStatus; on
-    // failure it has set the message with aclmock::set_error / fail.
+    // Runs on the thread that runs the stream (its worker, or one synchronising it). `workspace` was
+    // checked to be device memory of at least workspace_size bytes; the slots hold the addresses
+    // bound at launch time (rebinding after a launch does not affect a launch already queued).
+    // Returns an aclError / aclnnStatus; on failure it has set the message with aclmock::set_error /
+    // fail. A kernel that waits for its peers may instead return kTaskPending with *rest set to what
+    // is left of the launch (its pending wait set, see enqueue).
     virtual int run(const std::vector<Slot> &inputs, const std::vector<Slot> &outputs,
-                    void *workspace, Stream *stream) = 0;
+                    void *workspace, Stream *stream, std::unique_ptr<KernelRest> *rest) = 0;
+    // Whether a launch may block its thread other than where it pauses: it then runs on the
+    // stream's worker only, never on a thread that synchronises the stream.
+    virtual bool may_block() const { return false; }
 
 private:
     const char *op_name_;

@@ -180,6 +180,7 @@ extern "C" HcclResult HcclCommDestroy(HcclComm comm) {
     if (m->inflight.load(std::memory_order_acquire) > 0)
         for (int half = 0; half < 2; ++half)
             if (Mailbox *hub = c->mailbox(0, half)) futex_wake_all(&hub->done);
+    start_waiting_work();   // queued calls that hold it run (and fail) now rather than later
     double until = now_seconds() + exec_timeout_seconds() + 5;
     Backoff bo;
     while (m->inflight.load(std::memory_order_acquire) > 0 && now_seconds() < until) bo.pause();
@@ -287,6 +288,20 @@ struct UseToken {
     }
     ~UseToken() { finish(); }
 };
+
+// One rank's barrier, as a task that gives its thread back while it waits.
+struct BarrierCall {
+    Comm *c;
+    CallSteps steps;
+    explicit BarrierCall(Comm *cc) : c(cc) {}
+    int step() {
+        if (!steps.arrived()) {
+            if (steps.delayed(c, steps.started() ? steps.seq() : c->next_seq(), kTagBarrier)) return kTaskPending;
+            steps.arrive(nullptr, 0);
+        }
+        return steps.wait(nullptr, nullptr, 0, "HcclBarrier");
+    }
+};
 }  // namespace
 
 extern "C" HcclResult HcclBarrier(HcclComm comm, aclrtStream stream) {
@@ -299,11 +314,10 @@ extern "C" HcclResult HcclBarrier(HcclComm comm, aclrtStream stream) {
         return static_cast<HcclResult>(fail(HCCL_E_PARA, "HcclBarrier: communicator %s is being destroyed",
                                             c->name().c_str()));
     auto tok = std::make_shared<UseToken>(c);
-    aclError e = enqueue(s, [c, tok]() -> int {
-        uint64_t seq = c->next_seq();
-        c->arrive(seq, kTagBarrier, nullptr, 0);
-        int rc = c->wait_all(seq, kTagBarrier, nullptr, nullptr, 0, "HcclBarrier");
-        tok->finish();
+    auto call = std::make_shared<BarrierCall>(c);
+    aclError e = enqueue(s, [call, tok]() -> int {
+        const int rc = call->step();
+        if (rc != kTaskPending) tok->finish();
         return rc;
     }, "HcclBarrier");
     if (e != ACL_SUCCESS) return HCCL_E_RUNTIME;   // message set by the runtime

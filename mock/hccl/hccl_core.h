@@ -97,6 +97,48 @@ constexpr uint64_t kOpResCtxMagic = 0x4b4643434f4e5458ULL;
 // Returns the live op-resource context at `addr` (taken from a context tensor), or nullptr.
 ACLMOCK_API OpResCtx *verify_op_res_ctx(uint64_t addr);
 
+// Paces the liveness checks of a wait on peers: due() is true at most every kPeriod seconds, and
+// each check probes at most kBatch pending ranks, resuming after the last one probed, so a wait on
+// many missing peers stays cheap while a peer that died is still noticed within about a second.
+class LivenessPacer {
+public:
+    static constexpr double kPeriod = 0.2;
+    static constexpr uint32_t kBatch = 128;
+    explicit LivenessPacer(double start) : next_(start + kPeriod) {}
+    bool due(double now) {
+        if (now < next_) return false;
+        next_ = now + kPeriod;
+        return true;
+    }
+    // Calls probe(r) for up to kBatch ranks r < n with pending(r), in rotating order.
+    template <class Pending, class Probe>
+    void probe_batch(uint32_t n, Pending &&pending, Probe &&probe) {
+        const uint32_t first = n ? cursor_ % n : 0;
+        uint32_t probed = 0;
+        for (uint32_t i = 0; i < n && probed < kBatch; ++i) {
+            uint32_t r = (first + i) % n;
+            if (!pending(r)) continue;
+            probe(r);
+            ++probed;
+            cursor_ = r + 1;
+        }
+    }
+
+private:
+    double next_;
+    uint32_t cursor_ = 0;
+};
+
+// One rank's wait for one collective call, kept between the looks a kernel that gives its thread
+// back while peers are missing takes at it (Comm::poll_all).
+struct CallWait {
+    bool begun = false;
+    bool skipped = false;   // this rank skips the call (an injected fault): it fails here
+    double start = 0;
+    double timeout = 0;
+    LivenessPacer pacer{0};
+};
+
 class ACLMOCK_API Comm {
 public:
     uint32_t rank() const;
@@ -125,7 +167,12 @@ public:
     // call: a delay sleeps here, a crash kills the process here. arrive() and wait_all() take it
     // too; a kernel that writes into peers' windows just before arriving takes it first, so that
     // what it writes follows the delay. True when the call is to be skipped.
-    bool take_fault(uint64_t seq, uint32_t tag);
+    // With `delay` given, an injected delay is not slept but reported there (seconds), for a kernel
+    // that waits it out without holding its thread.
+    bool take_fault(uint64_t seq, uint32_t tag, double *delay = nullptr);
+    // arrive() for a caller that took the call's fault itself (take_fault) and was not told to skip.
+    void publish(uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields,
+                 const uint8_t *members = nullptr);
 
     // Wait until every rank (this one included) has arrived at call `seq`, asleep on the hub.
     // Bounded by HCCL_EXEC_TIMEOUT seconds (default 120). Returns 0, or an aclError with the
@@ -144,6 +191,13 @@ public:
     // arrive; the first member's entry is the one the others are compared with.
     int wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
                  uint32_t nfields, const char *op_name, const uint8_t *members = nullptr);
+    // One look at call `seq` for a wait that does not hold its thread: wait_all's outcome, or
+    // kTaskPending while ranks are still missing (then sleep_on_call and look again). `w` starts
+    // default-constructed, with `skipped` set when take_fault said so.
+    int poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
+                 uint32_t nfields, const char *op_name, const uint8_t *members = nullptr);
+    // Sleeps on the hub of call `seq` until its last rank arrives or `seconds` pass.
+    void sleep_on_call(uint64_t seq, double seconds);
 
     // Whether peer r's process is alive (always true for thread ranks of this process, and for a
     // process of another pid namespace, whose liveness cannot be known).
@@ -170,6 +224,33 @@ private:
                 const char *op, const uint8_t *members) const;
 
     Impl *impl_;
+};
+
+// One rank's part in one collective call, run by a task that gives its thread back while it waits
+// (kTaskPending, see enqueue): an injected delay, its arrival, the wait for the other ranks. Each
+// step of the task calls delayed() until it is false, then arrive() once, then wait() until it is
+// not kTaskPending; the task's pending wait is set whenever one says to come back later.
+class ACLMOCK_API CallSteps {
+public:
+    // The first call takes call `seq`'s injected fault (Comm::take_fault); true while a delay lasts.
+    bool delayed(Comm *c, uint64_t seq, uint32_t tag);
+    bool started() const { return stage_ > 0; }
+    bool arrived() const { return stage_ == 2; }
+    uint64_t seq() const { return seq_; }
+    // Publishes this rank's entry (Comm::publish; nothing for a call it skips).
+    void arrive(const int64_t *fields, uint32_t nfields, const uint8_t *members = nullptr);
+    // Comm::poll_all of the call.
+    int wait(const int64_t *fields, const char *const *field_names, uint32_t nfields, const char *op_name,
+             const uint8_t *members = nullptr);
+
+private:
+    static void sleep(void *self, double seconds);
+    Comm *c_ = nullptr;
+    uint64_t seq_ = 0;
+    uint32_t tag_ = 0;
+    int stage_ = 0;          // 0: not started, 1: fault taken, 2: arrived
+    double resume_at_ = 0;   // end of an injected delay
+    CallWait wait_;
 };
 
 // The live communicator of this process whose HcclGetCommName is `name`, or nullptr. Every rank's

@@ -131,38 +131,6 @@ uint64_t pid_namespace();
 // another namespace is never judged dead.
 bool process_gone(int32_t pid, uint64_t pid_ns);
 
-// Paces the liveness checks of a wait on peers: due() is true at most every kPeriod seconds, and
-// each check probes at most kBatch pending ranks, resuming after the last one probed, so a wait on
-// many missing peers stays cheap while a peer that died is still noticed within about a second.
-class LivenessPacer {
-public:
-    static constexpr double kPeriod = 0.2;
-    static constexpr uint32_t kBatch = 128;
-    explicit LivenessPacer(double start) : next_(start + kPeriod) {}
-    bool due(double now) {
-        if (now < next_) return false;
-        next_ = now + kPeriod;
-        return true;
-    }
-    // Calls probe(r) for up to kBatch ranks r < n with pending(r), in rotating order.
-    template <class Pending, class Probe>
-    void probe_batch(uint32_t n, Pending &&pending, Probe &&probe) {
-        const uint32_t first = n ? cursor_ % n : 0;
-        uint32_t probed = 0;
-        for (uint32_t i = 0; i < n && probed < kBatch; ++i) {
-            uint32_t r = (first + i) % n;
-            if (!pending(r)) continue;
-            probe(r);
-            ++probed;
-            cursor_ = r + 1;
-        }
-    }
-
-private:
-    double next_;
-    uint32_t cursor_ = 0;
-};
-
 // ---- waiting (wait.cpp) ---------------------------------------------------------------------------
 double now_seconds();
 // Back-off of polling loops: yields briefly, then sleeps with a growing interval up to ~200 us.

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstring>
@@ -47,13 +48,18 @@ struct CallFault {
 };
 thread_local CallFault t_call_fault;
 
-FaultKind call_fault(const Comm *c, uint32_t rank, uint64_t seq, uint32_t tag) {
+// With `delay` given, a delay is reported there instead of slept.
+FaultKind call_fault(const Comm *c, uint32_t rank, uint64_t seq, uint32_t tag, double *delay = nullptr) {
     if (t_call_fault.comm == c && t_call_fault.seq == seq) return t_call_fault.kind;
     const char *op = tag == kTagDispatch ? "dispatch" : tag == kTagCombine ? "combine" : "barrier";
     FaultHit h = take_fault(op, static_cast<int>(rank));
     t_call_fault = CallFault{c, seq, h.kind};
-    if (h.kind == FaultKind::Delay && h.seconds > 0)
-        std::this_thread::sleep_for(std::chrono::duration<double>(h.seconds));
+    if (h.kind == FaultKind::Delay && h.seconds > 0) {
+        if (delay)
+            *delay = h.seconds;
+        else
+            std::this_thread::sleep_for(std::chrono::duration<double>(h.seconds));
+    }
     if (h.kind == FaultKind::Crash) kill(own_pid(), SIGKILL);
     return h.kind;
 }
@@ -102,12 +108,16 @@ int32_t first_differing(const Mailbox &hub, uint32_t W, const uint8_t *members) 
 }
 }  // namespace
 
-bool Comm::take_fault(uint64_t seq, uint32_t tag) {
-    return call_fault(this, impl_->rank, seq, tag) == FaultKind::Skip;
+bool Comm::take_fault(uint64_t seq, uint32_t tag, double *delay) {
+    return call_fault(this, impl_->rank, seq, tag, delay) == FaultKind::Skip;
 }
 
 void Comm::arrive(uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields, const uint8_t *members) {
     if (call_fault(this, impl_->rank, seq, tag) == FaultKind::Skip) return;
+    publish(seq, tag, fields, nfields, members);
+}
+
+void Comm::publish(uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields, const uint8_t *members) {
     Mailbox *hub = mailbox(0, static_cast<int>(seq % 2));
     if (!hub) return;   // destroyed: the wait reports it
     MailboxEntry &e = hub->from[impl_->rank];
@@ -167,83 +177,135 @@ int Comm::verdict(uint64_t seq, uint32_t tag, const int64_t *fields, const char 
 
 int Comm::wait_all(uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
                    uint32_t nfields, const char *op_name, const uint8_t *members) {
+    CallWait w;
+    w.skipped = call_fault(this, impl_->rank, seq, tag) == FaultKind::Skip;
+    for (;;) {
+        const int rc = poll_all(w, seq, tag, fields, field_names, nfields, op_name, members);
+        if (rc != kTaskPending) return rc;
+        // Asleep on the hub until the last arriver rings, at most 50 ms at a time (destruction, a
+        // newer call, liveness and the timeout are checked between sleeps).
+        sleep_on_call(seq, 0.05);
+    }
+}
+
+void Comm::sleep_on_call(uint64_t seq, double seconds) {
+    Mailbox *hub = mailbox(0, static_cast<int>(seq % 2));
+    if (!hub || seconds <= 0) return;
+    hub->sleepers.fetch_add(1, std::memory_order_seq_cst);
+    const uint32_t d = hub->done.load(std::memory_order_seq_cst);
+    if (!reached(d, seq + 1) && !impl_->closing.load(std::memory_order_acquire)) futex_wait(&hub->done, d, seconds);
+    hub->sleepers.fetch_sub(1, std::memory_order_seq_cst);
+}
+
+int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *fields, const char *const *field_names,
+                   uint32_t nfields, const char *op_name, const uint8_t *members) {
     const char *op = op_name ? op_name : op_tag_name(tag);
     const uint32_t me = impl_->rank, W = impl_->nranks;
     if (nfields > static_cast<uint32_t>(kMailboxFields)) nfields = kMailboxFields;
     Mailbox *hub = mailbox(0, static_cast<int>(seq % 2));
-    if (!hub || impl_->closing.load(std::memory_order_acquire))
-        return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: the communicator %s was destroyed", op, me,
-                    impl_->name.c_str());
-    if (call_fault(this, me, seq, tag) == FaultKind::Skip)
-        return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: injected fault: this rank skipped collective "
-                    "call #%" PRIu64, op, me, seq);
-    const uint64_t want = seq + 1;
-    double timeout;   // read once per call: a test may change it between calls
-    {
+    if (!w.begun) {
+        if (!hub || impl_->closing.load(std::memory_order_acquire))
+            return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: the communicator %s was destroyed", op, me,
+                        impl_->name.c_str());
+        if (w.skipped)
+            return fail(ACL_ERROR_RT_AICORE_EXCEPTION, "%s on rank %u: injected fault: this rank skipped collective "
+                        "call #%" PRIu64, op, me, seq);
+        // read once per call: a test may change it between calls
         std::string why;
-        if (!hccl_exec_timeout(&timeout, &why))
+        if (!hccl_exec_timeout(&w.timeout, &why))
             return fail(ACL_ERROR_INVALID_PARAM, "%s on rank %u: %s", op, me, why.c_str());
-        if (timeout <= 0) timeout = 1e12;   // as HCCL: 0 is no limit
+        if (w.timeout <= 0) w.timeout = 1e12;   // as HCCL: 0 is no limit
+        w.start = now_seconds();
+        w.pacer = LivenessPacer(w.start);
+        w.begun = true;
     }
-    const double start = now_seconds();
+    const uint64_t want = seq + 1;
     auto pending = [&](uint32_t src) {
         return member(members, src) && hub->from[src].seq.load(std::memory_order_acquire) < want;
     };
-    LivenessPacer pacer(start);
-    for (;;) {
-        if (reached(hub->done.load(std::memory_order_acquire), want))
-            return verdict(seq, tag, fields, field_names, nfields, op, members);
-        // A newer call of this half counts arrivals while this one never completed: some rank is
-        // ahead of this one (or this one was not counted because it is behind).
-        if ((hub->arrivals.load(std::memory_order_acquire) >> kCountBits) > want) {
-            for (uint32_t src = 0; src < W; ++src) {
-                const MailboxEntry &e = hub->from[src];
-                const uint64_t s = e.seq.load(std::memory_order_acquire);
-                if (member(members, src) && s > want)
-                    return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
-                                "%s on rank %u: call-order mismatch: rank %u is already at collective call #%" PRIu64
-                                " (%s) while this rank waits for call #%" PRIu64 " (%s)",
-                                op, me, src, s - 1, op_tag_name(e.tag), seq, op_tag_name(tag));
-            }
+    if (reached(hub->done.load(std::memory_order_acquire), want))
+        return verdict(seq, tag, fields, field_names, nfields, op, members);
+    // A newer call of this half counts arrivals while this one never completed: some rank is
+    // ahead of this one (or this one was not counted because it is behind).
+    if ((hub->arrivals.load(std::memory_order_acquire) >> kCountBits) > want) {
+        for (uint32_t src = 0; src < W; ++src) {
+            const MailboxEntry &e = hub->from[src];
+            const uint64_t s = e.seq.load(std::memory_order_acquire);
+            if (member(members, src) && s > want)
+                return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                            "%s on rank %u: call-order mismatch: rank %u is already at collective call #%" PRIu64
+                            " (%s) while this rank waits for call #%" PRIu64 " (%s)",
+                            op, me, src, s - 1, op_tag_name(e.tag), seq, op_tag_name(tag));
         }
-        if (impl_->closing.load(std::memory_order_acquire))
-            return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
-                        "%s on rank %u: the communicator %s was destroyed while waiting", op, me,
-                        impl_->name.c_str());
-        const double now = now_seconds();
-        // A peer that is gone will never arrive at this call, so waiting for the timeout is pointless.
-        // Its entry may have landed just before it went: only a peer still without one counts.
-        std::string gone;
-        if (pacer.due(now))
-            pacer.probe_batch(W, pending, [&](uint32_t src) {
-                std::string why;
-                if (peer_gone(src, &why) && pending(src)) gone += why;
-            });
-        const double waited = now - start;
-        if (!gone.empty() || waited > timeout) {
-            if (reached(hub->done.load(std::memory_order_acquire), want)) continue;
-            std::vector<uint32_t> missing;
-            for (uint32_t src = 0; src < W; ++src)
-                if (pending(src)) missing.push_back(src);
-            if (!gone.empty())
-                return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
-                            "%s on rank %u: gave up after %.1fs waiting for ranks %s: a peer is gone, so collective "
-                            "call #%" PRIu64 " can never complete (HCCL_EXEC_TIMEOUT=%g not reached)%s",
-                            op, me, waited, rank_list(missing).c_str(), seq, timeout, gone.c_str());
-            std::string notes;
-            for (uint32_t src : missing) peer_gone(src, &notes);
-            return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
-                        "%s on rank %u: timed out after %.1fs waiting for ranks %s (HCCL_EXEC_TIMEOUT=%g, "
-                        "collective call #%" PRIu64 ")%s",
-                        op, me, waited, rank_list(missing).c_str(), timeout, seq, notes.c_str());
-        }
-        // Asleep on the hub until the last arriver rings, at most 50 ms at a time (destruction, a
-        // newer call, liveness and the timeout are checked between sleeps).
-        hub->sleepers.fetch_add(1, std::memory_order_seq_cst);
-        const uint32_t d = hub->done.load(std::memory_order_seq_cst);
-        if (!reached(d, want)) futex_wait(&hub->done, d, 0.05);
-        hub->sleepers.fetch_sub(1, std::memory_order_seq_cst);
     }
+    if (impl_->closing.load(std::memory_order_acquire))
+        return fail(ACL_ERROR_RT_AICORE_EXCEPTION,
+                    "%s on rank %u: the communicator %s was destroyed while waiting", op, me,
+                    impl_->name.c_str());
+    const double now = now_seconds();
+    // A peer that is gone will never arrive at this call, so waiting for the timeout is pointless.
+    // Its entry may have landed just before it went: only a peer still without one counts.
+    std::string gone;
+    if (w.pacer.due(now))
+        w.pacer.probe_batch(W, pending, [&](uint32_t src) {
+            std::string why;
+            if (peer_gone(src, &why) && pending(src)) gone += why;
+        });
+    const double waited = now - w.start;
+    if (gone.empty() && waited <= w.timeout) return kTaskPending;
+    if (reached(hub->done.load(std::memory_order_acquire), want))
+        return verdict(seq, tag, fields, field_names, nfields, op, members);
+    std::vector<uint32_t> missing;
+    for (uint32_t src = 0; src < W; ++src)
+        if (pending(src)) missing.push_back(src);
+    if (!gone.empty())
+        return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
+                    "%s on rank %u: gave up after %.1fs waiting for ranks %s: a peer is gone, so collective "
+                    "call #%" PRIu64 " can never complete (HCCL_EXEC_TIMEOUT=%g not reached)%s",
+                    op, me, waited, rank_list(missing).c_str(), seq, w.timeout, gone.c_str());
+    std::string notes;
+    for (uint32_t src : missing) peer_gone(src, &notes);
+    return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
+                "%s on rank %u: timed out after %.1fs waiting for ranks %s (HCCL_EXEC_TIMEOUT=%g, "
+                "collective call #%" PRIu64 ")%s",
+                op, me, waited, rank_list(missing).c_str(), w.timeout, seq, notes.c_str());
+}
+
+bool CallSteps::delayed(Comm *c, uint64_t seq, uint32_t tag) {
+    if (stage_ == 0) {
+        c_ = c;
+        seq_ = seq;
+        tag_ = tag;
+        double delay = 0;
+        wait_.skipped = c->take_fault(seq, tag, &delay);
+        resume_at_ = now_seconds() + delay;
+        stage_ = 1;
+    }
+    if (stage_ != 1 || now_seconds() >= resume_at_) return false;
+    set_pending_wait(PendingWait{&CallSteps::sleep, this});
+    return true;
+}
+
+void CallSteps::arrive(const int64_t *fields, uint32_t nfields, const uint8_t *members) {
+    if (!wait_.skipped) c_->publish(seq_, tag_, fields, nfields, members);
+    stage_ = 2;
+}
+
+int CallSteps::wait(const int64_t *fields, const char *const *field_names, uint32_t nfields, const char *op_name,
+                    const uint8_t *members) {
+    const int rc = c_->poll_all(wait_, seq_, tag_, fields, field_names, nfields, op_name, members);
+    if (rc == kTaskPending) set_pending_wait(PendingWait{&CallSteps::sleep, this});
+    return rc;
+}
+
+void CallSteps::sleep(void *self, double seconds) {
+    auto *s = static_cast<CallSteps *>(self);
+    if (s->stage_ == 2) {
+        s->c_->sleep_on_call(s->seq_, seconds);
+        return;
+    }
+    const double left = s->resume_at_ - now_seconds();
+    if (left > 0) std::this_thread::sleep_for(std::chrono::duration<double>(std::min(left, seconds)));
 }
 
 }  // namespace hccl

@@ -9,6 +9,7 @@
 // performance_info.
 #include <cinttypes>
 #include <cstring>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -251,7 +252,9 @@ uint64_t combine_workspace(const CombineParams &p) {
 class CombineExecutor final : public Executor {
 public:
     explicit CombineExecutor(const CombineParams &p) : Executor(p.op), p_(p) {}
-    int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) override;
+    int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
+            std::unique_ptr<KernelRest> *rest) override;
+    bool may_block() const override { return p_.tp == 2; }   // its TP reduce-scatter holds the thread
 
 private:
     CombineParams p_;
@@ -321,6 +324,7 @@ private:
     std::vector<int32_t> table_, logical_;
     int64_t round_ = kUnknownRound;   // the dispatch this rank's routing inputs come from
     int64_t expected_ = 0;       // slots this rank's tokens read
+    int64_t t_ready_ = 0;        // when this rank's wait for the exchange began
 };
 
 CombineKernel::CombineKernel(const CombineParams &p, KernelCall &call, const std::vector<Slot> &in,
@@ -480,10 +484,9 @@ int CombineKernel::wait() {
                               int64_t(p.alg_code), p.has_elastic ? 2 + 4 * table_hash(table_) : 0};
     constexpr uint32_t nf = sizeof(fields) / sizeof(fields[0]);
     static_assert(nf <= hccl::kMailboxFields, "mailbox fields");
-    int64_t t_ready = 0;
-    if (int rc = call_.exchange(hccl::kTagCombine, fields, names, nf, &t_ready)) return rc;
+    if (int rc = call_.exchange(hccl::kTagCombine, fields, names, nf, &t_ready_)) return rc;
     if (p.has_perf)
-        add_perf(ptr<int64_t>(in_, kPerf), call_, t_ready);
+        add_perf(ptr<int64_t>(in_, kPerf), call_, t_ready_);
     return 0;
 }
 
@@ -618,23 +621,37 @@ int CombineKernel::receive() {
     return 0;
 }
 
-int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
+// A launch between its steps: the call, the params it runs with and the kernel, which refers to both.
+struct CombineFlight final : KernelRest {
     KernelCall call;
-    if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
+    CombineParams q;
+    std::optional<CombineKernel> k;
+
+    int step() override {
+        if (int rc = k->wait()) return rc;   // kTaskPending while peers are missing
+        return k->receive();
+    }
+};
+
+int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
+                         std::unique_ptr<KernelRest> *rest) {
+    auto f = std::make_unique<CombineFlight>();
+    if (int rc = f->call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
     // A3 elastic_info: the ranks still in the communicator run the call as a world of their own
-    CombineParams q = p_;
+    f->q = p_;
     if (p_.shrink) {
         std::vector<int32_t> phys;
-        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &q, &phys)) return rc;
-        q.has_elastic = false;   // the 950's re-mapping table is not read
-        if (!phys.empty()) call.use_subworld(q, std::move(phys));
+        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &f->q, &phys)) return rc;
+        f->q.has_elastic = false;   // the 950's re-mapping table is not read
+        if (!phys.empty()) f->call.use_subworld(f->q, std::move(phys));
     }
-    CombineKernel k(q, call, in, out, workspace);
+    f->k.emplace(f->q, f->call, in, out, workspace);
     if (p_.tp == 2)
-        if (int rc = k.reduce_scatter()) return rc;
-    k.send();
-    if (int rc = k.wait()) return rc;
-    return k.receive();
+        if (int rc = f->k->reduce_scatter()) return rc;
+    f->k->send();
+    const int rc = f->step();
+    if (rc == kTaskPending) *rest = std::move(f);
+    return rc;
 }
 
 }  // namespace

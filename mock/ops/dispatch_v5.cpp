@@ -9,6 +9,7 @@
 // listed in the aclnn_py.golden docstring (lowp.h).
 #include <cinttypes>
 #include <cstring>
+#include <optional>
 #include <memory>
 #include <vector>
 
@@ -398,7 +399,9 @@ int check_outputs(const DispatchArgs &a, DispatchParams &p) {
 class DispatchExecutor final : public Executor {
 public:
     explicit DispatchExecutor(const DispatchParams &p) : Executor(p.op), p_(p) {}
-    int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) override;
+    int run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
+            std::unique_ptr<KernelRest> *rest) override;
+    bool may_block() const override { return p_.tp == 2; }   // its TP all-gather holds the thread
 
 private:
     DispatchParams p_;
@@ -748,24 +751,40 @@ void DispatchKernel::record(int64_t N) {
     record_dispatch(call_.comm->name(), rec);
 }
 
-int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *) {
+// A launch between its steps: the call, the params it runs with and the kernel, which refers to both.
+struct DispatchFlight final : KernelRest {
     KernelCall call;
-    if (int rc = call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
+    DispatchParams q;
+    std::optional<DispatchKernel> k;
+    bool tp = false;
+
+    int step() override {
+        if (int rc = k->wait()) return rc;   // kTaskPending while peers are missing
+        if (int rc = k->receive()) return rc;
+        if (tp) return k->all_gather();
+        k->note_received_rows();
+        return 0;
+    }
+};
+
+int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
+                          std::unique_ptr<KernelRest> *rest) {
+    auto f = std::make_unique<DispatchFlight>();
+    if (int rc = f->call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
     // A3 elastic_info: the ranks still in the communicator run the call as a world of their own
-    DispatchParams q = p_;
+    f->q = p_;
     if (p_.shrink) {
         std::vector<int32_t> phys;
-        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &q, &phys)) return rc;
-        q.has_elastic = false;   // the 950's re-mapping table is not read
-        if (!phys.empty()) call.use_subworld(q, std::move(phys));
+        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &f->q, &phys)) return rc;
+        f->q.has_elastic = false;   // the 950's re-mapping table is not read
+        if (!phys.empty()) f->call.use_subworld(f->q, std::move(phys));
     }
-    DispatchKernel k(q, call, in, out, workspace);
-    k.send();
-    if (int rc = k.wait()) return rc;
-    if (int rc = k.receive()) return rc;
-    if (p_.tp == 2) return k.all_gather();
-    k.note_received_rows();
-    return 0;
+    f->tp = p_.tp == 2;
+    f->k.emplace(f->q, f->call, in, out, workspace);
+    f->k->send();
+    const int rc = f->step();
+    if (rc == kTaskPending) *rest = std::move(f);
+    return rc;
 }
 
 }  // namespace

@@ -38,13 +38,14 @@ void KernelCall::use_subworld(const MoeParams &q, std::vector<int32_t> phys) {
 
 int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
                          int64_t *t_ready) {
-    const MoeParams &p = *params;
     const uint8_t *members = members_.empty() ? nullptr : members_.data();
-    comm->take_fault(seq, tag);   // a delay comes before the stamps
-    if (p.stamp_room) write_perf_stamp(*this);
-    comm->arrive(seq, tag, fields, nfields, members);
-    *t_ready = monotonic_ns();
-    return comm->wait_all(seq, tag, fields, names, nfields, op, members);
+    if (!steps_.arrived()) {
+        if (steps_.delayed(comm, seq, tag)) return kTaskPending;   // a delay comes before the stamps
+        if (params->stamp_room) write_perf_stamp(*this);
+        steps_.arrive(fields, nfields, members);
+        *t_ready = monotonic_ns();
+    }
+    return steps_.wait(fields, names, nfields, op, members);
 }
 
 int read_shrink(const int32_t *info, const MoeParams &p, MoeParams *q, std::vector<int32_t> *phys) {

@@ -40,10 +40,11 @@ public:
     // logical from then on, phys[l] the physical rank of logical rank l.
     void use_subworld(const MoeParams &q, std::vector<int32_t> phys);
 
-    // Stamps, on the 950, this rank's time into every peer's window for its performance_info; then
-    // arrives at the call with this rank's entry (tag, fields; a fault injected into the call
-    // happens there) and waits for every rank's arrival (Comm::wait_all: timeouts, call-order and
-    // parameter mismatches). *t_ready is when the wait began.
+    // One step of the call's exchange, taken again by each step of the kernel's task until it is not
+    // kTaskPending: after a fault injected into the call (a delay is waited out between steps), it
+    // stamps, on the 950, this rank's time for performance_info, arrives with this rank's entry
+    // (tag, fields), then waits for every rank's arrival (Comm::wait_all's outcomes: timeouts,
+    // call-order and parameter mismatches). *t_ready is when the wait began.
     int exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
                  int64_t *t_ready);
 
@@ -60,6 +61,7 @@ public:
 private:
     uint32_t physical(int64_t rank) const { return uint32_t(phys_.empty() ? rank : phys_[size_t(rank)]); }
     bool held_ = false;
+    hccl::CallSteps steps_;
     std::vector<int32_t> phys_;      // logical → physical in a shrunk sub-world, else empty
     std::vector<uint8_t> members_;   // the physical ranks taking part (empty: all)
 };

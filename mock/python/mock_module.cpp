@@ -25,6 +25,8 @@ static py::dict stats() {
     d["streams"] = s.live_streams;
     d["events"] = s.live_events;
     d["tasks_run"] = s.tasks_run;
+    d["tasks_run_by_synchronise"] = s.tasks_run_by_synchronise;
+    d["late_starts"] = s.late_starts;
     TensorStats t = tensor_stats();
     d["tensors"] = t.live_tensors;
     d["executors"] = t.live_executors;

@@ -165,6 +165,7 @@ bool unregister_block(void *base) {
     if (it == r.blocks.end() || it->second.owned) return false;
     if (it->second.pins > 0 && !on_any_stream_worker()) {
         ++r.free_waits;
+        start_waiting_work();
         r.unpinned.wait(lk, [&] {
             auto j = r.blocks.find(a);
             return j == r.blocks.end() || j->second.pins == 0;
@@ -473,6 +474,7 @@ aclError do_free(const char *api, void *p, MemKind want) {
                             "%s: %p is still used by work queued on a stream, and this call runs on a "
                             "stream task, which cannot wait for it", api, p);
             ++r.free_waits;
+            start_waiting_work();
             r.unpinned.wait(lk, [&] {
                 auto j = r.blocks.find(a);
                 return j == r.blocks.end() || j->second.pins == 0;

@@ -176,7 +176,25 @@ ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err);
 // Same, with the calling API's name at the start of the error message.
 ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err, const char *api);
 // `name` (for messages) must stay valid until the task has run: the callers pass string literals.
-ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name);
+// A task runs on the stream's worker or, when it cannot block (`may_block` false), on a thread that
+// synchronises the stream: a launch followed by a synchronisation then costs no hand-over between
+// threads. Work nobody synchronises starts on the worker within kLazyStartMs (or at once when some
+// thread waits for it: an event, a free of memory it uses, a communicator's destruction).
+ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name, bool may_block = false);
+constexpr int kLazyStartMs = 5;
+// A task that waits for peers returns kTaskPending instead of blocking, after set_pending_wait()
+// told its runner how to sleep until it may go on; the runner calls it again later (on the same or
+// another thread) and it resumes from the state it captured. A synchronisation whose time runs out
+// leaves such a task to the worker.
+constexpr int kTaskPending = 0x7ffffff0;
+struct PendingWait {
+    void (*sleep)(void *arg, double seconds) = nullptr;   // returns early when the task may go on
+    void *arg = nullptr;
+};
+ACLMOCK_API void set_pending_wait(PendingWait w);
+// Starts the work queued on any stream of this process that waits to be run by a synchronisation:
+// called before a thread waits for stream work it does not run itself.
+ACLMOCK_API void start_waiting_work();
 ACLMOCK_API int32_t stream_device(const Stream *s);
 struct StreamStats {
     size_t live_streams = 0;
@@ -186,6 +204,10 @@ struct StreamStats {
     // that returned a failure
     size_t default_streams = 0;
     uint64_t tasks_failed = 0;
+    // tasks run by a thread that synchronised their stream (not by its worker), and queues the
+    // lazy starter had to start because no thread synchronised them within kLazyStartMs
+    uint64_t tasks_run_by_synchronise = 0;
+    uint64_t late_starts = 0;
 };
 // True when the calling thread is the worker of stream s (a task running on it).
 ACLMOCK_API bool on_stream_worker(const Stream *s);

@@ -1,6 +1,12 @@
 // Streams and events.
 //
-// A stream is a FIFO of tasks served by its own worker thread. Handles given to users are opaque
+// A stream is a FIFO of tasks served by its own worker thread or, for tasks that cannot block, by
+// the thread that synchronises it: launch-then-synchronise (the common case) then runs on one
+// thread, and a world of many ranks pays no hand-over between a rank's thread and its worker. A task
+// that waits for its peers pauses (kTaskPending) instead of blocking, so a synchronisation with a
+// time limit still returns in time and leaves the paused task to the worker. Work queued without a
+// synchronisation starts on the worker kLazyStartMs later, or as soon as a thread waits for it in
+// another way. Handles given to users are opaque
 // numbers (never pointers) looked up in a registry, so a destroyed or garbage handle is reported
 // (ACL_ERROR_RT_INVALID_HANDLE, 107017) instead of being dereferenced, and a handle value is never
 // reused. A NULL stream is the current device's default stream, created lazily and kept for the
@@ -38,8 +44,19 @@ constexpr uintptr_t kStreamHandleBase = 0x5a7e000000000000ULL;
 constexpr uintptr_t kEventHandleBase = 0x5a7f000000000000ULL;
 std::atomic<uint64_t> g_tasks_run{0};
 std::atomic<uint64_t> g_tasks_failed{0};
+std::atomic<uint64_t> g_tasks_inline{0};
+std::atomic<uint64_t> g_late_starts{0};
 std::atomic<uint64_t> g_next_id{1};
 thread_local const Stream *t_worker_of = nullptr;
+using Clock = std::chrono::steady_clock;
+thread_local PendingWait t_pending;   // what the task that just returned kTaskPending waits for
+void start_later(std::weak_ptr<Stream> s);
+// Streams this thread queued work on that waits for a synchronisation: when this thread blocks in a
+// synchronisation of another stream, it will not run that work meanwhile, so it starts it then (one
+// thread driving the streams of several ranks launches on each, then synchronises them in turn).
+thread_local std::vector<std::weak_ptr<Stream>> t_queued;
+constexpr size_t kQueuedKept = 64;
+void start_queued_elsewhere(const Stream *self);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -61,7 +78,7 @@ void pin_library() {
     std::call_once(once, [] { pin_library_of(reinterpret_cast<const void *>(&pin_library)); });
 }
 
-class Stream {
+class Stream : public std::enable_shared_from_this<Stream> {
 public:
     Stream(uint64_t id_, int32_t dev, bool is_default, uint64_t ctx = 0)
         : id(id_), device(dev), default_(is_default), context(ctx) {}
@@ -81,28 +98,84 @@ public:
         if (worker.joinable()) worker.join();
     }
 
-    aclError push(Task t, const char *name, uint64_t *ticket) {
+    aclError push(Task t, const char *name, bool may_block, uint64_t *ticket) {
+        bool wake = false, later = false;
         {
             std::lock_guard<std::mutex> lk(mu);
             if (stop)
                 return fail(ACL_ERROR_RT_INVALID_HANDLE, "%s: the stream is being destroyed",
                             name ? name : "enqueue");
-            q.push_back(Item{std::move(t), name ? name : "task", ++submitted});
+            q.push_back(Item{std::move(t), name ? name : "task", ++submitted, may_block});
             if (ticket) *ticket = submitted;
+            wake = may_block;
+            later = !wake && !start_listed;
+            start_listed = start_listed || later;
         }
-        cv_work.notify_one();
+        if (wake) cv_work.notify_one();
+        if (later) start_later(weak_from_this());
+        if (!may_block && (t_queued.empty() || t_queued.back().lock().get() != this)) {
+            if (t_queued.size() >= kQueuedKept) start_queued_elsewhere(nullptr);
+            t_queued.push_back(weak_from_this());
+        }
         return ACL_SUCCESS;
     }
 
-    // Waits until `ticket` has run; false on timeout (timeout_ms < 0: forever).
-    bool wait(uint64_t ticket, int64_t timeout_ms) {
+    // Runs or waits for the work up to `ticket`: the calling thread runs the tasks that cannot
+    // block itself, the worker the others. False when `deadline` passed first; a task paused at a
+    // wait for peers is then left to the worker.
+    bool drain(uint64_t ticket, Clock::time_point deadline) {
         std::unique_lock<std::mutex> lk(mu);
-        auto done = [&] { return completed >= ticket; };
-        if (timeout_ms < 0) {
-            cv_done.wait(lk, done);
-            return true;
+        while (completed < ticket) {
+            // No task starts after the deadline: a zero timeout only looks.
+            const bool in_time = deadline == Clock::time_point::max() || Clock::now() < deadline;
+            if (in_time && !busy && !q.empty() && !q.front().may_block && q.front().ticket <= ticket) {
+                Item it = std::move(q.front());
+                q.pop_front();
+                busy = true;
+                lk.unlock();
+                const bool done = run_inline(it, deadline);
+                lk.lock();
+                if (!done) {
+                    q.push_front(std::move(it));
+                    busy = false;
+                    lk.unlock();
+                    cv_work.notify_one();
+                    return false;
+                }
+                continue;
+            }
+            // The worker runs what this thread may not, and, once this thread gives up, the rest.
+            if (!busy && !q.empty()) cv_work.notify_one();
+            if (in_time) {
+                lk.unlock();
+                start_queued_elsewhere(this);
+                lk.lock();
+                if (completed >= ticket) break;
+            }
+            if (deadline == Clock::time_point::max())
+                cv_done.wait(lk);
+            else if (!in_time || (cv_done.wait_until(lk, deadline) == std::cv_status::timeout && completed < ticket))
+                return completed >= ticket;
         }
-        return cv_done.wait_for(lk, std::chrono::milliseconds(timeout_ms), done);
+        // Work queued by other threads after `ticket` still has to start.
+        if (!busy && !q.empty()) {
+            lk.unlock();
+            cv_work.notify_one();
+        }
+        return true;
+    }
+
+    // Work waits and nobody runs it: the worker starts it. `late`: the lazy starter's call.
+    void start_now(bool late = false) {
+        bool wake;
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            if (late) start_listed = false;
+            wake = !busy && !q.empty();
+        }
+        if (!wake) return;
+        if (late) g_late_starts.fetch_add(1, std::memory_order_relaxed);
+        cv_work.notify_one();
     }
 
     const uint64_t id;
@@ -122,7 +195,76 @@ private:
         Task fn;
         const char *name;
         uint64_t ticket;
+        bool may_block;
     };
+
+    // Runs `it` until it is done (true; its outcome recorded) or `deadline` passes while it is
+    // paused (false; it keeps its state for the next runner). The caller holds `busy`.
+    bool run_until(Item &it, Clock::time_point deadline) {
+        for (;;) {
+            clear_error();
+            t_pending = PendingWait{};
+            int rc;
+            try {
+                rc = it.fn ? it.fn() : ACL_SUCCESS;
+            } catch (const std::exception &e) {
+                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception: %s", it.name, e.what());
+            } catch (...) {
+                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception", it.name);
+            }
+            if (rc != kTaskPending) {
+                finish(it, rc);
+                return true;
+            }
+            const PendingWait w = t_pending;
+            const auto now = Clock::now();
+            if (now >= deadline) return false;
+            start_queued_elsewhere(this);
+            double slice = kPausedSliceSeconds;
+            if (deadline != Clock::time_point::max())
+                slice = std::min(slice, std::chrono::duration<double>(deadline - now).count());
+            if (w.sleep)
+                w.sleep(w.arg, slice);
+            else
+                std::this_thread::sleep_for(std::chrono::duration<double>(std::min(slice, 1e-3)));
+        }
+    }
+
+    // The same on a thread that synchronises: it acts as the worker meanwhile, and keeps its own
+    // recent error message.
+    bool run_inline(Item &it, Clock::time_point deadline) {
+        const Stream *was = t_worker_of;
+        std::string own = take_error();
+        t_worker_of = this;
+        const bool done = run_until(it, deadline);
+        if (done) g_tasks_inline.fetch_add(1, std::memory_order_relaxed);
+        t_worker_of = was;
+        set_error(own);
+        return done;
+    }
+
+    void finish(Item &it, int rc) {
+        std::string msg;
+        if (rc != 0) {
+            msg = take_error();
+            if (msg.empty()) msg = format("%s: failed on the stream with code %d", it.name, rc);
+            g_tasks_failed.fetch_add(1);
+        } else {
+            clear_error();
+        }
+        it.fn = nullptr;  // release captured resources before the task counts as done
+        g_tasks_run.fetch_add(1);
+        {
+            std::lock_guard<std::mutex> lk(mu);
+            if (rc != 0 && first_err == 0) {
+                first_err = rc;
+                first_msg = std::move(msg);
+            }
+            completed = it.ticket;
+            busy = false;
+        }
+        cv_done.notify_all();
+    }
 
     void loop() {
         t_worker_of = this;
@@ -136,40 +278,13 @@ private:
                     poll_for_work(seen);
                     lk.lock();
                 }
-                cv_work.wait(lk, [&] { return stop || !q.empty(); });
+                cv_work.wait(lk, [&] { return !busy && (stop || !q.empty()); });
                 if (q.empty()) return;  // stop requested and drained
                 it = std::move(q.front());
                 q.pop_front();
+                busy = true;
             }
-            clear_error();
-            int rc;
-            try {
-                rc = it.fn ? it.fn() : ACL_SUCCESS;
-            } catch (const std::exception &e) {
-                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception: %s",
-                          it.name, e.what());
-            } catch (...) {
-                rc = fail(ACL_ERROR_RT_INTERNAL_ERROR, "%s: task threw an exception", it.name);
-            }
-            std::string msg;
-            if (rc != 0) {
-                msg = take_error();
-                if (msg.empty()) msg = format("%s: failed on the stream with code %d", it.name, rc);
-                g_tasks_failed.fetch_add(1);
-            } else {
-                clear_error();
-            }
-            it.fn = nullptr;  // release captured resources before the task counts as done
-            g_tasks_run.fetch_add(1);
-            {
-                std::lock_guard<std::mutex> lk(mu);
-                if (rc != 0 && first_err == 0) {
-                    first_err = rc;
-                    first_msg = std::move(msg);
-                }
-                completed = it.ticket;
-            }
-            cv_done.notify_all();
+            run_until(it, Clock::time_point::max());
         }
     }
 
@@ -189,10 +304,96 @@ private:
     }
 
     static constexpr int kPollMicros = 20;
+    // A paused task is looked at again at least this often (destruction, liveness, timeouts).
+    static constexpr double kPausedSliceSeconds = 0.05;
     std::deque<Item> q;
+    bool busy = false;           // a thread (the worker or a synchronising one) runs the head task
+    bool start_listed = false;   // the queue is on the lazy starter's list
     bool stop = false;
     std::thread worker;
 };
+
+namespace {
+// Starts, kLazyStartMs after it was queued, the work no thread synchronised for: the worker of a
+// stream whose queue waits for a synchronising thread is woken only if none comes. One thread per
+// process sleeps until the oldest such queue is due.
+struct LazyStarter {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<std::pair<std::weak_ptr<Stream>, Clock::time_point>> due;
+    bool all_now = false;   // start_waiting_work(): start every listed queue at once
+    bool running = false;
+};
+LazyStarter *g_starter = nullptr;
+std::once_flag g_starter_once;
+
+LazyStarter &starter() {
+    std::call_once(g_starter_once, [] {
+        pin_library();
+        g_starter = new LazyStarter;   // never destroyed (its thread outlives static destructors)
+        // In a child after fork the thread does not exist, and the parent's queues are not its own.
+        pthread_atfork(nullptr, nullptr, [] { g_starter = new LazyStarter; });
+    });
+    return *g_starter;
+}
+
+void starter_loop(LazyStarter *st) {
+    std::vector<std::weak_ptr<Stream>> ready;
+    std::unique_lock<std::mutex> lk(st->mu);
+    for (;;) {
+        st->cv.wait(lk, [&] { return !st->due.empty(); });
+        st->cv.wait_until(lk, st->due.front().second, [&] { return st->all_now; });
+        const bool all = st->all_now;
+        st->all_now = false;
+        const auto now = Clock::now();
+        while (!st->due.empty() && (all || st->due.front().second <= now)) {
+            ready.push_back(std::move(st->due.front().first));
+            st->due.pop_front();
+        }
+        lk.unlock();
+        for (auto &w : ready)
+            if (auto s = w.lock()) s->start_now(true);
+        ready.clear();
+        lk.lock();
+    }
+}
+
+void start_later(std::weak_ptr<Stream> s) {
+    LazyStarter &st = starter();
+    bool wake;
+    {
+        std::lock_guard<std::mutex> lk(st.mu);
+        if (!st.running) {
+            st.running = true;
+            std::thread(starter_loop, &st).detach();
+        }
+        wake = st.due.empty();   // else the starter already sleeps until an earlier entry
+        st.due.emplace_back(std::move(s), Clock::now() + std::chrono::milliseconds(kLazyStartMs));
+    }
+    if (wake) st.cv.notify_one();
+}
+
+void start_queued_elsewhere(const Stream *self) {
+    if (t_queued.empty()) return;
+    std::vector<std::weak_ptr<Stream>> queued;
+    queued.swap(t_queued);
+    for (auto &w : queued)
+        if (auto s = w.lock(); s && s.get() != self) s->start_now();
+}
+
+}  // namespace
+
+void set_pending_wait(PendingWait w) { t_pending = w; }
+
+void start_waiting_work() {
+    LazyStarter &st = starter();
+    {
+        std::lock_guard<std::mutex> lk(st.mu);
+        if (st.due.empty()) return;
+        st.all_now = true;
+    }
+    st.cv.notify_one();
+}
 
 class Event {
 public:
@@ -307,15 +508,16 @@ Stream *resolve_stream(aclrtStream handle, aclError *err) { return resolve_strea
 
 aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket) {
     if (!s) return fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", name ? name : "enqueue");
-    return s->push(std::move(task), name, ticket);
+    return s->push(std::move(task), name, false, ticket);
 }
 
-aclError enqueue(Stream *s, Task task, const char *name) {
-    return enqueue_ticket(s, std::move(task), name, nullptr);
+aclError enqueue(Stream *s, Task task, const char *name, bool may_block) {
+    if (!s) return fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", name ? name : "enqueue");
+    return s->push(std::move(task), name, may_block, nullptr);
 }
 
 void wait_ticket(Stream *s, uint64_t ticket) {
-    if (s) s->wait(ticket, -1);
+    if (s) s->drain(ticket, Clock::time_point::max());
 }
 
 int32_t stream_device(const Stream *s) { return s ? s->device : -1; }
@@ -353,6 +555,8 @@ StreamStats stream_stats() {
     st.default_streams = r.n_defaults;
     st.tasks_run = g_tasks_run.load();
     st.tasks_failed = g_tasks_failed.load();
+    st.tasks_run_by_synchronise = g_tasks_inline.load();
+    st.late_starts = g_late_starts.load();
     return st;
 }
 
@@ -368,12 +572,12 @@ aclError sync_stream(const char *api, aclrtStream stream, int64_t timeout_ms) {
     if (on_stream_worker(s))
         return fail(ACL_ERROR_RT_STREAM_CONTEXT,
                     "%s: called from a task running on the same stream (it would wait for itself)", api);
+    const auto deadline = timeout_ms < 0 ? Clock::time_point::max()
+                                         : Clock::now() + std::chrono::milliseconds(timeout_ms);
+    const uint64_t ticket = s->submitted.load(std::memory_order_acquire);
+    const bool done = s->drain(ticket, deadline);
     std::unique_lock<std::mutex> lk(s->mu);
-    const uint64_t ticket = s->submitted;
-    auto done = [&] { return s->completed >= ticket; };
-    if (timeout_ms < 0) {
-        s->cv_done.wait(lk, done);
-    } else if (!s->cv_done.wait_for(lk, std::chrono::milliseconds(timeout_ms), done)) {
+    if (!done && s->completed < ticket) {
         uint64_t pending = ticket - s->completed;
         lk.unlock();
         return fail(ACL_ERROR_RT_STREAM_SYNC_TIMEOUT,
@@ -501,6 +705,7 @@ ACLMOCK_API aclError aclrtRecordEvent(aclrtEvent event, aclrtStream stream) {
 ACLMOCK_API aclError aclrtSynchronizeEvent(aclrtEvent event) {
     std::shared_ptr<Event> e = find_event(event);
     if (!e) return bad_event("aclrtSynchronizeEvent", "event", event);
+    start_waiting_work();
     std::unique_lock<std::mutex> lk(e->mu);
     const uint64_t target = e->recorded;  // an event never recorded completes at once
     e->cv.wait(lk, [&] { return e->completed >= target; });
@@ -511,6 +716,7 @@ ACLMOCK_API aclError aclrtQueryEventStatus(aclrtEvent event, aclrtEventRecordedS
     if (!status) return fail(ACL_ERROR_INVALID_PARAM, "aclrtQueryEventStatus: status must not be NULL");
     std::shared_ptr<Event> e = find_event(event);
     if (!e) return bad_event("aclrtQueryEventStatus", "event", event);
+    start_waiting_work();   // a host polling the event expects the work to go on
     std::lock_guard<std::mutex> lk(e->mu);
     // NOT_READY until the latest record has been reached (also when never recorded).
     *status = (e->recorded > 0 && e->completed >= e->recorded) ? ACL_EVENT_RECORDED_STATUS_COMPLETE
@@ -556,10 +762,11 @@ ACLMOCK_API aclError aclrtStreamWaitEvent(aclrtStream stream, aclrtEvent event) 
     }
     if (target == 0) return ACL_SUCCESS;  // nothing recorded yet: no dependency
     return enqueue(s, [e, target]() -> int {
+        start_waiting_work();
         std::unique_lock<std::mutex> lk(e->mu);
         e->cv.wait(lk, [&] { return e->completed >= target; });
         return ACL_SUCCESS;
-    }, "aclrtStreamWaitEvent");
+    }, "aclrtStreamWaitEvent", true);
 }
 
 }  // extern "C"

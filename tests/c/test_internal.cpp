@@ -18,7 +18,8 @@ namespace {
 class FailingExecutor : public Executor {
 public:
     FailingExecutor() : Executor("MockFail") {}
-    int run(const std::vector<Slot> &, const std::vector<Slot> &, void *, Stream *) override {
+    int run(const std::vector<Slot> &, const std::vector<Slot> &, void *, Stream *,
+            std::unique_ptr<KernelRest> *) override {
         return fail(ACLNN_ERR_INNER, "MockFail: boom on purpose");
     }
 };
