@@ -295,8 +295,9 @@ struct BarrierCall {
     CallSteps steps;
     explicit BarrierCall(Comm *cc) : c(cc) {}
     int step() {
+        if (!steps.started()) steps.begin(c, c->next_seq(), kTagBarrier);
         if (!steps.arrived()) {
-            if (steps.delayed(c, steps.started() ? steps.seq() : c->next_seq(), kTagBarrier)) return kTaskPending;
+            if (steps.delayed()) return kTaskPending;
             steps.arrive(nullptr, 0);
         }
         return steps.wait(nullptr, nullptr, 0, "HcclBarrier");

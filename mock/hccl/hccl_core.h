@@ -227,16 +227,18 @@ private:
 };
 
 // One rank's part in one collective call, run by a task that gives its thread back while it waits
-// (kTaskPending, see enqueue): an injected delay, its arrival, the wait for the other ranks. Each
-// step of the task calls delayed() until it is false, then arrive() once, then wait() until it is
-// not kTaskPending; the task's pending wait is set whenever one says to come back later.
+// (kTaskPending, see enqueue): an injected delay, its arrival, the wait for the other ranks. The
+// task's first step calls begin(); each step then calls delayed() until it is false, arrive() once,
+// and wait() until it is not kTaskPending; the task's pending wait is set whenever one says to come
+// back later.
 class ACLMOCK_API CallSteps {
 public:
-    // The first call takes call `seq`'s injected fault (Comm::take_fault); true while a delay lasts.
-    bool delayed(Comm *c, uint64_t seq, uint32_t tag);
+    // Takes call `seq`'s injected fault (Comm::take_fault).
+    void begin(Comm *c, uint64_t seq, uint32_t tag);
     bool started() const { return stage_ > 0; }
+    // True while an injected delay lasts.
+    bool delayed();
     bool arrived() const { return stage_ == 2; }
-    uint64_t seq() const { return seq_; }
     // Publishes this rank's entry (Comm::publish; nothing for a call it skips).
     void arrive(const int64_t *fields, uint32_t nfields, const uint8_t *members = nullptr);
     // Comm::poll_all of the call.

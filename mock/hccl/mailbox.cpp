@@ -271,16 +271,17 @@ int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *field
                 op, me, waited, rank_list(missing).c_str(), w.timeout, seq, notes.c_str());
 }
 
-bool CallSteps::delayed(Comm *c, uint64_t seq, uint32_t tag) {
-    if (stage_ == 0) {
-        c_ = c;
-        seq_ = seq;
-        tag_ = tag;
-        double delay = 0;
-        wait_.skipped = c->take_fault(seq, tag, &delay);
-        resume_at_ = now_seconds() + delay;
-        stage_ = 1;
-    }
+void CallSteps::begin(Comm *c, uint64_t seq, uint32_t tag) {
+    c_ = c;
+    seq_ = seq;
+    tag_ = tag;
+    double delay = 0;
+    wait_.skipped = c->take_fault(seq, tag, &delay);
+    resume_at_ = now_seconds() + delay;
+    stage_ = 1;
+}
+
+bool CallSteps::delayed() {
     if (stage_ != 1 || now_seconds() >= resume_at_) return false;
     set_pending_wait(PendingWait{&CallSteps::sleep, this});
     return true;

@@ -39,8 +39,9 @@ void KernelCall::use_subworld(const MoeParams &q, std::vector<int32_t> phys) {
 int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const *names, uint32_t nfields,
                          int64_t *t_ready) {
     const uint8_t *members = members_.empty() ? nullptr : members_.data();
+    if (!steps_.started()) steps_.begin(comm, seq, tag);
     if (!steps_.arrived()) {
-        if (steps_.delayed(comm, seq, tag)) return kTaskPending;   // a delay comes before the stamps
+        if (steps_.delayed()) return kTaskPending;   // a delay comes before the stamps
         if (params->stamp_room) write_perf_stamp(*this);
         steps_.arrive(fields, nfields, members);
         *t_ready = monotonic_ns();
