@@ -164,12 +164,10 @@ public:
     void arrive(uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields,
                 const uint8_t *members = nullptr);
     // The fault injected into call `seq` on this rank (aclnn_py._mock.inject_fault), taken once per
-    // call: a delay sleeps here, a crash kills the process here. arrive() and wait_all() take it
-    // too; a kernel that writes into peers' windows just before arriving takes it first, so that
-    // what it writes follows the delay. True when the call is to be skipped.
-    // With `delay` given, an injected delay is not slept but reported there (seconds), for a kernel
-    // that waits it out without holding its thread.
-    bool take_fault(uint64_t seq, uint32_t tag, double *delay = nullptr);
+    // call: a crash kills the process here, a delay is reported in *delay (seconds) for the caller to
+    // wait out without holding its thread (CallSteps). arrive() and wait_all() take it too, sleeping
+    // through a delay. True when the call is to be skipped.
+    bool take_fault(uint64_t seq, uint32_t tag, double *delay);
     // arrive() for a caller that took the call's fault itself (take_fault) and was not told to skip.
     void publish(uint64_t seq, uint32_t tag, const int64_t *fields, uint32_t nfields,
                  const uint8_t *members = nullptr);

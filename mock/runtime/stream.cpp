@@ -506,14 +506,19 @@ Stream *resolve_stream(aclrtStream handle, aclError *err, const char *api) {
 
 Stream *resolve_stream(aclrtStream handle, aclError *err) { return resolve_stream(handle, err, nullptr); }
 
-aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket) {
+namespace {
+aclError queue_task(Stream *s, Task task, const char *name, bool may_block, uint64_t *ticket) {
     if (!s) return fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", name ? name : "enqueue");
-    return s->push(std::move(task), name, false, ticket);
+    return s->push(std::move(task), name, may_block, ticket);
+}
+}  // namespace
+
+aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket) {
+    return queue_task(s, std::move(task), name, false, ticket);
 }
 
 aclError enqueue(Stream *s, Task task, const char *name, bool may_block) {
-    if (!s) return fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", name ? name : "enqueue");
-    return s->push(std::move(task), name, may_block, nullptr);
+    return queue_task(s, std::move(task), name, may_block, nullptr);
 }
 
 void wait_ticket(Stream *s, uint64_t ticket) {
