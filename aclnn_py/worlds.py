@@ -292,14 +292,16 @@ def spawn(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | No
     ctx: Any = mp.get_context(start_method)
     if start_method == "forkserver":
         # The server imports the package once; each rank is then a fork of it (milliseconds instead
-        # of a fresh interpreter importing numpy and ml_dtypes). No backend is loaded in the server.
+        # of a fresh interpreter importing numpy and ml_dtypes), and inherits what the server worked
+        # out without a backend (aclnn_py.ops._warm). No backend is loaded in the server.
         # The server is `python -c ...` started in the working directory, which therefore leads its
         # sys.path (CPython before 3.13 ignores the sys.path handed to it): in a source checkout of
         # another copy of this package (an installed package run from its checkout), preloading
         # would give the ranks that other copy. Each rank then imports the package itself, with
         # the launcher's sys.path.
         ctx.set_forkserver_preload([] if _working_directory_shadows_package() else
-                                   ["aclnn_py", "aclnn_py.hccl", "aclnn_py.worlds", *preload])
+                                   ["aclnn_py", "aclnn_py.hccl", "aclnn_py.worlds", "aclnn_py.ops._warm",
+                                    *preload])
     procs: list[Any] = []
     conns: list[Any] = []
     launcher = (os.getpid(), _process_start_time(os.getpid()))

@@ -98,8 +98,10 @@ from aclnn_py.worlds import spawn
 def probe(rank, world_size, root):
     import os
     loaded = "probe_mod" in sys.modules  # before the rank imports it itself
+    from aclnn_py.ops import _layout
+    layouts_inherited = bool(_layout._layouts)  # no operator was called in this process
     import probe_mod
-    return loaded, probe_mod.IMPORTED_BY != os.getpid()
+    return loaded, probe_mod.IMPORTED_BY != os.getpid(), layouts_inherited
 
 if __name__ == "__main__":
     print(set(spawn(probe, 2, timeout=60, preload=sys.argv[1:])))
@@ -109,14 +111,15 @@ if __name__ == "__main__":
 @pytest.mark.parametrize("preload", [["probe_mod"], []])
 def test_spawn_preload_imports_modules_once_in_the_fork_server(tmp_path, preload):
     """A module named in `preload` is imported by the fork server before it forks the ranks: each rank
-    finds it loaded, imported by another process; without it, each rank imports it itself."""
+    finds it loaded, imported by another process; without it, each rank imports it itself. Either way
+    the server has parsed the run helpers' layouts, which a rank's first operator call needs."""
     (tmp_path / "probe_mod.py").write_text("import os\nIMPORTED_BY = os.getpid()\n")
     script = tmp_path / "launcher.py"
     script.write_text(PRELOADING)
     env = dict(os.environ, PYTHONPATH=package_pythonpath(dict(os.environ)))
     res = subprocess.run([sys.executable, str(script), *preload], cwd=tmp_path, env=env, capture_output=True,
                          text=True, timeout=120, check=False)
-    want = {(True, True)} if preload else {(False, False)}
+    want = {(True, True, True)} if preload else {(False, False, True)}
     assert res.returncode == 0 and res.stdout.strip() == str(want), res.stdout + res.stderr
 
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .headers import Extracted, extract_prototypes
-from .prototypes import CompiledAbi, first_difference
+from .prototypes import CompiledAbi, compiled_abi, first_difference
 
 #: Environment variable that turns a refusal of the guard (a prototype mismatch, or under the strict
 #: mode a prototype that could not be verified) into a warning.
@@ -279,14 +279,3 @@ def guard(root: Path, symbols: Mapping[str, str | None], module: object,
         report = check_root(root, symbols, {n: group_of(n) for n in symbols}, compiled)
     enforce(report)
     return report
-
-
-def compiled_abi(module: object) -> CompiledAbi | None:
-    """The prototype table embedded in the compiled cffi module, or None for a module built before it."""
-    lib = getattr(module, "lib", None)
-    fn = getattr(lib, "aclnnpy_prototypes", None)
-    if fn is None:
-        return None
-    ffi = getattr(module, "ffi")  # noqa: B009 - the cffi module's ffi object
-    return CompiledAbi.from_json(ffi.string(fn()).decode())
-

@@ -137,6 +137,16 @@ class CompiledAbi:
         return cls({f["name"]: Prototype.from_json(f) for f in d["functions"]}, dict(d["typedefs"]))
 
 
+def compiled_abi(module: object) -> CompiledAbi | None:
+    """The prototype table embedded in the compiled cffi module, or None for a module built before it."""
+    lib = getattr(module, "lib", None)
+    fn = getattr(lib, "aclnnpy_prototypes", None)
+    if fn is None:
+        return None
+    ffi = getattr(module, "ffi")  # noqa: B009 - the cffi module's ffi object
+    return CompiledAbi.from_json(ffi.string(fn()).decode())
+
+
 # ---- the operators' run helpers ------------------------------------------------------------------
 PHASE1_SUFFIX = "GetWorkspaceSize"
 _INT_CANON = re.compile(r"^[iu](8|16|32|64)$")
@@ -204,10 +214,11 @@ def same_name(c_name: str, py_name: str) -> bool:
     """A C parameter (``expertIdsOptional``, ``expandXOut``) and a Python name (``expert_ids``,
     ``expand_x``, ``x_out``) name the same thing: compared without case, underscores and the
     ``Optional`` / ``Out`` suffixes."""
-    return _name_key(c_name) == _name_key(py_name)
+    return name_key(c_name) == name_key(py_name)
 
 
-def _name_key(name: str) -> str:
+def name_key(name: str) -> str:
+    """What :func:`same_name` compares: the name without underscores, case and those suffixes."""
     key = name.replace("_", "").lower()
     for suffix in ("optional", "out"):
         if key.endswith(suffix) and len(key) > len(suffix):

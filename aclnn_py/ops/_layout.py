@@ -15,9 +15,9 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Mapping, Sequence
+from importlib import import_module
 
-from .._binding.prototypes import CompiledAbi, RunLayout, run_layouts, same_name
-from ..runtime import initialized
+from .._binding.prototypes import RunLayout, compiled_abi, run_layouts, same_name
 
 
 class LayoutMismatchError(RuntimeError):
@@ -38,11 +38,14 @@ def order_problems(layout: RunLayout, inputs: Sequence[str], outputs: Sequence[s
 
 
 def compiled_layouts() -> Mapping[str, RunLayout]:
-    """The run helpers' layouts by phase-2 name, from the prototypes the extension was built from."""
+    """The run helpers' layouts by phase-2 name, from the prototypes the extension was built from. They
+    need no backend: the fork server of :func:`aclnn_py.worlds.spawn` reads them once (preloading
+    ``aclnn_py.ops._warm``), and the ranks it forks inherit them."""
     with _lock:
         if not _layouts:
-            b = initialized()
-            table = CompiledAbi.from_json(b.ffi.string(b.lib.aclnnpy_prototypes()).decode())
+            table = compiled_abi(import_module("aclnn_py._aclnn"))
+            if table is None:
+                raise LayoutMismatchError("the compiled extension has no prototype table; rebuild aclnn-py")
             _layouts.update(run_layouts(table.functions.values()))
         return _layouts
 

@@ -16,7 +16,7 @@ from functools import cached_property
 
 import numpy as np
 
-from .._binding.prototypes import RunLayout, same_name
+from .._binding.prototypes import RunLayout, name_key
 from .._core import ConfigBase, PackedBase
 from ..runtime import initialized, soc_name
 from . import generations, sizing
@@ -199,15 +199,17 @@ class PackedAttrs(PackedBase):
 
 def _field_value(config: MoeConfig, layout: RunLayout, c_name: str) -> int | str:
     """The field of `config` that the C attribute `c_name` of `layout` is."""
-    for name in _FIELD_NAMES:
-        if same_name(c_name, name):
-            value: int | str = getattr(config, name)
-            return value
-    raise TypeError(f"{layout.phase1}: MoeConfig has no field for the attribute {c_name}")
+    name = _FIELD_BY_KEY.get(name_key(c_name))
+    if name is None:
+        raise TypeError(f"{layout.phase1}: MoeConfig has no field for the attribute {c_name}")
+    value: int | str = getattr(config, name)
+    return value
 
 
 _ATTR_NAMES = frozenset(f.name for f in dataclasses.fields(MoeConfig) if f.init)
-_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(MoeConfig) if f.init and f.name != "soc")
+# by the key both spellings share (``epWorldSize`` and ``ep_world_size``): a rank's first call packs
+# some thirty attributes, and a pairwise comparison with every field was a good part of its cost
+_FIELD_BY_KEY = {name_key(f.name): f.name for f in dataclasses.fields(MoeConfig) if f.init and f.name != "soc"}
 _by_attrs: dict[tuple[str, tuple[tuple[str, int | str], ...]], MoeConfig] = {}
 
 

@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -25,15 +26,18 @@ const PoisonFile &poison_file(uint8_t byte) {
     std::call_once(once, [byte] {
         int fd = memfd_create("aclnn-mock-poison", MFD_CLOEXEC);
         if (fd < 0) return;
-        void *p = MAP_FAILED;
-        if (ftruncate(fd, static_cast<off_t>(kPoisonChunk)) == 0)
-            p = mmap(nullptr, kPoisonChunk, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-        if (p == MAP_FAILED) {
-            close(fd);
-            return;
+        // Filled by write(), not through a mapping: no page fault per page of the file, which
+        // was most of what a process's first large allocation cost.
+        unsigned char block[64 << 10];
+        std::memset(block, byte, sizeof block);
+        for (size_t off = 0; off < kPoisonChunk;) {
+            const ssize_t n = pwrite(fd, block, std::min(sizeof block, kPoisonChunk - off), static_cast<off_t>(off));
+            if (n <= 0) {
+                close(fd);
+                return;
+            }
+            off += static_cast<size_t>(n);
         }
-        std::memset(p, byte, kPoisonChunk);
-        munmap(p, kPoisonChunk);
         f.fd = fd;
         f.byte = byte;
     });
