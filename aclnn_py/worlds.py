@@ -20,7 +20,8 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal, TypeVar, overload
 
 __all__ = ["spawn", "run_threads", "mpi_bootstrap", "RankError", "RemoteTraceback"]
@@ -460,6 +461,9 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
     seconds. Threads cannot be killed: ranks still running when this returns early are daemon
     threads that end on their own (their HCCL waits give up after HCCL_EXEC_TIMEOUT /
     HCCL_CONNECT_TIMEOUT, or within about a second once a peer they wait for is gone).
+    The ranks start together once every thread exists, and while the world runs the interpreter's
+    switch interval (``sys.setswitchinterval``) is at least `world_size` milliseconds: hundreds of
+    rank threads asking for the GIL every 5 ms cost more than their work. It is restored afterwards.
     """
     from .hccl import RootInfo
     from .runtime import init
@@ -476,6 +480,11 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
     finished = [False] * world_size
 
     def body(rank: int) -> None:
+        # Ranks start together once every thread exists: a rank that ran meanwhile would compete
+        # for the GIL with the thread still starting the others.
+        started.wait()
+        if not all_started:
+            return  # the world could not be made whole: nobody would answer this rank
         try:
             if set_device:
                 _set_device(rank)
@@ -488,10 +497,25 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
                 finished[rank] = True
                 cond.notify_all()
 
+    started = threading.Event()
+    all_started = False
     threads = [threading.Thread(target=body, args=(r,), name=f"aclnn_py-rank{r}", daemon=True)
                for r in range(world_size)]
-    for t in threads:
-        t.start()
+    with _switch_interval_for(world_size):
+        try:
+            for t in threads:
+                t.start()  # RuntimeError when the process may start no more threads
+            all_started = True
+        finally:
+            started.set()
+        return _collect(threads, results, failures, cond, finished, keep_going, timeout)
+
+
+def _collect(threads: list[threading.Thread], results: list[Any], failures: list[tuple[int, BaseException, str]],
+             cond: threading.Condition, finished: list[bool], keep_going: bool,
+             timeout: float | None) -> list[Any]:
+    """run_threads' wait for its ranks: their results in rank order, or the first failure raised."""
+    world_size = len(threads)
     deadline = None if timeout is None else time.monotonic() + float(timeout)
     with cond:
         while not all(finished) and (keep_going or not failures):
@@ -509,6 +533,38 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
     for t in threads:
         t.join()
     return results
+
+
+#: A GIL request every this many seconds, in all, from a thread world's waiting ranks (see below).
+_GIL_REQUEST_SPACING = 0.001
+_interval_lock = threading.Lock()
+_interval_users = 0
+_interval_saved = 0.0
+
+
+@contextmanager
+def _switch_interval_for(world_size: int) -> Iterator[None]:
+    """The interpreter's switch interval (``sys.setswitchinterval``) raised to ``world_size`` ms while a
+    thread world runs, then restored (by the last of several concurrent worlds). Each thread waiting
+    for the GIL asks the holder to give it up once per interval; with hundreds of rank threads waiting
+    at once, those requests and the forced hand-overs they cause took more CPU than the ranks' work
+    (a 768-thread world started in 2.3-3.7 s instead of 1.0 s). The ranks spend their time in calls
+    that release the GIL, so a longer interval delays none of them."""
+    global _interval_users, _interval_saved
+    wanted = world_size * _GIL_REQUEST_SPACING
+    with _interval_lock:
+        if _interval_users == 0:
+            _interval_saved = sys.getswitchinterval()
+        _interval_users += 1
+        if wanted > sys.getswitchinterval():
+            sys.setswitchinterval(wanted)
+    try:
+        yield
+    finally:
+        with _interval_lock:
+            _interval_users -= 1
+            if _interval_users == 0:
+                sys.setswitchinterval(_interval_saved)
 
 
 # ---- MPI ------------------------------------------------------------------------------------------

@@ -255,6 +255,54 @@ def test_run_threads_timeout(acl):
         stop.set()
 
 
+def test_run_threads_widens_the_switch_interval_while_its_world_runs(acl):
+    """A thread world of W ranks runs with a switch interval of at least W ms (its waiting ranks ask for
+    the GIL less often); the interpreter's own interval is back once the world has ended, also after
+    a rank failed."""
+    from aclnn_py import worlds
+
+    before = sys.getswitchinterval()
+    seen = worlds.run_threads(lambda rank, world_size, root: sys.getswitchinterval(), 40, timeout=30)
+    assert set(seen) == {max(before, 0.040)}
+    assert sys.getswitchinterval() == before
+
+    def fails(rank, world_size, root):
+        raise KeyError("boom")
+
+    with pytest.raises(KeyError):
+        worlds.run_threads(fails, 40, timeout=30)
+    assert sys.getswitchinterval() == before
+
+
+def test_run_threads_runs_no_rank_when_its_threads_cannot_all_start(acl, monkeypatch):
+    """Ranks start together once every thread exists; when the process can start no more threads, the
+    error is raised and none of the threads started runs the function (it would wait for peers that
+    never come)."""
+    import threading
+
+    from aclnn_py import worlds
+
+    ran: list[int] = []
+    real_start = threading.Thread.start
+    starts = []
+
+    def start(self):
+        starts.append(self)
+        if len(starts) == 3:
+            raise RuntimeError("can't start new thread")
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    before = sys.getswitchinterval()
+    with pytest.raises(RuntimeError, match="can't start new thread"):
+        worlds.run_threads(lambda rank, world_size, root: ran.append(rank), 4, timeout=30)
+    for t in starts[:2]:
+        t.join(10)
+        assert not t.is_alive()
+    assert ran == []
+    assert sys.getswitchinterval() == before
+
+
 # ---- on_rank_failure="wait" -------------------------------------------------------------------------
 def test_spawn_wait_returns_every_outcome_in_rank_order(acl, tmp_path):
     from aclnn_py import worlds
