@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from . import _core
 from .dtypes import DataType
 from .errors import HcclError, check_hccl, hccl_error, recent_message
 from .runtime import Device, Resource, Stream, StreamArg, initialized, resolve_stream
@@ -231,7 +232,11 @@ class Communicator(Resource):
         raises the runtime's timeout error (:class:`~aclnn_py.AclTimeoutError`) naming it."""
         comm = self._live("enter a barrier")
         s = resolve_stream(stream)
-        check_hccl(initialized().lib.HcclBarrier(comm, s._cdata), "HcclBarrier")
+        b = initialized()
+        status = _core.hccl_barrier(int(b.ffi.cast("uintptr_t", comm)), s._handle)
+        if status < 0:  # the backend lacks it: the binding raises MissingSymbolError
+            status = b.lib.HcclBarrier(comm, s._cdata)
+        check_hccl(status, "HcclBarrier")
         if wait is None:
             wait = stream is None
         if wait:

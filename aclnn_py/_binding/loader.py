@@ -325,6 +325,8 @@ def _bind_core(b: Backend) -> None:
                        set_output_addr_address=address("aclSetOutputTensorAddr"),
                        destroy_executor_address=address("aclDestroyAclOpExecutor"),
                        format_nd_value=b.lib.ACL_FORMAT_ND, refill_poison_address=refill,
+                       hccl_barrier_address=address("HcclBarrier") if b.symbols.get("HcclBarrier") else 0,
+                       get_device_address=address("aclrtGetDevice"),
                        launch_may_block=not b.is_mock)  # the mock's launch appends to an unbounded queue
 
 

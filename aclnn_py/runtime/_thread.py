@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from .. import _core
 from ..errors import check_acl
 from ._init import initialized
 
@@ -26,10 +27,12 @@ def out_cell(ctype: str) -> Any:
 
 
 def current_device_id() -> int:
-    """``aclrtGetDevice``: the calling thread's device."""
-    cell = out_cell("int32_t *")
-    check_acl(initialized().lib.aclrtGetDevice(cell), "aclrtGetDevice")
-    return int(cell[0])
+    """``aclrtGetDevice``: the calling thread's device (asked through the compiled core, which keeps the
+    GIL for this thread-local read)."""
+    initialized()
+    status, device = _core.current_device()
+    check_acl(status, "aclrtGetDevice")
+    return device
 
 
 @contextmanager

@@ -19,6 +19,8 @@ ctypedef aclnnStatus (*set_tensor_addr_fn)(aclOpExecutor *executor, size_t index
                                            void *addr) noexcept nogil
 ctypedef aclnnStatus (*destroy_executor_fn)(aclOpExecutor *executor) noexcept nogil
 ctypedef int (*refill_fn)(void *const *ptrs, const size_t *sizes, size_t n, void *stream) noexcept nogil
+ctypedef int (*barrier_fn)(void *comm, void *stream) noexcept nogil
+ctypedef int (*get_device_fn)(int32_t *device) noexcept nogil
 
 cdef create_tensor_fn create_tensor = NULL
 cdef destroy_tensor_fn destroy_tensor = NULL
@@ -26,6 +28,8 @@ cdef set_tensor_addr_fn set_input_addr = NULL
 cdef set_tensor_addr_fn set_output_addr = NULL
 cdef destroy_executor_fn destroy_executor = NULL
 cdef refill_fn refill_poison = NULL   # the mock's aclmockRefillPoisonAsync; NULL on CANN
+cdef barrier_fn hccl_barrier_fn = NULL
+cdef get_device_fn get_device_fn_ = NULL
 # A launch releases the GIL on CANN, where it may block (a full task queue) while another rank's
 # thread must run; the mock's launch only appends to an unbounded queue, and keeping the GIL there
 # spares every launch of a thread world a hand-over among its rank threads.
@@ -40,13 +44,14 @@ cdef enum:
 def bind_backend(*, uintptr_t create_tensor_address, uintptr_t destroy_tensor_address,
                  uintptr_t set_input_addr_address, uintptr_t set_output_addr_address,
                  uintptr_t destroy_executor_address, int format_nd_value, uintptr_t refill_poison_address=0,
-                 bint launch_may_block=True):
+                 uintptr_t hccl_barrier_address=0, uintptr_t get_device_address=0, bint launch_may_block=True):
     """The loaded backend's functions the core calls (the cffi extension's trampolines, by address):
     aclCreateTensor, aclDestroyTensor, aclSetInputTensorAddr, aclSetOutputTensorAddr,
-    aclDestroyAclOpExecutor, ACL_FORMAT_ND, and on the mock its poison refill of reused memory;
-    `launch_may_block`: a launch may block, so the GIL is released around it."""
+    aclDestroyAclOpExecutor, ACL_FORMAT_ND, HcclBarrier, aclrtGetDevice, and on the mock its poison refill of reused
+    memory; `launch_may_block`: a launch (or a barrier's queuing) may block, so the GIL is released
+    around it."""
     global create_tensor, destroy_tensor, set_input_addr, set_output_addr, destroy_executor, format_nd
-    global refill_poison, launch_releases_gil
+    global refill_poison, launch_releases_gil, hccl_barrier_fn, get_device_fn_
     if not (create_tensor_address and destroy_tensor_address and set_input_addr_address and set_output_addr_address
             and destroy_executor_address):
         raise ValueError("bind_backend: every function needs its address")
@@ -57,6 +62,8 @@ def bind_backend(*, uintptr_t create_tensor_address, uintptr_t destroy_tensor_ad
     destroy_executor = <destroy_executor_fn>destroy_executor_address
     format_nd = format_nd_value
     refill_poison = <refill_fn>refill_poison_address
+    hccl_barrier_fn = <barrier_fn>hccl_barrier_address
+    get_device_fn_ = <get_device_fn>get_device_address
     launch_releases_gil = launch_may_block
 
 

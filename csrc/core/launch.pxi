@@ -240,3 +240,29 @@ cdef PackedBase packed_for(ConfigBase config, Launcher launcher):
     if packed is None or (<PackedBase>packed).layout is not launcher.layout:
         packed = config.packed(launcher.layout)
     return <PackedBase>packed
+
+
+def hccl_barrier(uintptr_t comm, uintptr_t stream) -> int:
+    """``HcclBarrier(comm, stream)``: its status, or -1 when the backend has no HcclBarrier. The call
+    only queues the barrier on the stream, so where a launch keeps the GIL (the mock) this does too:
+    each barrier of a thread world's rank then costs no hand-over of the GIL among the ranks' threads,
+    and its queued work no late start."""
+    cdef int status
+    if hccl_barrier_fn == NULL:
+        return -1
+    if launch_releases_gil:
+        with nogil:
+            status = hccl_barrier_fn(<void *>comm, <void *>stream)
+        return status
+    return hccl_barrier_fn(<void *>comm, <void *>stream)
+
+
+def current_device() -> tuple:
+    """``aclrtGetDevice``: (status, the calling thread's device). A thread-local read, so called with
+    the GIL kept: every allocation asks it, and in a thread world each hand-over of the GIL among
+    hundreds of rank threads costs far more than the call."""
+    cdef int32_t device = -1
+    if get_device_fn_ == NULL:
+        raise RuntimeError("current_device: no backend bound")
+    cdef int status = get_device_fn_(&device)
+    return status, device
