@@ -334,27 +334,38 @@ bool PinSet::pin(const void *p, size_t n, const char *what, bool any_kind) {
         return false;
     }
     if (e->pins++ == 0) ++r.pinned_blocks;
-    bases_.push_back(e->b.base);
+    pinned_.push_back(e);
     return true;
 }
 
 void PinSet::release() {
-    if (bases_.empty() && writes_.empty()) return;
+    if (pinned_.empty() && writes_.empty()) return;
     Registry &r = reg();
     bool unpinned = false;
     {
         std::unique_lock<std::shared_mutex> lk(r.mu);
-        for (const auto &[p, n] : writes_)
-            if (Entry *e = lookup_locked(r, p)) extend_written(*e, p, n);
-        for (uintptr_t b : bases_) {
-            auto it = r.blocks.find(b);
-            if (it != r.blocks.end() && it->second.pins > 0 && --it->second.pins == 0) {
+        for (const auto &[p, n] : writes_) {
+            // A launch writes its pinned outputs: found among them, without a walk of the registry.
+            Entry *e = nullptr;
+            for (void *v : pinned_) {
+                auto *c = static_cast<Entry *>(v);
+                if (p >= c->b.base && p - c->b.base < c->b.size) {
+                    e = c;
+                    break;
+                }
+            }
+            if (!e) e = lookup_locked(r, p);
+            if (e) extend_written(*e, p, n);
+        }
+        for (void *v : pinned_) {
+            auto *e = static_cast<Entry *>(v);
+            if (e->pins > 0 && --e->pins == 0) {
                 --r.pinned_blocks;
                 unpinned = true;
             }
         }
     }
-    bases_.clear();
+    pinned_.clear();
     writes_.clear();
     if (unpinned) r.unpinned.notify_all();
 }

@@ -230,7 +230,7 @@ public:
     ~PinSet();
     // Room for n pins and n noted writes, so a launch allocates at most once for each.
     void reserve(size_t n) {
-        bases_.reserve(n);
+        pinned_.reserve(n);
         writes_.reserve(n);
     }
     // Checks that [p, p+n) lies inside one registered device-addressable block (or any registered
@@ -245,7 +245,9 @@ public:
     void release();
 
 private:
-    std::vector<uintptr_t> bases_;
+    // The registry entries pinned (memory.cpp's Entry): a pinned entry is never erased (a free
+    // waits for it), so release() reaches them without looking them up again.
+    std::vector<void *> pinned_;
     std::vector<std::pair<uintptr_t, size_t>> writes_;
 };
 struct PinStats {
