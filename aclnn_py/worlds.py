@@ -440,17 +440,19 @@ class _Supervisor:
 # ---- threads ---------------------------------------------------------------------------------------------
 @overload
 def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
-                set_device: bool = True, on_rank_failure: Literal["stop"] = "stop") -> list[T]: ...
+                set_device: bool = True, on_rank_failure: Literal["stop"] = "stop",
+                share_one_cpu: bool = False) -> list[T]: ...
 
 
 @overload
 def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
-                set_device: bool = True, on_rank_failure: Literal["wait"]) -> list[T | BaseException]: ...
+                set_device: bool = True, on_rank_failure: Literal["wait"],
+                share_one_cpu: bool = False) -> list[T | BaseException]: ...
 
 
 def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: float | None = 600.0,
-                set_device: bool = True,
-                on_rank_failure: OnRankFailure = "stop") -> list[T] | list[T | BaseException]:
+                set_device: bool = True, on_rank_failure: OnRankFailure = "stop",
+                share_one_cpu: bool = False) -> list[T] | list[T | BaseException]:
     """Run ``fn(rank, world_size, root_bytes, *args)`` on `world_size` threads of this process (each
     with its device set to its rank) and return the return values in rank order.
 
@@ -464,6 +466,13 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
     The ranks start together once every thread exists, and while the world runs the interpreter's
     switch interval (``sys.setswitchinterval``) is at least `world_size` milliseconds: hundreds of
     rank threads asking for the GIL every 5 ms cost more than their work. It is restored afterwards.
+    With `share_one_cpu` (Linux, more than one CPU) the rank threads and the stream workers they
+    start run on one CPU. Their Python runs one thread at a time anyway (the GIL); spread over CPUs,
+    every hand-over of the GIL and every wake-up of a rank by its peers crosses CPUs. For a large
+    world with small messages that costs more than the parallel copies gain: 768 ranks exchanging
+    one 2 KiB token each took half the CPU time per round on one CPU. With larger messages (16
+    tokens of 8 KiB, top-4) the parallel copies win from 16 ranks up to 128 and more, hence the
+    default (each thread keeps the CPUs it was given).
     """
     from .hccl import RootInfo
     from .runtime import init
@@ -485,6 +494,8 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
         started.wait()
         if not all_started:
             return  # the world could not be made whole: nobody would answer this rank
+        if cpu is not None:
+            os.sched_setaffinity(0, {cpu})  # this thread; the stream workers it starts inherit it
         try:
             if set_device:
                 _set_device(rank)
@@ -497,6 +508,7 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
                 finished[rank] = True
                 cond.notify_all()
 
+    cpu = _shared_cpu() if share_one_cpu and world_size > 1 else None
     started = threading.Event()
     all_started = False
     threads = [threading.Thread(target=body, args=(r,), name=f"aclnn_py-rank{r}", daemon=True)
@@ -533,6 +545,16 @@ def _collect(threads: list[threading.Thread], results: list[Any], failures: list
     for t in threads:
         t.join()
     return results
+
+
+def _shared_cpu() -> int | None:
+    """The CPU a thread world's threads share: the last this process may use, or None where threads
+    cannot be bound to CPUs."""
+    getter = getattr(os, "sched_getaffinity", None)
+    if getter is None or not hasattr(os, "sched_setaffinity"):
+        return None
+    allowed = getter(0)
+    return max(allowed) if len(allowed) > 1 else None
 
 
 #: A GIL request every this many seconds, in all, from a thread world's waiting ranks (see below).

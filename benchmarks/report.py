@@ -243,8 +243,9 @@ def markdown(report: dict[str, Any], relative_to: Path | None = None) -> str:
     if report.get("scaling"):
         lines += [""] + scaling_table(report["scaling"])
     if report.get("thread_worlds"):
-        lines += ["", "The ranks as threads of one process, checked against `aclnn_py.golden` (the last host "
-                  "round of every rank):", ""]
+        lines += ["", "The ranks as threads of one process sharing one CPU (`run_threads(..., share_one_cpu=True)`: "
+                  "with one small token per rank the GIL and the wake-ups, not the copies, bound the round), "
+                  "checked against `aclnn_py.golden` (the last host round of every rank):", ""]
         lines += thread_worlds_table(report["thread_worlds"])
     plots = _plots(report, relative_to)
     if plots:

@@ -63,7 +63,7 @@ def _child(rank: int, world_size: int, root: bytes, tw: ThreadWorld, timeout: fl
 
     _mock.set_soc(tw.soc)
     t_launch = time.perf_counter()
-    ranks = run_threads(rank_rounds, tw.world_size, tw.rounds(), t_launch, timeout=timeout)
+    ranks = run_threads(rank_rounds, tw.world_size, tw.rounds(), t_launch, timeout=timeout, share_one_cpu=True)
     return {"ranks": ranks, "t_end": time.perf_counter(), "peak_rss_mb": memory.peak_rss_mb()}
 
 

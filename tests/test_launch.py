@@ -274,6 +274,22 @@ def test_run_threads_widens_the_switch_interval_while_its_world_runs(acl):
     assert sys.getswitchinterval() == before
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a process that may use two CPUs or more")
+def test_run_threads_shares_one_cpu_when_told(acl):
+    """With share_one_cpu the rank threads run on one CPU, the same for every rank, and the launching
+    thread keeps its CPUs; by default each rank keeps the CPUs it was given."""
+    from aclnn_py import worlds
+
+    allowed = os.sched_getaffinity(0)
+    shared = worlds.run_threads(lambda rank, world_size, root: os.sched_getaffinity(0), 4, timeout=30,
+                                share_one_cpu=True)
+    assert len(shared[0]) == 1 and shared[0] <= allowed and all(a == shared[0] for a in shared)
+    assert os.sched_getaffinity(0) == allowed
+    spread = worlds.run_threads(lambda rank, world_size, root: os.sched_getaffinity(0), 4, timeout=30)
+    assert all(a == allowed for a in spread)
+
+
 def test_run_threads_runs_no_rank_when_its_threads_cannot_all_start(acl, monkeypatch):
     """Ranks start together once every thread exists; when the process can start no more threads, the
     error is raised and none of the threads started runs the function (it would wait for peers that
