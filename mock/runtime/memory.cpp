@@ -62,6 +62,7 @@ struct Registry {
     size_t pinned_blocks = 0;
     uint64_t free_waits = 0;
     std::map<uintptr_t, Entry> blocks;
+    uint64_t changes = 0;  // entries added or erased so far: a LookupCache is valid while this stands
     size_t live_allocations = 0;
     size_t live_bytes = 0;
     size_t dev_bytes[kMaxDevices] = {};
@@ -79,14 +80,51 @@ Registry &reg() {
     return *r;
 }
 
-// Caller holds the lock. The entry whose range contains address p, or nullptr.
-Entry *lookup_locked(Registry &r, uintptr_t p) {
+// Caller holds the lock. The entry whose range contains address p, or nullptr: a walk of the map.
+Entry *walk_locked(Registry &r, uintptr_t p) {
     auto it = r.blocks.upper_bound(p);
     if (it == r.blocks.begin()) return nullptr;
     --it;
     const MemBlock &b = it->second.b;
     if (p >= b.base && p - b.base < b.size) return &it->second;
     return nullptr;
+}
+
+// The entries this thread looked up last. A launch pins the same dozen blocks call after call, and
+// in a thread world the registry holds every rank's blocks: a walk of it costs a cache miss per
+// level. Emptied whenever an entry was added or erased, so it never answers for a stale entry nor
+// misses a new one.
+struct LookupCache {
+    // A launch pins up to 32 tensors, a round two launches and some copies: room for all of them,
+    // their ranges kept here so that a scan touches no registry entry.
+    static constexpr unsigned kSize = 64;
+    struct Slot {
+        uintptr_t base = 0;
+        size_t size = 0;
+        Entry *e = nullptr;
+    };
+    uint64_t changes = ~uint64_t(0);
+    Slot slot[kSize];
+    unsigned next = 0;
+};
+thread_local LookupCache t_lookup_cache;
+
+// Caller holds the lock (shared or not). The entry whose range contains address p, or nullptr,
+// through this thread's cache.
+Entry *lookup_locked(Registry &r, uintptr_t p) {
+    LookupCache &c = t_lookup_cache;
+    if (c.changes != r.changes) {
+        c = LookupCache{};
+        c.changes = r.changes;
+    }
+    for (const LookupCache::Slot &s : c.slot)
+        if (p - s.base < s.size) return s.e;   // below the base the difference wraps: no match
+    Entry *e = walk_locked(r, p);
+    if (e) {
+        c.slot[c.next] = LookupCache::Slot{e->b.base, e->b.size, e};
+        c.next = (c.next + 1) % LookupCache::kSize;
+    }
+    return e;
 }
 
 bool device_kind(MemKind k) { return k == MemKind::Device || k == MemKind::Window || k == MemKind::PeerWindow; }
@@ -139,6 +177,7 @@ void add_owned_locked(Registry &r, void *p, size_t padded, int32_t device, MemKi
     e.mapped = mapped;
     e.poison_outside = poisoned;
     r.blocks[e.b.base] = e;
+    ++r.changes;
     r.live_allocations += 1;
     r.live_bytes += padded;
 }
@@ -153,6 +192,7 @@ void register_block(void *base, size_t size, int32_t device, MemKind kind) {
     e.b.device = device;
     e.b.kind = kind;
     r.blocks[e.b.base] = e;
+    ++r.changes;
 }
 
 // Only blocks registered with register_block can be unregistered; aclrtMalloc'ed blocks are
@@ -174,6 +214,7 @@ bool unregister_block(void *base) {
         if (it == r.blocks.end() || it->second.owned) return false;
     }
     r.blocks.erase(it);
+    ++r.changes;
     return true;
 }
 
@@ -320,12 +361,7 @@ bool PinSet::pin(const void *p, size_t n, const char *what, bool any_kind) {
     Registry &r = reg();
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     std::unique_lock<std::shared_mutex> lk(r.mu);
-    auto it = r.blocks.upper_bound(a);
-    Entry *e = nullptr;
-    if (it != r.blocks.begin()) {
-        --it;
-        if (a - it->second.b.base < it->second.b.size) e = &it->second;
-    }
+    Entry *e = lookup_locked(r, a);
     if (!e || (!any_kind && !device_kind(e->b.kind)) || n > e->b.size - (a - e->b.base)) {
         lk.unlock();
         std::string why = device_range_problem(p, n);
@@ -496,6 +532,7 @@ aclError do_free(const char *api, void *p, MemKind want) {
             const MemBlock b = it->second.b;
             const bool mapped = it->second.mapped;
             r.blocks.erase(it);
+            ++r.changes;
             r.live_allocations -= 1;
             r.live_bytes -= b.size;
             if (b.kind == MemKind::Device && b.device >= 0 && b.device < kMaxDevices)

@@ -3,6 +3,7 @@ of rank threads would otherwise hand it over at each of them. A blocking call st
 
 from __future__ import annotations
 
+import gc
 import sys
 import threading
 import time
@@ -25,6 +26,10 @@ def _other_thread_ran_during(calls: Callable[[], None]) -> bool:
 
     saved = sys.getswitchinterval()
     sys.setswitchinterval(1000.0)
+    # earlier tests' garbage: a finalizer the collector ran meanwhile might free memory (a call that
+    # releases the GIL) in the middle of the probe
+    gc.collect()
+    gc.disable()
     t = threading.Thread(target=other)
     try:
         t.start()
@@ -34,6 +39,7 @@ def _other_thread_ran_during(calls: Callable[[], None]) -> bool:
         calls()
         seen = bool(ran)
     finally:
+        gc.enable()
         sys.setswitchinterval(saved)
         t.join(10)
     assert ran, "the other thread never ran"
@@ -41,12 +47,21 @@ def _other_thread_ran_during(calls: Callable[[], None]) -> bool:
 
 
 def test_the_probe_sees_a_call_that_releases_the_gil(acl: Any) -> None:
-    lib = acl.runtime.initialized().lib
-    cell = acl.runtime.initialized().ffi.new("uint32_t *")
-    assert _other_thread_ran_during(lambda: [lib.aclrtGetDeviceCount(cell) for _ in range(200)])
+    """A cffi call releases the GIL; one that lasts (a 32 MiB copy) gives the waiting thread time to
+    take it."""
+    import numpy as np
+
+    host = np.ones(32 << 20, np.uint8)
+    t = acl.Tensor.empty((32 << 20,), np.uint8)
+    try:
+        assert _other_thread_ran_during(lambda: t.copy_from(host))
+    finally:
+        t.close()
 
 
 def test_current_device_keeps_the_gil(acl: Any) -> None:
+    acl.Device(0).set_current()
+
     def calls() -> None:
         for _ in range(200):
             assert acl.Device.current().id == 0
