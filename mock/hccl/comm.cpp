@@ -102,6 +102,7 @@ uint8_t *Comm::window(uint32_t r) const {
     if (r >= impl_->windows.size()) return nullptr;
     return impl_->windows[r];
 }
+const uint8_t *const *Comm::windows() const { return impl_->windows.data(); }
 uint8_t *Comm::data_half(uint32_t r, int half) const {
     uint8_t *w = window(r);
     return w ? w + kStatusAreaBytes + static_cast<uint64_t>(half & 1) * data_half_bytes() : nullptr;

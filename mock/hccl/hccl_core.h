@@ -146,6 +146,8 @@ public:
     const std::string &name() const;
     int32_t device() const;              // device current when the communicator was created
     uint8_t *window(uint32_t r) const;   // local mapping of rank r's window (own when r == rank())
+    // The local mappings of every rank's window, by rank (nranks() of them).
+    const uint8_t *const *windows() const;
     uint64_t window_size() const;        // bytes, 2 * HCCL_BUFFSIZE MiB
     uint64_t data_half_bytes() const;    // (window_size - 1 MiB) / 2
     // Start of data half `half` in rank r's window.

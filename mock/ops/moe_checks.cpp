@@ -355,16 +355,20 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
         return ctx_fail(code, op, "context", format("epRankId field must equal ep_rank_id (got %u, ep_rank_id %" PRId64 ")",
                                                    head.ep_rank_id, p.r));
     // epHcclBuffer_[i] must be rank i's window for every rank of the communicator (the kernels
-    // reach their peers through these addresses on hardware)
-    for (uint64_t i = 0; i < uint64_t(p.W); ++i) {
-        uint64_t a;
-        std::memcpy(&a, base + sizeof(CtxHead) + 8 * i, 8);
-        uint64_t want = reinterpret_cast<uint64_t>(c->window(uint32_t(i)));
-        if (a != want)
-            return ctx_fail(code, op, "context", format("epHcclBuffer_[%" PRIu64 "] must be rank %" PRIu64
-                                                       "'s window address (got 0x%" PRIx64 ", window at 0x%" PRIx64 ")",
-                                                       i, i, a, want));
-    }
+    // reach their peers through these addresses on hardware). Compared as one block every launch;
+    // only a difference is looked for entry by entry.
+    static_assert(sizeof(void *) == 8, "epHcclBuffer_ entries are 64-bit addresses");
+    const uint8_t *addrs = base + sizeof(CtxHead);
+    if (std::memcmp(addrs, c->windows(), 8 * size_t(p.W)) != 0)
+        for (uint64_t i = 0; i < uint64_t(p.W); ++i) {
+            uint64_t a;
+            std::memcpy(&a, addrs + 8 * i, 8);
+            uint64_t want = reinterpret_cast<uint64_t>(c->window(uint32_t(i)));
+            if (a != want)
+                return ctx_fail(code, op, "context", format("epHcclBuffer_[%" PRIu64 "] must be rank %" PRIu64
+                                                           "'s window address (got 0x%" PRIx64 ", window at 0x%" PRIx64 ")",
+                                                           i, i, a, want));
+        }
     *comm = c;
     return 0;
 }
