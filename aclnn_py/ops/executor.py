@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._core import Launcher
+from .._core import Launcher, destroy_executor_at
 from ..errors import ClosedError, check_aclnn, param_invalid
 from ..runtime import DeviceMemory, Resource, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor
@@ -90,7 +90,7 @@ class Prepared(Resource):
     def _release(self) -> None:
         # reached while open: a repeatable executor, or a one-shot one never launched (a launch consumes
         # it and closes this object), which nothing else would destroy
-        check_aclnn(initialized().lib.aclDestroyAclOpExecutor(self.executor), "aclDestroyAclOpExecutor")
+        check_aclnn(destroy_executor_at(self._executor_address), "aclDestroyAclOpExecutor")
 
     def _label(self) -> str:
         return f"Prepared({self._launcher.phase2_name}, {'repeatable' if self.repeatable else 'one-shot'})"

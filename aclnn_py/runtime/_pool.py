@@ -313,10 +313,23 @@ def mark_written(ptr: int, nbytes: int) -> None:
     """Tell the mock that host code may have written ``[ptr, ptr + nbytes)`` of device memory behind its
     back (through a zero-copy view or a DLPack export): its refills restore the poison only where the
     mock saw writes. Nothing on CANN."""
-    if initialized().is_mock:
-        from .. import _mock
+    global _mark
+    if _mark is None:
+        _mark = _mark_function()
+    _mark(ptr, nbytes)
 
-        _mock.mark_written(ptr, nbytes)
+
+def _mark_function() -> Callable[[int, int], None]:
+    """The mock's mark_written, or nothing on CANN (resolved once: a process keeps its backend)."""
+    if not initialized().is_mock:
+        return lambda ptr, nbytes: None
+    from .. import _mock  # only ever imported with the mock loaded
+
+    mark: Callable[[int, int], None] = _mock.mark_written
+    return mark
+
+
+_mark: Callable[[int, int], None] | None = None
 
 _pools: weakref.WeakSet[MemoryPool] = weakref.WeakSet()  # every pool, for exit and device resets
 _default_pool = MemoryPool()

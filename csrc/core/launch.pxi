@@ -266,3 +266,14 @@ def current_device() -> tuple:
         raise RuntimeError("current_device: no backend bound")
     cdef int status = get_device_fn_(&device)
     return status, device
+
+
+def destroy_executor_at(uintptr_t executor) -> int:
+    """``aclDestroyAclOpExecutor``: its status. Host bookkeeping, called with the GIL kept where a launch
+    keeps it (the mock): a thread world's teardown destroys a few executors per rank."""
+    cdef aclnnStatus status
+    if launch_releases_gil:
+        with nogil:
+            status = destroy_executor(<aclOpExecutor *>executor)
+        return status
+    return destroy_executor(<aclOpExecutor *>executor)
