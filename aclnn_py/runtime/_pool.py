@@ -289,47 +289,36 @@ def _refill_poison(ptr: int, nbytes: int) -> None:
     byte again, so reading what an operator never wrote still shows up — whole, or with
     ``ACLNN_MOCK_POISON=stripe`` striped above 64 KiB (docs/testing_with_the_mock.md, "Memory checks
     and poison"). On CANN nothing is filled."""
-    global _refill
-    if _refill is None:
-        _refill = _refill_function()
-    _refill(ptr, nbytes)
-
-
-def _refill_function() -> Callable[[int, int], None]:
-    """The mock's refill (it reads its own poison switches, which tests turn on and off), or nothing
-    on CANN. A process keeps its backend, so this is resolved once."""
-    if not initialized().is_mock:
-        return lambda ptr, nbytes: None
-    from .. import _mock  # only ever imported with the mock loaded
-
-    refill: Callable[[int, int], None] = _mock.refill_poison
-    return refill
-
-
-_refill: Callable[[int, int], None] | None = None
+    _memory_check("refill_poison")(ptr, nbytes)
 
 
 def mark_written(ptr: int, nbytes: int) -> None:
     """Tell the mock that host code may have written ``[ptr, ptr + nbytes)`` of device memory behind its
     back (through a zero-copy view or a DLPack export): its refills restore the poison only where the
     mock saw writes. Nothing on CANN."""
-    global _mark
-    if _mark is None:
-        _mark = _mark_function()
-    _mark(ptr, nbytes)
+    _memory_check("mark_written")(ptr, nbytes)
 
 
-def _mark_function() -> Callable[[int, int], None]:
-    """The mock's mark_written, or nothing on CANN (resolved once: a process keeps its backend)."""
-    if not initialized().is_mock:
-        return lambda ptr, nbytes: None
-    from .. import _mock  # only ever imported with the mock loaded
+def _memory_check(name: str) -> Callable[[int, int], None]:
+    """The mock's memory-check function `name` (it reads its own poison switches, which tests turn on
+    and off), or one doing nothing on CANN. A process keeps its backend, so each is resolved once."""
+    found = _memory_checks.get(name)
+    if found is None:
+        if initialized().is_mock:
+            from .. import _mock  # only ever imported with the mock loaded
 
-    mark: Callable[[int, int], None] = _mock.mark_written
-    return mark
+            found = getattr(_mock, name)
+        else:
+            found = _do_nothing
+        _memory_checks[name] = found
+    return found
 
 
-_mark: Callable[[int, int], None] | None = None
+def _do_nothing(ptr: int, nbytes: int) -> None:
+    pass
+
+
+_memory_checks: dict[str, Callable[[int, int], None]] = {}
 
 _pools: weakref.WeakSet[MemoryPool] = weakref.WeakSet()  # every pool, for exit and device resets
 _default_pool = MemoryPool()

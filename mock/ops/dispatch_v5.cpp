@@ -770,21 +770,11 @@ struct DispatchFlight final : KernelRest {
 int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
                           std::unique_ptr<KernelRest> *rest) {
     auto f = std::make_unique<DispatchFlight>();
-    if (int rc = f->call.begin(in[kCtx].present ? &in[kCtx].desc : nullptr, p_, p_.op)) return rc;
-    // A3 elastic_info: the ranks still in the communicator run the call as a world of their own
-    f->q = p_;
-    if (p_.shrink) {
-        std::vector<int32_t> phys;
-        if (int rc = read_shrink(ptr<const int32_t>(in, kElastic), p_, &f->q, &phys)) return rc;
-        f->q.has_elastic = false;   // the 950's re-mapping table is not read
-        if (!phys.empty()) f->call.use_subworld(f->q, std::move(phys));
-    }
+    if (int rc = begin_call(f->call, &f->q, p_, in, kCtx, kElastic)) return rc;
     f->tp = p_.tp == 2;
     f->k.emplace(f->q, f->call, in, out, workspace);
     f->k->send();
-    const int rc = f->step();
-    if (rc == kTaskPending) *rest = std::move(f);
-    return rc;
+    return first_step(std::move(f), rest);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,30 @@ int read_shrink(const int32_t *info, const MoeParams &p, MoeParams *q, std::vect
 template <class T>
 T *ptr(const std::vector<Slot> &v, int i) {
     return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
+}
+
+// The start both operators' launches share: the call on the communicator of input `ctx`, and in *q the
+// params it runs with (under A3 elastic_info, input `elastic`, the ranks still in the communicator
+// run the call as a world of their own). 0, or the failure with its message set.
+template <class Params>
+int begin_call(KernelCall &call, Params *q, const Params &p, const std::vector<Slot> &in, int ctx, int elastic) {
+    if (int rc = call.begin(in[ctx].present ? &in[ctx].desc : nullptr, p, p.op)) return rc;
+    *q = p;
+    if (p.shrink) {
+        std::vector<int32_t> phys;
+        if (int rc = read_shrink(ptr<const int32_t>(in, elastic), p, q, &phys)) return rc;
+        q->has_elastic = false;   // the 950's re-mapping table is not read
+        if (!phys.empty()) call.use_subworld(*q, std::move(phys));
+    }
+    return 0;
+}
+
+// A launch's first step (Executor::run): what is left of it goes to *rest when it pauses.
+template <class Flight>
+int first_step(std::unique_ptr<Flight> f, std::unique_ptr<KernelRest> *rest) {
+    const int rc = f->step();
+    if (rc == kTaskPending) *rest = std::move(f);
+    return rc;
 }
 
 // Tokens a kernel considers (docs/operators.md): all BS without a mask; with a 1-D mask only the

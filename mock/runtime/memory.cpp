@@ -380,19 +380,8 @@ void PinSet::release() {
     bool unpinned = false;
     {
         std::unique_lock<std::shared_mutex> lk(r.mu);
-        for (const auto &[p, n] : writes_) {
-            // A launch writes its pinned outputs: found among them, without a walk of the registry.
-            Entry *e = nullptr;
-            for (void *v : pinned_) {
-                auto *c = static_cast<Entry *>(v);
-                if (p >= c->b.base && p - c->b.base < c->b.size) {
-                    e = c;
-                    break;
-                }
-            }
-            if (!e) e = lookup_locked(r, p);
-            if (e) extend_written(*e, p, n);
-        }
+        for (const auto &[p, n] : writes_)
+            if (Entry *e = lookup_locked(r, p)) extend_written(*e, p, n);
         for (void *v : pinned_) {
             auto *e = static_cast<Entry *>(v);
             if (e->pins > 0 && --e->pins == 0) {
