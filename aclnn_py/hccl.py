@@ -325,16 +325,16 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     addr, wsize = ffi.new("void **"), ffi.new("uint64_t *")
     check_hccl(lib.HcclGetHcclBuffer(h[0], addr, wsize), "HcclGetHcclBuffer")
     ccl_buffer_size = int(wsize[0])
-    # the peers' windows in one crossing into C (the same HCCL call per peer): W calls from Python
-    # per rank would make forming a thread world of W ranks cost W**2 interpreter round trips
-    peers = ffi.new("uint64_t[]", MAX_EP_RANKS)
-    check_hccl(lib.aclnnpy_hccl_windows(h[0], rank, size, peers, ffi.new("uint32_t *")), "HcclGetRemoteIpcHcclBuf")
-    windows = ffi.unpack(peers, MAX_EP_RANKS)
-    windows[rank] = int(ffi.cast("uintptr_t", addr[0]))
-    blob = struct.pack(f"<IIQ{MAX_EP_RANKS}Q{MAX_EP_RANKS}Q", rank, DEFAULT_RANK_SIZE_PER_SERVER, kfc_addr,
-                       *windows, *([0] * MAX_EP_RANKS))
-    assert len(blob) == CONTEXT_BYTES
-    return blob, ccl_buffer_size
+    blob = bytearray(CONTEXT_BYTES)
+    struct.pack_into("<IIQ", blob, 0, rank, DEFAULT_RANK_SIZE_PER_SERVER, kfc_addr)
+    # the peers' windows written straight into the struct in one crossing into C (the same HCCL call
+    # per peer): W calls from Python per rank, or W Python ints packed per rank, would make forming a
+    # thread world of W ranks cost W**2 interpreter steps
+    words = ffi.from_buffer("uint64_t[]", blob)
+    check_hccl(lib.aclnnpy_hccl_windows(h[0], rank, size, words + 2, ffi.new("uint32_t *")),  # after the 16-byte head
+               "HcclGetRemoteIpcHcclBuf")
+    struct.pack_into("<Q", blob, 16 + 8 * rank, int(ffi.cast("uintptr_t", addr[0])))
+    return bytes(blob), ccl_buffer_size
 
 
 class ContextUser(Protocol):

@@ -3,7 +3,8 @@ Communicator and a MoeDistributeBuffer, then rounds of ``low_latency_dispatch`` 
 ``low_latency_combine``, first with device Tensors (inputs uploaded once, the expert on the device
 side, here the identity), then with host arrays (numpy in, ``.numpy()`` out, a numpy expert between).
 
-Each phase is timed apart: start-up (from the launch until every rank's buffer is ready), warm-up
+Each phase is timed apart: start-up (from the launch until every rank's stream, communicator and
+buffer are ready and a barrier has passed; the inputs are made after it), warm-up
 rounds (the first touch of the windows), steady rounds, and teardown. Every round starts after a
 barrier; memory is read after a barrier too, so no rank measures while another still runs a round.
 """
@@ -65,15 +66,17 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
     from aclnn_py.hccl import Communicator
     from aclnn_py.tools.demo import expert_ffn, rank_inputs
 
-    m = spec.demo_model()
-    inp = rank_inputs(m, rank)
     stream = acl.Device.current().create_stream()
     comm = Communicator(world_size, rank, root)
     buf = MoeDistributeBuffer(comm)
-    xt, idt, wt = (acl.Tensor.from_numpy(a) for a in (inp.x, inp.ids, inp.weights))
     comm.barrier(stream)
     stream.synchronize()
     t_ready = time.perf_counter()
+    # the model's inputs are the user's data, made after the world is ready: start-up is the
+    # library's (stream, communicator, buffer), not the demo's random number generation
+    m = spec.demo_model()
+    inp = rank_inputs(m, rank)
+    xt, idt, wt = (acl.Tensor.from_numpy(a) for a in (inp.x, inp.ids, inp.weights))
 
     def device_round() -> None:
         out = buf.low_latency_dispatch(xt, idt, m.experts, topk_weights=wt, stream=stream)

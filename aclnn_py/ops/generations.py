@@ -86,11 +86,22 @@ class Generation:
 GENERATIONS: tuple[Generation, ...] = tuple(Generation(n) for n in range(NEWEST, 0, -1))
 
 
+#: The last backend asked about and its answer: a backend's symbols are fixed once it is loaded, and
+#: every MoeDistributeBuffer asks (a thread world makes hundreds while its ranks start).
+_last_exported: tuple[Backend, tuple[Generation, ...]] | None = None
+
+
 def exported(backend: Backend | None = None) -> tuple[Generation, ...]:
     """The generations whose four entry points `backend` (default: the loaded one) exports, newest
     first."""
+    global _last_exported
     b = backend if backend is not None else initialized()
-    return tuple(g for g in GENERATIONS if all(b.symbols.get(s) for s in g.symbols))
+    last = _last_exported
+    if last is not None and last[0] is b:
+        return last[1]
+    present = tuple(g for g in GENERATIONS if all(b.symbols.get(s) for s in g.symbols))
+    _last_exported = (b, present)
+    return present
 
 
 def resolve(requested: int) -> int:

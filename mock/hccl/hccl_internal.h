@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -107,12 +108,13 @@ uint8_t *seg_ref(const std::string &name);
 void seg_register(const std::string &name, int32_t device, MemKind kind);
 void seg_release(const std::string &name);
 void seg_unlink(const std::string &name);
-// Every window of world `world_id` (names[r]: rank r's segment, `bytes` each) as mapped in this
-// process, into *addrs: mapped by the first rank of this process to ask, shared with the others
-// (each caller holds one use, given back by world_windows_release). Returns -1, or the rank whose
-// window could not be mapped (*err set; nothing is held then).
-int world_windows_acquire(uint64_t world_id, const std::vector<std::string> &names, size_t bytes, int32_t device,
-                          std::vector<uint8_t *> *addrs, std::string *err);
+// Every window of world `world_id` (`nranks` of `bytes` each; name_of(r): rank r's segment) as mapped
+// in this process, into *addrs: mapped by the first rank of this process to ask, shared with the
+// others (each caller holds one use, given back by world_windows_release). Only that first rank
+// asks for the names: W ranks each formatting W names made forming a thread world W².
+// Returns -1, or the rank whose window could not be mapped (*err set; nothing is held then).
+int world_windows_acquire(uint64_t world_id, uint32_t nranks, const std::function<std::string(uint32_t)> &name_of,
+                          size_t bytes, int32_t device, std::vector<uint8_t *> *addrs, std::string *err);
 void world_windows_release(uint64_t world_id);
 
 // Remove segments of this mock whose owners are provably dead (see shm.cpp).

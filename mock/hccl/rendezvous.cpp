@@ -232,7 +232,6 @@ int Joiner::create_own_window() {
 
 int Joiner::map_peer_windows() {
     const uint64_t wbytes = impl_->window_bytes;
-    std::vector<std::string> names(nranks_);
     for (uint32_t r = 0; r < nranks_; ++r) {
         const RdvSlot &s = h_->slots[r];
         impl_->pids[r] = s.pid;
@@ -242,11 +241,13 @@ int Joiner::map_peer_windows() {
             return fail(HCCL_E_PARA, "%s: window size mismatch (HCCL_BUFFSIZE differs between ranks): rank %u has %" PRIu64
                         " bytes, rank %u has %" PRIu64 " bytes", kInit, r, s.window_bytes, rank_, wbytes);
         }
-        names[r] = r == rank_ ? own_name_ : window_name(wid_, r, s.pid_ns, s.pid);
     }
+    auto name_of = [this](uint32_t r) {
+        return r == rank_ ? own_name_ : window_name(wid_, r, h_->slots[r].pid_ns, h_->slots[r].pid);
+    };
     std::string err;
     std::vector<uint8_t *> addrs;
-    const int bad = world_windows_acquire(wid_, names, wbytes, impl_->device, &addrs, &err);
+    const int bad = world_windows_acquire(wid_, nranks_, name_of, wbytes, impl_->device, &addrs, &err);
     if (bad >= 0) {
         abort_world();
         const RdvSlot &s = h_->slots[bad];

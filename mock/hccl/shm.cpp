@@ -229,21 +229,22 @@ std::map<uint64_t, WorldWindows> &worlds() {
 }
 }  // namespace
 
-int world_windows_acquire(uint64_t world_id, const std::vector<std::string> &names, size_t bytes, int32_t device,
-                          std::vector<uint8_t *> *addrs, std::string *err) {
+int world_windows_acquire(uint64_t world_id, uint32_t nranks, const std::function<std::string(uint32_t)> &name_of,
+                          size_t bytes, int32_t device, std::vector<uint8_t *> *addrs, std::string *err) {
     std::lock_guard<std::mutex> lk(g_world_mu);
     auto it = worlds().find(world_id);
     if (it == worlds().end()) {
         WorldWindows w;
-        w.names = names;
-        w.addrs.assign(names.size(), nullptr);
-        for (size_t r = 0; r < names.size(); ++r) {
-            w.addrs[r] = seg_open(names[r], bytes, err);
+        w.names.reserve(nranks);
+        w.addrs.assign(nranks, nullptr);
+        for (uint32_t r = 0; r < nranks; ++r) {
+            w.names.push_back(name_of(r));
+            w.addrs[r] = seg_open(w.names[r], bytes, err);
             if (!w.addrs[r]) {
-                for (size_t q = 0; q < r; ++q) seg_release(names[q]);
+                for (uint32_t q = 0; q < r; ++q) seg_release(w.names[q]);
                 return static_cast<int>(r);
             }
-            seg_register(names[r], device, MemKind::PeerWindow);   // no-op for a window registered already
+            seg_register(w.names[r], device, MemKind::PeerWindow);   // no-op for a window registered already
         }
         it = worlds().emplace(world_id, std::move(w)).first;
     }
