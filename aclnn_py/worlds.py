@@ -487,6 +487,7 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
     failures: list[tuple[int, BaseException, str]] = []
     cond = threading.Condition()
     finished = [False] * world_size
+    unfinished = [world_size]  # counted, not found by scanning `finished`: W ranks each scanning W is W²
 
     def body(rank: int) -> None:
         # Ranks start together once every thread exists: a rank that ran meanwhile would compete
@@ -506,7 +507,11 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
         finally:
             with cond:
                 finished[rank] = True
-                cond.notify_all()
+                unfinished[0] -= 1
+                # the waiting thread is woken for what it acts on, a failure or the last rank: woken
+                # by every rank, it took the GIL from the ranks still closing hundreds of times
+                if failures or not unfinished[0]:
+                    cond.notify_all()
 
     cpu = _shared_cpu() if share_one_cpu and world_size > 1 else None
     started = threading.Event()
