@@ -2,8 +2,11 @@
 write the cffi module and the prototype table embedded in it. It parses with pycparser, which the
 package never imports at run time; this file is not part of the wheel.
 
-The canonical forms and the table's format are those of ``aclnn_py/_binding/prototypes.py``, loaded from
-its file (the package itself cannot be imported before it is built).
+The canonical forms and the table's format are those of ``aclnn_py/_binding/prototypes.py``, and each
+declaration's canonical form is computed by the run-time reader of installed headers
+(``aclnn_py/_binding/headers.py``) from the text pycparser gives back: the two sides the loader's guard
+compares come from one reader. Both are loaded from their files (the package itself cannot be imported
+before it is built).
 """
 
 from __future__ import annotations
@@ -20,17 +23,18 @@ import pycparser  # type: ignore[import-untyped]
 from pycparser import c_ast, c_generator
 
 
-def _load_prototypes() -> ModuleType:
-    path = Path(__file__).resolve().parent / "aclnn_py" / "_binding" / "prototypes.py"
-    spec = importlib.util.spec_from_file_location("_aclnn_py_prototypes_for_build", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+def _load_binding() -> tuple[ModuleType, ModuleType]:
+    """``prototypes`` and ``headers`` of ``aclnn_py/_binding``, as submodules of a stand-in package (headers
+    imports prototypes relatively)."""
+    name = "_aclnn_py_binding_for_build"
+    if name not in sys.modules:
+        package = ModuleType(name)
+        package.__path__ = [str(Path(__file__).resolve().parent / "aclnn_py" / "_binding")]
+        sys.modules[name] = package
+    return importlib.import_module(f"{name}.prototypes"), importlib.import_module(f"{name}.headers")
 
 
-prototypes = _load_prototypes()
+prototypes, headers = _load_binding()
 Param = prototypes.Param
 Prototype = prototypes.Prototype
 strip_header = prototypes.strip_header
@@ -68,30 +72,6 @@ typedef unsigned long uintptr_t; typedef long intptr_t; typedef long ssize_t; ty
 """
 
 
-def canonical(node: c_ast.Node, typedefs: Mapping[str, str]) -> str:
-    """How a value of this declared type is passed: typedefs of `typedefs` expanded, integers as
-    size and signedness, enums as ``i32``, qualifiers dropped, arrays as pointers."""
-    if isinstance(node, (c_ast.Decl, c_ast.Typename, c_ast.TypeDecl)):
-        return canonical(node.type, typedefs)
-    if isinstance(node, (c_ast.PtrDecl, c_ast.ArrayDecl)):
-        return canonical(node.type, typedefs) + "*"
-    if isinstance(node, c_ast.FuncDecl):
-        params = [p for p in (node.args.params if node.args else []) if not _is_void(p)]
-        args = ",".join(canonical(p, typedefs) for p in params if not isinstance(p, c_ast.EllipsisParam))
-        return f"{canonical(node.type, typedefs)}({args})"
-    if isinstance(node, c_ast.IdentifierType):
-        if len(node.names) == 1 and node.names[0] in typedefs:
-            return typedefs[node.names[0]]
-        return prototypes.base_type(list(node.names))
-    if isinstance(node, c_ast.Struct):
-        return f"struct {node.name}"
-    if isinstance(node, c_ast.Union):
-        return f"union {node.name}"
-    if isinstance(node, c_ast.Enum):
-        return "i32"
-    raise TypeError(f"cannot canonicalise a {type(node).__name__}")
-
-
 def _is_void(p: c_ast.Node) -> bool:
     """The lone ``void`` of ``f(void)``."""
     return (isinstance(p, c_ast.Typename) and isinstance(p.type, c_ast.TypeDecl)
@@ -117,22 +97,27 @@ def _prototype(node: c_ast.Decl, gen: c_generator.CGenerator, typedefs: Mapping[
     for i, p in enumerate(fdecl.args.params if fdecl.args else []):
         if _is_void(p):
             continue
-        name = p.name or f"arg{i}"
-        params.append(Param(str(gen.visit(p)), name, canonical(p, typedefs)))
+        text = str(gen.visit(p))
+        params.append(Param(text, p.name or f"arg{i}", headers.read_parameter(text, typedefs, i).canon))
     ret = _type_text(gen, fdecl.type)
-    return Prototype(node.name, str(gen.visit(node)), ret, canonical(fdecl.type, typedefs), tuple(params))
+    return Prototype(node.name, str(gen.visit(node)), ret, headers.read_type(ret, typedefs), tuple(params))
 
 
-def _typedef_map(nodes: Iterable[c_ast.Node], base: Mapping[str, str] | None = None) -> dict[str, str]:
+def _typedef_map(nodes: Iterable[c_ast.Node], gen: c_generator.CGenerator) -> dict[str, str]:
     """Canonical type of every typedef among `nodes`, in order (later ones may use earlier ones)."""
-    out = dict(base or {})
+    out: dict[str, str] = {}
     for node in nodes:
-        if isinstance(node, c_ast.Typedef):
-            inner = node.type.type if isinstance(node.type, c_ast.TypeDecl) else None
-            if isinstance(inner, c_ast.Struct) and inner.name is None:
-                out[node.name] = f"struct {node.name}"  # anonymous struct: name it after the typedef
-            else:
-                out[node.name] = canonical(node.type, out)
+        if not isinstance(node, c_ast.Typedef):
+            continue
+        inner = node.type.type if isinstance(node.type, c_ast.TypeDecl) else None
+        if isinstance(inner, c_ast.Enum):
+            out[node.name] = "i32"
+        elif isinstance(inner, (c_ast.Struct, c_ast.Union)):
+            # a tag (with or without its body, which is no type text to read); an anonymous one is
+            # named after the typedef
+            out[node.name] = f"{'struct' if isinstance(inner, c_ast.Struct) else 'union'} {inner.name or node.name}"
+        else:
+            out[node.name] = headers.read_type(_type_text(gen, node.type), out)
     return out
 
 
@@ -159,7 +144,7 @@ def parse(include_dir: Path) -> HeaderSet:
     ast = pycparser.CParser().parse(PARSE_PRELUDE + "\n".join(decl_text), filename="<include>")
     gen = c_generator.CGenerator()
     nodes = ast.ext[n_prelude:]
-    typedefs = _typedef_map(nodes)
+    typedefs = _typedef_map(nodes, gen)
     types: list[str] = []
     functions: list[Prototype] = []
     for node in nodes:
