@@ -262,17 +262,9 @@ private:
 
 int make_executor(const CombineArgs &a, const CombineParams &p, uint64_t *workspace_size,
                   aclOpExecutor **executor) {
-    auto ex = std::make_shared<CombineExecutor>(p);
-    ex->hidden_inputs = p.generation < 5 ? 1 : 0;  // the group-string generations' APIs take no context
-    ex->inputs.reserve(kNumIn);
-    for (const aclTensor *t : a.in) ex->inputs.push_back(slot_of(t));
-    ex->outputs.push_back(slot_of(a.x_out));
-    ex->workspace_size = combine_workspace(p);
-    aclOpExecutor *h = register_executor(ex);
-    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", p.op);
-    *workspace_size = ex->workspace_size;
-    *executor = h;
-    return ACLNN_SUCCESS;
+    const aclTensor *outs[] = {a.x_out};
+    return register_moe_executor(std::make_shared<CombineExecutor>(p), p.generation, a.in, kNumIn, outs, 1,
+                                 combine_workspace(p), p.op, workspace_size, executor);
 }
 
 // ================================================================================================

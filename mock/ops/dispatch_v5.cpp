@@ -409,23 +409,13 @@ private:
 
 int make_executor(const DispatchArgs &a, const DispatchParams &p, uint64_t *workspace_size,
                   aclOpExecutor **executor) {
-    auto ex = std::make_shared<DispatchExecutor>(p);
     // an empty expert_scales keeps its slot (so indices stay stable) but is never read
     const aclTensor *ins[kNumIn] = {a.context, a.x, a.expert_ids, a.scales, a.x_active_mask, a.expert_scales,
                                     a.elastic_info, a.performance_info};
     const aclTensor *outs[kNumOut] = {a.expand_x, a.dynamic_scales, a.assist_info, a.expert_token_nums,
                                       a.ep_recv_counts, a.tp_recv_counts, a.expand_scales};
-    ex->hidden_inputs = p.generation < 5 ? 1 : 0;  // the group-string generations' APIs take no context
-    ex->inputs.reserve(kNumIn);
-    ex->outputs.reserve(kNumOut);
-    for (const aclTensor *t : ins) ex->inputs.push_back(slot_of(t));
-    for (const aclTensor *t : outs) ex->outputs.push_back(slot_of(t));
-    ex->workspace_size = dispatch_ws(p).total;
-    aclOpExecutor *h = register_executor(ex);
-    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", p.op);
-    *workspace_size = ex->workspace_size;
-    *executor = h;
-    return ACLNN_SUCCESS;
+    return register_moe_executor(std::make_shared<DispatchExecutor>(p), p.generation, ins, kNumIn, outs, kNumOut,
+                                 dispatch_ws(p).total, p.op, workspace_size, executor);
 }
 
 // ================================================================================================

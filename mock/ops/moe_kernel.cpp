@@ -104,6 +104,22 @@ int read_shrink(const int32_t *info, const MoeParams &p, MoeParams *q, std::vect
     return 0;
 }
 
+int register_moe_executor(std::shared_ptr<Executor> ex, int generation, const aclTensor *const *ins, size_t n_in,
+                          const aclTensor *const *outs, size_t n_out, uint64_t workspace_bytes, const char *op,
+                          uint64_t *workspace_size, aclOpExecutor **executor) {
+    ex->hidden_inputs = generation < 5 ? 1 : 0;
+    ex->inputs.reserve(n_in);
+    ex->outputs.reserve(n_out);
+    for (size_t i = 0; i < n_in; ++i) ex->inputs.push_back(slot_of(ins[i]));
+    for (size_t i = 0; i < n_out; ++i) ex->outputs.push_back(slot_of(outs[i]));
+    ex->workspace_size = workspace_bytes;
+    aclOpExecutor *h = register_executor(std::move(ex));
+    if (!h) return fail(ACLNN_ERR_INNER_CREATE_EXECUTOR, "%s: could not register the executor", op);
+    *workspace_size = workspace_bytes;
+    *executor = h;
+    return ACLNN_SUCCESS;
+}
+
 int64_t tokens_considered(const uint8_t *mask, int mask_dims, int64_t BS) {
     if (mask_dims != 1) return BS;
     int64_t n = 0;

@@ -81,6 +81,13 @@ T *ptr(const std::vector<Slot> &v, int i) {
     return v[i].present ? static_cast<T *>(view_ptr(v[i].desc)) : nullptr;
 }
 
+// Phase 1's end, the same for both operators: `ex` gets a slot per input and output tensor (absent
+// optional ones included, so indices stay the operator function's), is registered, and its handle and
+// workspace size are handed out. The group-string generations (before 5) take no context tensor.
+int register_moe_executor(std::shared_ptr<Executor> ex, int generation, const aclTensor *const *ins, size_t n_in,
+                          const aclTensor *const *outs, size_t n_out, uint64_t workspace_bytes, const char *op,
+                          uint64_t *workspace_size, aclOpExecutor **executor);
+
 // The start both operators' launches share: the call on the communicator of input `ctx`, and in *q the
 // params it runs with (under A3 elastic_info, input `elastic`, the ranks still in the communicator
 // run the call as a world of their own). 0, or the failure with its message set.
