@@ -140,15 +140,22 @@ class World:
 
 
 def run_ranks(c: GenCase, fn: Any) -> None:
+    """fn(e, t) for every EP rank e and TP rank t, each on a thread of its own."""
+    run_each(fn, [(e, t) for t in range(c.tp) for e in range(c.W)])
+
+
+def run_each(fn: Any, calls: list[tuple[Any, ...]]) -> None:
+    """fn(*args) for each args of `calls`, each on a thread of its own (a world's ranks wait for each
+    other); the first exception of any of them is raised once all have ended."""
     errs: list[BaseException] = []
 
-    def body(e: int, t: int) -> None:
+    def body(*args: Any) -> None:
         try:
-            fn(e, t)
+            fn(*args)
         except BaseException as ex:  # noqa: BLE001
             errs.append(ex)
 
-    ts = [threading.Thread(target=body, args=(e, t)) for t in range(c.tp) for e in range(c.W)]
+    ts = [threading.Thread(target=body, args=args) for args in calls]
     for th in ts:
         th.start()
     for th in ts:
