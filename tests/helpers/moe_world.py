@@ -312,3 +312,36 @@ def run_world(cases: list[Case], combine: bool, processes: bool = False, timeout
 
 __all__ = ["golden_dispatch", "golden_combine", "expert_fn", "golden_expert_outputs", "mock_dispatch",
            "mock_combine", "world_body", "check_dispatch", "check_combine", "run_world", "POISON"]
+
+
+# ---------------------------------------------------------------------------------------------------
+# a peer that never calls
+# ---------------------------------------------------------------------------------------------------
+
+def lonely_launch(rank: int, world_size: int, root: bytes, timeout_s: float, prepare: Any) -> Any:
+    """A thread-world rank body: rank 1 joins and never calls (its window stays mapped past the
+    timeout); rank 0 launches the plan ``prepare(ctx, ccl_buffer_size, stream, rank, world_size)``
+    builds and synchronises. None, or (code, message, seconds until the failure) of its AclError."""
+    import time
+
+    from aclnn_py import Device
+    from aclnn_py.errors import AclError
+    from aclnn_py.hccl import Communicator, build_context
+
+    with Communicator(world_size, rank, root) as comm:
+        ctx, ccl = build_context(comm)
+        if rank == 1:
+            time.sleep(timeout_s + 1.0)
+            return None
+        s = Device.current().create_stream()
+        p = prepare(ctx, ccl, s, rank, world_size)
+        t0 = time.monotonic()
+        p.launch(s)
+        try:
+            s.synchronize()
+            return None
+        except AclError as e:
+            return (e.code, e.message, time.monotonic() - t0)
+        finally:
+            s.close()
+

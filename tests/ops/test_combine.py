@@ -8,8 +8,6 @@ that never arrive."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from helpers.moe_cases import (
@@ -32,6 +30,7 @@ from helpers.moe_world import (
     expert_fn,
     golden_combine,
     golden_dispatch,
+    lonely_launch,
     mock_dispatch,
     run_world,
     world_body,
@@ -201,40 +200,22 @@ def test_combine_two_phase_contract(acl, profile):
         assert o["x2"].tobytes() == g2[r].x_out.tobytes()
 
 
-def _combine_lonely_body(rank, world_size, root, c, inp, timeout_s):
-    from aclnn_py import Device
-    from aclnn_py.errors import AclError
-    from aclnn_py.hccl import Communicator, build_context
-    from aclnn_py.ops import prepare_combine
-
-    with Communicator(world_size, rank, root) as comm:
-        ctx, ccl = build_context(comm)
-        if rank == 1:
-            time.sleep(timeout_s + 1.0)
-            return None
-        s = Device.current().create_stream()
-        a = max(c.bss) * world_size * min(c.L, c.K)
-        p = prepare_combine(ctx, np.zeros((a, c.H), np.float16), inp.ids[rank], np.zeros(a * 128, np.int32),
-                            np.zeros(world_size * c.L, np.int32), ep_world_size=world_size, ep_rank_id=rank,
-                            ccl_buffer_size=ccl, stream=s, **c.kwargs())
-        t0 = time.monotonic()
-        p.launch(s)
-        try:
-            s.synchronize()
-            return None
-        except AclError as e:
-            return (e.code, e.message, time.monotonic() - t0)
-        finally:
-            s.close()
-
-
 @on_profile(A3)
 def test_combine_peer_that_never_calls_times_out(acl, profile, monkeypatch):
+    from aclnn_py.ops import prepare_combine
     from aclnn_py.worlds import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "0.5")
     c = Case(seed=3, W=2, H=1024, K=2, L=2, S=1, R=0, bss=[4, 4], global_bs=0, mask="none", dtype="fp16")
-    code, msg, dt = run_threads(_combine_lonely_body, 2, c, make_inputs(c), 0.5, timeout=60)[0]
+    inp = make_inputs(c)
+
+    def prepare(ctx, ccl, s, rank, world_size):
+        a = max(c.bss) * world_size * min(c.L, c.K)
+        return prepare_combine(ctx, np.zeros((a, c.H), np.float16), inp.ids[rank], np.zeros(a * 128, np.int32),
+                               np.zeros(world_size * c.L, np.int32), ep_world_size=world_size, ep_rank_id=rank,
+                               ccl_buffer_size=ccl, stream=s, **c.kwargs())
+
+    code, msg, dt = run_threads(lonely_launch, 2, 0.5, prepare, timeout=60)[0]
     assert code == 507014 and "Combine" in msg and "[1]" in msg
     assert 0.45 <= dt < 3.5
 

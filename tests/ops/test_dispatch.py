@@ -8,8 +8,6 @@ run-time errors."""
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 from helpers.moe_cases import (
@@ -27,7 +25,7 @@ from helpers.moe_cases import (
     random_case,
     replace,
 )
-from helpers.moe_world import golden_dispatch, run_world, world_body
+from helpers.moe_world import golden_dispatch, lonely_launch, run_world, world_body
 
 # per profile: W -> configurations, configurations per world, seed base
 MATRIX = {A3: ({2: 80, 3: 60, 4: 60, 8: 60, 16: 40}, 20, 40_000),
@@ -273,38 +271,20 @@ def test_two_phase_contract(acl, profile):
 
 
 # ---- timeouts, call order, parameter agreement ---------------------------------------------------------------
-def _lonely_body(rank, world_size, root, c, inp, timeout_s):
-    from aclnn_py import Device
-    from aclnn_py.errors import AclError
-    from aclnn_py.hccl import Communicator, build_context
-    from aclnn_py.ops import prepare_dispatch
-
-    with Communicator(world_size, rank, root) as comm:
-        ctx, ccl = build_context(comm)
-        if rank == 1:
-            time.sleep(timeout_s + 1.0)     # never calls dispatch; keeps its window alive meanwhile
-            return None
-        s = Device.current().create_stream()
-        p = prepare_dispatch(ctx, inp.x[rank], inp.ids[rank], ep_world_size=world_size, ep_rank_id=rank,
-                             ccl_buffer_size=ccl, quant_mode=c.quant, stream=s, **c.kwargs())
-        t0 = time.monotonic()
-        p.launch(s)
-        try:
-            s.synchronize()
-            return None
-        except AclError as e:
-            return (e.code, e.message, time.monotonic() - t0)
-        finally:
-            s.close()
-
-
 @on_profile(A3)
 def test_peer_that_never_calls_times_out(acl, profile, monkeypatch):
+    from aclnn_py.ops import prepare_dispatch
     from aclnn_py.worlds import run_threads
 
     monkeypatch.setenv("HCCL_EXEC_TIMEOUT", "0.5")
     c = _small_case(quant=0, escales=False)
-    res = run_threads(_lonely_body, 2, c, make_inputs(c), 0.5, timeout=60)
+    inp = make_inputs(c)
+
+    def prepare(ctx, ccl, s, rank, world_size):
+        return prepare_dispatch(ctx, inp.x[rank], inp.ids[rank], ep_world_size=world_size, ep_rank_id=rank,
+                                ccl_buffer_size=ccl, quant_mode=c.quant, stream=s, **c.kwargs())
+
+    res = run_threads(lonely_launch, 2, 0.5, prepare, timeout=60)
     code, msg, dt = res[0]
     assert code == 507014
     assert "rank 0" in msg and "[1]" in msg and "Dispatch" in msg
