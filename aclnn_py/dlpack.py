@@ -17,6 +17,7 @@ memory (on real CANN: always, with ``aclrtMemcpy``).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import TYPE_CHECKING, Any
 
@@ -54,7 +55,7 @@ def export(ptr: int, shape: tuple[int, ...], dtype: DataType, strides: tuple[int
     code_bits = _TO_DL.get(dtype)
     if code_bits is None:
         raise BufferError(f"{dtype.name} has no DLPack type code")
-    if dtype.packed and tuple(strides) != _contiguous(shape):
+    if dtype.packed and tuple(strides) != row_major(tuple(shape)):
         raise BufferError("a strided packed 4-bit tensor cannot be exported")
     versioned = max_version is not None and tuple(max_version)[0] >= 1
     capsule: CapsuleType = dlpack_export(ptr, tuple(shape), code_bits[0], code_bits[1], tuple(strides),
@@ -90,7 +91,7 @@ def import_capsule(obj: Any) -> tuple[int, tuple[int, ...], DataType, tuple[int,
     if dt is None:
         keep.release()
         raise BufferError(f"DLPack type (code {code_bits[0]}, {code_bits[1]} bits) has no aclDataType")
-    return ptr, shape, dt, strides if strides is not None else _contiguous(shape), device_type, keep
+    return ptr, shape, dt, strides if strides is not None else row_major(tuple(shape)), device_type, keep
 
 
 def host_array(ptr: int, shape: tuple[int, ...], dt: DataType, strides: tuple[int, ...],
@@ -98,7 +99,7 @@ def host_array(ptr: int, shape: tuple[int, ...], dt: DataType, strides: tuple[in
     """A numpy view of host memory described by a DLPack tensor (packed fp4: uint8 bytes); `keep` lives as
     long as the view."""
     if dt.packed:
-        if strides != _contiguous(shape):
+        if strides != row_major(tuple(shape)):
             raise BufferError("a strided packed 4-bit DLPack tensor is not supported")
         nbytes = (math.prod(shape) + 1) // 2
         byte_shape = shape[:-1] + ((shape[-1] + 1) // 2,) if shape else ()
@@ -135,7 +136,10 @@ def is_mock_device_memory(ptr: int, nbytes: int) -> bool:
     return True
 
 
-def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
+@functools.lru_cache(maxsize=1024)
+def row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides (in elements) of a C-contiguous array of `shape`; cached: operator outputs of a
+    serving loop repeat a handful of shapes every step."""
     strides = []
     acc = 1
     for d in reversed(shape):

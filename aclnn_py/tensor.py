@@ -18,7 +18,6 @@ On the mock backend device memory is host memory, so a Tensor is also visible ze
 
 from __future__ import annotations
 
-import functools
 import math
 import mmap
 from collections.abc import Sequence
@@ -29,6 +28,7 @@ import numpy as np
 from . import dlpack
 from ._core import HostView, TensorBase
 from ._core import destroy_descriptor as _destroy_descriptor_address
+from .dlpack import row_major
 from .dtypes import DataType, DTypeLike, as_datatype, pack_nibbles, to_numpy, unpack_nibbles
 from .runtime import (
     DeviceMemory,
@@ -56,18 +56,7 @@ _FRESH_PAGES_MIN = 1 << 16
 
 
 def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    return _row_major(tuple(shape))
-
-
-@functools.lru_cache(maxsize=1024)
-def _row_major(shape: tuple[int, ...]) -> tuple[int, ...]:
-    # cached: operator outputs of a serving loop repeat a handful of shapes every step
-    strides = []
-    acc = 1
-    for d in reversed(shape):
-        strides.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(strides))
+    return row_major(tuple(shape))
 
 
 def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
@@ -89,7 +78,7 @@ class Tensor(TensorBase):
                  offset: int = 0, owner: object = None, device: int | None = None):
         """A view of `ptr` (the storage base) — prefer :meth:`from_address`, which documents `owner`."""
         shape = tuple(int(d) for d in shape)
-        strides = tuple(int(s) for s in strides) if strides is not None else _row_major(shape)
+        strides = tuple(int(s) for s in strides) if strides is not None else row_major(shape)
         if len(strides) != len(shape):
             raise ValueError(f"strides {strides} do not match shape {shape}")
         #: Elements per dimension.
@@ -109,7 +98,7 @@ class Tensor(TensorBase):
         """The private slots of a new Tensor whose layout is set (`_owner` aside, the caller's)."""
         self._ptr = ptr
         # a Tensor's layout never changes, and the operator paths ask for these on every call
-        self._contiguous = self.strides == _row_major(self.shape)
+        self._contiguous = self.strides == row_major(self.shape)
         self._offset_nbytes = (self.offset * self.dtype.bits) // 8
         self._span = self.nbytes if self.size else 0
         self._mem = mem
@@ -126,7 +115,7 @@ class Tensor(TensorBase):
         mem = DeviceMemory(max(_nbytes(dt, shape), _MIN_ALLOC), device)
         # operators allocate their outputs here on every call: what __init__ converts and checks holds
         t = cls.__new__(cls)
-        t.shape, t.dtype, t.strides, t.offset, t.device = shape, dt, _row_major(shape), 0, mem.device
+        t.shape, t.dtype, t.strides, t.offset, t.device = shape, dt, row_major(shape), 0, mem.device
         t._set_state(mem._ptr, mem)
         t._owner = None
         return t

@@ -13,9 +13,6 @@ namespace moe {
 namespace {
 
 template <bool BF16>
-inline float cvt_in(uint16_t v) { return BF16 ? bf16_to_f32(v) : fp16_to_f32(v); }
-
-template <bool BF16>
 void load_row(const uint16_t *__restrict x, const float *__restrict smooth, float *__restrict t, int64_t H) {
     for (int64_t h = 0; h < H; ++h) t[h] = cvt_in<BF16>(x[h]);
     if (smooth)

@@ -17,11 +17,6 @@ namespace moe {
 namespace {
 
 template <bool BF16>
-inline float cvt_in(uint16_t v) { return BF16 ? bf16_to_f32(v) : fp16_to_f32(v); }
-template <bool BF16>
-inline uint16_t cvt_out(float f) { return BF16 ? f32_to_bf16(f) : f32_to_fp16(f); }
-
-template <bool BF16>
 void row_to_f32_t(const uint16_t *__restrict src, float *__restrict dst, int64_t n) {
     for (int64_t h = 0; h < n; ++h) dst[h] = cvt_in<BF16>(src[h]);
 }

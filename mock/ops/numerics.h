@@ -68,6 +68,11 @@ inline uint16_t f32_to_fp16(float f) {
 
 inline float to_f32(uint16_t v, bool bf16) { return bf16 ? bf16_to_f32(v) : fp16_to_f32(v); }
 inline uint16_t from_f32(float f, bool bf16) { return bf16 ? f32_to_bf16(f) : f32_to_fp16(f); }
+// The same with the format fixed at compile time, for row loops the compiler vectorises.
+template <bool BF16>
+inline float cvt_in(uint16_t v) { return BF16 ? bf16_to_f32(v) : fp16_to_f32(v); }
+template <bool BF16>
+inline uint16_t cvt_out(float f) { return BF16 ? f32_to_bf16(f) : f32_to_fp16(f); }
 
 // rint (half to even) of |y| < 2^22, in float arithmetic.
 inline float rint_small(float y) {

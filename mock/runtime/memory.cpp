@@ -181,6 +181,19 @@ void add_owned_locked(Registry &r, void *p, size_t padded, int32_t device, MemKi
     r.live_allocations += 1;
     r.live_bytes += padded;
 }
+
+// Waits (lk held on r.mu) until no queued stream work pins the block at `a`, starting work that waits
+// for a synchronisation that may never come; the block's entry afterwards (end() once it is gone).
+auto wait_unpinned(Registry &r, std::unique_lock<std::shared_mutex> &lk, uintptr_t a) -> decltype(r.blocks.begin()) {
+    ++r.free_waits;
+    start_waiting_work();
+    r.unpinned.wait(lk, [&] {
+        auto j = r.blocks.find(a);
+        return j == r.blocks.end() || j->second.pins == 0;
+    });
+    return r.blocks.find(a);
+}
+
 }  // namespace
 
 void register_block(void *base, size_t size, int32_t device, MemKind kind) {
@@ -204,13 +217,7 @@ bool unregister_block(void *base) {
     auto it = r.blocks.find(a);
     if (it == r.blocks.end() || it->second.owned) return false;
     if (it->second.pins > 0 && !on_any_stream_worker()) {
-        ++r.free_waits;
-        start_waiting_work();
-        r.unpinned.wait(lk, [&] {
-            auto j = r.blocks.find(a);
-            return j == r.blocks.end() || j->second.pins == 0;
-        });
-        it = r.blocks.find(a);
+        it = wait_unpinned(r, lk, a);
         if (it == r.blocks.end() || it->second.owned) return false;
     }
     r.blocks.erase(it);
@@ -509,13 +516,7 @@ aclError do_free(const char *api, void *p, MemKind want) {
                 return fail(ACL_ERROR_RT_MEMORY_FREE,
                             "%s: %p is still used by work queued on a stream, and this call runs on a "
                             "stream task, which cannot wait for it", api, p);
-            ++r.free_waits;
-            start_waiting_work();
-            r.unpinned.wait(lk, [&] {
-                auto j = r.blocks.find(a);
-                return j == r.blocks.end() || j->second.pins == 0;
-            });
-            it = r.blocks.find(a);
+            it = wait_unpinned(r, lk, a);
         }
         if (it != r.blocks.end() && it->second.owned && it->second.b.kind == want) {
             const MemBlock b = it->second.b;
