@@ -104,8 +104,9 @@ the memcpy floor and the golden, process-world scaling and thread worlds, all on
 goes to stderr (silent with --quiet or --json).
 
 What the default run (every section, full sizes) took, measured once on a 2-core machine with
-23.5 GiB of memory: about 7 minutes, and up to about 16 GiB in use at once (the 1024-thread world;
-the 128-process world about 8.5 GiB). The scaling sweep and the thread worlds leave out a size whose
+23.5 GiB of memory (the progress lines' clock): about 1.5 minutes, and up to about 7 GiB in use at
+once (the 512-process world's summed PSS; the 1024-thread world under 0.5 GiB). The scaling sweep
+and the thread worlds leave out a size whose
 estimated memory exceeds what is available minus --mem-reserve-mb, so a smaller machine runs fewer
 sizes.
 --quick takes a few seconds and under 0.2 GiB."""

@@ -112,7 +112,7 @@ def test_help_states_exit_codes_and_what_the_default_run_takes():
     assert proc.returncode == 0 and proc.stdout.startswith("usage: python -m benchmarks")
     text = " ".join(proc.stdout.split())
     for expected in ("exit status: 0 the bench ran", "2 a usage error", "3 an internal error",
-                     "2-core machine with 23.5 GiB", "about 7 minutes", "about 16 GiB in use at once",
+                     "2-core machine with 23.5 GiB", "about 1.5 minutes", "about 7 GiB in use at once",
                      "--quick takes a few seconds"):
         assert expected in text, expected
 
