@@ -525,17 +525,17 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
             all_started = True
         finally:
             started.set()
-        return _collect(threads, results, failures, cond, finished, keep_going, timeout)
+        return _collect(threads, results, failures, cond, finished, unfinished, keep_going, timeout)
 
 
 def _collect(threads: list[threading.Thread], results: list[Any], failures: list[tuple[int, BaseException, str]],
-             cond: threading.Condition, finished: list[bool], keep_going: bool,
+             cond: threading.Condition, finished: list[bool], unfinished: list[int], keep_going: bool,
              timeout: float | None) -> list[Any]:
     """run_threads' wait for its ranks: their results in rank order, or the first failure raised."""
     world_size = len(threads)
     deadline = None if timeout is None else time.monotonic() + float(timeout)
     with cond:
-        while not all(finished) and (keep_going or not failures):
+        while unfinished[0] and (keep_going or not failures):
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 running = [r for r in range(world_size) if not finished[r]]

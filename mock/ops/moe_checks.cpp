@@ -359,11 +359,12 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
     // only a difference is looked for entry by entry.
     static_assert(sizeof(void *) == 8, "epHcclBuffer_ entries are 64-bit addresses");
     const uint8_t *addrs = base + sizeof(CtxHead);
-    if (std::memcmp(addrs, c->windows(), 8 * size_t(p.W)) != 0)
+    const uint8_t *const *windows = c->windows();
+    if (std::memcmp(addrs, windows, 8 * size_t(p.W)) != 0)
         for (uint64_t i = 0; i < uint64_t(p.W); ++i) {
             uint64_t a;
             std::memcpy(&a, addrs + 8 * i, 8);
-            uint64_t want = reinterpret_cast<uint64_t>(c->window(uint32_t(i)));
+            const uint64_t want = reinterpret_cast<uint64_t>(windows[i]);
             if (a != want)
                 return ctx_fail(code, op, "context", format("epHcclBuffer_[%" PRIu64 "] must be rank %" PRIu64
                                                            "'s window address (got 0x%" PRIx64 ", window at 0x%" PRIx64 ")",

@@ -40,6 +40,9 @@ struct Entry {
     bool owned = false;  // allocated by aclrtMalloc/aclrtMallocHost (we free it)
     bool mapped = false; // a poison mapping (unmap_poison), else from posix_memalign (free)
     int pins = 0;        // queued stream work that will touch this block (PinSet)
+    // Unregistered while pinned, by a stream task (which cannot wait for the pins): no longer found,
+    // erased when its last pin goes, so a PinSet's pointer to it stays valid until then.
+    bool gone = false;
     // Every byte outside [wr_lo, wr_hi) (offsets from the base) holds the poison.
     bool poison_outside = false;
     size_t wr_lo = 0, wr_hi = 0;
@@ -86,7 +89,7 @@ Entry *walk_locked(Registry &r, uintptr_t p) {
     if (it == r.blocks.begin()) return nullptr;
     --it;
     const MemBlock &b = it->second.b;
-    if (p >= b.base && p - b.base < b.size) return &it->second;
+    if (p >= b.base && p - b.base < b.size && !it->second.gone) return &it->second;
     return nullptr;
 }
 
@@ -215,12 +218,16 @@ bool unregister_block(void *base) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(base);
     std::unique_lock<std::shared_mutex> lk(r.mu);
     auto it = r.blocks.find(a);
-    if (it == r.blocks.end() || it->second.owned) return false;
-    if (it->second.pins > 0 && !on_any_stream_worker()) {
-        it = wait_unpinned(r, lk, a);
-        if (it == r.blocks.end() || it->second.owned) return false;
+    if (it == r.blocks.end() || it->second.owned || it->second.gone) return false;
+    if (it->second.pins > 0 && on_any_stream_worker())
+        it->second.gone = true;
+    else {
+        if (it->second.pins > 0) {
+            it = wait_unpinned(r, lk, a);
+            if (it == r.blocks.end() || it->second.owned) return false;
+        }
+        r.blocks.erase(it);
     }
-    r.blocks.erase(it);
     ++r.changes;
     return true;
 }
@@ -394,6 +401,10 @@ void PinSet::release() {
             if (e->pins > 0 && --e->pins == 0) {
                 --r.pinned_blocks;
                 unpinned = true;
+                if (e->gone) {
+                    r.blocks.erase(e->b.base);
+                    ++r.changes;
+                }
             }
         }
     }

@@ -246,7 +246,8 @@ public:
 
 private:
     // The registry entries pinned (memory.cpp's Entry): a pinned entry is never erased (a free
-    // waits for it), so release() reaches them without looking them up again.
+    // waits for it; an unregistration by a stream task defers the erase to the last pin), so
+    // release() reaches them without looking them up again.
     std::vector<void *> pinned_;
     std::vector<std::pair<uintptr_t, size_t>> writes_;
 };
