@@ -290,6 +290,18 @@ def test_run_threads_shares_one_cpu_when_told(acl):
     assert all(a == allowed for a in spread)
 
 
+def test_run_threads_share_one_cpu_binds_nothing_where_the_process_has_one_cpu(acl, monkeypatch):
+    """Where the process may use a single CPU (or threads cannot be bound), share_one_cpu changes
+    nothing: the ranks run with the CPUs they were given, and no affinity call is made."""
+    from aclnn_py import worlds
+
+    calls: list[object] = []
+    monkeypatch.setattr(worlds.os, "sched_getaffinity", lambda pid: {0}, raising=False)
+    monkeypatch.setattr(worlds.os, "sched_setaffinity", lambda pid, cpus: calls.append(cpus), raising=False)
+    assert worlds.run_threads(lambda rank, world_size, root: rank, 4, timeout=30, share_one_cpu=True) == [0, 1, 2, 3]
+    assert calls == []
+
+
 def test_run_threads_runs_no_rank_when_its_threads_cannot_all_start(acl, monkeypatch):
     """Ranks start together once every thread exists; when the process can start no more threads, the
     error is raised and none of the threads started runs the function (it would wait for peers that
