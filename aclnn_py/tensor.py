@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from . import dlpack
+from . import _core, dlpack
 from ._core import HostView, TensorBase
 from ._core import destroy_descriptor as _destroy_descriptor_address
 from .dlpack import row_major
@@ -61,6 +61,28 @@ def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
 
 def _nbytes(dt: DataType, shape: Sequence[int]) -> int:
     return (math.prod(shape) * dt.bits + 7) // 8
+
+
+def device_layout(array: object, dtype: DTypeLike | None = None) -> tuple[np.ndarray, tuple[int, ...], DataType]:
+    """What uploading host data makes: its bytes as a C-contiguous array (4-bit values packed two to a
+    byte), the device Tensor's shape and its type (`dtype`: an element type the array cannot hold, as
+    :meth:`Tensor.from_numpy` takes it)."""
+    arr = np.asarray(array, order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
+    shape = arr.shape
+    if dtype is None:
+        dt = as_datatype(arr.dtype)
+        if dt.packed:
+            arr = pack_nibbles(arr)
+    else:
+        dt = as_datatype(dtype)
+        if dt.packed:
+            if arr.dtype == np.uint8:
+                shape = arr.shape[:-1] + (arr.shape[-1] * 2,)
+            else:
+                arr = pack_nibbles(arr)
+        elif arr.dtype.itemsize * 8 != dt.bits:
+            raise TypeError(f"a {arr.dtype} array cannot hold {dt.name} elements")
+    return arr, shape, dt
 
 
 class Tensor(TensorBase):
@@ -133,21 +155,7 @@ class Tensor(TensorBase):
         ``with stream:`` block) — the host array is then kept alive until the stream passes the copy.
         `dtype` records an element type the array cannot hold, e.g. DataType.HIFLOAT8 for uint8 bytes,
         or a packed 4-bit type for already-packed uint8 bytes (logical last dimension = 2 × bytes)."""
-        arr = np.asarray(array, order="C")  # (ascontiguousarray would turn a 0-d array into 1-d)
-        shape = arr.shape
-        if dtype is None:
-            dt = as_datatype(arr.dtype)
-            if dt.packed:
-                arr = pack_nibbles(arr)
-        else:
-            dt = as_datatype(dtype)
-            if dt.packed:
-                if arr.dtype == np.uint8:
-                    shape = arr.shape[:-1] + (arr.shape[-1] * 2,)
-                else:
-                    arr = pack_nibbles(arr)
-            elif arr.dtype.itemsize * 8 != dt.bits:
-                raise TypeError(f"a {arr.dtype} array cannot hold {dt.name} elements")
+        arr, shape, dt = device_layout(array, dtype)
         t = cls.empty(shape, dt, device)
         t._upload(arr, explicit_or_current(stream))
         return t
@@ -368,13 +376,17 @@ class Tensor(TensorBase):
         return unpack_nibbles(self.numpy(stream), to_numpy(self.dtype))
 
     def _upload(self, arr: np.ndarray, stream: Stream | None) -> None:
-        self._rewritten = True
-        if stream is not None:
+        """Copy a C-contiguous host array's bytes into this Tensor from element 0: queued on `stream`
+        (the compiled core's upload: the array is held until the stream passes the copy), else
+        synchronously."""
+        if stream is None:
+            self._rewritten = True
+            copy_to_device(self.data_ptr, self.nbytes, arr, None)
+            return
+        w = self._writer
+        if w is not None and w._key != stream._key:
             order_after_writes(stream, (self,))  # the new bytes land after a pending write on another stream
-        copy_to_device(self.data_ptr, self.nbytes, arr, stream)
-        if stream is not None:
-            ordered.hold(stream, (arr, self._anchor()))  # the queued copy reads `arr`, writes the memory later
-            self._writer = stream
+        _core.upload(self, arr, stream)
 
     def copy_from(self, array: object, stream: StreamArg = None) -> None:
         """Upload a host array of the same bytes into this tensor (queued on `stream` / the current

@@ -33,6 +33,7 @@ from .errors import ClosedError, RecycledError, aclnn_error
 include "core/bases.pxi"
 include "core/holds.pxi"
 include "core/launch.pxi"
+include "core/copies.pxi"
 include "core/operators.pxi"
 include "core/results.pxi"
 include "core/buffer.pxi"

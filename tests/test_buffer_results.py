@@ -304,13 +304,16 @@ def test_a_download_copies_the_received_rows_and_combine_uploads_only_those(acl:
     download whole."""
     import threading
 
+    from aclnn_py.ops.host_inputs import HostInputs
+
     leading: list[tuple[int, int]] = []
-    real = acl.Tensor._from_leading_rows.__func__
+    real = HostInputs.upload
     both = threading.Barrier(2)
 
-    def recorded(cls: Any, array: Any, rows: int, stream: Any) -> Any:
-        leading.append((rows, array.shape[0]))
-        return real(cls, array, rows, stream)
+    def recorded(self: Any, array: Any, param: str, dtype: Any = None, rows: int = -1) -> Any:
+        if rows >= 0:
+            leading.append((rows, array.shape[0]))
+        return real(self, array, param, dtype, rows)
 
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
         x, ids, w = sets[1]
@@ -330,7 +333,7 @@ def test_a_download_copies_the_received_rows_and_combine_uploads_only_those(acl:
         y_dev = _combine(buf, s, sets[1], out, keep=True).numpy(stream=s)
         both.wait()
         if rank == 0:
-            monkeypatch.setattr(acl.Tensor, "_from_leading_rows", classmethod(recorded))
+            monkeypatch.setattr(HostInputs, "upload", recorded)
         both.wait()
         host[n:] = np.nan  # never read by combine
         y_host = buf.low_latency_combine(host, ids, w, out.assist_info_for_combine, out.ep_recv_counts,
@@ -494,44 +497,90 @@ def test_a_buffer_dropped_without_close_lets_its_executors_go_at_once(acl: Any) 
         assert r["during"] == r["before"] + 4 and r["after"] == r["before"] and r["kept"], r
 
 
-def test_host_arrays_uploaded_for_a_call_are_let_go_of_once_the_stream_passed_it(acl: Any, monkeypatch: Any) -> None:
-    """A result set's executor keeps the caller's Tensors it bound, but not the uploads made for a call
-    from host arrays: those are freed at the next synchronisation, as without an executor, while the
-    buffer lives on."""
+def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monkeypatch: Any) -> None:
+    """A loop over host arrays copies them into device Tensors each result set keeps (dispatch's x,
+    expert ids and weights; combine's expand_x, expert ids and weights): once both rings have been
+    round, a call allocates no device memory, and closing the buffer (and the stream, which keeps its
+    workspace block) gives all of it back."""
     import threading
 
-    uploads: list[weakref.ref[Any]] = []
+    from aclnn_py.runtime import _pool
+
+    mallocs: list[int] = []
+    real = _pool.MemoryPool.malloc
     both = threading.Barrier(2)
 
-    def recording(real: Any) -> Any:
-        def recorded(cls: Any, *args: Any, **kwargs: Any) -> Any:
-            t = real(cls, *args, **kwargs)
-            if t._mem is not None:
-                uploads.append(weakref.ref(t._mem))
-            return t
-        return classmethod(recorded)
+    def counted(self: Any, nbytes: int, device: int) -> int:
+        mallocs.append(nbytes)
+        return real(self, nbytes, device)
 
+    def rank_fn(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
+        s = acl.Device(rank).create_stream()
+        pool = acl.get_memory_pool()
+        try:
+            with acl.hccl.Communicator(world_size, rank, root) as comm:
+                host = [tuple(t.numpy() for t in _inputs(acl, rank, i)) for i in range(2)]
+                gc.collect()
+                both.wait()
+                before = pool.used_bytes(rank)
+                buf = acl.MoeDistributeBuffer(comm)
+                results = []
+
+                def step(i: int) -> None:
+                    x, ids, w = host[i % 2]
+                    out = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s)
+                    y = buf.low_latency_combine(out.expand_x.numpy(), ids, w, out.assist_info_for_combine,
+                                                out.ep_recv_counts, num_experts=E, stream=s)
+                    results.append(y.numpy(stream=s))
+
+                for i in range(2):  # each set of both rings once: outputs, executors, kept host inputs
+                    step(i)
+                both.wait()
+                if rank == 0:
+                    monkeypatch.setattr(_pool.MemoryPool, "malloc", counted)
+                both.wait()
+                for i in range(2, 8):
+                    step(i)
+                both.wait()
+                steady = len(mallocs)
+                buf.close()
+                s.close()  # after the buffer's work (and with the stream's workspace block)
+                gc.collect()
+                both.wait()  # both buffers and streams closed
+                after = pool.used_bytes(rank)
+                both.wait()
+                same = all(results[i].tobytes() == results[i % 2].tobytes() for i in range(2, 8))
+                return {"steady mallocs": steady, "before": before, "after": after, "same": same}
+        finally:
+            s.close()
+
+    for r in acl.worlds.run_threads(rank_fn, 2, timeout=120):
+        assert r["steady mallocs"] == 0 and r["same"], r
+        assert r["after"] == r["before"], r
+
+
+def test_kept_host_inputs_follow_the_calls_stream_and_shapes(acl: Any) -> None:
+    """A result set makes its kept host-input Tensors again for a call on another stream or with other
+    shapes, and a call with host arrays gives the bytes of the same call with device Tensors."""
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
-        host = [tuple(t.numpy() for t in data) for data in sets]
-        both.wait()
-        if rank == 0:
-            for name in ("from_numpy", "_from_leading_rows"):  # the second: expand_x's received rows
-                monkeypatch.setattr(acl.Tensor, name, recording(getattr(acl.Tensor, name).__func__))
-        both.wait()
-        for step in range(4):
-            x, ids, w = host[step % 2]
-            out = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=s)
-            y = buf.low_latency_combine(out.expand_x.numpy(), ids, w, out.assist_info_for_combine,
-                                        out.ep_recv_counts, num_experts=E, stream=s)
-            s.synchronize()
-        del out, y
-        both.wait()
-        gc.collect()
-        both.wait()  # both ranks synchronised and collected; their buffers are open
-        alive = sum(r() is not None for r in uploads)
-        both.wait()
-        return {"made": len(uploads), "alive": alive}
+        other = acl.Device(rank).create_stream()
+        rng = np.random.default_rng(50 + rank)
+        same = []
+        for stream, bs in [(s, 8), (other, 8), (s, 5), (s, 8), (other, 3), (other, 3), (s, 3)]:
+            x = rng.uniform(-1, 1, (bs, H)).astype(ml_dtypes.bfloat16)
+            ids = np.stack([rng.choice(E, K, replace=False) for _ in range(bs)]).astype(np.int32)
+            w = rng.uniform(0, 1, (bs, K)).astype(np.float32)
+            d = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=stream)
+            y = buf.low_latency_combine(d.expand_x.numpy(), ids, w, d.assist_info_for_combine, d.ep_recv_counts,
+                                        num_experts=E, stream=stream).numpy(stream=stream)
+            xd, idd, wd = (acl.Tensor.from_numpy(a, stream=stream) for a in (x, ids, w))
+            dd = buf.low_latency_dispatch(xd, idd, E, topk_weights=wd, stream=stream, keep=True)
+            yd = buf.low_latency_combine(dd.expand_x, idd, wd, dd.assist_info_for_combine, dd.ep_recv_counts,
+                                         num_experts=E, stream=stream, keep=True)
+            same.append(y.tobytes() == yd.numpy(stream=stream).tobytes())
+        other.synchronize()
+        other.close()
+        return {"same": same}
 
     for r in _world(acl, scenario):
-        assert r["made"] >= 2 * 4 * 6, r  # per rank and step: x, ids, weights twice, expand_x
-        assert r["alive"] == 0, r
+        assert all(r["same"]) and len(r["same"]) == 7, r

@@ -13,6 +13,7 @@ from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import param_invalid
 from ..runtime import Stream
 from ..tensor import Tensor
+from .host_inputs import HostInputs
 
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
@@ -62,31 +63,42 @@ def host_weights(value: object, param: str, func: str) -> Tensor | np.ndarray | 
     return narrowed
 
 
-def input_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None) -> Tensor | None:
+def upload(arr: np.ndarray, param: str, stream: Stream, dtype: DTypeLike | None = None,
+           kept: HostInputs | None = None) -> Tensor:
+    """Host data of input `param` on the device, queued on `stream`: in the Tensor a buffer's result set
+    keeps for it (`kept`, that set's copies on `stream`), else in a new one."""
+    if kept is not None:
+        return kept.upload(arr, param, dtype)
+    return Tensor.from_numpy(arr, stream=stream, dtype=dtype)
+
+
+def input_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None,
+                 kept: HostInputs | None = None) -> Tensor | None:
     """None, a Tensor as given, or host data uploaded on `stream` (recording `dtype`, e.g. HIFLOAT8
-    for uint8 codes)."""
+    for uint8 codes; see :func:`upload` for `kept`)."""
     if value is None or value.__class__ is Tensor:
         return value
-    return required_tensor(value, param, stream, dtype)
+    return required_tensor(value, param, stream, dtype, kept)
 
 
-def required_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None) -> Tensor:
+def required_tensor(value: object, param: str, stream: Stream, dtype: DTypeLike | None = None,
+                    kept: HostInputs | None = None) -> Tensor:
     """A required input: a Tensor as given or host data uploaded, as :func:`input_tensor`; None is
     refused with a TypeError naming `param`."""
     if isinstance(value, Tensor):
         return value
     if value is None:
         raise TypeError(f"{param}: expected a Tensor or an array, got None")
-    return Tensor.from_numpy(host_array(value, param), stream=stream, dtype=dtype)
+    return upload(host_array(value, param), param, stream, dtype, kept)
 
 
-def ids_tensor(value: object, param: str, stream: Stream, func: str) -> Tensor:
+def ids_tensor(value: object, param: str, stream: Stream, func: str, kept: HostInputs | None = None) -> Tensor:
     """Expert ids: a Tensor as given, or a host integer array converted to int32 and uploaded."""
     if isinstance(value, Tensor):
         return value
     if value is None:
         raise TypeError(f"{param}: expected a Tensor or an integer array, got None")
-    return Tensor.from_numpy(as_int32(host_array(value, param), param, func), stream=stream)
+    return upload(as_int32(host_array(value, param), param, func), param, stream, None, kept)
 
 
 def output_tensor(given: object, param: str, shape: Sequence[int], dtype: DTypeLike) -> Tensor:

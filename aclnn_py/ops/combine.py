@@ -32,6 +32,7 @@ from ._args import (
 from ._layout import Signature
 from .config import MoeConfig, resolve_config
 from .executor import Prepared, phase1
+from .host_inputs import HostInputs
 
 PHASE1 = "aclnnMoeDistributeCombineV5GetWorkspaceSize"
 PHASE2 = "aclnnMoeDistributeCombineV5"
@@ -60,17 +61,19 @@ def empty_weights() -> Tensor:
     return t
 
 
-def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: Stream) -> list[Tensor | None]:
-    """The nineteen inputs (`values`, C order) as Tensors (host arrays uploaded on `s`; an optional one
-    None stays None, NULL, but expert_scales None is the empty tensor of an unweighted combine). Combine
-    takes no dtype overrides (`dtypes` is all None)."""
+def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: Stream,
+             kept: HostInputs | None = None) -> list[Tensor | None]:
+    """The nineteen inputs (`values`, C order) as Tensors (host arrays uploaded on `s`, into the Tensors
+    `kept`, a buffer result set's copies, when given; an optional one None stays None, NULL, but
+    expert_scales None is the empty tensor of an unweighted combine). Combine takes no dtype overrides
+    (`dtypes` is all None)."""
     context, tensors = values[0], values[1:]
     if context is not None and not isinstance(context, Tensor):
         raise TypeError(f"context: expected a Tensor (build_context) or None, got {type(context).__name__}")
     ex_arg, ids_arg = tensors[0], tensors[1]
     assist, counts, weights = tensors[2], tensors[3], tensors[4]
-    ex_t = ex_arg if ex_arg.__class__ is Tensor else _expand_x_tensor(ex_arg, assist, s)
-    ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1)
+    ex_t = ex_arg if ex_arg.__class__ is Tensor else _expand_x_tensor(ex_arg, assist, s, kept)
+    ids = ids_arg if ids_arg.__class__ is Tensor else ids_tensor(ids_arg, "expert_ids", s, PHASE1, kept)
     ins: list[Tensor | None] = [context, ex_t, ids]
     if assist.__class__ is Tensor and counts.__class__ is Tensor \
             and (weights is None or weights.__class__ is Tensor) and not any(map(is_not, tensors[5:], _NONES)):
@@ -84,23 +87,25 @@ def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: St
         elif value.__class__ is Tensor:
             ins.append(value)
         elif i in _INTEGER_INPUTS:
-            ins.append(ids_tensor(value, INPUTS[i], s, PHASE1))
+            ins.append(ids_tensor(value, INPUTS[i], s, PHASE1, kept))
         elif i == _EXPERT_SCALES:
-            ins.append(input_tensor(host_weights(value, INPUTS[i], PHASE1), INPUTS[i], s))
+            ins.append(input_tensor(host_weights(value, INPUTS[i], PHASE1), INPUTS[i], s, None, kept))
         else:
-            ins.append(input_tensor(value, INPUTS[i], s))
+            ins.append(input_tensor(value, INPUTS[i], s, None, kept))
     return ins
 
 
-def _expand_x_tensor(value: object, assist: object, s: Stream) -> Tensor:
+def _expand_x_tensor(value: object, assist: object, s: Stream, kept: HostInputs | None) -> Tensor:
     """expand_x given as host data, uploaded: whole, or only the rows its dispatch received when a
     download of that dispatch's buffer result has read how many (combine reads no other row)."""
     rows = assist._rows_received() if isinstance(assist, Tensor) else -1
     if rows < 0 or value is None or isinstance(value, Tensor):
-        return required_tensor(value, "expand_x", s)
+        return required_tensor(value, "expand_x", s, None, kept)
     arr = np.asarray(host_array(value, "expand_x"), order="C")
     if arr.ndim != 2 or rows > arr.shape[0] or as_datatype(arr.dtype).packed:
-        return required_tensor(arr, "expand_x", s)
+        return required_tensor(arr, "expand_x", s, None, kept)
+    if kept is not None:
+        return kept.upload(arr, "expand_x", None, rows)
     return Tensor._from_leading_rows(arr, rows, s)
 
 

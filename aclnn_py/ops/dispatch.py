@@ -38,6 +38,7 @@ from ._args import (
 from ._layout import Signature
 from .config import MoeConfig, resolve_config
 from .executor import Prepared, phase1
+from .host_inputs import HostInputs
 from .prechecks_a2 import recv_counts_extra
 
 PHASE1 = "aclnnMoeDistributeDispatchV5GetWorkspaceSize"
@@ -196,22 +197,25 @@ def _given_outputs(given: object) -> Mapping[str, Tensor | None]:
     return given
 
 
-def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: Stream) -> list[Tensor | None]:
-    """The eight inputs (`values`, C order) as Tensors: host arrays uploaded on `s`, recording `dtypes`'
-    x_dtype and scales_dtype (a Tensor given with x_dtype becomes a view of that type)."""
+def _convert(values: Sequence[object], dtypes: Sequence[DTypeLike | None], s: Stream,
+             kept: HostInputs | None = None) -> list[Tensor | None]:
+    """The eight inputs (`values`, C order) as Tensors: host arrays uploaded on `s` (into the Tensors
+    `kept`, a buffer result set's copies, when given), recording `dtypes`' x_dtype and scales_dtype (a
+    Tensor given with x_dtype becomes a view of that type)."""
     context, x, expert_ids, scales, x_active_mask, expert_scales, elastic_info, performance_info = values
     x_dtype, scales_dtype = dtypes[0], dtypes[1]
     if context is not None and not isinstance(context, Tensor):
         raise TypeError(f"context: expected a Tensor (build_context) or None, got {type(context).__name__}")
-    xt = x if x.__class__ is Tensor and x_dtype is None else required_tensor(x, "x", s, x_dtype)
-    ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1)
+    xt = x if x.__class__ is Tensor and x_dtype is None else required_tensor(x, "x", s, x_dtype, kept)
+    ids = expert_ids if expert_ids.__class__ is Tensor else ids_tensor(expert_ids, "expert_ids", s, PHASE1, kept)
     if scales is None and x_active_mask is None and expert_scales is None and elastic_info is None \
             and performance_info is None:
         return [context, xt, ids, None, None, None, None, None]
-    return [context, xt, ids, input_tensor(scales, "scales", s, scales_dtype),
-            input_tensor(x_active_mask, "x_active_mask", s),
-            input_tensor(host_weights(expert_scales, "expert_scales", PHASE1), "expert_scales", s),
-            input_tensor(elastic_info, "elastic_info", s), input_tensor(performance_info, "performance_info", s)]
+    return [context, xt, ids, input_tensor(scales, "scales", s, scales_dtype, kept),
+            input_tensor(x_active_mask, "x_active_mask", s, None, kept),
+            input_tensor(host_weights(expert_scales, "expert_scales", PHASE1), "expert_scales", s, None, kept),
+            input_tensor(elastic_info, "elastic_info", s, None, kept),
+            input_tensor(performance_info, "performance_info", s, None, kept)]
 
 
 def prepare_dispatch(

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from .. import _core
 from ..errors import check_acl
 from . import _pool
 from ._init import initialized
@@ -157,10 +158,9 @@ def copy_on_device(dst: int, dst_max: int, src: int, count: int, stream: Queuein
 
 
 def copy_to_host(dst: np.ndarray, src: int, count: int) -> None:
-    """Copy `count` bytes from device address `src` into a C-contiguous host array (synchronous)."""
-    b = initialized()
-    check_acl(b.lib.aclrtMemcpy(b.ffi.cast("void *", dst.ctypes.data), dst.nbytes, b.ffi.cast("void *", src),
-                                count, b.lib.ACL_MEMCPY_DEVICE_TO_HOST), "aclrtMemcpy")
+    """Copy `count` bytes from device address `src` into a C-contiguous host array (synchronous,
+    ``aclrtMemcpy``)."""
+    _core.download(dst, src, count)
 
 
 def fill(dst: int, dst_max: int, value: int, count: int, stream: QueueingStream | None = None) -> None:

@@ -203,6 +203,7 @@ def forget(key: int) -> None:
         blocks = st.blocks()
         st.workspace, st.retired = None, []
     st.segments.clear()  # unreachable from the states now: dropped outside the lock
+    st.current = []  # (a closed Stream object still refers to its state until it is collected)
     for mem in blocks:
         mem.close()
 

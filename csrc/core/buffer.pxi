@@ -127,8 +127,8 @@ cdef class BufferBase:
                              x_smooth_scales_dtype: DTypeLike | None = None, stream: StreamArg = None,
                              keep: bool = False) -> LowLatencyDispatchResult:
         """Dispatch this rank's tokens to the ranks of their experts. Host arrays are uploaded on
-        `stream` (default: the current stream); the results are device Tensors whose ``numpy()`` waits
-        for the stream. ``global_bs = num_max_dispatch_tokens_per_rank * world_size`` as CANN passes it.
+        `stream` (default: the current stream) into device Tensors the call's result set keeps (a steady
+        loop allocates nothing); the results are device Tensors whose ``numpy()`` waits for the stream. ``global_bs = num_max_dispatch_tokens_per_rank * world_size`` as CANN passes it.
 
         Results: the six Tensors stay valid until :attr:`result_sets` more calls of this method (two by
         default: a layer-pipelined loop dispatching layer i+1 before it combines layer i); then the

@@ -59,6 +59,7 @@ cdef class Operator:
         cdef PyObject *outs[MAX_TENSORS]
         cdef Py_ssize_t i
         cdef bint plain = True
+        cdef bint overridden = False
         cdef TensorBase t
         cdef ConfigBase cfg
         cdef StreamBase s
@@ -76,10 +77,12 @@ cdef class Operator:
                 plain = False
         for i in range(PyTuple_GET_SIZE(dtypes)):
             if <object>PyTuple_GET_ITEM(dtypes, i) is not None:
-                plain = False
+                plain, overridden = False, True
         converted = None
         if not plain:
-            converted = self.convert(tuple([<object>values[i] for i in range(self.n_in)]), dtypes, s)
+            # a buffer's call without dtype overrides (which run both phases) uploads into its set's Tensors
+            kept = into.host_inputs_on(s) if into is not None and not overridden else None
+            converted = self.convert(tuple([<object>values[i] for i in range(self.n_in)]), dtypes, s, kept)
             for i in range(self.n_in):
                 ins[i] = <PyObject *>converted[i] if converted[i] is not None else NULL
         else:

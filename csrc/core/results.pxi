@@ -3,12 +3,14 @@
 # layout (same config, shapes and optional inputs; written on the same stream; never exported or read
 # on another stream), else into new outputs the set adopts. With the outputs the set keeps a repeatable
 # executor of their layout (a Plan: phase 1 once per layout, then each call rebinds the inputs that
-# moved and launches); a call with dtype overrides or a strided input runs both phases instead. The
+# moved and launches), and the device Tensors its calls' host arrays are copied into (HostInputs); a
+# call with dtype overrides or a strided input runs both phases instead. The
 # call hands out new Tensor objects over the set's memory; the ones handed out before over that set are
 # recycled, and every read of a recycled Tensor raises RecycledError. So a result stays valid until the
 # ring comes round: `size` more calls of the same method (docs/concepts.md, "Buffer results").
 
 cdef tuple EMPTY = ()
+cdef object make_host_inputs = None   # aclnn_py.ops.host_inputs.HostInputs, at the first need
 
 
 cdef inline TensorBase new_view(TensorBase t, ResultSet issuer):
@@ -44,6 +46,7 @@ cdef class ResultSet:
     cdef size_t block_size[MAX_TENSORS]
     cdef Plan plan                    # the repeatable executor writing the outputs, or None
     cdef Py_ssize_t rows, rows_issue   # the rows the call of issue `rows_issue` received, once read
+    cdef object host_inputs           # aclnn_py.ops.host_inputs.HostInputs: its calls' host data on the device
 
     def __cinit__(self, ResultRing ring):
         self.ring = ring
@@ -85,9 +88,29 @@ cdef class ResultSet:
             self.plan = result_set_plan(op, launcher, cfg, ins, made)
         return self.plan
 
+    cdef object host_inputs_on(self, StreamBase stream):
+        """The Tensors this set keeps for host inputs, for a call on `stream`."""
+        global make_host_inputs
+        if self.host_inputs is None:
+            if make_host_inputs is None:
+                from .ops.host_inputs import HostInputs
+                make_host_inputs = HostInputs
+            self.host_inputs = make_host_inputs()
+        return self.host_inputs.on(stream)
+
+    cdef bint keeps(self, PyObject *t):
+        """`t` is one of the Tensors this set keeps for host inputs."""
+        if self.host_inputs is None:
+            return False
+        for kept in (<dict>self.host_inputs.tensors).values():
+            if <PyObject *>kept == t:
+                return True
+        return False
+
     cdef int launch(self, Plan plan, PyObject **ins, PyObject **given, Py_ssize_t n, StreamBase stream) except -1:
         """`plan` writes the set's outputs from `ins` (the operator function's order, NULL: absent) on `stream`;
-        an input that is not the caller's `given` one (an upload made for this call) is not kept by the plan."""
+        an input that is neither the caller's `given` one nor one the set keeps (an upload made for this
+        call) is not kept by the plan."""
         cdef PyObject *values[MAX_TENSORS]
         cdef Py_ssize_t i
         for i in range(1, n):
@@ -95,7 +118,7 @@ cdef class ResultSet:
         plan.step(values, n - 1, FROM_ONE, None, stream)
         mark_written(self.outputs, stream)
         for i in range(1, n):
-            if ins[i] != NULL and ins[i] != given[i]:
+            if ins[i] != NULL and ins[i] != given[i] and not self.keeps(ins[i]):
                 plan.let_go_of_input(i, stream)
         return 0
 
@@ -228,9 +251,12 @@ cdef class ResultRing:
             return sum(1 for s in self.sets if (<ResultSet>s).outputs is not None)
 
     def close_plans(self):
-        """Let go of the sets' executors (each once its stream has passed its last launch)."""
+        """Let go of the sets' executors and kept host inputs (each once its stream has passed its last
+        launch)."""
         for s in self.sets:
             (<ResultSet>s).close_plan()
+            if (<ResultSet>s).host_inputs is not None:
+                (<ResultSet>s).host_inputs.release()
 
 
 cdef Py_ssize_t written_nbytes(TensorBase t) except -2:

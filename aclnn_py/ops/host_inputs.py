@@ -1,0 +1,53 @@
+"""The device copies of the host inputs a MoeDistributeBuffer result set's calls were given.
+
+The buffer's operator methods take host arrays as well as device Tensors. A call of a result set copies
+such an input into the device Tensor the set keeps for that parameter (made at the first call with that
+shape and type) instead of a new allocation per call, so a serving loop over host arrays allocates
+nothing in its steady state, and the set's executor finds its inputs at the addresses it bound them to.
+The copy is queued on the call's stream behind the set's previous launch, the last reader of the Tensor.
+A call on another stream leaves the kept Tensors to the old stream (freed once it has passed the work
+queued on it) and makes new ones.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..dtypes import DTypeLike
+from ..runtime import Stream
+from ..tensor import Tensor, device_layout
+
+
+class HostInputs:
+    """One result set's kept device copies of host inputs, by parameter name, on one stream."""
+
+    __slots__ = ("stream", "tensors")
+
+    def __init__(self) -> None:
+        self.stream: Stream | None = None
+        self.tensors: dict[str, Tensor] = {}  # the compiled result set reads it (is an input one of them?)
+
+    def on(self, stream: Stream) -> HostInputs:
+        """The copies for a call on `stream`: those kept so far when they were made on it, else none."""
+        held = self.stream
+        if held is None or held._key != stream._key:
+            self.release()
+        self.stream = stream
+        return self
+
+    def upload(self, array: np.ndarray, param: str, dtype: DTypeLike | None = None, rows: int = -1) -> Tensor:
+        """`array` (host data as :meth:`Tensor.from_numpy` takes it, with `dtype`) copied into the Tensor
+        kept for `param`, a new one when there is none of its shape and type; with `rows` >= 0 only the
+        first `rows` rows are copied (an input whose reader reads no other row)."""
+        assert self.stream is not None, "HostInputs.upload before on(stream)"
+        arr, shape, dt = device_layout(array, dtype)
+        kept = self.tensors.get(param)
+        if kept is None or kept.dtype is not dt or kept.shape != shape:
+            kept = self.tensors[param] = Tensor.empty(shape, dt)
+        kept._upload(arr if rows < 0 else arr[:rows], self.stream)
+        return kept
+
+    def release(self) -> None:
+        """Let go of the kept Tensors. Their memory stays allocated while work queued so far may use it:
+        each copy into one, and each launch or executor that reads one, holds it on its stream."""
+        self.stream, self.tensors = None, {}
