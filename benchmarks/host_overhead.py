@@ -1,13 +1,16 @@
 """Host overhead: µs per dispatch / combine call spent in Python and the C API, with the mock's
 kernels switched off (``_mock.set_skip_kernels``: phase 2 still checks everything and queues a task,
 the task does nothing) and its poison fill of reused memory off (CANN fills nothing; with it on, the
-buffer's reused outputs would pay a refill the other paths do not). Eight paths per op, measured in the same process on the same tensors,
+buffer's reused outputs would pay a refill the other paths do not). Nine paths per op, measured in the same process on the same tensors,
 attributes and stream, their batches interleaved so that drift of a shared machine hits all alike:
 
 * ``buffer`` — :class:`~aclnn_py.MoeDistributeBuffer`'s ``low_latency_dispatch`` /
   ``low_latency_combine`` with device Tensors and a Stream, as a serving loop calls them (dropping each
   call's result): each call writes into the memory of the buffer's result set of two calls before and
   hands out new Tensors over it;
+* ``buffer_host`` — the same with host arrays (numpy) for the activations, as a serving stack without
+  device Tensors passes them: each call copies them into the Tensors the result set keeps (from
+  pageable memory: the copy returns once it has run);
 * ``ctypes`` — a plain ctypes binding (descriptors created per call, as ctypes users do);
 * ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with one
   MoeConfig made once (as MoeDistributeBuffer passes it) and caller-provided outputs (cached
@@ -43,7 +46,7 @@ from .ctypes_baseline import CtypesBinding
 from .progress import SILENT, Progress
 from .stats import ratio, summary_us
 
-PATHS = ("buffer", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
+PATHS = ("buffer", "buffer_host", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 WORKSPACE_BYTES = 1 << 24  # the C per-call loop's workspace; phase 1 asks for far less
 
 # Inputs a plan call rebinds in this bench (C parameter indices, names as in aclnn_py.ops).
@@ -92,6 +95,7 @@ def _ratios(row: dict[str, Any], samples: dict[str, list[float]]) -> None:
     row["plan_reuse_over_c_plan_reuse"] = paired_ratio(samples["plan_reuse"], samples["c_plan_reuse"])
     row["buffer_over_per_call"] = paired_ratio(samples["buffer"], samples["per_call"])
     row["buffer_over_c_per_call"] = paired_ratio(samples["buffer"], samples["c_per_call"])
+    row["buffer_host_over_buffer"] = paired_ratio(samples["buffer_host"], samples["buffer"])
 
 
 @dataclass
@@ -184,6 +188,8 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     return {
         "buffer": _written_out("buf.low_latency_dispatch(x, ids, e, stream=stream)", buf=s.buf, x=x, ids=ids,
                                e=s.attrs["moe_expert_num"], stream=s.stream),
+        "buffer_host": _written_out("buf.low_latency_dispatch(x, ids, e, stream=stream)", buf=s.buf, x=x.numpy(),
+                                    ids=ids.numpy(), e=s.attrs["moe_expert_num"], stream=s.stream),
         "ctypes": _written_out("binding.dispatch([ctx, x, ids] + [None] * 5, list(d), attrs, b'', tail, sh, ws)",
                                binding=s.ctypes, ctx=s.ctx, x=x, ids=ids, d=s.d, attrs=attrs, tail=tail, sh=sh, ws=ws),
         "per_call": _written_out("moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, config=cfg)",
@@ -220,6 +226,9 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
         "buffer": _written_out("buf.low_latency_combine(y, ids, None, assist, counts, num_experts=e, stream=stream)",
                                buf=s.buf, y=y, ids=ids, assist=assist, counts=counts, e=s.attrs["moe_expert_num"],
                                stream=s.stream),
+        "buffer_host": _written_out("buf.low_latency_combine(y, ids, None, assist, counts, num_experts=e, "
+                                    "stream=stream)", buf=s.buf, y=y.numpy(), ids=ids.numpy(), assist=assist,
+                                    counts=counts, e=s.attrs["moe_expert_num"], stream=s.stream),
         "ctypes": _written_out("binding.combine(ins, [out], attrs, b'', tail, sh, ws)",
                                binding=s.ctypes, ins=ins, out=s.c_out, attrs=attrs, tail=tail, sh=sh, ws=ws),
         "per_call": _written_out("moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=out, "
@@ -324,7 +333,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
 
 
 def host_overhead(calls: int = 2000, repeats: int = 15, progress: Progress = SILENT) -> dict[str, Any]:
-    """Host µs per call of dispatch and combine on the five paths, with their ratios."""
+    """Host µs per call of dispatch and combine on every path, with their ratios."""
     from aclnn_py.worlds import run_threads
 
     result: dict[str, Any] = run_threads(_host_overhead_rank, 2, calls, repeats, progress, threading.Event(),
