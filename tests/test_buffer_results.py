@@ -561,16 +561,25 @@ def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monk
 
 def test_kept_host_inputs_follow_the_calls_stream_and_shapes(acl: Any) -> None:
     """A result set makes its kept host-input Tensors again for a call on another stream or with other
-    shapes, and a call with host arrays gives the bytes of the same call with device Tensors."""
+    shapes, takes strided arrays and ids of another integer type as well, and a call with host arrays
+    gives the bytes of the same call with device Tensors."""
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
         other = acl.Device(rank).create_stream()
         rng = np.random.default_rng(50 + rank)
         same = []
-        for stream, bs in [(s, 8), (other, 8), (s, 5), (s, 8), (other, 3), (other, 3), (s, 3)]:
+        steps = [(s, 8, ""), (other, 8, ""), (s, 5, ""), (s, 8, ""), (other, 3, ""), (other, 3, "strided"),
+                 (s, 3, "int64"), (s, 3, "")]
+        for stream, bs, kind in steps:
             x = rng.uniform(-1, 1, (bs, H)).astype(ml_dtypes.bfloat16)
             ids = np.stack([rng.choice(E, K, replace=False) for _ in range(bs)]).astype(np.int32)
             w = rng.uniform(0, 1, (bs, K)).astype(np.float32)
-            d = buf.low_latency_dispatch(x, ids, E, topk_weights=w, stream=stream)
+            given_x, given_ids = x, ids
+            if kind == "strided":  # the same values, every other column of a wider array
+                given_x = np.repeat(x, 2, axis=1)[:, ::2]
+                assert not given_x.flags.c_contiguous
+            elif kind == "int64":
+                given_ids = ids.astype(np.int64)
+            d = buf.low_latency_dispatch(given_x, given_ids, E, topk_weights=w, stream=stream)
             y = buf.low_latency_combine(d.expand_x.numpy(), ids, w, d.assist_info_for_combine, d.ep_recv_counts,
                                         num_experts=E, stream=stream).numpy(stream=stream)
             xd, idd, wd = (acl.Tensor.from_numpy(a, stream=stream) for a in (x, ids, w))
@@ -583,4 +592,4 @@ def test_kept_host_inputs_follow_the_calls_stream_and_shapes(acl: Any) -> None:
         return {"same": same}
 
     for r in _world(acl, scenario):
-        assert all(r["same"]) and len(r["same"]) == 7, r
+        assert all(r["same"]) and len(r["same"]) == 8, r

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import _core
 from ..dtypes import DTypeLike
 from ..runtime import Stream
 from ..tensor import Tensor, device_layout
@@ -21,11 +22,14 @@ from ..tensor import Tensor, device_layout
 class HostInputs:
     """One result set's kept device copies of host inputs, by parameter name, on one stream."""
 
-    __slots__ = ("stream", "tensors")
+    __slots__ = ("stream", "tensors", "host_dtypes")
 
     def __init__(self) -> None:
         self.stream: Stream | None = None
         self.tensors: dict[str, Tensor] = {}  # the compiled result set reads it (is an input one of them?)
+        # per parameter, the numpy dtype of the host arrays whose bytes are the kept Tensor's as they are
+        # (None: the last one needed packing or a dtype override)
+        self.host_dtypes: dict[str, np.dtype | None] = {}
 
     def on(self, stream: Stream) -> HostInputs:
         """The copies for a call on `stream`: those kept so far when they were made on it, else none."""
@@ -39,15 +43,22 @@ class HostInputs:
         """`array` (host data as :meth:`Tensor.from_numpy` takes it, with `dtype`) copied into the Tensor
         kept for `param`, a new one when there is none of its shape and type; with `rows` >= 0 only the
         first `rows` rows are copied (an input whose reader reads no other row)."""
-        assert self.stream is not None, "HostInputs.upload before on(stream)"
-        arr, shape, dt = device_layout(array, dtype)
+        stream = self.stream
+        assert stream is not None, "HostInputs.upload before on(stream)"
         kept = self.tensors.get(param)
+        if kept is not None and dtype is None and array.__class__ is np.ndarray \
+                and array.dtype is self.host_dtypes[param] and array.shape == kept.shape and array.flags.c_contiguous:
+            # the steady call: an array like the last one (a kept Tensor is written on its stream only)
+            _core.upload(kept, array if rows < 0 else array[:rows], stream)
+            return kept
+        arr, shape, dt = device_layout(array, dtype)
         if kept is None or kept.dtype is not dt or kept.shape != shape:
             kept = self.tensors[param] = Tensor.empty(shape, dt)
-        kept._upload(arr if rows < 0 else arr[:rows], self.stream)
+        self.host_dtypes[param] = arr.dtype if dtype is None and arr.shape == shape else None
+        kept._upload(arr if rows < 0 else arr[:rows], stream)
         return kept
 
     def release(self) -> None:
         """Let go of the kept Tensors. Their memory stays allocated while work queued so far may use it:
         each copy into one, and each launch or executor that reads one, holds it on its stream."""
-        self.stream, self.tensors = None, {}
+        self.stream, self.tensors, self.host_dtypes = None, {}, {}
