@@ -654,13 +654,14 @@ ACLMOCK_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src
     if (count && find_block_at(src, nullptr) && !pins->pin(src, count, "aclrtMemcpyAsync: src", true))
         return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
     uint64_t ticket = 0;
+    const bool waits = pageable && !on_stream_worker(s);
     err = enqueue_ticket(s, [dst, src, count, pins]() -> int {
         if (count) std::memmove(dst, src, count);
         pins->release();
         return ACL_SUCCESS;
-    }, "aclrtMemcpyAsync", &ticket);
+    }, "aclrtMemcpyAsync", &ticket, waits);
     if (err) return err;
-    if (pageable && !on_stream_worker(s)) wait_ticket(s, ticket);
+    if (waits) wait_ticket(s, ticket);
     return ACL_SUCCESS;
 }
 

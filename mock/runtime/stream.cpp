@@ -98,7 +98,8 @@ public:
         if (worker.joinable()) worker.join();
     }
 
-    aclError push(Task t, const char *name, bool may_block, uint64_t *ticket) {
+    // `drained_now`: the caller waits for this task at once (drain), so no one else need start it.
+    aclError push(Task t, const char *name, bool may_block, uint64_t *ticket, bool drained_now = false) {
         bool wake = false, later = false;
         {
             std::lock_guard<std::mutex> lk(mu);
@@ -108,11 +109,12 @@ public:
             q.push_back(Item{std::move(t), name ? name : "task", ++submitted, may_block});
             if (ticket) *ticket = submitted;
             wake = may_block;
-            later = !wake && !start_listed;
+            later = !wake && !drained_now && !start_listed;
             start_listed = start_listed || later;
         }
         if (wake) cv_work.notify_one();
         if (later) start_later(weak_from_this());
+        if (drained_now) return ACL_SUCCESS;
         if (!may_block && (t_queued.empty() || t_queued.back().lock().get() != this)) {
             if (t_queued.size() >= kQueuedKept) start_queued_elsewhere(nullptr);
             t_queued.push_back(weak_from_this());
@@ -507,14 +509,15 @@ Stream *resolve_stream(aclrtStream handle, aclError *err, const char *api) {
 Stream *resolve_stream(aclrtStream handle, aclError *err) { return resolve_stream(handle, err, nullptr); }
 
 namespace {
-aclError queue_task(Stream *s, Task task, const char *name, bool may_block, uint64_t *ticket) {
+aclError queue_task(Stream *s, Task task, const char *name, bool may_block, uint64_t *ticket,
+                    bool drained_now = false) {
     if (!s) return fail(ACL_ERROR_INVALID_PARAM, "%s: stream is NULL", name ? name : "enqueue");
-    return s->push(std::move(task), name, may_block, ticket);
+    return s->push(std::move(task), name, may_block, ticket, drained_now);
 }
 }  // namespace
 
-aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket) {
-    return queue_task(s, std::move(task), name, false, ticket);
+aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket, bool waited_at_once) {
+    return queue_task(s, std::move(task), name, false, ticket, waited_at_once);
 }
 
 aclError enqueue(Stream *s, Task task, const char *name, bool may_block) {

@@ -5,8 +5,10 @@
 
 namespace aclmock {
 
-// enqueue() that also reports the task's ticket (1-based position in the stream's queue history).
-ACLMOCK_API aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket);
+// enqueue() of a task that cannot block, reporting its ticket (1-based position in the stream's queue
+// history). `waited_at_once`: the caller calls wait_ticket right after, which runs or starts it, so the
+// queue is not listed for a later start (a pageable copy, which returns once it has run).
+ACLMOCK_API aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket, bool waited_at_once);
 // Blocks until the task with that ticket has run (and its captures were released).
 ACLMOCK_API void wait_ticket(Stream *s, uint64_t ticket);
 // Keeps this library loaded until the process ends (RTLD_NODELETE): called before starting a
