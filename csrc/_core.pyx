@@ -15,6 +15,8 @@
   result sets.
 * The launch every call ends in (:class:`Launcher`), the stream-ordered holds it makes, the Tensor and
   Stream fields they read (csrc/_core.pxd) and DLPack.
+* The copies between host arrays and device memory (:func:`upload`, :func:`download`): every upload of
+  host data and every download goes through them.
 
 The backend's C functions are called through the cffi extension's trampolines, by address
 (:func:`bind_backend`).
