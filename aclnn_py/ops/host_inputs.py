@@ -46,16 +46,16 @@ class HostInputs:
         stream = self.stream
         assert stream is not None, "HostInputs.upload before on(stream)"
         kept = self.tensors.get(param)
-        if kept is not None and dtype is None and array.__class__ is np.ndarray \
-                and array.dtype is self.host_dtypes[param] and array.shape == kept.shape and array.flags.c_contiguous:
-            # the steady call: an array like the last one (a kept Tensor is written on its stream only)
-            _core.upload(kept, array if rows < 0 else array[:rows], stream)
-            return kept
-        arr, shape, dt = device_layout(array, dtype)
-        if kept is None or kept.dtype is not dt or kept.shape != shape:
-            kept = self.tensors[param] = Tensor.empty(shape, dt)
-        self.host_dtypes[param] = arr.dtype if dtype is None and arr.shape == shape else None
-        kept._upload(arr if rows < 0 else arr[:rows], stream)
+        if kept is None or dtype is not None or array.__class__ is not np.ndarray \
+                or array.dtype is not self.host_dtypes[param] or array.shape != kept.shape \
+                or not array.flags.c_contiguous:
+            # not an array like the last one for this input: its device layout, a new Tensor when it differs
+            array, shape, dt = device_layout(array, dtype)
+            if kept is None or kept.dtype is not dt or kept.shape != shape:
+                kept = self.tensors[param] = Tensor.empty(shape, dt)
+            self.host_dtypes[param] = array.dtype if dtype is None and array.shape == shape else None
+        # a kept Tensor is written on its stream only: no other stream's write to wait for
+        _core.upload(kept, array if rows < 0 else array[:rows], stream)
         return kept
 
     def release(self) -> None:

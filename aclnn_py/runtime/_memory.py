@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import threading
 from contextlib import nullcontext
-from typing import Any
 
 import numpy as np
 
@@ -128,21 +127,10 @@ class MemoryExport:
             pass
 
 
-def _stream_cdata(stream: QueueingStream | None) -> Any:
-    return initialized().ffi.NULL if stream is None else stream._cdata
-
-
 def copy_to_device(dst: int, dst_max: int, src: np.ndarray, stream: QueueingStream | None = None) -> None:
     """Copy a C-contiguous host array to device address `dst`: synchronous without `stream`;
     queued on `stream` otherwise (the caller keeps `src` alive until the stream passes the copy)."""
-    b = initialized()
-    srcp = b.ffi.cast("void *", src.ctypes.data)
-    if stream is None:
-        check_acl(b.lib.aclrtMemcpy(b.ffi.cast("void *", dst), dst_max, srcp, src.nbytes,
-                                    b.lib.ACL_MEMCPY_HOST_TO_DEVICE), "aclrtMemcpy")
-    else:
-        check_acl(b.lib.aclrtMemcpyAsync(b.ffi.cast("void *", dst), dst_max, srcp, src.nbytes,
-                                         b.lib.ACL_MEMCPY_HOST_TO_DEVICE, stream._cdata), "aclrtMemcpyAsync")
+    _core.copy_host_to_device(dst, dst_max, src, stream)
 
 
 def copy_on_device(dst: int, dst_max: int, src: int, count: int, stream: QueueingStream | None = None) -> None:

@@ -31,48 +31,73 @@ def bind_copies(*, uintptr_t memcpy_async_address, uintptr_t memcpy_address, int
     memcpy_host_to_device, memcpy_device_to_host = host_to_device, device_to_host
 
 
-def upload(TensorBase dst, object arr, StreamBase stream):
-    """Queue on `stream` a copy of the C-contiguous host array `arr`'s bytes into `dst`'s memory from
-    element 0 (at most its span) and hold both until the stream passes it. The GIL is released around
-    aclrtMemcpyAsync: from pageable memory it returns once the copy has run (CANN's rule), which may
-    wait for work queued before it."""
+cdef int host_buffer(object arr, Py_buffer *view, int flags, str what) except -1:
+    """`arr`'s buffer into `view` (the caller releases it), refused unless C-contiguous."""
+    PyObject_GetBuffer(arr, view, flags | PyBUF_ANY_CONTIGUOUS)  # a strided array raises BufferError
+    if not PyBuffer_IsContiguous(view, b'C'):
+        PyBuffer_Release(view)
+        raise BufferError(f"{what}: the host array must be C-contiguous")
+    return 0
+
+
+cdef int copy_from_host(uintptr_t dst, size_t room, object arr, object stream) except -1:
+    """The C-contiguous host array `arr`'s bytes to device address `dst` (`room` bytes there): queued on
+    `stream` by aclrtMemcpyAsync with the GIL released (from pageable memory it returns once the copy has
+    run, CANN's rule, which may wait for work queued before it); with `stream` None by aclrtMemcpy, the
+    GIL kept where a call cannot block (the mock: a memmove)."""
     cdef Py_buffer view
-    cdef int status
-    cdef void *handle = <void *>stream.handle
-    cdef void *target = <void *>dst.data
-    cdef size_t room = <size_t>dst.span
+    cdef int status = 0
+    cdef void *handle = NULL
+    cdef bint queued = stream is not None
     if memcpy_async == NULL:
         raise RuntimeError("no backend is bound (import aclnn_py)")
-    PyObject_GetBuffer(arr, &view, PyBUF_ANY_CONTIGUOUS)  # a strided array raises BufferError
+    if queued:
+        if not isinstance(stream, StreamBase):
+            raise TypeError(f"copy to device: expected a Stream, got {type(stream).__name__}")
+        handle = <void *>(<StreamBase>stream).handle
+    host_buffer(arr, &view, 0, "copy to device")
     try:
-        if not PyBuffer_IsContiguous(&view, b'C'):
-            raise BufferError("upload: the host array must be C-contiguous")
         if <size_t>view.len > room:
-            raise ValueError(f"upload: {view.len} bytes into a {room}-byte Tensor")
-        if view.len:
+            raise ValueError(f"copy to device: {view.len} bytes into {room} bytes")
+        if view.len and queued:
             with nogil:
-                status = memcpy_async(target, room, view.buf, <size_t>view.len, memcpy_host_to_device, handle)
-            if status:
-                check_acl(status, "aclrtMemcpyAsync")
+                status = memcpy_async(<void *>dst, room, view.buf, <size_t>view.len, memcpy_host_to_device, handle)
+        elif view.len and launch_releases_gil:
+            with nogil:
+                status = memcpy_sync(<void *>dst, room, view.buf, <size_t>view.len, memcpy_host_to_device)
+        elif view.len:
+            status = memcpy_sync(<void *>dst, room, view.buf, <size_t>view.len, memcpy_host_to_device)
+        if status:
+            check_acl(status, "aclrtMemcpyAsync" if queued else "aclrtMemcpy")
     finally:
         PyBuffer_Release(&view)
+    return 0
+
+
+def copy_host_to_device(uintptr_t dst, size_t room, object arr, object stream=None):
+    """runtime.copy_to_device: see copy_from_host (the caller keeps `arr` alive until the stream passes
+    a queued copy)."""
+    copy_from_host(dst, room, arr, stream)
+
+
+def upload(TensorBase dst, object arr, StreamBase stream):
+    """Queue on `stream` a copy of the C-contiguous host array `arr`'s bytes into `dst`'s memory from
+    element 0 (at most its span) and hold both until the stream passes it (see copy_from_host)."""
+    copy_from_host(dst.data, <size_t>dst.span, arr, stream)
     hold(stream, (arr, anchor_of(dst)))  # the copy reads `arr` and writes the memory later
     written_on(dst, stream)
 
 
-
 def download(object out, uintptr_t src, Py_ssize_t count):
     """Copy `count` bytes from device address `src` into the writable C-contiguous host buffer `out`
-    (aclrtMemcpy; the caller has waited for the writers of the source). Where a launch cannot block
+    (aclrtMemcpy; the caller has waited for the writers of the source). Where a call cannot block
     (the mock: this copy is a memmove) the GIL is kept."""
     cdef Py_buffer view
     cdef int status
     if memcpy_sync == NULL:
         raise RuntimeError("no backend is bound (import aclnn_py)")
-    PyObject_GetBuffer(out, &view, PyBUF_ANY_CONTIGUOUS | PyBUF_WRITABLE)
+    host_buffer(out, &view, PyBUF_WRITABLE, "download")
     try:
-        if not PyBuffer_IsContiguous(&view, b'C'):
-            raise BufferError("download: the host array must be C-contiguous")
         if count < 0 or count > view.len:
             raise ValueError(f"download: {count} bytes into a {view.len}-byte host array")
         if count:

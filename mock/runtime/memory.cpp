@@ -653,16 +653,14 @@ ACLMOCK_API aclError aclrtMemcpyAsync(void *dst, size_t destMax, const void *src
     pins->note_write(dst, count);
     if (count && find_block_at(src, nullptr) && !pins->pin(src, count, "aclrtMemcpyAsync: src", true))
         return fail(ACL_ERROR_INVALID_PARAM, "%s", take_error().c_str());
-    uint64_t ticket = 0;
-    const bool waits = pageable && !on_stream_worker(s);
-    err = enqueue_ticket(s, [dst, src, count, pins]() -> int {
+    Task copy = [dst, src, count, pins]() -> int {
         if (count) std::memmove(dst, src, count);
         pins->release();
         return ACL_SUCCESS;
-    }, "aclrtMemcpyAsync", &ticket, waits);
-    if (err) return err;
-    if (waits) wait_ticket(s, ticket);
-    return ACL_SUCCESS;
+    };
+    // From pageable memory it returns once the copy has run (unless called from a task of this stream)
+    if (pageable && !on_stream_worker(s)) return enqueue_and_wait(s, std::move(copy), "aclrtMemcpyAsync");
+    return enqueue(s, std::move(copy), "aclrtMemcpyAsync", false);
 }
 
 ACLMOCK_API aclError aclrtMemset(void *devPtr, size_t maxCount, int32_t value, size_t count) {

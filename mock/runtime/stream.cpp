@@ -98,7 +98,7 @@ public:
         if (worker.joinable()) worker.join();
     }
 
-    // `drained_now`: the caller waits for this task at once (drain), so no one else need start it.
+    // `drained_now`: the caller drains up to this task at once, so no one else need start it.
     aclError push(Task t, const char *name, bool may_block, uint64_t *ticket, bool drained_now = false) {
         bool wake = false, later = false;
         {
@@ -516,16 +516,15 @@ aclError queue_task(Stream *s, Task task, const char *name, bool may_block, uint
 }
 }  // namespace
 
-aclError enqueue_ticket(Stream *s, Task task, const char *name, uint64_t *ticket, bool waited_at_once) {
-    return queue_task(s, std::move(task), name, false, ticket, waited_at_once);
+aclError enqueue_and_wait(Stream *s, Task task, const char *name) {
+    uint64_t ticket = 0;
+    if (aclError err = queue_task(s, std::move(task), name, false, &ticket, true)) return err;
+    s->drain(ticket, Clock::time_point::max());
+    return ACL_SUCCESS;
 }
 
 aclError enqueue(Stream *s, Task task, const char *name, bool may_block) {
     return queue_task(s, std::move(task), name, may_block, nullptr);
-}
-
-void wait_ticket(Stream *s, uint64_t ticket) {
-    if (s) s->drain(ticket, Clock::time_point::max());
 }
 
 int32_t stream_device(const Stream *s) { return s ? s->device : -1; }
