@@ -11,6 +11,7 @@ table it produced (:class:`CompiledAbi`) and the layouts of the operators' run h
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping
@@ -217,6 +218,7 @@ def same_name(c_name: str, py_name: str) -> bool:
     return name_key(c_name) == name_key(py_name)
 
 
+@functools.cache  # a few dozen parameter names, compared at each operator's first use in a process
 def name_key(name: str) -> str:
     """What :func:`same_name` compares: the name without underscores, case and those suffixes."""
     key = name.replace("_", "").lower()

@@ -176,7 +176,7 @@ class PreparedCombine(Prepared):
         self.result = x_out
 
 
-launchers.register_names("combine", INPUTS, OUTPUTS)
+launchers.register_signature("combine", SIGNATURE)
 register_operator(Operator(
     name="combine", input_names=INPUTS, output_names=OUTPUTS, required_inputs=3,
     key=((2, 0), (1, 1), (2, 1)),  # the pre-check key (BS, H, K): expert_ids' dim 0, expand_x's dim 1, expert_ids' dim 1

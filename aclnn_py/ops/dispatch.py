@@ -260,7 +260,7 @@ class PreparedDispatch(Prepared):
         self.result = outputs
 
 
-launchers.register_names("dispatch", INPUTS, OUTPUTS)
+launchers.register_signature("dispatch", SIGNATURE)
 register_operator(Operator(
     name="dispatch", input_names=INPUTS, output_names=OUTPUTS, required_inputs=3,
     key=((1, 0), (1, 1), (2, 1)),  # the pre-check key (BS, H, K): x's dims 0 and 1, expert_ids' dim 1

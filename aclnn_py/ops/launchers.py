@@ -21,13 +21,14 @@ class HasGeneration(Protocol):
 
 _lock = threading.Lock()
 _made: dict[int, tuple[Launcher, Launcher]] = {}
-#: Each operator's tensor names in the newest generation's order (its module registers them).
-_names: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {}
+#: Each operator's signature: its tensor names in the newest generation's order (its module registers it).
+_signatures: dict[str, Signature] = {}
 
 
-def register_names(op: str, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> None:
-    """The operator function's input and output names of `op` ("dispatch" or "combine")."""
-    _names[op] = (inputs, outputs)
+def register_signature(op: str, signature: Signature) -> None:
+    """The operator function's signature of `op` ("dispatch" or "combine"): the newest generation's
+    C function and the input and output names in its order."""
+    _signatures[op] = signature
 
 
 def for_config(config: HasGeneration) -> tuple[Launcher, Launcher]:
@@ -41,14 +42,15 @@ def for_generation(number: int) -> tuple[Launcher, Launcher]:
         with _lock:
             found = _made.get(number)
             if found is None:
-                found = _made[number] = (_launcher(number, "dispatch", *_names["dispatch"]),
-                                         _launcher(number, "combine", *_names["combine"]))
+                found = _made[number] = (_launcher(number, "dispatch", _signatures["dispatch"]),
+                                         _launcher(number, "combine", _signatures["combine"]))
     return found
 
 
-def _launcher(number: int, op: str, inputs: tuple[str, ...], outputs: tuple[str, ...]) -> Launcher:
+def _launcher(number: int, op: str, signature: Signature) -> Launcher:
+    inputs, outputs = signature.inputs, signature.outputs
     if number == generations.NEWEST:  # the functions' own order, checked against the prototype by name
-        layout = Signature(generations.GENERATIONS[0].phase2(op), inputs, outputs).layout
+        layout = signature.layout
         in_at, out_at = tuple(range(len(inputs))), tuple(range(len(outputs)))
     else:
         layout = generations.layout(number, op)

@@ -107,6 +107,9 @@ ACLMOCK_API aclError aclrtSetDevice(int32_t deviceId) {
                     deviceId);
     take_device_ref(deviceId);
     bind_thread_to_device(deviceId);
+    // A device's memory is ready once it is open: the first operator call of a process (often the
+    // first round of a world) should not be the one filling the poison file.
+    prepare_poison_pages();
     return ACL_SUCCESS;
 }
 

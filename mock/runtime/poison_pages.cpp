@@ -19,7 +19,8 @@ struct PoisonFile {
     uint8_t byte = 0;
 };
 
-// One per process, made on first use; never closed (blocks map it until the process ends).
+// One per process, made when a device is first opened (or at the first large allocation); never
+// closed (blocks map it until the process ends).
 const PoisonFile &poison_file(uint8_t byte) {
     static PoisonFile f;
     static std::once_flag once;
@@ -68,6 +69,11 @@ void *map_poison(size_t bytes, uint8_t byte) {
         }
     }
     return base;
+}
+
+void prepare_poison_pages() {
+    const Config &c = config();
+    if (c.poison) poison_file(c.poison_byte);
 }
 
 void unmap_poison(void *p, size_t bytes) {

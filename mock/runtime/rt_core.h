@@ -158,6 +158,9 @@ constexpr size_t kPoisonLazyMax = size_t(64) << 20;
 // made (no memfd, out of mappings).
 void *map_poison(size_t bytes, uint8_t byte);
 void unmap_poison(void *p, size_t bytes);
+// Makes the poison file now (once per process; nothing with the poison off): aclrtSetDevice calls it,
+// so that opening a device, not a process's first large allocation, pays for filling it.
+void prepare_poison_pages();
 size_t poison_map_bytes(size_t bytes);
 // refill_poison of `n` blocks queued on `stream` (a reused block still read by earlier work on it):
 // 0, or an aclError with the message set. Nothing is queued with the poison off.

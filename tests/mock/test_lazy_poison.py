@@ -189,3 +189,25 @@ print(json.dumps({"lazy": w["lazy"], "poison_outside": w["poison_outside"]}))
     r = run_python(code, ACLNN_MOCK_POISON=poison)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout.strip().splitlines()[-1]) == {"lazy": False, "poison_outside": False}
+
+
+@pytest.mark.parametrize("poison", ["1", "0"])
+def test_opening_a_device_makes_the_poison_file(poison):
+    # The first large allocation of a process then only maps it: a world's first round does not fill
+    # one poison file per rank process at the same moment.
+    code = """
+import json, os
+import aclnn_py as acl
+acl.init("mock")
+
+def poison_files():
+    return sum(os.readlink(f"/proc/self/fd/{fd}").startswith("/memfd:aclnn-mock-poison")
+               for fd in os.listdir("/proc/self/fd") if os.path.exists(f"/proc/self/fd/{fd}"))
+
+before = poison_files()
+acl.Device(0).set_current()
+print(json.dumps({"before": before, "after": poison_files()}))
+"""
+    r = run_python(code, ACLNN_MOCK_POISON=poison)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout.strip().splitlines()[-1]) == {"before": 0, "after": int(poison == "1")}
