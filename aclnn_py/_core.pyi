@@ -18,6 +18,9 @@ from .runtime._memory import DeviceMemory
 from .runtime._stream import Stream
 from .tensor import Tensor, TensorArg
 
+#: How many layouts (outputs and executor) a MoeDistributeBuffer result set keeps.
+RESULT_SET_LAYOUTS: int
+
 def bind_backend(*, create_tensor_address: int, destroy_tensor_address: int, set_input_addr_address: int,
                  set_output_addr_address: int, destroy_executor_address: int, format_nd_value: int,
                  refill_poison_address: int = 0, hccl_barrier_address: int = 0, get_device_address: int = 0,

@@ -1,7 +1,7 @@
 """Host overhead: µs per dispatch / combine call spent in Python and the C API, with the mock's
 kernels switched off (``_mock.set_skip_kernels``: phase 2 still checks everything and queues a task,
 the task does nothing) and its poison fill of reused memory off (CANN fills nothing; with it on, the
-buffer's reused outputs would pay a refill the other paths do not). Nine paths per op, measured in the same process on the same tensors,
+buffer's reused outputs would pay a refill the other paths do not). Ten paths per op, measured in the same process on the same tensors,
 attributes and stream, their batches interleaved so that drift of a shared machine hits all alike:
 
 * ``buffer`` — :class:`~aclnn_py.MoeDistributeBuffer`'s ``low_latency_dispatch`` /
@@ -11,6 +11,8 @@ attributes and stream, their batches interleaved so that drift of a shared machi
 * ``buffer_host`` — the same with host arrays (numpy) for the activations, as a serving stack without
   device Tensors passes them: each call copies them into the Tensors the result set keeps (from
   pageable memory: the copy returns once it has run);
+* ``buffer_varying`` — ``buffer`` with the token count of a serving loop's batches varying: three
+  counts (1, 2, 3 tokens) in turn, so each result set meets every layout in turn;
 * ``ctypes`` — a plain ctypes binding (descriptors created per call, as ctypes users do);
 * ``per_call`` — aclnn-py's ``moe_distribute_dispatch`` / ``moe_distribute_combine`` with one
   MoeConfig made once (as MoeDistributeBuffer passes it) and caller-provided outputs (cached
@@ -46,7 +48,7 @@ from .ctypes_baseline import CtypesBinding
 from .progress import SILENT, Progress
 from .stats import ratio, summary_us
 
-PATHS = ("buffer", "buffer_host", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
+PATHS = ("buffer", "buffer_host", "buffer_varying", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 WORKSPACE_BYTES = 1 << 24  # the C per-call loop's workspace; phase 1 asks for far less
 
 # Inputs a plan call rebinds in this bench (C parameter indices, names as in aclnn_py.ops).
@@ -96,6 +98,7 @@ def _ratios(row: dict[str, Any], samples: dict[str, list[float]]) -> None:
     row["buffer_over_per_call"] = paired_ratio(samples["buffer"], samples["per_call"])
     row["buffer_over_c_per_call"] = paired_ratio(samples["buffer"], samples["c_per_call"])
     row["buffer_host_over_buffer"] = paired_ratio(samples["buffer_host"], samples["buffer"])
+    row["buffer_varying_over_buffer"] = paired_ratio(samples["buffer_varying"], samples["buffer"])
 
 
 @dataclass
@@ -119,6 +122,9 @@ class _Setup:
     ctypes: CtypesBinding
     floor: CFloor
     workspace: Any         # for the ctypes and C per-call loops
+    # per token count (1, 2, 3): x, ids, and the expand_x, assist_info_for_combine and ep_recv_counts of
+    # a real dispatch of them, for the varying buffer loop
+    varied: list[tuple[Any, ...]] = field(default_factory=list)
     closing: list[Any] = field(default_factory=list)
 
     @cached_property
@@ -169,6 +175,11 @@ def _plan_floor(s: _Setup, op: int, prepared: Any, rebound: dict[int, str],
     return rebinding, launch_only
 
 
+def _numbered(varied: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, Any]:
+    """The varying loop's variables: ``x0``, ``ids0``, … for each token count's tuple."""
+    return {f"{name}{i}": value for i, row in enumerate(varied) for name, value in zip(names, row)}
+
+
 def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
     from aclnn_py.dtypes import bfloat16
     from aclnn_py.ops import DispatchPlan, moe_distribute_dispatch, prepare_dispatch
@@ -190,6 +201,10 @@ def _dispatch_runners(s: _Setup) -> dict[str, Runner]:
                                e=s.attrs["moe_expert_num"], stream=s.stream),
         "buffer_host": _written_out("buf.low_latency_dispatch(x, ids, e, stream=stream)", buf=s.buf, x=x.numpy(),
                                     ids=ids.numpy(), e=s.attrs["moe_expert_num"], stream=s.stream),
+        "buffer_varying": _written_out("\n".join(f"buf.low_latency_dispatch(x{i}, ids{i}, e, stream=stream)"
+                                                 for i in range(len(s.varied))),
+                                       buf=s.buf, e=s.attrs["moe_expert_num"], stream=s.stream,
+                                       **_numbered(s.varied, ("x", "ids"))),
         "ctypes": _written_out("binding.dispatch([ctx, x, ids] + [None] * 5, list(d), attrs, b'', tail, sh, ws)",
                                binding=s.ctypes, ctx=s.ctx, x=x, ids=ids, d=s.d, attrs=attrs, tail=tail, sh=sh, ws=ws),
         "per_call": _written_out("moe_distribute_dispatch(ctx, x, ids, stream=stream, outputs=d, config=cfg)",
@@ -229,6 +244,10 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
         "buffer_host": _written_out("buf.low_latency_combine(y, ids, None, assist, counts, num_experts=e, "
                                     "stream=stream)", buf=s.buf, y=y.numpy(), ids=ids.numpy(), assist=assist,
                                     counts=counts, e=s.attrs["moe_expert_num"], stream=s.stream),
+        "buffer_varying": _written_out("\n".join(f"buf.low_latency_combine(y{i}, ids{i}, None, assist{i}, counts{i}, "
+                                                 f"num_experts=e, stream=stream)" for i in range(len(s.varied))),
+                                       buf=s.buf, e=s.attrs["moe_expert_num"], stream=s.stream,
+                                       **_numbered(s.varied, ("x", "ids", "y", "assist", "counts"))),
         "ctypes": _written_out("binding.combine(ins, [out], attrs, b'', tail, sh, ws)",
                                binding=s.ctypes, ins=ins, out=s.c_out, attrs=attrs, tail=tail, sh=sh, ws=ws),
         "per_call": _written_out("moe_distribute_combine(ctx, y, ids, assist, counts, stream=stream, x_out=out, "
@@ -247,7 +266,7 @@ def _combine_runners(s: _Setup) -> dict[str, Runner]:
 
 
 def _measure_rank0(ctx: Any, buf: Any, stream: Any, attrs: dict[str, Any], d: Any, y: Any, x: Any, ids: Any,
-                   calls: int, repeats: int, progress: Progress) -> dict[str, Any]:
+                   varied: list[tuple[Any, ...]], calls: int, repeats: int, progress: Progress) -> dict[str, Any]:
     import aclnn_py as acl
 
     def second(t: Any) -> Any:  # the same values at another address
@@ -259,7 +278,7 @@ def _measure_rank0(ctx: Any, buf: Any, stream: Any, attrs: dict[str, Any], d: An
                c_out=acl.Tensor.empty(x.shape, acl.dtypes.bfloat16),
                empty_weights=acl.Tensor.from_numpy(np.zeros((0,), np.float32)),
                ctypes=CtypesBinding(acl.backend().libraries), floor=CFloor(),
-               workspace=acl.DeviceMemory(WORKSPACE_BYTES))
+               workspace=acl.DeviceMemory(WORKSPACE_BYTES), varied=varied)
 
     def settle() -> None:
         stream.synchronize()  # also releases what the stream held for the calls it has run
@@ -302,12 +321,18 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
         ctx, ccl = build_context(comm)
         attrs: dict[str, Any] = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=e,
                                      ccl_buffer_size=ccl)
-        x = acl.Tensor.from_numpy(np.ones((bs, h), bf16))
-        ids = acl.Tensor.from_numpy(np.full((bs, k), rank % e, np.int32))
-        # one real round so combine has meaningful inputs
-        d = moe_distribute_dispatch(ctx, x, ids, stream=stream, **attrs)
-        stream.synchronize()
-        y = acl.Tensor.from_numpy(d.expand_x.numpy().astype(bf16))
+        # a real dispatch per token count, so combine has meaningful inputs (the first count is the other
+        # paths' shape)
+        varied = []
+        for n in (bs, bs + 1, bs + 2):
+            xn = acl.Tensor.from_numpy(np.ones((n, h), bf16))
+            idsn = acl.Tensor.from_numpy(np.full((n, k), rank % e, np.int32))
+            dn = moe_distribute_dispatch(ctx, xn, idsn, stream=stream, **attrs)
+            stream.synchronize()
+            yn = acl.Tensor.from_numpy(dn.expand_x.numpy().astype(bf16))
+            varied.append((xn, idsn, yn, dn.assist_info_for_combine, dn.ep_recv_counts))
+            if n == bs:
+                x, ids, d, y = xn, idsn, dn, yn
         moe_distribute_combine(ctx, y, ids, d.assist_info_for_combine, d.ep_recv_counts, stream=stream, **attrs)
         stream.synchronize()
         comm.barrier(stream)
@@ -317,7 +342,7 @@ def _host_overhead_rank(rank: int, world_size: int, root: bytes, calls: int, rep
             poison = _mock.poison()
             _mock.set_poison(False)
             try:
-                result = _measure_rank0(ctx, buf, stream, attrs, d, y, x, ids, calls, repeats, progress)
+                result = _measure_rank0(ctx, buf, stream, attrs, d, y, x, ids, varied, calls, repeats, progress)
             finally:
                 _mock.set_skip_kernels(False)
                 _mock.set_poison(poison)

@@ -75,6 +75,7 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
 HOST_ROWS = (
     ("aclnn-py `MoeDistributeBuffer` (device Tensors, outputs reused)", "buffer"),
     ("aclnn-py `MoeDistributeBuffer`, host arrays in (copied into the set's kept Tensors)", "buffer_host"),
+    ("aclnn-py `MoeDistributeBuffer`, token count varying (1, 2, 3 in turn)", "buffer_varying"),
     ("ctypes baseline (descriptors made per call)", "ctypes"),
     ("aclnn-py per call (one MoeConfig, caller's outputs)", "per_call"),
     ("C floor per call (phase 1 + 2, descriptors made once)", "c_per_call"),
@@ -87,6 +88,7 @@ RATIO_ROWS = (
     ("buffer / C per call", "buffer_over_c_per_call"),
     ("buffer / per call", "buffer_over_per_call"),
     ("buffer, host arrays / device Tensors", "buffer_host_over_buffer"),
+    ("buffer, token count varying / fixed", "buffer_varying_over_buffer"),
     ("per call / C per call", "per_call_over_c_per_call"),
     ("plan / C plan", "plan_over_c_plan"),
     ("plan / C plan, same inputs", "plan_reuse_over_c_plan_reuse"),

@@ -559,6 +559,49 @@ def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monk
         assert r["after"] == r["before"], r
 
 
+def test_a_host_array_loop_whose_token_count_varies_allocates_nothing_once_warm(acl: Any, monkeypatch: Any) -> None:
+    """Host arrays whose token count cycles through four values: once every set has seen its counts, a
+    call allocates no device memory (each set keeps the outputs of each layout and a device copy of each
+    input per shape), and every result is the bytes of the same call with device Tensors."""
+    import threading
+
+    from aclnn_py.runtime import _pool
+
+    mallocs: list[int] = []
+    real = _pool.MemoryPool.malloc
+    both = threading.Barrier(2)
+
+    def counted(self: Any, nbytes: int, device: int) -> int:
+        mallocs.append(nbytes)
+        return real(self, nbytes, device)
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        x, ids, w = (t.numpy() for t in sets[1])
+        host = {bs: (x[:bs], ids[:bs], w[:bs]) for bs in (BS, 3, 5, 1)}
+
+        def call(b: Any, bs: int, device: bool) -> bytes:
+            args = tuple(acl.Tensor.from_numpy(a) for a in host[bs]) if device else host[bs]
+            out = b.low_latency_dispatch(args[0], args[1], E, topk_weights=args[2], stream=s)
+            y = b.low_latency_combine(out.expand_x, args[1], args[2], out.assist_info_for_combine,
+                                      out.ep_recv_counts, num_experts=E, stream=s)
+            return bytes(y.numpy(stream=s).tobytes())
+
+        with acl.MoeDistributeBuffer(buf.comm) as fresh:
+            expected = {bs: call(fresh, bs, True) for bs in host}
+        order = [(BS, 3, 5, 1)[i % 4] for i in range(20)]
+        same = [call(buf, bs, False) == expected[bs] for bs in order[:8]]
+        both.wait()
+        if rank == 0:
+            monkeypatch.setattr(_pool.MemoryPool, "malloc", counted)
+        both.wait()
+        same += [call(buf, bs, False) == expected[bs] for bs in order[8:]]
+        both.wait()
+        return {"same": same, "steady mallocs": len(mallocs)}
+
+    for r in _world(acl, scenario):
+        assert r["same"] == [True] * 20 and r["steady mallocs"] == 0, r
+
+
 def test_kept_host_inputs_follow_the_calls_stream_and_shapes(acl: Any) -> None:
     """A result set makes its kept host-input Tensors again for a call on another stream or with other
     shapes, takes strided arrays and ids of another integer type as well, and a call with host arrays
@@ -593,3 +636,61 @@ def test_kept_host_inputs_follow_the_calls_stream_and_shapes(acl: Any) -> None:
 
     for r in _world(acl, scenario):
         assert all(r["same"]) and len(r["same"]) == 8, r
+
+
+def test_a_serving_loop_whose_token_count_varies_reuses_each_layouts_outputs_and_executor(acl: Any,
+                                                                                          monkeypatch: Any) -> None:
+    """Calls whose token count cycles through a few values (a serving loop's batches) find each
+    layout's outputs and executor kept by the set they take: once every set has seen its counts, no
+    executor or descriptor is made, and every result is the bytes of the same call on a fresh buffer.
+    A set that meets a fifth layout lets its oldest go (four kept), and still gives the same bytes."""
+    import threading
+
+    from aclnn_py import _mock
+    from aclnn_py.ops import plan_parts
+
+    both = threading.Barrier(2)
+    cycle = (BS, 3, 5, 1)  # with two sets per ring: one set sees BS and 5, the other 3 and 1
+    phase1: list[int] = []
+    real = plan_parts.result_set_executor
+
+    def counted(*args: Any) -> Any:
+        phase1.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(plan_parts, "result_set_executor", counted)
+
+    def made() -> tuple[int, int, int]:
+        both.wait()  # both ranks between calls
+        n = _mock.stats()
+        found = int(n["executors"]), int(n["tensors"]), len(phase1)
+        both.wait()
+        return found
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        x, ids, w = (t.numpy() for t in sets[1])
+        data = {bs: tuple(acl.Tensor.from_numpy(a[:bs]) for a in (x, ids, w)) for bs in (*cycle, 7, 2, 6)}
+
+        def call(b: Any, bs: int) -> list[bytes]:
+            out = _dispatch(b, s, data[bs])
+            y = _combine(b, s, data[bs], out)
+            s.synchronize()
+            return [out.expand_x.numpy()[:int(out.ep_recv_counts.numpy()[-1])].tobytes(),
+                    out.ep_recv_counts.numpy().tobytes(), y.numpy().tobytes()]
+
+        with acl.MoeDistributeBuffer(buf.comm) as fresh:
+            expected = {bs: call(fresh, bs) for bs in data}
+        order = [cycle[i % len(cycle)] for i in range(24)]
+        got = [call(buf, bs) == expected[bs] for bs in order[:8]]
+        warm = made()
+        got += [call(buf, bs) == expected[bs] for bs in order[8:]]
+        steady = made()
+        # each set now meets 7, 2 and 6 (five layouts: its oldest goes), then its first two again
+        got += [call(buf, bs) == expected[bs] for bs in (7, 7, 2, 2, 6, 6, BS, 3, 5, 1)]
+        return {"same": got, "warm": warm, "steady": steady, "after": made()}
+
+    for r in _world(acl, scenario):
+        assert r["same"] == [True] * 34, r["same"]
+        assert r["steady"] == r["warm"], r  # no phase 1, executor or descriptor once warm
+        # two ranks x two methods x two sets: two layouts each once warm, at most four in the end
+        assert r["warm"][0] == 2 * 2 * 2 * 2 and r["after"][0] == 2 * 2 * 2 * 4, r

@@ -1,9 +1,11 @@
 """The device copies of the host inputs a MoeDistributeBuffer result set's calls were given.
 
 The buffer's operator methods take host arrays as well as device Tensors. A call of a result set copies
-such an input into the device Tensor the set keeps for that parameter (made at the first call with that
-shape and type) instead of a new allocation per call, so a serving loop over host arrays allocates
-nothing in its steady state, and the set's executor finds its inputs at the addresses it bound them to.
+such an input into the device Tensor the set keeps for that parameter and shape (made at the first call
+with that shape and type; as many shapes per parameter as the set keeps layouts) instead of a new
+allocation per call, so a serving loop over host arrays allocates nothing in its steady state, also when
+its token count varies among a few values, and the set's executor finds its inputs at the addresses it
+bound them to.
 The copy is queued on the call's stream behind the set's previous launch, the last reader of the Tensor.
 A call on another stream leaves the kept Tensors to the old stream (freed once it has passed the work
 queued on it) and makes new ones.
@@ -18,18 +20,22 @@ from ..dtypes import DTypeLike
 from ..runtime import Stream
 from ..tensor import Tensor, device_layout
 
+Key = tuple[str, tuple[int, ...]]  # a parameter and the shape of the host arrays given for it
+
 
 class HostInputs:
-    """One result set's kept device copies of host inputs, by parameter name, on one stream."""
+    """One result set's kept device copies of host inputs, by parameter name and host shape, on one
+    stream."""
 
-    __slots__ = ("stream", "tensors", "host_dtypes")
+    __slots__ = ("stream", "tensors", "host_dtypes", "ids")
 
     def __init__(self) -> None:
         self.stream: Stream | None = None
-        self.tensors: dict[str, Tensor] = {}  # the compiled result set reads it (is an input one of them?)
-        # per parameter, the numpy dtype of the host arrays whose bytes are the kept Tensor's as they are
+        self.tensors: dict[Key, Tensor] = {}  # oldest first
+        # per key, the numpy dtype of the host arrays whose bytes are the kept Tensor's as they are
         # (None: the last one needed packing or a dtype override)
-        self.host_dtypes: dict[str, np.dtype | None] = {}
+        self.host_dtypes: dict[Key, np.dtype | None] = {}
+        self.ids: set[int] = set()  # id() of each kept Tensor: the compiled result set asks "is an input kept?"
 
     def on(self, stream: Stream) -> HostInputs:
         """The copies for a call on `stream`: those kept so far when they were made on it, else none."""
@@ -45,20 +51,39 @@ class HostInputs:
         first `rows` rows are copied (an input whose reader reads no other row)."""
         stream = self.stream
         assert stream is not None, "HostInputs.upload before on(stream)"
-        kept = self.tensors.get(param)
-        if kept is None or dtype is not None or array.__class__ is not np.ndarray \
-                or array.dtype is not self.host_dtypes[param] or array.shape != kept.shape \
+        given = array.__class__ is np.ndarray
+        key: Key = (param, array.shape if given else ())
+        kept = self.tensors.get(key) if given else None
+        if kept is None or dtype is not None or array.dtype is not self.host_dtypes[key] \
                 or not array.flags.c_contiguous:
-            # not an array like the last one for this input: its device layout, a new Tensor when it differs
+            # not an array like the last one of its shape for this input: its device layout, a new Tensor
+            # when it differs
             array, shape, dt = device_layout(array, dtype)
+            if not given:  # a list or the like: by the shape of its array
+                key = (param, array.shape)
+            kept = self.tensors.get(key)
             if kept is None or kept.dtype is not dt or kept.shape != shape:
-                kept = self.tensors[param] = Tensor.empty(shape, dt)
-            self.host_dtypes[param] = array.dtype if dtype is None and array.shape == shape else None
+                kept = self.keep(key, Tensor.empty(shape, dt))
+            self.host_dtypes[key] = array.dtype if dtype is None and array.shape == shape else None
         # a kept Tensor is written on its stream only: no other stream's write to wait for
         _core.upload(kept, array if rows < 0 else array[:rows], stream)
         return kept
 
+    def keep(self, key: Key, tensor: Tensor) -> Tensor:
+        """`tensor` kept for `key` (instead of the one before), the oldest shape of its parameter let go
+        of when the parameter has more than a result set keeps layouts."""
+        old = self.tensors.pop(key, None)
+        if old is not None:
+            self.ids.discard(id(old))
+        same = [k for k in self.tensors if k[0] == key[0]]
+        if len(same) >= _core.RESULT_SET_LAYOUTS:
+            self.ids.discard(id(self.tensors.pop(same[0])))
+            self.host_dtypes.pop(same[0], None)
+        self.tensors[key] = tensor
+        self.ids.add(id(tensor))
+        return tensor
+
     def release(self) -> None:
         """Let go of the kept Tensors. Their memory stays allocated while work queued so far may use it:
         each copy into one, and each launch or executor that reads one, holds it on its stream."""
-        self.stream, self.tensors, self.host_dtypes = None, {}, {}
+        self.stream, self.tensors, self.host_dtypes, self.ids = None, {}, {}, set()

@@ -4,12 +4,18 @@
 # on another stream), else into new outputs the set adopts. With the outputs the set keeps a repeatable
 # executor of their layout (a Plan: phase 1 once per layout, then each call rebinds the inputs that
 # moved and launches), and the device Tensors its calls' host arrays are copied into (HostInputs); a
-# call with dtype overrides or a strided input runs both phases instead. The
+# call with dtype overrides or a strided input runs both phases instead. A set keeps the outputs and
+# executors of its LAYOUTS_KEPT latest layouts: a serving loop whose token count varies among a few
+# values finds its layout kept instead of allocating outputs and running phase 1 at every call. The
 # call hands out new Tensor objects over the set's memory; the ones handed out before over that set are
 # recycled, and every read of a recycled Tensor raises RecycledError. So a result stays valid until the
 # ring comes round: `size` more calls of the same method (docs/concepts.md, "Buffer results").
 
 cdef tuple EMPTY = ()
+cdef enum:
+    LAYOUTS_KEPT = 4   # layouts whose outputs and executor a result set keeps (the current one and those set aside)
+#: How many layouts (outputs and executor) a MoeDistributeBuffer result set keeps.
+RESULT_SET_LAYOUTS = LAYOUTS_KEPT
 cdef object make_host_inputs = None   # aclnn_py.ops.host_inputs.HostInputs, at the first need
 
 
@@ -47,10 +53,12 @@ cdef class ResultSet:
     cdef Plan plan                    # the repeatable executor writing the outputs, or None
     cdef Py_ssize_t rows, rows_issue   # the rows the call of issue `rows_issue` received, once read
     cdef object host_inputs           # aclnn_py.ops.host_inputs.HostInputs: its calls' host data on the device
+    cdef list aside                   # the outputs and executors of earlier layouts (layout()), latest first
 
     def __cinit__(self, ResultRing ring):
         self.ring = ring
         self.rows_issue = -1
+        self.aside = []
 
     cdef Py_ssize_t received_rows(self, bint read) except -2:
         """The rows the call of the current issue received (a dispatch's N), or -1: unknown (not read yet
@@ -102,10 +110,7 @@ cdef class ResultSet:
         """`t` is one of the Tensors this set keeps for host inputs."""
         if self.host_inputs is None:
             return False
-        for kept in (<dict>self.host_inputs.tensors).values():
-            if <PyObject *>kept == t:
-                return True
-        return False
+        return id(<object>t) in <set>self.host_inputs.ids
 
     cdef int launch(self, Plan plan, PyObject **ins, PyObject **given, Py_ssize_t n, StreamBase stream) except -1:
         """`plan` writes the set's outputs from `ins` (the operator function's order, NULL: absent) on `stream`;
@@ -132,13 +137,48 @@ cdef class ResultSet:
             if ins[i] != NULL:
                 present |= 1LL << i
         x, ids = <TensorBase>ins[1], <TensorBase>ins[2]
-        if self.suits(cfg, x, ids, present, dtypes, stream) and (self.prechecked or not precheck):
+        if (self.suits(cfg, x, ids, present, dtypes, stream) or self.take_aside(cfg, x, ids, present, dtypes, stream)) \
+                and (self.prechecked or not precheck):
             # the pre-checks of this layout ran when the set's outputs were made: the verdict is the same
             self.refill(stream)
             return self.outputs
         made = op.make_outputs(cfg, op.list_of(ins), None, dtypes, precheck, stream)
         self.adopt(made, cfg, x, ids, present, precheck)
         return made
+
+    cdef tuple layout(self):
+        """The current layout's outputs and executor, and what they were made for."""
+        return (self.outputs, self.own, self.views, self.config, self.x_shape, self.x_dtype, self.ids_shape,
+                self.present, self.prechecked, self.stream, self.plan)
+
+    cdef int use_layout(self, tuple kept) except -1:
+        """Make `kept` (a layout() set aside) the current one again."""
+        (self.outputs, self.own, self.views, self.config, self.x_shape, self.x_dtype, self.ids_shape,
+         self.present, self.prechecked, self.stream, self.plan) = kept
+        self.note_blocks()
+        return 0
+
+    cdef bint take_aside(self, ConfigBase cfg, TensorBase x, TensorBase ids, long long present, tuple dtypes,
+                         StreamBase stream) except -1:
+        """A layout set aside suits the call: it becomes the current one (the current one is set aside)."""
+        cdef Py_ssize_t i
+        if self.outputs is None:
+            return False
+        current = None
+        for i in range(len(self.aside)):
+            kept = <tuple>self.aside[i]
+            if kept[3] is not cfg or kept[4] != x.shape or kept[6] != ids.shape:
+                continue  # made for another config or shapes: no need to look closer
+            if current is None:
+                current = self.layout()
+            self.use_layout(kept)
+            if self.suits(cfg, x, ids, present, dtypes, stream):
+                del self.aside[i]
+                self.aside.insert(0, current)
+                return True
+        if current is not None:
+            self.use_layout(current)
+        return False
 
     cdef bint suits(self, ConfigBase cfg, TensorBase x, TensorBase ids, long long present, tuple dtypes,
                     StreamBase stream):
@@ -154,6 +194,11 @@ cdef class ResultSet:
         if x.dtype is not self.x_dtype or not (x.shape is self.x_shape or x.shape == self.x_shape) \
                 or not (ids.shape is self.ids_shape or ids.shape == self.ids_shape):
             return False
+        return self.reusable()
+
+    cdef bint reusable(self):
+        """None of the Tensors handed out over the current outputs was exported or read on another stream
+        (someone else may still read their memory)."""
         if self.views is not None:
             for v in self.views:
                 if v is not None and (<TensorBase>v)._shared:
@@ -162,16 +207,29 @@ cdef class ResultSet:
 
     cdef int adopt(self, object made, ConfigBase cfg, TensorBase x, TensorBase ids, long long present,
                    bint prechecked) except -1:
-        """Keep `made` (new outputs) as the set's own, for calls of this layout (the executor of the ones
-        before is let go of)."""
-        self.close_plan()
+        """Keep `made` (new outputs) as the set's own, for calls of this layout; the layout before is set
+        aside unless its outputs cannot be used again, and the oldest beyond LAYOUTS_KEPT let go of (an
+        executor once its stream has passed it)."""
+        if self.outputs is not None and self.reusable():
+            self.aside.insert(0, self.layout())
+            self.plan = None
+            if len(self.aside) >= LAYOUTS_KEPT:
+                dropped = <Plan>(<tuple>self.aside.pop())[10]
+                if dropped is not None:
+                    dropped.close()
+        self.close_plan()  # the executor of outputs that cannot be used again
         own = (made,) if isinstance(made, TensorBase) else tuple(made)
         self.outputs, self.own, self.views = made, own, None
         self.config, self.x_shape, self.x_dtype, self.ids_shape = cfg, x.shape, x.dtype, ids.shape
         self.present, self.prechecked = present, prechecked
         self.stream = None
+        self.note_blocks()
+        return 0
+
+    cdef int note_blocks(self) except -1:
+        """The blocks of the current outputs, for their poison refills."""
         self.n_blocks = 0
-        for t in own:
+        for t in self.own:
             if t is None:
                 continue
             mem = (<TensorBase>t)._mem
@@ -185,6 +243,15 @@ cdef class ResultSet:
         if self.plan is not None:
             plan, self.plan = self.plan, None
             plan.close()  # released once the stream of its last launch has passed it
+        return 0
+
+    cdef int close_plans(self) except -1:
+        """Let go of the executors of every layout kept (the layouts set aside with them)."""
+        self.close_plan()
+        aside, self.aside = self.aside, []
+        for kept in aside:
+            if (<tuple>kept)[10] is not None:
+                (<Plan>(<tuple>kept)[10]).close()
         return 0
 
     cdef int refill(self, StreamBase stream) except -1:
@@ -254,7 +321,7 @@ cdef class ResultRing:
         """Let go of the sets' executors and kept host inputs (each once its stream has passed its last
         launch)."""
         for s in self.sets:
-            (<ResultSet>s).close_plan()
+            (<ResultSet>s).close_plans()
             if (<ResultSet>s).host_inputs is not None:
                 (<ResultSet>s).host_inputs.release()
 

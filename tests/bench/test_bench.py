@@ -25,9 +25,10 @@ if str(REPO) not in sys.path:
 from benchmarks import report, scaling, thread_worlds  # noqa: E402
 from benchmarks.progress import Progress  # noqa: E402
 
-PATHS = ("buffer", "buffer_host", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
+PATHS = ("buffer", "buffer_host", "buffer_varying", "ctypes", "per_call", "c_per_call", "plan", "c_plan", "plan_reuse", "c_plan_reuse")
 RATIOS = ("ctypes_over_plan", "per_call_over_plan", "plan_over_c_plan", "per_call_over_c_per_call",
-          "plan_reuse_over_c_plan_reuse", "buffer_over_per_call", "buffer_over_c_per_call", "buffer_host_over_buffer")
+          "plan_reuse_over_c_plan_reuse", "buffer_over_per_call", "buffer_over_c_per_call", "buffer_host_over_buffer",
+          "buffer_varying_over_buffer")
 
 
 def run_bench(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
