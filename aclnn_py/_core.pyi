@@ -145,6 +145,8 @@ def moe_distribute_combine(
     stream: StreamArg = None, precheck: bool = True, **attrs: int | str,
 ) -> Tensor: ...
 
+class KeptLayout: ...
+
 class ResultSet:
     issue: int
 

@@ -1,7 +1,8 @@
 """Imported by the fork server of :func:`aclnn_py.worlds.spawn` before it forks any rank: what each
 rank's first operator call would otherwise work out for itself (the run helpers' layouts, parsed from
-the extension's prototype table, and the operators' tensor names checked against them), worked out once. Nothing here needs a backend; a failure is left
-for the rank to report, where the same call raises it with its context."""
+the extension's prototype table, and the operators' tensor names checked against them), worked out
+once. Nothing here needs a backend; a failure is left for the rank to report, where the same call
+raises it with its context."""
 
 from __future__ import annotations
 

@@ -34,6 +34,24 @@ cdef inline TensorBase new_view(TensorBase t, ResultSet issuer):
 
 
 @cython.final
+cdef class KeptLayout:
+    """A layout a result set set aside: its outputs and executor, and what they were made for (the fields
+    of ResultSet of the same names)."""
+
+    cdef object outputs, config, x_shape, x_dtype, ids_shape, stream
+    cdef tuple own, views
+    cdef long long present
+    cdef bint prechecked
+    cdef Plan plan
+
+    cdef int close_plan(self) except -1:
+        if self.plan is not None:
+            plan, self.plan = self.plan, None
+            plan.close()  # released once the stream of its last launch has passed it
+        return 0
+
+
+@cython.final
 cdef class ResultSet:
     """One set of a ring: the outputs whose memory a call writes (own Tensors, never handed out), and
     the issue number of the Tensors handed out over them last."""
@@ -53,7 +71,7 @@ cdef class ResultSet:
     cdef Plan plan                    # the repeatable executor writing the outputs, or None
     cdef Py_ssize_t rows, rows_issue   # the rows the call of issue `rows_issue` received, once read
     cdef object host_inputs           # aclnn_py.ops.host_inputs.HostInputs: its calls' host data on the device
-    cdef list aside                   # the outputs and executors of earlier layouts (layout()), latest first
+    cdef list aside                   # KeptLayouts: the outputs and executors of earlier layouts, latest first
 
     def __cinit__(self, ResultRing ring):
         self.ring = ring
@@ -146,15 +164,19 @@ cdef class ResultSet:
         self.adopt(made, cfg, x, ids, present, precheck)
         return made
 
-    cdef tuple layout(self):
+    cdef KeptLayout layout(self):
         """The current layout's outputs and executor, and what they were made for."""
-        return (self.outputs, self.own, self.views, self.config, self.x_shape, self.x_dtype, self.ids_shape,
-                self.present, self.prechecked, self.stream, self.plan)
+        cdef KeptLayout k = KeptLayout.__new__(KeptLayout)
+        k.outputs, k.own, k.views, k.plan = self.outputs, self.own, self.views, self.plan
+        k.config, k.x_shape, k.x_dtype, k.ids_shape = self.config, self.x_shape, self.x_dtype, self.ids_shape
+        k.present, k.prechecked, k.stream = self.present, self.prechecked, self.stream
+        return k
 
-    cdef int use_layout(self, tuple kept) except -1:
-        """Make `kept` (a layout() set aside) the current one again."""
-        (self.outputs, self.own, self.views, self.config, self.x_shape, self.x_dtype, self.ids_shape,
-         self.present, self.prechecked, self.stream, self.plan) = kept
+    cdef int use_layout(self, KeptLayout k) except -1:
+        """Make `k` (a layout() set aside) the current one again."""
+        self.outputs, self.own, self.views, self.plan = k.outputs, k.own, k.views, k.plan
+        self.config, self.x_shape, self.x_dtype, self.ids_shape = k.config, k.x_shape, k.x_dtype, k.ids_shape
+        self.present, self.prechecked, self.stream = k.present, k.prechecked, k.stream
         self.note_blocks()
         return 0
 
@@ -162,12 +184,13 @@ cdef class ResultSet:
                          StreamBase stream) except -1:
         """A layout set aside suits the call: it becomes the current one (the current one is set aside)."""
         cdef Py_ssize_t i
+        cdef KeptLayout kept
         if self.outputs is None:
             return False
         current = None
         for i in range(len(self.aside)):
-            kept = <tuple>self.aside[i]
-            if kept[3] is not cfg or kept[4] != x.shape or kept[6] != ids.shape:
+            kept = <KeptLayout>self.aside[i]
+            if kept.config is not cfg or kept.x_shape != x.shape or kept.ids_shape != ids.shape:
                 continue  # made for another config or shapes: no need to look closer
             if current is None:
                 current = self.layout()
@@ -214,9 +237,7 @@ cdef class ResultSet:
             self.aside.insert(0, self.layout())
             self.plan = None
             if len(self.aside) >= LAYOUTS_KEPT:
-                dropped = <Plan>(<tuple>self.aside.pop())[10]
-                if dropped is not None:
-                    dropped.close()
+                (<KeptLayout>self.aside.pop()).close_plan()
         self.close_plan()  # the executor of outputs that cannot be used again
         own = (made,) if isinstance(made, TensorBase) else tuple(made)
         self.outputs, self.own, self.views = made, own, None
@@ -250,8 +271,7 @@ cdef class ResultSet:
         self.close_plan()
         aside, self.aside = self.aside, []
         for kept in aside:
-            if (<tuple>kept)[10] is not None:
-                (<Plan>(<tuple>kept)[10]).close()
+            (<KeptLayout>kept).close_plan()
         return 0
 
     cdef int refill(self, StreamBase stream) except -1:
