@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .._core import Launcher, destroy_executor_at
+from .._core import Launcher, destroy_executor_at, private_view
 from ..errors import ClosedError, check_aclnn, param_invalid
 from ..runtime import DeviceMemory, Resource, StreamArg, initialized, resolve_stream
 from ..tensor import Tensor
@@ -119,5 +119,4 @@ def private_views(tensors: Sequence[Tensor | None], keep: bool = True) -> list[T
     addresses of these descriptors, never those of the caller's Tensors. Each view keeps its Tensor's
     memory (an export of it) unless not `keep`: for an executor whose every launch binds its caller's
     Tensors first (a MoeDistributeBuffer result set's)."""
-    return [None if t is None else Tensor(t.ptr, t.shape, t.dtype, t.strides, t.offset, owner=t if keep else None,
-                                          device=t.device) for t in tensors]
+    return [None if t is None else private_view(t, keep) for t in tensors]

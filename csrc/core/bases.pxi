@@ -182,6 +182,32 @@ cdef class TensorBase:
         return 0
 
 
+cdef tuple EMPTY = ()
+
+
+cdef inline TensorBase view_of(TensorBase t):
+    """A new Tensor of `t`'s class with `t`'s layout, address and device, open; no memory, owner, writer
+    or descriptor of its own yet."""
+    cls = type(t)
+    cdef TensorBase v = <TensorBase>(<PyTypeObject *>cls).tp_new(<void *>cls, EMPTY, NULL)
+    v.shape, v.dtype, v.strides, v.offset = t.shape, t.dtype, t.strides, t.offset
+    v.ptr_value, v.offset_value, v.data = t.ptr_value, t.offset_value, t.data
+    v._open, v._contiguous, v._shared, v._rewritten = True, t._contiguous, False, False
+    v.dev, v.span = t.dev, t.span
+    return v
+
+
+def private_view(TensorBase t, bint keep):
+    """A view of `t` with a descriptor of its own (made at its first use), for a repeatable executor:
+    rebinding the executor's slot changes that descriptor's address, never `t`'s. With `keep` it holds
+    an export of `t`'s memory (as a Tensor borrowing `t` does), else nothing."""
+    t.check_readable("use its address")
+    cdef TensorBase v = view_of(t)
+    if keep:
+        v._owner = t._export()
+    return v
+
+
 cdef int describe(TensorBase t) except -1:
     """Give `t` its descriptor: its shape, strides and offset over a 1-D storage reaching its last
     element, from its storage base (aclCreateTensor copies the arrays)."""

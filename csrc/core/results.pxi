@@ -11,7 +11,6 @@
 # recycled, and every read of a recycled Tensor raises RecycledError. So a result stays valid until the
 # ring comes round: `size` more calls of the same method (docs/concepts.md, "Buffer results").
 
-cdef tuple EMPTY = ()
 cdef enum:
     LAYOUTS_KEPT = 4   # layouts whose outputs and executor a result set keeps (the current one and those set aside)
 #: How many layouts (outputs and executor) a MoeDistributeBuffer result set keeps.
@@ -21,14 +20,9 @@ cdef object make_host_inputs = None   # aclnn_py.ops.host_inputs.HostInputs, at 
 
 cdef inline TensorBase new_view(TensorBase t, ResultSet issuer):
     """A new Tensor of `t`'s class over `t`'s memory, lending `t`'s descriptor, handed out by `issuer`."""
-    cls = type(t)
-    cdef TensorBase v = <TensorBase>(<PyTypeObject *>cls).tp_new(<void *>cls, EMPTY, NULL)
-    v.shape, v.dtype, v.strides, v.offset = t.shape, t.dtype, t.strides, t.offset
+    cdef TensorBase v = view_of(t)
     v._mem, v._owner, v._writer = t._mem, t._owner, t._writer
-    v.ptr_value, v.offset_value, v.data = t.ptr_value, t.offset_value, t.data
-    v._open, v._contiguous, v._shared, v._rewritten = True, t._contiguous, False, False
     v.desc, v.owns_desc = t.desc, False
-    v.dev, v.span = t.dev, t.span
     v.issuer, v.issue = issuer, issuer.issue
     return v
 
