@@ -497,6 +497,24 @@ def test_a_buffer_dropped_without_close_lets_its_executors_go_at_once(acl: Any) 
         assert r["during"] == r["before"] + 4 and r["after"] == r["before"] and r["kept"], r
 
 
+def _malloc_counter(monkeypatch: Any) -> tuple[list[int], Callable[[], None]]:
+    """A list of the sizes the memory pool allocates once the returned function has run (call it on one
+    thread while the others wait: it patches the pool for every thread)."""
+    from aclnn_py.runtime import _pool
+
+    mallocs: list[int] = []
+    real = _pool.MemoryPool.malloc
+
+    def counted(self: Any, nbytes: int, device: int) -> int:
+        mallocs.append(nbytes)
+        return real(self, nbytes, device)
+
+    def start() -> None:
+        monkeypatch.setattr(_pool.MemoryPool, "malloc", counted)
+
+    return mallocs, start
+
+
 def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monkeypatch: Any) -> None:
     """A loop over host arrays copies them into device Tensors each result set keeps (dispatch's x,
     expert ids and weights; combine's expand_x, expert ids and weights): once both rings have been
@@ -504,15 +522,8 @@ def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monk
     workspace block) gives all of it back."""
     import threading
 
-    from aclnn_py.runtime import _pool
-
-    mallocs: list[int] = []
-    real = _pool.MemoryPool.malloc
+    mallocs, count_mallocs = _malloc_counter(monkeypatch)
     both = threading.Barrier(2)
-
-    def counted(self: Any, nbytes: int, device: int) -> int:
-        mallocs.append(nbytes)
-        return real(self, nbytes, device)
 
     def rank_fn(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
         s = acl.Device(rank).create_stream()
@@ -537,7 +548,7 @@ def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monk
                     step(i)
                 both.wait()
                 if rank == 0:
-                    monkeypatch.setattr(_pool.MemoryPool, "malloc", counted)
+                    count_mallocs()
                 both.wait()
                 for i in range(2, 8):
                     step(i)
@@ -565,15 +576,8 @@ def test_a_host_array_loop_whose_token_count_varies_allocates_nothing_once_warm(
     input per shape), and every result is the bytes of the same call with device Tensors."""
     import threading
 
-    from aclnn_py.runtime import _pool
-
-    mallocs: list[int] = []
-    real = _pool.MemoryPool.malloc
+    mallocs, count_mallocs = _malloc_counter(monkeypatch)
     both = threading.Barrier(2)
-
-    def counted(self: Any, nbytes: int, device: int) -> int:
-        mallocs.append(nbytes)
-        return real(self, nbytes, device)
 
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
         x, ids, w = (t.numpy() for t in sets[1])
@@ -592,7 +596,7 @@ def test_a_host_array_loop_whose_token_count_varies_allocates_nothing_once_warm(
         same = [call(buf, bs, False) == expected[bs] for bs in order[:8]]
         both.wait()
         if rank == 0:
-            monkeypatch.setattr(_pool.MemoryPool, "malloc", counted)
+            count_mallocs()
         both.wait()
         same += [call(buf, bs, False) == expected[bs] for bs in order[8:]]
         both.wait()
