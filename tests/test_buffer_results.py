@@ -497,6 +497,44 @@ def test_a_buffer_dropped_without_close_lets_its_executors_go_at_once(acl: Any) 
         assert r["during"] == r["before"] + 4 and r["after"] == r["before"] and r["kept"], r
 
 
+def test_a_layout_whose_results_were_exported_is_not_kept_for_later(acl: Any) -> None:
+    """Outputs a host view was taken of are never written again: when the set turns to a layout it kept,
+    the exported layout is let go of (its executor too), and a later call of that layout writes new
+    outputs while the view still shows the bytes it was taken of."""
+    import threading
+
+    from aclnn_py import _mock
+
+    both = threading.Barrier(2)
+
+    def executors() -> int:
+        both.wait()
+        n = int(_mock.stats()["executors"])
+        both.wait()
+        return n
+
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        x, ids, w = (t.numpy() for t in sets[1])
+        data = {bs: tuple(acl.Tensor.from_numpy(a[:bs]) for a in (x, ids, w)) for bs in (BS, 3)}
+        _dispatch(buf, s, data[3])  # layout A
+        out = _dispatch(buf, s, data[BS])  # layout B (A set aside)
+        s.synchronize()
+        view = out.expand_x.numpy_view()  # B's outputs are exported
+        taken = view.tobytes()
+        two = executors()  # A's and B's
+        _dispatch(buf, s, data[3])  # back to A: B is let go of
+        one = executors()
+        again = _dispatch(buf, s, data[BS])  # B anew, in new memory
+        s.synchronize()
+        return {"two": two, "one": one, "after": executors(), "view kept": view.tobytes() == taken,
+                "new memory": again.expand_x.ptr != out.expand_x._ptr}
+
+    for r in _world(acl, scenario, result_sets=1):
+        # per process: two ranks x one dispatch set
+        assert (r["two"], r["one"], r["after"]) == (4, 2, 4), r
+        assert r["view kept"] and r["new memory"], r
+
+
 def _malloc_counter(monkeypatch: Any) -> tuple[list[int], Callable[[], None]]:
     """A list of the sizes the memory pool allocates once the returned function has run (call it on one
     thread while the others wait: it patches the pool for every thread)."""

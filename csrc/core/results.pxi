@@ -179,19 +179,23 @@ cdef class ResultSet:
         """A layout set aside suits the call: it becomes the current one (the current one is set aside)."""
         cdef Py_ssize_t i
         cdef KeptLayout kept
+        cdef KeptLayout current = None
         if self.outputs is None:
             return False
-        current = None
         for i in range(len(self.aside)):
             kept = <KeptLayout>self.aside[i]
             if kept.config is not cfg or kept.x_shape != x.shape or kept.ids_shape != ids.shape:
                 continue  # made for another config or shapes: no need to look closer
             if current is None:
                 current = self.layout()
+                reusable = self.reusable()
             self.use_layout(kept)
             if self.suits(cfg, x, ids, present, dtypes, stream):
                 del self.aside[i]
-                self.aside.insert(0, current)
+                if reusable:
+                    self.aside.insert(0, current)
+                else:  # outputs someone else may still read: not kept for later
+                    current.close_plan()
                 return True
         if current is not None:
             self.use_layout(current)
