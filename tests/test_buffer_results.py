@@ -9,9 +9,10 @@ memory it wrote (the poison of new memory included, where the operator writes no
 from __future__ import annotations
 
 import gc
+import threading
 import weakref
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import ml_dtypes
 import numpy as np
@@ -41,6 +42,7 @@ def _snapshot(out: Any, stream: Any) -> list[bytes]:
     return [t.numpy_view().tobytes() for t in out]
 
 
+T = TypeVar("T")
 Scenario = Callable[[Any, Any, Any, int, list[Any]], dict[str, Any]]
 
 
@@ -302,8 +304,6 @@ def test_a_download_copies_the_received_rows_and_combine_uploads_only_those(acl:
     wrote into whole again; a host expand_x given to combine after such a download is uploaded up to the
     received rows, and combines to the same bytes as the device result. A plan's outputs (not a buffer's)
     download whole."""
-    import threading
-
     from aclnn_py.ops.host_inputs import HostInputs
 
     leading: list[tuple[int, int]] = []
@@ -402,16 +402,12 @@ def test_a_steady_call_launches_its_sets_executor_again_and_a_strided_input_runs
     no executor and no descriptor (phase 1 ran at the first call of the layout). A new layout (another
     batch size) makes new ones; a strided x runs both phases (and phase 1 refuses it, as without a
     set's executor). Every call gives the bytes of a call with keep=True (both phases, new memory)."""
-    import threading
-
     from aclnn_py import _mock
 
     both = threading.Barrier(2)
 
     def counts() -> tuple[int, int]:
-        both.wait()  # both ranks between calls
-        n = _mock.stats()
-        both.wait()
+        n = _between_calls(both, _mock.stats)
         return int(n["executors"]), int(n["tensors"])
 
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
@@ -459,17 +455,12 @@ def test_a_steady_call_launches_its_sets_executor_again_and_a_strided_input_runs
 def test_a_buffer_dropped_without_close_lets_its_executors_go_at_once(acl: Any) -> None:
     """The result sets' executors go when the buffer is dropped (its sets live on in a cycle with the
     Tensors they handed out until the collector runs); the Tensors handed out keep their memory."""
-    import threading
-
     from aclnn_py import _mock
 
     both = threading.Barrier(2)
 
     def executors() -> int:
-        both.wait()
-        n = int(_mock.stats()["executors"])
-        both.wait()
-        return n
+        return int(_between_calls(both, _mock.stats)["executors"])
 
     def rank_fn(rank: int, world_size: int, root: bytes) -> dict[str, Any]:
         gc.disable()  # the drop alone, not the collector, lets them go
@@ -501,17 +492,12 @@ def test_a_layout_whose_results_were_exported_is_not_kept_for_later(acl: Any) ->
     """Outputs a host view was taken of are never written again: when the set turns to a layout it kept,
     the exported layout is let go of (its executor too), and a later call of that layout writes new
     outputs while the view still shows the bytes it was taken of."""
-    import threading
-
     from aclnn_py import _mock
 
     both = threading.Barrier(2)
 
     def executors() -> int:
-        both.wait()
-        n = int(_mock.stats()["executors"])
-        both.wait()
-        return n
+        return int(_between_calls(both, _mock.stats)["executors"])
 
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
         x, ids, w = (t.numpy() for t in sets[1])
@@ -533,6 +519,14 @@ def test_a_layout_whose_results_were_exported_is_not_kept_for_later(acl: Any) ->
         # per process: two ranks x one dispatch set
         assert (r["two"], r["one"], r["after"]) == (4, 2, 4), r
         assert r["view kept"] and r["new memory"], r
+
+
+def _between_calls(both: threading.Barrier, read: Callable[[], T]) -> T:
+    """`read()` while every rank waits at `both` between its calls: none goes on before all have read."""
+    both.wait()
+    found = read()
+    both.wait()
+    return found
 
 
 def _malloc_counter(monkeypatch: Any) -> tuple[list[int], Callable[[], None]]:
@@ -558,8 +552,6 @@ def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monk
     expert ids and weights; combine's expand_x, expert ids and weights): once both rings have been
     round, a call allocates no device memory, and closing the buffer (and the stream, which keeps its
     workspace block) gives all of it back."""
-    import threading
-
     mallocs, count_mallocs = _malloc_counter(monkeypatch)
     both = threading.Barrier(2)
 
@@ -612,8 +604,6 @@ def test_a_host_array_loop_whose_token_count_varies_allocates_nothing_once_warm(
     """Host arrays whose token count cycles through four values: once every set has seen its counts, a
     call allocates no device memory (each set keeps the outputs of each layout and a device copy of each
     input per shape), and every result is the bytes of the same call with device Tensors."""
-    import threading
-
     mallocs, count_mallocs = _malloc_counter(monkeypatch)
     both = threading.Barrier(2)
 
@@ -686,8 +676,6 @@ def test_a_serving_loop_whose_token_count_varies_reuses_each_layouts_outputs_and
     layout's outputs and executor kept by the set they take: once every set has seen its counts, no
     executor or descriptor is made, and every result is the bytes of the same call on a fresh buffer.
     A set that meets a fifth layout lets its oldest go (four kept), and still gives the same bytes."""
-    import threading
-
     from aclnn_py import _mock
     from aclnn_py.ops import plan_parts
 
@@ -703,11 +691,8 @@ def test_a_serving_loop_whose_token_count_varies_reuses_each_layouts_outputs_and
     monkeypatch.setattr(plan_parts, "result_set_executor", counted)
 
     def made() -> tuple[int, int, int]:
-        both.wait()  # both ranks between calls
-        n = _mock.stats()
-        found = int(n["executors"]), int(n["tensors"]), len(phase1)
-        both.wait()
-        return found
+        n, phase1_calls = _between_calls(both, lambda: (_mock.stats(), len(phase1)))
+        return int(n["executors"]), int(n["tensors"]), phase1_calls
 
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
         x, ids, w = (t.numpy() for t in sets[1])
