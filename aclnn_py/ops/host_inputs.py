@@ -27,14 +27,16 @@ class HostInputs:
     """One result set's kept device copies of host inputs, by parameter name and host shape, on one
     stream."""
 
-    __slots__ = ("stream", "tensors", "host_dtypes", "ids")
+    __slots__ = ("stream", "tensors", "last", "last_dtypes", "ids")
 
     def __init__(self) -> None:
         self.stream: Stream | None = None
         self.tensors: dict[Key, Tensor] = {}  # oldest first
-        # per key, the numpy dtype of the host arrays whose bytes are the kept Tensor's as they are
-        # (None: the last one needed packing or a dtype override)
-        self.host_dtypes: dict[Key, np.dtype | None] = {}
+        # per parameter, the Tensor of its last call, and the numpy dtype of the host arrays whose bytes are
+        # that Tensor's as they are (None: the last one needed packing or a dtype override): the steady call
+        # (an array like the last one) looks at these only
+        self.last: dict[str, Tensor] = {}
+        self.last_dtypes: dict[str, np.dtype | None] = {}
         self.ids: set[int] = set()  # id() of each kept Tensor: the compiled result set asks "is an input kept?"
 
     def on(self, stream: Stream) -> HostInputs:
@@ -51,20 +53,19 @@ class HostInputs:
         first `rows` rows are copied (an input whose reader reads no other row)."""
         stream = self.stream
         assert stream is not None, "HostInputs.upload before on(stream)"
-        given = array.__class__ is np.ndarray
-        key: Key = (param, array.shape if given else ())
-        kept = self.tensors.get(key) if given else None
-        if kept is None or dtype is not None or array.dtype is not self.host_dtypes[key] \
+        kept = self.last.get(param)
+        if kept is None or dtype is not None or array.__class__ is not np.ndarray \
+                or array.dtype is not self.last_dtypes[param] or array.shape != kept.shape \
                 or not array.flags.c_contiguous:
-            # not an array like the last one of its shape for this input: its device layout, a new Tensor
-            # when it differs
+            # not an array like the last one for this input: its device layout, and the Tensor kept for
+            # its shape (a new one when there is none of that shape and type)
+            key: Key = (param, array.shape if array.__class__ is np.ndarray else np.shape(array))
             array, shape, dt = device_layout(array, dtype)
-            if not given:  # a list or the like: by the shape of its array
-                key = (param, array.shape)
             kept = self.tensors.get(key)
             if kept is None or kept.dtype is not dt or kept.shape != shape:
                 kept = self.keep(key, Tensor.empty(shape, dt))
-            self.host_dtypes[key] = array.dtype if dtype is None and array.shape == shape else None
+            self.last[param] = kept
+            self.last_dtypes[param] = array.dtype if dtype is None and array.shape == shape else None
         # a kept Tensor is written on its stream only: no other stream's write to wait for
         _core.upload(kept, array if rows < 0 else array[:rows], stream)
         return kept
@@ -78,7 +79,6 @@ class HostInputs:
         same = [k for k in self.tensors if k[0] == key[0]]
         if len(same) >= _core.RESULT_SET_LAYOUTS:
             self.ids.discard(id(self.tensors.pop(same[0])))
-            self.host_dtypes.pop(same[0], None)
         self.tensors[key] = tensor
         self.ids.add(id(tensor))
         return tensor
@@ -86,4 +86,4 @@ class HostInputs:
     def release(self) -> None:
         """Let go of the kept Tensors. Their memory stays allocated while work queued so far may use it:
         each copy into one, and each launch or executor that reads one, holds it on its stream."""
-        self.stream, self.tensors, self.host_dtypes, self.ids = None, {}, {}, set()
+        self.stream, self.tensors, self.last, self.last_dtypes, self.ids = None, {}, {}, {}, set()
