@@ -109,7 +109,7 @@ cdef class Operator:
             plan = into.plan_for(self, launcher, cfg, ins, dtypes, precheck, s)
             if plan is not None:  # the steady case of a buffer: the set's executor launched again
                 into.launch(<Plan>plan, ins, values, self.n_in, s)
-                return into.outputs
+                return into.cur.outputs
             made = into.outputs_for(self, cfg, ins, dtypes, precheck, s)
             fill_outputs(made, outs, self.n_out)
         elif outputs is not None and (type(outputs) is self.outputs_type or isinstance(outputs, TensorBase)) \

@@ -28,15 +28,41 @@ cdef inline TensorBase new_view(TensorBase t, ResultSet issuer):
 
 
 @cython.final
-cdef class KeptLayout:
-    """A layout a result set set aside: its outputs and executor, and what they were made for (the fields
-    of ResultSet of the same names)."""
+cdef class Layout:
+    """Outputs a result set writes and the executor writing them, with what they were made for."""
 
-    cdef object outputs, config, x_shape, x_dtype, ids_shape, stream
-    cdef tuple own, views
-    cdef long long present
-    cdef bint prechecked
-    cdef Plan plan
+    cdef object outputs               # as the operator returns them
+    cdef tuple own                    # the same, one Tensor or None per output (never handed out)
+    cdef tuple views                  # the Tensors handed out over them last (None before the first)
+    cdef object config, x_shape, x_dtype, ids_shape
+    cdef long long present            # which inputs the call had (a bit per input)
+    cdef bint prechecked              # the outputs were made after the pre-checks of their layout passed
+    cdef object stream                # the stream that last wrote them
+    cdef Plan plan                    # the repeatable executor writing them, or None
+
+    cdef bint suits(self, ConfigBase cfg, TensorBase x, TensorBase ids, long long present, tuple dtypes,
+                    StreamBase stream):
+        """The outputs are of this call's layout, last written on `stream`, and may be written again."""
+        if cfg is not self.config or present != self.present:
+            return False
+        for d in dtypes:
+            if d is not None:
+                return False  # a dtype override: the operator's module lays the outputs out
+        if stream is not self.stream and (self.stream is None or (<StreamBase>self.stream)._key != stream._key):
+            return False
+        if x.dtype is not self.x_dtype or not (x.shape is self.x_shape or x.shape == self.x_shape) \
+                or not (ids.shape is self.ids_shape or ids.shape == self.ids_shape):
+            return False
+        return self.reusable()
+
+    cdef bint reusable(self):
+        """None of the Tensors handed out over the outputs was exported or read on another stream (someone
+        else may still read their memory)."""
+        if self.views is not None:
+            for v in self.views:
+                if v is not None and (<TensorBase>v)._shared:
+                    return False
+        return True
 
     cdef int close_plan(self) except -1:
         if self.plan is not None:
@@ -47,25 +73,18 @@ cdef class KeptLayout:
 
 @cython.final
 cdef class ResultSet:
-    """One set of a ring: the outputs whose memory a call writes (own Tensors, never handed out), and
-    the issue number of the Tensors handed out over them last."""
+    """One set of a ring: the layout whose outputs a call writes (and those set aside), and the issue
+    number of the Tensors handed out last."""
 
     cdef readonly Py_ssize_t issue
     cdef ResultRing ring
-    cdef object outputs               # the set's own outputs as the operator returns them, or None
-    cdef tuple own                    # the same, one Tensor or None per output
-    cdef tuple views                  # the Tensors handed out at this issue (None before the first)
-    cdef object config, x_shape, x_dtype, ids_shape
-    cdef long long present            # which inputs the call had (a bit per input)
-    cdef bint prechecked              # the outputs were made after the pre-checks of their layout passed
-    cdef object stream                # the stream that last wrote it
+    cdef Layout cur                   # the outputs the set wrote last, or None before its first call
+    cdef list aside                   # Layouts of earlier calls, latest first (at most LAYOUTS_KEPT - 1)
     cdef Py_ssize_t n_blocks
-    cdef void *block_ptr[MAX_TENSORS]  # the blocks refilled with the poison of new memory on the mock
+    cdef void *block_ptr[MAX_TENSORS]  # cur's blocks, refilled with the poison of new memory on the mock
     cdef size_t block_size[MAX_TENSORS]
-    cdef Plan plan                    # the repeatable executor writing the outputs, or None
     cdef Py_ssize_t rows, rows_issue   # the rows the call of issue `rows_issue` received, once read
     cdef object host_inputs           # aclnn_py.ops.host_inputs.HostInputs: its calls' host data on the device
-    cdef list aside                   # KeptLayouts: the outputs and executors of earlier layouts, latest first
 
     def __cinit__(self, ResultRing ring):
         self.ring = ring
@@ -78,9 +97,9 @@ cdef class ResultSet:
         stream that wrote the set finish, so the count may be read from the device."""
         if self.rows_issue == self.issue:
             return self.rows
-        if not read or self.ring.read_rows is None or self.outputs is None:
+        if not read or self.ring.read_rows is None or self.cur is None:
             return -1
-        self.rows = self.ring.read_rows(self.outputs, self.config, self.present)
+        self.rows = self.ring.read_rows(self.cur.outputs, self.cur.config, self.cur.present)
         self.rows_issue = self.issue
         return self.rows
 
@@ -101,12 +120,13 @@ cdef class ResultSet:
                     check_passable(t, op.input_names[i])
                 if not t._contiguous:
                     return None
-        made = self.outputs_for(op, cfg, ins, dtypes, precheck, stream)  # new outputs: the old plan is closed
-        if self.plan is not None and not self.plan.fits(ins, op.n_in):
-            self.close_plan()  # other shapes of an input the outputs do not depend on
-        if self.plan is None:
-            self.plan = result_set_plan(op, launcher, cfg, ins, made)
-        return self.plan
+        made = self.outputs_for(op, cfg, ins, dtypes, precheck, stream)
+        cdef Layout cur = self.cur
+        if cur.plan is not None and not cur.plan.fits(ins, op.n_in):
+            cur.close_plan()  # other shapes of an input the outputs do not depend on
+        if cur.plan is None:
+            cur.plan = result_set_plan(op, launcher, cfg, ins, made)
+        return cur.plan
 
     cdef object host_inputs_on(self, StreamBase stream):
         """The Tensors this set keeps for host inputs, for a call on `stream`."""
@@ -133,7 +153,7 @@ cdef class ResultSet:
         for i in range(1, n):
             values[i - 1] = ins[i] if ins[i] != NULL else <PyObject *>None
         plan.step(values, n - 1, FROM_ONE, None, stream)
-        mark_written(self.outputs, stream)
+        mark_written(self.cur.outputs, stream)
         for i in range(1, n):
             if ins[i] != NULL and ins[i] != given[i] and not self.keeps(ins[i]):
                 plan.let_go_of_input(i, stream)
@@ -141,114 +161,53 @@ cdef class ResultSet:
 
     cdef object outputs_for(self, Operator op, ConfigBase cfg, PyObject **ins, tuple dtypes, bint precheck,
                             StreamBase stream):
-        """The outputs a call of `op` writes: the set's own when they suit it, else new ones (made after
-        the pre-checks) that the set keeps from now on."""
+        """The outputs a call of `op` writes: the set's own when they suit it (its current layout's, or a
+        layout it set aside), else new ones (made after the pre-checks) that the set keeps from now on."""
         cdef long long present = 0
         cdef Py_ssize_t i
         for i in range(op.n_in):
             if ins[i] != NULL:
                 present |= 1LL << i
         x, ids = <TensorBase>ins[1], <TensorBase>ins[2]
-        if (self.suits(cfg, x, ids, present, dtypes, stream) or self.take_aside(cfg, x, ids, present, dtypes, stream)) \
-                and (self.prechecked or not precheck):
+        if self.cur is not None and (self.cur.suits(cfg, x, ids, present, dtypes, stream)
+                                     or self.take_aside(cfg, x, ids, present, dtypes, stream)) \
+                and (self.cur.prechecked or not precheck):
             # the pre-checks of this layout ran when the set's outputs were made: the verdict is the same
             self.refill(stream)
-            return self.outputs
+            return self.cur.outputs
         made = op.make_outputs(cfg, op.list_of(ins), None, dtypes, precheck, stream)
-        self.adopt(made, cfg, x, ids, present, precheck)
+        cdef Layout new = Layout.__new__(Layout)
+        new.outputs, new.own = made, (made,) if isinstance(made, TensorBase) else tuple(made)
+        new.config, new.x_shape, new.x_dtype, new.ids_shape = cfg, x.shape, x.dtype, ids.shape
+        new.present, new.prechecked = present, precheck
+        self.use(new)
         return made
-
-    cdef KeptLayout layout(self):
-        """The current layout's outputs and executor, and what they were made for."""
-        cdef KeptLayout k = KeptLayout.__new__(KeptLayout)
-        k.outputs, k.own, k.views, k.plan = self.outputs, self.own, self.views, self.plan
-        k.config, k.x_shape, k.x_dtype, k.ids_shape = self.config, self.x_shape, self.x_dtype, self.ids_shape
-        k.present, k.prechecked, k.stream = self.present, self.prechecked, self.stream
-        return k
-
-    cdef int use_layout(self, KeptLayout k) except -1:
-        """Make `k` (a layout() set aside) the current one again."""
-        self.outputs, self.own, self.views, self.plan = k.outputs, k.own, k.views, k.plan
-        self.config, self.x_shape, self.x_dtype, self.ids_shape = k.config, k.x_shape, k.x_dtype, k.ids_shape
-        self.present, self.prechecked, self.stream = k.present, k.prechecked, k.stream
-        self.note_blocks()
-        return 0
 
     cdef bint take_aside(self, ConfigBase cfg, TensorBase x, TensorBase ids, long long present, tuple dtypes,
                          StreamBase stream) except -1:
-        """A layout set aside suits the call: it becomes the current one (the current one is set aside)."""
+        """A layout set aside suits the call: it becomes the current one."""
         cdef Py_ssize_t i
-        cdef KeptLayout kept
-        cdef KeptLayout current = None
-        if self.outputs is None:
-            return False
         for i in range(len(self.aside)):
-            kept = <KeptLayout>self.aside[i]
-            if kept.config is not cfg or kept.x_shape != x.shape or kept.ids_shape != ids.shape:
-                continue  # made for another config or shapes: no need to look closer
-            if current is None:
-                current = self.layout()
-                reusable = self.reusable()
-            self.use_layout(kept)
-            if self.suits(cfg, x, ids, present, dtypes, stream):
-                del self.aside[i]
-                if reusable:
-                    self.aside.insert(0, current)
-                else:  # outputs someone else may still read: not kept for later
-                    current.close_plan()
+            if (<Layout>self.aside[i]).suits(cfg, x, ids, present, dtypes, stream):
+                self.use(<Layout>self.aside.pop(i))
                 return True
-        if current is not None:
-            self.use_layout(current)
         return False
 
-    cdef bint suits(self, ConfigBase cfg, TensorBase x, TensorBase ids, long long present, tuple dtypes,
-                    StreamBase stream):
-        """The set holds outputs of this layout, last written on `stream`, none of its Tensors handed
-        out was exported or read on another stream."""
-        if self.outputs is None or cfg is not self.config or present != self.present:
-            return False
-        for d in dtypes:
-            if d is not None:
-                return False  # a dtype override: the operator's module lays the outputs out
-        if stream is not self.stream and (self.stream is None or (<StreamBase>self.stream)._key != stream._key):
-            return False
-        if x.dtype is not self.x_dtype or not (x.shape is self.x_shape or x.shape == self.x_shape) \
-                or not (ids.shape is self.ids_shape or ids.shape == self.ids_shape):
-            return False
-        return self.reusable()
-
-    cdef bint reusable(self):
-        """None of the Tensors handed out over the current outputs was exported or read on another stream
-        (someone else may still read their memory)."""
-        if self.views is not None:
-            for v in self.views:
-                if v is not None and (<TensorBase>v)._shared:
-                    return False
-        return True
-
-    cdef int adopt(self, object made, ConfigBase cfg, TensorBase x, TensorBase ids, long long present,
-                   bint prechecked) except -1:
-        """Keep `made` (new outputs) as the set's own, for calls of this layout; the layout before is set
-        aside unless its outputs cannot be used again, and the oldest beyond LAYOUTS_KEPT let go of (an
-        executor once its stream has passed it)."""
-        if self.outputs is not None and self.reusable():
-            self.aside.insert(0, self.layout())
-            self.plan = None
-            if len(self.aside) >= LAYOUTS_KEPT:
-                (<KeptLayout>self.aside.pop()).close_plan()
-        self.close_plan()  # the executor of outputs that cannot be used again
-        own = (made,) if isinstance(made, TensorBase) else tuple(made)
-        self.outputs, self.own, self.views = made, own, None
-        self.config, self.x_shape, self.x_dtype, self.ids_shape = cfg, x.shape, x.dtype, ids.shape
-        self.present, self.prechecked = present, prechecked
-        self.stream = None
-        self.note_blocks()
-        return 0
-
-    cdef int note_blocks(self) except -1:
-        """The blocks of the current outputs, for their poison refills."""
+    cdef int use(self, Layout layout) except -1:
+        """`layout` becomes the current one; the one before is set aside unless its outputs cannot be
+        written again, and the oldest beyond LAYOUTS_KEPT let go of (an executor once its stream has
+        passed it)."""
+        cdef Layout before = self.cur
+        if before is not None:
+            if before.reusable():
+                self.aside.insert(0, before)
+                if len(self.aside) >= LAYOUTS_KEPT:
+                    (<Layout>self.aside.pop()).close_plan()
+            else:  # outputs someone else may still read: not kept for later
+                before.close_plan()
+        self.cur = layout
         self.n_blocks = 0
-        for t in self.own:
+        for t in layout.own:
             if t is None:
                 continue
             mem = (<TensorBase>t)._mem
@@ -258,18 +217,13 @@ cdef class ResultSet:
                 self.n_blocks += 1
         return 0
 
-    cdef int close_plan(self) except -1:
-        if self.plan is not None:
-            plan, self.plan = self.plan, None
-            plan.close()  # released once the stream of its last launch has passed it
-        return 0
-
     cdef int close_plans(self) except -1:
-        """Let go of the executors of every layout kept (the layouts set aside with them)."""
-        self.close_plan()
+        """Let go of the executors of every layout kept."""
+        if self.cur is not None:
+            self.cur.close_plan()
         aside, self.aside = self.aside, []
         for kept in aside:
-            (<KeptLayout>kept).close_plan()
+            (<Layout>kept).close_plan()
         return 0
 
     cdef int refill(self, StreamBase stream) except -1:
@@ -285,16 +239,17 @@ cdef class ResultSet:
     cdef tuple hand_out(self, StreamBase stream, long long wanted):
         """New Tensors over the set's memory for the caller (the outputs whose bit is set in `wanted`;
         None for the others), written on `stream`; the ones handed out before are recycled from now on."""
-        cdef Py_ssize_t j, n = PyTuple_GET_SIZE(self.own)
+        cdef Layout cur = self.cur
+        cdef Py_ssize_t j, n = PyTuple_GET_SIZE(cur.own)
         self.issue += 1
-        self.stream = stream
+        cur.stream = stream
         views = PyTuple_New(n)
         for j in range(n):
-            t = <object>PyTuple_GET_ITEM(self.own, j)
+            t = <object>PyTuple_GET_ITEM(cur.own, j)
             v = None if t is None or not (wanted >> j) & 1 else new_view(<TensorBase>t, self)
             Py_INCREF(v)  # PyTuple_SET_ITEM steals one
             PyTuple_SET_ITEM(views, j, v)
-        self.views = views
+        cur.views = views
         return views
 
     cdef str recycled_message(self, str label, str operation):
@@ -333,7 +288,7 @@ cdef class ResultRing:
     property held:
         """How many sets hold outputs."""
         def __get__(self):
-            return sum(1 for s in self.sets if (<ResultSet>s).outputs is not None)
+            return sum(1 for s in self.sets if (<ResultSet>s).cur is not None)
 
     def close_plans(self):
         """Let go of the sets' executors and kept host inputs (each once its stream has passed its last
@@ -353,10 +308,10 @@ cdef Py_ssize_t written_nbytes(TensorBase t) except -2:
     if t.issuer is None:
         return -1
     issued = <ResultSet>t.issuer
-    if issued.issue != t.issue or issued.ring.row_elements is None or issued.views is None:
+    if issued.issue != t.issue or issued.ring.row_elements is None or issued.cur.views is None:
         return -1
-    for j in range(PyTuple_GET_SIZE(issued.views)):
-        if <object>PyTuple_GET_ITEM(issued.views, j) is t:
+    for j in range(PyTuple_GET_SIZE(issued.cur.views)):
+        if <object>PyTuple_GET_ITEM(issued.cur.views, j) is t:
             break
     else:
         return -1
