@@ -10,6 +10,7 @@ passes to :class:`aclnn_py.hccl.Communicator`. As on hardware, the root info is 
 from __future__ import annotations
 
 import ctypes
+import gc
 import multiprocessing as mp
 import multiprocessing.connection as mpc
 import os
@@ -184,6 +185,12 @@ def _unpack_exception(packed: tuple[Any, ...], rank: int, tb: str) -> BaseExcept
 
 def _child_main(rank: int, world_size: int, conn: Any, launcher: tuple[int, int | None], fn: Callable[..., Any],
                 args: tuple[Any, ...], set_device: bool, environ: dict[str, str]) -> None:
+    # What the rank inherits (the fork server's imports: numpy, this package) lives as long as the rank:
+    # frozen, it is left out of every collection. Otherwise the rank's first older-generation collection,
+    # in its first call, walks those tens of thousands of objects - a millisecond of CPU per rank, which
+    # a few hundred ranks sharing two cores pay in their first round - and writes to their pages, which
+    # the fork shared (the use gc.freeze is documented for).
+    gc.freeze()
     _die_with_launcher(launcher)
     # A forkserver child inherits the server's environment, not the launcher's current one.
     for k in set(os.environ) - set(environ):

@@ -63,6 +63,17 @@ def test_spawn_returns_in_rank_order_with_device_set(acl, start_method):
     assert len({r["root"] for r in res}) == 1
 
 
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_spawned_ranks_leave_what_they_inherit_out_of_their_collections(acl, start_method):
+    # numpy and the package, imported before the rank's function runs: a rank's collections would
+    # otherwise walk them all (and dirty the pages the fork shared)
+    from aclnn_py import worlds
+
+    for frozen, walked in worlds.spawn(lr.collection_reach, 2, timeout=60, start_method=start_method):
+        assert frozen > 10_000
+        assert walked < frozen / 4
+
+
 LAUNCHER = """
 import aclnn_py
 from aclnn_py.worlds import spawn

@@ -15,6 +15,13 @@ def identify(rank, world_size, root, tag):
             "device": Device.current().id, "pid": os.getpid(), "tag": tag}
 
 
+def collection_reach(rank, world_size, root):
+    """How many objects the rank's collector leaves out (frozen) and how many a full collection walks."""
+    import gc
+
+    return gc.get_freeze_count(), len(gc.get_objects())
+
+
 def fail_on(rank, world_size, root, bad_rank, pid_dir):
     Path(pid_dir, str(rank)).write_text(str(os.getpid()))
     if rank == bad_rank:
