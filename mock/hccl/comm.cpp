@@ -96,6 +96,14 @@ int32_t Comm::device() const { return impl_->device; }
 uint64_t Comm::window_size() const { return impl_->window_bytes; }
 uint64_t Comm::data_half_bytes() const { return (impl_->window_bytes - kStatusAreaBytes) / 2; }
 bool Comm::destroyed() const { return impl_->destroyed.load(std::memory_order_acquire); }
+std::shared_ptr<CommState> Comm::state(const void *key, std::shared_ptr<CommState> (*make)()) {
+    std::lock_guard<std::mutex> lk(impl_->mu);
+    if (destroyed()) return nullptr;   // HcclCommDestroy clears the states under this lock after setting it
+    std::shared_ptr<CommState> &slot = impl_->states[key];
+    if (!slot) slot = make();
+    return slot;
+}
+
 uint64_t Comm::next_seq() { return impl_->seq.fetch_add(1, std::memory_order_relaxed); }
 
 uint8_t *Comm::window(uint32_t r) const {
@@ -190,6 +198,10 @@ extern "C" HcclResult HcclCommDestroy(HcclComm comm) {
     // reported as a dead peer by HcclGetCommAsyncError.
     if (WindowHeader *h = c->header(c->rank())) __atomic_store_n(&h->left, kWindowLeft, __ATOMIC_RELEASE);
     free_comm_op_ctxs(c);
+    {
+        std::lock_guard<std::mutex> lk(m->mu);
+        m->states.clear();
+    }
     release_windows(*m);
     // The Comm object itself is kept (a few hundred bytes) so that a stale handle or a kernel that
     // still holds the pointer sees destroyed() instead of freed memory.

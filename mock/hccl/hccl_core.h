@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -84,6 +85,12 @@ const char *op_tag_name(uint32_t tag);
 
 class Comm;
 
+// What an op library keeps per communicator (the MoE kernels' records of their dispatch calls):
+// Comm::state makes it at first use and drops it when the communicator is destroyed.
+struct CommState {
+    virtual ~CommState() = default;
+};
+
 // The object HcclCreateOpResCtx returns and the context tensor stores as kfcContextAddr.
 struct OpResCtx {
     uint64_t magic;                  // kOpResCtxMagic while alive
@@ -155,6 +162,11 @@ public:
     Mailbox *mailbox(uint32_t r, int half) const;   // in rank r's window
     WindowHeader *header(uint32_t r) const;
     bool destroyed() const;
+    // The state kept under `key` (any address the caller owns), made by `make` at the first call;
+    // nullptr once the communicator is destroyed. The state is per rank, so that thread ranks of one
+    // process never look through one another's; the shared_ptr keeps it alive for a kernel holding
+    // it while the communicator goes.
+    std::shared_ptr<CommState> state(const void *key, std::shared_ptr<CommState> (*make)());
 
     // Sequence numbers: every collective call (barrier, dispatch, combine) takes the next one, in
     // the stream order in which the calls execute.

@@ -182,8 +182,9 @@ struct Comm::Impl {
     std::atomic<bool> closing{false};     // HcclCommDestroy started
     std::atomic<bool> destroyed{false};   // windows unmapped
     std::atomic<int> inflight{0};         // begin_use() without end_use() (queued tasks, kernels)
-    std::mutex mu;                        // op_ctx
+    std::mutex mu;                        // op_ctx, states
     std::map<uint8_t, OpResCtx *> op_ctx;
+    std::map<const void *, std::shared_ptr<CommState>> states;   // Comm::state
 };
 
 // Drops this rank's references to every window it maps (windows become NULL).

@@ -419,7 +419,7 @@ void CombineKernel::trace_round(int64_t recv_slots) {
     ci.counts = {in_[kSendCounts].desc.serial, send_counts_, uint64_t(recv_slots) * 4};
     ci.ids = {in_[kIds].desc.serial, ids_, uint64_t(p.BS * p.K) * 4};
     ci.expand_x = {in_[kExpandX].desc.serial, ex_, uint64_t(p.expand_rows * p.H) * 2};
-    CombineRound cr = trace_combine(call_.comm->name(), ci);
+    CombineRound cr = trace_combine(*call_.comm, ci);
     round_ = cr.round;
     if (!cr.error.empty() && err_.empty()) err_ = cr.error;
 }

@@ -738,7 +738,7 @@ void DispatchKernel::record(int64_t N) {
     if (p.quant == 0 && p.xfmt == Fmt::None)   // rows a combine could take back unchanged (fp16 / bf16)
         rec.expand_x = sampled(out_[kExpandX].desc.serial, ptr<uint8_t>(out_, kExpandX),
                                uint64_t(N) * uint64_t(p.out_row_bytes));
-    record_dispatch(call_.comm->name(), rec);
+    record_dispatch(*call_.comm, rec);
 }
 
 // A launch between its steps: the call, the params it runs with and the kernel, which refers to both.

@@ -5,9 +5,8 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <memory>
 #include <mutex>
-#include <unordered_map>
-#include <vector>
 
 #include "hccl/hccl_core.h"
 #include "runtime/rt_core.h"
@@ -19,32 +18,20 @@ static_assert(kRoundSlotBase + 2 * hccl::kMaxRanks <= hccl::kMailboxCounts, "rou
 
 namespace {
 
-constexpr size_t kMaxComms = 256;   // communicators whose records are kept (least recently used go)
+using Records = std::deque<DispatchRecord>;   // newest first
 
-struct CommRecords {
-    std::deque<DispatchRecord> recs;   // oldest first
-    uint64_t used = 0;
-};
-
-struct Registry {
+// The records of one communicator. A dispatch and a combine of the communicator may run on two
+// threads (two streams); nothing else takes the lock.
+struct CommRecords final : hccl::CommState {
     std::mutex mu;
-    std::unordered_map<std::string, CommRecords> comms;
-    uint64_t clock = 0;
+    Records recs;
 };
 
-Registry &registry() {
-    static auto *r = new Registry();   // never destroyed (kernels may run during exit)
-    return *r;
-}
+const char kRecordsKey = 0;   // the records' key among the communicator's states
 
-// The records of `comm`, newest first (a copy: the lookups hash outside the lock).
-std::vector<DispatchRecord> records_of(const std::string &comm) {
-    Registry &r = registry();
-    std::lock_guard<std::mutex> lk(r.mu);
-    auto it = r.comms.find(comm);
-    if (it == r.comms.end()) return {};
-    it->second.used = ++r.clock;
-    return std::vector<DispatchRecord>(it->second.recs.rbegin(), it->second.recs.rend());
+std::shared_ptr<CommRecords> records_of(hccl::Comm &comm) {
+    auto make = []() -> std::shared_ptr<hccl::CommState> { return std::make_shared<CommRecords>(); };
+    return std::static_pointer_cast<CommRecords>(comm.state(&kRecordsKey, make));
 }
 
 // Hashes of one input over the lengths the records ask for, each computed once.
@@ -72,7 +59,7 @@ private:
 // The round of one routing input: the newest record of the same descriptor whose content still
 // matches; else the newest record written at the same address whose content still matches; else the
 // one round whose content matches; else unknown (none, or several).
-int64_t find_round(const std::vector<DispatchRecord> &recs, Traced DispatchRecord::*field, uint64_t desc,
+int64_t find_round(const Records &recs, Traced DispatchRecord::*field, uint64_t desc,
                    Hashes &h) {
     for (const DispatchRecord &r : recs)
         if (desc && (r.*field).desc == desc && h.matches(r.*field)) return r.round;
@@ -87,7 +74,7 @@ int64_t find_round(const std::vector<DispatchRecord> &recs, Traced DispatchRecor
     return found;
 }
 
-const DispatchRecord *record_of(const std::vector<DispatchRecord> &recs, int64_t round) {
+const DispatchRecord *record_of(const Records &recs, int64_t round) {
     for (const DispatchRecord &r : recs)
         if (r.round == round) return &r;
     return nullptr;
@@ -95,24 +82,20 @@ const DispatchRecord *record_of(const std::vector<DispatchRecord> &recs, int64_t
 
 }  // namespace
 
-void record_dispatch(const std::string &comm, const DispatchRecord &rec) {
-    Registry &r = registry();
-    std::lock_guard<std::mutex> lk(r.mu);
-    if (r.comms.size() >= kMaxComms && !r.comms.count(comm)) {
-        auto oldest = r.comms.begin();
-        for (auto it = r.comms.begin(); it != r.comms.end(); ++it)
-            if (it->second.used < oldest->second.used) oldest = it;
-        r.comms.erase(oldest);
-    }
-    CommRecords &c = r.comms[comm];
-    c.used = ++r.clock;
-    c.recs.push_back(rec);
-    if (c.recs.size() > kRecordsPerComm) c.recs.pop_front();
+void record_dispatch(hccl::Comm &comm, const DispatchRecord &rec) {
+    const std::shared_ptr<CommRecords> c = records_of(comm);
+    if (!c) return;   // the communicator is being destroyed: no combine will look
+    std::lock_guard<std::mutex> lk(c->mu);
+    c->recs.push_front(rec);
+    if (c->recs.size() > kRecordsPerComm) c->recs.pop_back();
 }
 
-CombineRound trace_combine(const std::string &comm, const CombineInputs &in) {
+CombineRound trace_combine(hccl::Comm &comm, const CombineInputs &in) {
     CombineRound out;
-    const std::vector<DispatchRecord> recs = records_of(comm);
+    const std::shared_ptr<CommRecords> c = records_of(comm);
+    if (!c) return out;
+    std::lock_guard<std::mutex> lk(c->mu);
+    const Records &recs = c->recs;
     if (recs.empty()) return out;
     Hashes assist(in.assist), counts(in.counts);
     const int64_t ra = find_round(recs, &DispatchRecord::assist, in.assist.desc, assist);

@@ -5,9 +5,9 @@
 // order). Ranks that disagree about which dispatch a combine belongs to would mix rows of different
 // calls with matching shapes, so the mock traces it:
 //
-//  * each dispatch records, per communicator, what it wrote: its collective call number (the
-//    "round"), and in which aclTensor (its serial: the very descriptor, not an address that a later
-//    allocation may reuse) and with what content its assist_info_for_combine triples [0, 3N), its
+//  * each dispatch records, per communicator (in its hccl::Comm::state), what it wrote: its
+//    collective call number (the "round"), and in which aclTensor (its serial: the very descriptor,
+//    not an address that a later allocation may reuse) and with what content its assist_info_for_combine triples [0, 3N), its
 //    ep_recv_counts [0, slots) and (fp16 / bf16 outputs) its expand_x rows [0, N) are (a sampled
 //    fingerprint, content_hash.h), and what its expert_ids input held;
 //  * a combine finds the dispatch its assist_info_for_combine and ep_send_counts come from (the
@@ -30,6 +30,8 @@
 
 #include <cstdint>
 #include <string>
+
+#include "hccl/hccl_core.h"
 
 #include "ops/content_hash.h"
 
@@ -70,7 +72,7 @@ inline Traced sampled(uint64_t desc, const void *p, uint64_t n) {
     return Traced{desc, uint64_t(uintptr_t(p)), n, sample_hash(p, n), true};
 }
 
-void record_dispatch(const std::string &comm, const DispatchRecord &r);
+void record_dispatch(hccl::Comm &comm, const DispatchRecord &r);
 
 // The inputs of one combine, with the bytes each tensor holds (what may be hashed).
 struct CombineInputs {
@@ -88,7 +90,7 @@ struct CombineRound {
     int64_t round = kUnknownRound;
     std::string error;
 };
-CombineRound trace_combine(const std::string &comm, const CombineInputs &in);
+CombineRound trace_combine(hccl::Comm &comm, const CombineInputs &in);
 
 // The two mailbox words of a round, and back.
 inline void put_round(int32_t *counts, int64_t src, int64_t round) {

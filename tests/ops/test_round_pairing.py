@@ -415,3 +415,42 @@ def test_plans_are_traced_to_their_dispatch_by_address(acl, how, error):
             assert out.tobytes() == g[r].tobytes()
         else:
             assert code == KERNEL_FAIL and error in msg, msg
+
+
+def _large_world_mixed_routing(rank, world_size, root):
+    """Every rank of a large thread world: dispatch A, dispatch B (the same routing), then a combine
+    taking A's assist_info_for_combine with B's counts; returns (status, message)."""
+    from aclnn_py import Device
+    from aclnn_py.errors import AclError
+    from aclnn_py.hccl import Communicator, build_context
+    from aclnn_py.ops import moe_distribute_combine, moe_distribute_dispatch
+
+    with Communicator(world_size, rank, root) as comm:
+        ctx, ccl = build_context(comm)
+        s = Device.current().create_stream()
+        kw = dict(ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=world_size, ccl_buffer_size=ccl, stream=s)
+        x = np.full((1, H), rank, np.float32).astype(bfloat16)
+        ids = np.array([[(rank + 1) % world_size]], np.int32)
+        a = moe_distribute_dispatch(ctx, x, ids, **kw)
+        b = moe_distribute_dispatch(ctx, x, ids, **kw)
+        out = moe_distribute_combine(ctx, b.expand_x, ids, a.assist_info_for_combine, b.ep_recv_counts, None, **kw)
+        try:
+            s.synchronize()
+            res = (0, "")
+        except AclError as e:
+            res = (e.code, e.message)
+        del out
+        s.close()
+    return res
+
+
+def test_every_rank_of_a_world_of_hundreds_of_threads_is_traced(acl):
+    """Each rank of one process keeps its own dispatch records: with more thread ranks than a
+    process-wide table of communicators could hold, the last ranks' records would push out the first
+    ones' before their combines looked them up, and those combines would go unchecked."""
+    from aclnn_py.worlds import run_threads
+
+    res = run_threads(_large_world_mixed_routing, 320, timeout=300, share_one_cpu=True)
+    unchecked = [r for r, (code, _) in enumerate(res) if code != KERNEL_FAIL]
+    assert not unchecked, f"{len(unchecked)} ranks' combines were not traced, e.g. rank {unchecked[0]}: {res[unchecked[0]]}"
+    assert all("assist_info_for_combine is the output of the dispatch of collective call #" in msg for _, msg in res)
