@@ -26,6 +26,7 @@ static py::dict stats() {
     d["events"] = s.live_events;
     d["tasks_run"] = s.tasks_run;
     d["tasks_run_by_synchronise"] = s.tasks_run_by_synchronise;
+    d["stream_workers_started"] = s.stream_workers_started;
     d["late_starts"] = s.late_starts;
     TensorStats t = tensor_stats();
     d["tensors"] = t.live_tensors;

@@ -210,6 +210,7 @@ struct StreamStats {
     // tasks run by a thread that synchronised their stream (not by its worker), and queues the
     // lazy starter had to start because no thread synchronised them within kLazyStartMs
     uint64_t tasks_run_by_synchronise = 0;
+    uint64_t stream_workers_started = 0;   // worker threads made (a stream makes one when work first needs it)
     uint64_t late_starts = 0;
 };
 // True when the calling thread is the worker of stream s (a task running on it).

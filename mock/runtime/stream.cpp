@@ -1,13 +1,13 @@
 // Streams and events.
 //
-// A stream is a FIFO of tasks served by its own worker thread or, for tasks that cannot block, by
-// the thread that synchronises it: launch-then-synchronise (the common case) then runs on one
-// thread, and a world of many ranks pays no hand-over between a rank's thread and its worker. A task
-// that waits for its peers pauses (kTaskPending) instead of blocking, so a synchronisation with a
-// time limit still returns in time and leaves the paused task to the worker. Work queued without a
-// synchronisation starts on the worker kLazyStartMs later, or as soon as a thread waits for it in
-// another way. Handles given to users are opaque
-// numbers (never pointers) looked up in a registry, so a destroyed or garbage handle is reported
+// A stream is a FIFO of tasks served by its own worker thread (made when work first needs one) or,
+// for tasks that cannot block, by the thread that synchronises it: launch-then-synchronise (the
+// common case) then runs on one thread, and a world of many ranks pays no hand-over between a rank's
+// thread and its worker. A task that waits for its peers pauses (kTaskPending) instead of blocking,
+// so a synchronisation with a time limit still returns in time and leaves the paused task to the
+// worker. Work queued without a synchronisation starts on the worker kLazyStartMs later, or as soon
+// as a thread waits for it in another way. Handles given to users are opaque numbers (never
+// pointers) looked up in a registry, so a destroyed or garbage handle is reported
 // (ACL_ERROR_RT_INVALID_HANDLE, 107017) instead of being dereferenced, and a handle value is never
 // reused. A NULL stream is the current device's default stream, created lazily and kept for the
 // life of the process. Waiting (synchronize, events) uses condition variables, never spinning; only
@@ -45,6 +45,7 @@ constexpr uintptr_t kEventHandleBase = 0x5a7f000000000000ULL;
 std::atomic<uint64_t> g_tasks_run{0};
 std::atomic<uint64_t> g_tasks_failed{0};
 std::atomic<uint64_t> g_tasks_inline{0};
+std::atomic<uint64_t> g_workers_started{0};
 std::atomic<uint64_t> g_late_starts{0};
 std::atomic<uint64_t> g_next_id{1};
 thread_local const Stream *t_worker_of = nullptr;
@@ -83,17 +84,16 @@ public:
     Stream(uint64_t id_, int32_t dev, bool is_default, uint64_t ctx = 0)
         : id(id_), device(dev), default_(is_default), context(ctx) {}
 
-    void start() {
-        pin_library();
-        worker = std::thread([this] { loop(); });
-    }
-
-    // Drains the queue, then stops and joins the worker.
+    // Drains the queue, then stops and joins the worker (if the stream ever needed one).
     void shutdown() {
+        bool work_left;
         {
             std::lock_guard<std::mutex> lk(mu);
             stop = true;
+            work_left = busy || !q.empty();
         }
+        if (work_left) ensure_worker();   // it finishes what is queued (and waits for a running task)
+        std::call_once(worker_made, [] {});   // from now on no worker is made
         cv_work.notify_all();
         if (worker.joinable()) worker.join();
     }
@@ -112,7 +112,7 @@ public:
             later = !wake && !drained_now && !start_listed;
             start_listed = start_listed || later;
         }
-        if (wake) cv_work.notify_one();
+        if (wake) wake_worker();
         if (later) start_later(weak_from_this());
         if (drained_now) return ACL_SUCCESS;
         if (!may_block && (t_queued.empty() || t_queued.back().lock().get() != this)) {
@@ -141,13 +141,13 @@ public:
                     q.push_front(std::move(it));
                     busy = false;
                     lk.unlock();
-                    cv_work.notify_one();
+                    wake_worker();
                     return false;
                 }
                 continue;
             }
             // The worker runs what this thread may not, and, once this thread gives up, the rest.
-            if (!busy && !q.empty()) cv_work.notify_one();
+            if (!busy && !q.empty()) wake_worker();
             if (in_time) {
                 lk.unlock();
                 start_queued_elsewhere(this);
@@ -162,7 +162,7 @@ public:
         // Work queued by other threads after `ticket` still has to start.
         if (!busy && !q.empty()) {
             lk.unlock();
-            cv_work.notify_one();
+            wake_worker();
         }
         return true;
     }
@@ -177,7 +177,7 @@ public:
         }
         if (!wake) return;
         if (late) g_late_starts.fetch_add(1, std::memory_order_relaxed);
-        cv_work.notify_one();
+        wake_worker();
     }
 
     const uint64_t id;
@@ -268,6 +268,22 @@ private:
         cv_done.notify_all();
     }
 
+    // The worker is made when work first needs it: a stream whose work the synchronising thread
+    // runs (launch, then synchronise) never has one, and creating or destroying it starts or joins
+    // no thread (a world of a thousand thread ranks made and joined a thousand idle workers).
+    void ensure_worker() {
+        std::call_once(worker_made, [this] {
+            pin_library();
+            worker = std::thread([this] { loop(); });
+            g_workers_started.fetch_add(1, std::memory_order_relaxed);
+        });
+    }
+
+    void wake_worker() {
+        ensure_worker();
+        cv_work.notify_one();
+    }
+
     void loop() {
         t_worker_of = this;
         for (;;) {
@@ -312,6 +328,7 @@ private:
     bool busy = false;           // a thread (the worker or a synchronising one) runs the head task
     bool start_listed = false;   // the queue is on the lazy starter's list
     bool stop = false;
+    std::once_flag worker_made;
     std::thread worker;
 };
 
@@ -488,7 +505,6 @@ Stream *resolve_stream(aclrtStream handle, aclError *err, const char *api) {
         std::lock_guard<std::mutex> lk(r.mu);
         if (!r.defaults[dev]) {
             auto s = std::make_shared<Stream>(g_next_id.fetch_add(1), dev, true);
-            s->start();
             r.defaults[dev] = s;
             ++r.n_defaults;
         }
@@ -563,6 +579,7 @@ StreamStats stream_stats() {
     st.tasks_run = g_tasks_run.load();
     st.tasks_failed = g_tasks_failed.load();
     st.tasks_run_by_synchronise = g_tasks_inline.load();
+    st.stream_workers_started = g_workers_started.load();
     st.late_starts = g_late_starts.load();
     return st;
 }
@@ -614,7 +631,6 @@ ACLMOCK_API aclError aclrtCreateStream(aclrtStream *stream) {
                     "aclrtCreateStream: no device is set on this thread (call aclrtSetDevice first)");
     uint64_t id = g_next_id.fetch_add(1);
     auto s = std::make_shared<Stream>(id, dev, false, current_context_id());
-    s->start();
     Registry &r = reg();
     {
         std::lock_guard<std::mutex> lk(r.mu);
