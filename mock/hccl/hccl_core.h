@@ -50,6 +50,11 @@ struct Mailbox {
     // Low 32 bits of seq + 1 of the call that last wrote counts[i], for counts that only senders
     // with rows write: a count no sender wrote in the current call reads as 0 (counts_of()).
     uint32_t counted[kMailboxCounts];
+    // Bit i: a sender wrote counts[i] since the owner last read this half (put_count), so that the
+    // owner visits the few slots written instead of reading all of them; it clears the bits it read
+    // (forget_counts) before it arrives at its next call, and no sender writes this half again before
+    // that. A bit left from a call the owner never read is harmless: count_of checks the stamp.
+    std::atomic<uint64_t> written[kMailboxCounts / 64];
     // hub only: (seq + 1) << 16 | ranks counted, for the newest call of this half any rank reached
     alignas(64) std::atomic<uint64_t> arrivals;
     // hub only: low 32 bits of seq + 1 of the newest call every rank arrived at (a futex word)
@@ -63,9 +68,30 @@ struct Mailbox {
 inline void put_count(Mailbox *mb, uint64_t seq, int64_t i, int32_t value) {
     mb->counts[i] = value;
     mb->counted[i] = static_cast<uint32_t>(seq + 1);
+    mb->written[i >> 6].fetch_or(uint64_t(1) << (i & 63), std::memory_order_relaxed);   // published by the arrival
 }
 inline int32_t count_of(const Mailbox *mb, uint64_t seq, int64_t i) {
     return mb->counted[i] == static_cast<uint32_t>(seq + 1) ? mb->counts[i] : 0;
+}
+// Which of slots [64 w, 64 w + 64) a sender wrote since the owner last read them (bit i % 64).
+inline uint64_t written_word(const Mailbox *mb, int64_t w) { return mb->written[w].load(std::memory_order_relaxed); }
+// Calls fn(i, count) for each slot i < n that a sender wrote in call `seq`, in ascending order: the
+// owner's read of its counts, O(slots written) plus n / 64 words.
+template <class Fn>
+inline void for_each_count(const Mailbox *mb, uint64_t seq, int64_t n, Fn &&fn) {
+    for (int64_t w = 0; w * 64 < n; ++w) {
+        uint64_t bits = written_word(mb, w);
+        while (bits) {
+            const int64_t i = w * 64 + __builtin_ctzll(bits);
+            bits &= bits - 1;
+            if (i >= n) break;
+            if (const int32_t c = count_of(mb, seq, i)) fn(i, c);
+        }
+    }
+}
+// The owner has read slots [0, n) of this half: the next call on it starts with none written.
+inline void forget_counts(Mailbox *mb, int64_t n) {
+    for (int64_t w = 0; w * 64 < n; ++w) mb->written[w].store(0, std::memory_order_relaxed);
 }
 
 struct WindowHeader {

@@ -429,14 +429,14 @@ bool CombineKernel::rounds_agree() {
     const CombineParams &p = p_;
     const hccl::Mailbox *mb = call_.mailbox(p.r);
     int64_t ref = round_, ref_rank = p.r;
-    for (int64_t src = 0; src < p.W; ++src) {
-        if (hccl::count_of(mb, call_.seq, src) == 0) continue;   // sent this rank no row in this call
+    bool agree = true;
+    hccl::for_each_count(mb, call_.seq, p.W, [&](int64_t src, int32_t) {   // the ranks that sent rows
         const int64_t rs = get_round(mb->counts, src);
-        if (rs == kUnknownRound || rs == ref) continue;
+        if (!agree || rs == kUnknownRound || rs == ref) return;
         if (ref == kUnknownRound) {
             ref = rs;
             ref_rank = src;
-            continue;
+            return;
         }
         if (err_.empty())
             err_ = format("the rows of rank %" PRId64 " belong to the dispatch of collective call #%" PRId64
@@ -444,9 +444,9 @@ bool CombineKernel::rounds_agree() {
                           "this combine with different dispatch calls (every rank must call dispatch and combine "
                           "in the same order on a communicator)", src, rs, ref_rank,
                           ref_rank == p.r ? " (this rank)" : "", ref);
-        return false;
-    }
-    return true;
+        agree = false;
+    });
+    return agree;
 }
 
 int CombineKernel::reduce_scatter() {
@@ -597,14 +597,15 @@ void CombineKernel::reduce_token(int64_t t) {
 
 int CombineKernel::receive() {
     const CombineParams &p = p_;
-    const hccl::Mailbox *mb = call_.mailbox(p.r);
+    hccl::Mailbox *mb = call_.mailbox(p.r);
     int64_t received = 0;
-    for (int64_t m = 0; m < p.W; ++m) received += hccl::count_of(mb, call_.seq, m);
+    hccl::for_each_count(mb, call_.seq, p.W, [&](int64_t, int32_t c) { received += c; });
     if (rounds_agree()) {
         const int64_t ntok = tokens_considered(mask_, p.mask_dims, p.BS);
         for (int64_t t = 0; t < ntok; ++t)
             if (token_valid(mask_, p.mask_dims, t, p.K)) reduce_token(t);   // x_out rows of others untouched
     }
+    hccl::forget_counts(mb, p.W);
     if (err_.empty() && received < expected_)
         err_ = format("received %" PRId64 " expert rows but this rank's expert_ids / x_active_mask need %" PRId64
                       " (assist_info_for_combine / ep_send_counts of the peers do not belong to this round)",
