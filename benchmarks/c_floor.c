@@ -9,7 +9,9 @@
  *   per call: phase 1 (aclnnMoeDistribute*V5GetWorkspaceSize) with descriptors made once by the
  *             Python side, then phase 2 (aclnnMoeDistribute*V5) on the caller's workspace/stream;
  *   plan:     aclSetInputTensorAddr of the inputs a plan call rebinds, then phase 2, on one
- *             repeatable executor made by the Python side.
+ *             repeatable executor made by the Python side;
+ *   world:    rounds of one rank of a world: dispatch, combine and aclrtSynchronizeStream on repeatable
+ *             executors, the whole loop in C (the worlds sections' floor: no interpreter, no GIL).
  *
  * Each timing function runs `calls` iterations and returns the elapsed nanoseconds, or a negative
  * number on failure (aclnnpy_floor_error() then names the call and its status).
@@ -21,6 +23,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "acl/acl_rt.h"
 #include "aclnn/acl_meta.h"
 #include "aclnnop/aclnn_moe_distribute_combine_v5.h"
 #include "aclnnop/aclnn_moe_distribute_dispatch_v5.h"
@@ -36,6 +39,7 @@ typedef __typeof__(aclnnMoeDistributeDispatchV5GetWorkspaceSize) *dispatch_phase
 typedef __typeof__(aclnnMoeDistributeCombineV5GetWorkspaceSize) *combine_phase1_fn;
 typedef __typeof__(aclnnMoeDistributeDispatchV5) *launch_fn;
 typedef __typeof__(aclSetInputTensorAddr) *set_input_fn;
+typedef __typeof__(aclrtSynchronizeStream) *sync_fn;
 
 enum { FLOOR_DISPATCH = 0, FLOOR_COMBINE = 1 };
 
@@ -45,9 +49,11 @@ static struct {
     combine_phase1_fn combine_phase1;
     launch_fn combine_launch;
     set_input_fn set_input;
+    sync_fn synchronize;
 } fns;
 
-static char last_error[512];
+/* per thread: the ranks of a thread world run their loops at once */
+static __thread char last_error[512];
 
 FLOOR_API const char *aclnnpy_floor_error(void) { return last_error; }
 
@@ -82,6 +88,8 @@ FLOOR_API int aclnnpy_floor_bind(const char *symbol, const char *library) {
         fns.combine_launch = (launch_fn)address;
     else if (strcmp(symbol, "aclSetInputTensorAddr") == 0)
         fns.set_input = (set_input_fn)address;
+    else if (strcmp(symbol, "aclrtSynchronizeStream") == 0)
+        fns.synchronize = (sync_fn)address;
     else {
         snprintf(last_error, sizeof last_error, "%s is not a function the floor loops call", symbol);
         return -1;
@@ -98,6 +106,7 @@ FLOOR_API uintptr_t aclnnpy_floor_address(const char *symbol) {
         return (uintptr_t)fns.combine_phase1;
     if (strcmp(symbol, "aclnnMoeDistributeCombineV5") == 0) return (uintptr_t)fns.combine_launch;
     if (strcmp(symbol, "aclSetInputTensorAddr") == 0) return (uintptr_t)fns.set_input;
+    if (strcmp(symbol, "aclrtSynchronizeStream") == 0) return (uintptr_t)fns.synchronize;
     return 0;
 }
 
@@ -190,6 +199,29 @@ FLOOR_API int64_t aclnnpy_floor_plan(int op, aclOpExecutor *executor, int64_t ns
         aclnnStatus st = launch(workspace, workspace_size, executor, stream);
         if (st) return fail(op == FLOOR_DISPATCH ? "aclnnMoeDistributeDispatchV5" : "aclnnMoeDistributeCombineV5",
                             st);
+    }
+    return now_ns() - t0;
+}
+
+/* World: `rounds` rounds of one rank, each phase 2 of the repeatable dispatch executor, then of the
+ * repeatable combine executor (which reads the dispatch's outputs), then aclrtSynchronizeStream; the
+ * CLOCK_MONOTONIC time (ns) each round ended goes to ends[i] (the ranks of a world start their loops
+ * one after another; their rounds then run in step, which the ends show). */
+FLOOR_API int64_t aclnnpy_floor_world_rounds(aclOpExecutor *dispatch, void *dispatch_workspace,
+                                             uint64_t dispatch_workspace_size, aclOpExecutor *combine,
+                                             void *combine_workspace, uint64_t combine_workspace_size,
+                                             aclrtStream stream, int64_t rounds, int64_t *ends) {
+    if (!fns.dispatch_launch || !fns.combine_launch || !fns.synchronize)
+        return unbound("dispatch / combine launch / aclrtSynchronizeStream");
+    int64_t t0 = now_ns();
+    for (int64_t i = 0; i < rounds; ++i) {
+        aclnnStatus st = fns.dispatch_launch(dispatch_workspace, dispatch_workspace_size, dispatch, stream);
+        if (st) return fail("aclnnMoeDistributeDispatchV5", st);
+        st = fns.combine_launch(combine_workspace, combine_workspace_size, combine, stream);
+        if (st) return fail("aclnnMoeDistributeCombineV5", st);
+        aclError e = fns.synchronize(stream);
+        if (e) return fail("aclrtSynchronizeStream", e);
+        ends[i] = now_ns();
     }
     return now_ns() - t0;
 }

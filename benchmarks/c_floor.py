@@ -9,6 +9,9 @@ Two loops per op, each timed in C and returned as µs per call:
   descriptor made once (what a C caller that caches its aclTensors pays per call);
 * :meth:`CFloor.plan` — ``aclSetInputTensorAddr`` of the rebound inputs + phase 2 on one repeatable
   executor (what a C caller of a prepared executor pays per call).
+
+and, for the worlds sections, :meth:`CFloor.world_rounds`: one rank's rounds of dispatch, combine and
+``aclrtSynchronizeStream`` on repeatable executors, looped in C (ctypes lets go of the GIL meanwhile).
 """
 
 from __future__ import annotations
@@ -32,7 +35,8 @@ DEFAULT_BUILD = SOURCE.parents[1] / "build" / "benchmarks"
 
 #: The backend functions the loops call (resolved in the libraries the binding loaded).
 SYMBOLS = ("aclnnMoeDistributeDispatchV5GetWorkspaceSize", "aclnnMoeDistributeDispatchV5",
-           "aclnnMoeDistributeCombineV5GetWorkspaceSize", "aclnnMoeDistributeCombineV5", "aclSetInputTensorAddr")
+           "aclnnMoeDistributeCombineV5GetWorkspaceSize", "aclnnMoeDistributeCombineV5", "aclSetInputTensorAddr",
+           "aclrtSynchronizeStream")
 
 DISPATCH, COMBINE = 0, 1
 DISPATCH_TENSORS, COMBINE_TENSORS = 15, 20   # inputs + outputs in C parameter order
@@ -116,6 +120,8 @@ class CFloor:
         lib.aclnnpy_floor_plan.argtypes = [ctypes.c_int, vp, i64, p_i64, ctypes.POINTER(vp), ctypes.POINTER(vp), i64,
                                            vp, u64, vp, i64]
         lib.aclnnpy_floor_plan.restype = i64
+        lib.aclnnpy_floor_world_rounds.argtypes = [vp, vp, u64, vp, vp, u64, vp, i64, p_i64]
+        lib.aclnnpy_floor_world_rounds.restype = i64
         for sym in SYMBOLS:
             where = backend.symbols.get(sym)
             if where is None:
@@ -169,3 +175,15 @@ class CFloor:
             op, executor, n, (ctypes.c_int64 * n)(*slots), (ctypes.c_void_p * n)(*descriptors),
             (ctypes.c_void_p * len(flat))(*flat), len(address_sets), workspace, workspace_size, stream, calls),
             calls)
+
+    def world_rounds(self, dispatch: int, dispatch_workspace: int, dispatch_workspace_size: int, combine: int,
+                     combine_workspace: int, combine_workspace_size: int, stream: int, rounds: int) -> list[float]:
+        """`rounds` rounds of one rank: phase 2 of the repeatable `dispatch` executor, then of the repeatable
+        `combine` executor, then ``aclrtSynchronizeStream`` of `stream`; the loop runs in C without the GIL,
+        so the other ranks of a thread world run theirs meanwhile. Returns when each round ended, on the
+        clock of ``time.perf_counter`` (CLOCK_MONOTONIC)."""
+        ends = (ctypes.c_int64 * rounds)()
+        self._checked_us(self._lib.aclnnpy_floor_world_rounds(dispatch, dispatch_workspace, dispatch_workspace_size,
+                                                              combine, combine_workspace, combine_workspace_size,
+                                                              stream, rounds, ends), 1)
+        return [t / 1e9 for t in ends]

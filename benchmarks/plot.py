@@ -5,6 +5,7 @@ matplotlib is an optional extra (``pip install ".[plot]"``)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,9 @@ def _series(report: dict[str, Any]) -> list[tuple[str, list[dict[str, Any]], str
     return out
 
 
-def _draw(path: Path, title: str, ylabel: str, lines: list[tuple[str, list[int], list[float]]]) -> None:
+def _draw(path: Path, title: str, ylabel: str, lines: list[tuple[str, list[int], list[float]]],
+          floors: Sequence[tuple[str, list[int], list[float]]] = ()) -> None:
+    """Each line with its O(W) reference from its smallest W; `floors` dotted, without one."""
     import matplotlib
 
     matplotlib.use("Agg")  # files only: no display needed
@@ -44,6 +47,8 @@ def _draw(path: Path, title: str, ylabel: str, lines: list[tuple[str, list[int],
         if len(ws) > 1 and ys[0] > 0:
             ax.plot(ws, [ys[0] * w / ws[0] for w in ws], linestyle="--", color=line.get_color(), alpha=0.5,
                     label=f"O(W) from W = {ws[0]}")
+    for label, ws, ys in floors:
+        ax.plot(ws, ys, marker=".", linestyle=":", label=label)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("W (ranks)")
@@ -66,7 +71,9 @@ def plot(report: dict[str, Any], directory: Path) -> dict[str, str]:
     rounds = directory / "round_time.png"
     memory = directory / "memory.png"
     _draw(rounds, "Steady round through MoeDistributeBuffer (device Tensors)", "ms",
-          [(label, [r["world_size"] for r in rows], [r["round_ms"] for r in rows]) for label, rows, _ in series])
+          [(label, [r["world_size"] for r in rows], [r["round_ms"] for r in rows]) for label, rows, _ in series],
+          [(f"{label}, C loop", [r["world_size"] for r in rows], [r["c_loop_round_ms"] for r in rows])
+           for label, rows, _ in series if rows and all("c_loop_round_ms" in r for r in rows)])
     _draw(memory, "Memory: peak RSS of a thread world, sum of PSS of a process world", "MiB",
           [(label, [r["world_size"] for r in rows], [r[key] for r in rows]) for label, rows, key in series])
     return {"round time against W": str(rounds), "memory against W": str(memory)}

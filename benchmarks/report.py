@@ -194,15 +194,18 @@ def thread_worlds_table(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         model = f"BS {r['tokens']}, H {r['hidden']}, K {r['topk']}, E {r['experts']}"
         if "error" in r:
-            body.append([r["soc"], str(r["world_size"]), model, "failed: " + _cell(r["error"])] + [""] * 7)
+            body.append([r["soc"], str(r["world_size"]), model, "failed: " + _cell(r["error"])] + [""] * 8)
         else:
+            c_loop = r.get("c_loop_round_ms")
             body.append([r["soc"], str(r["world_size"]), model, f"{_num(r['startup_s'])} s",
                          f"{_num(r['first_round_ms'])} ms", f"{_num(r['round_ms'])} ms",
+                         "–" if c_loop is None else f"{_num(c_loop)} ms ({_num(r['round_ms'] / c_loop)}×)",
                          f"{_num(r['host_round_ms'])} ms", _growth(r), f"{_num(r['teardown_s'])} s",
                          f"{_num(r['peak_rss_mb'])} MiB",
                          "bit for bit" if r["golden_match"] else f"MISMATCH (ranks {r['mismatched_ranks']})"])
     return _table(["profile", "W (threads)", "model", "start-up", "first round", "steady round, device Tensors",
-                   "steady round, host arrays", "× per doubling", "teardown", "peak RSS", "vs golden"], body)
+                   "the same from a C loop (device ÷ C)", "steady round, host arrays", "× per doubling", "teardown",
+                   "peak RSS", "vs golden"], body)
 
 
 def _plots(report: dict[str, Any], relative_to: Path | None) -> list[str]:
@@ -248,8 +251,11 @@ def markdown(report: dict[str, Any], relative_to: Path | None = None) -> str:
         lines += [""] + scaling_table(report["scaling"])
     if report.get("thread_worlds"):
         lines += ["", "The ranks as threads of one process sharing one CPU (`run_threads(..., share_one_cpu=True)`: "
-                  "with one small token per rank the GIL and the wake-ups, not the copies, bound the round), "
-                  "checked against `aclnn_py.golden` (the last host round of every rank):", ""]
+                  "with one small token per rank the wake-ups, not the copies, bound the round), "
+                  "checked against `aclnn_py.golden` (the last host round of every rank). The C loop is the "
+                  "floor: the same dispatch and combine on repeatable executors, launched and synchronised by a C "
+                  "loop without the interpreter (benchmarks/c_floor.c), rounds back to back, timed from the end of "
+                  "one round to the end of the last:", ""]
         lines += thread_worlds_table(report["thread_worlds"])
     plots = _plots(report, relative_to)
     if plots:
@@ -318,8 +324,10 @@ def text(report: dict[str, Any]) -> str:
             if "error" in r:
                 out.append(f"  {r['soc']:<13} W={r['world_size']:5}  {r['error']}")
             else:
+                c_loop = r.get("c_loop_round_ms")
                 out.append(f"  {r['soc']:<13} W={r['world_size']:5}  start-up {r['startup_s']:.2f} s  first "
-                           f"{r['first_round_ms']:.1f} ms  round {r['round_ms']:.1f} ms (host arrays "
+                           f"{r['first_round_ms']:.1f} ms  round {r['round_ms']:.1f} ms"
+                           + ("" if c_loop is None else f" (C loop {c_loop:.1f} ms)") + " (host arrays "
                            f"{r['host_round_ms']:.1f} ms, {_growth(r)} per doubling)  teardown {r['teardown_s']:.2f} s"
                            f"  peak RSS {r['peak_rss_mb']:.0f} MiB  golden {'match' if r['golden_match'] else 'MISMATCH'}")
     return "\n".join(out)

@@ -39,7 +39,7 @@ class ThreadWorld:
 
     def rounds(self) -> WorldRounds:
         return WorldRounds(self.world_size, self.tokens, self.hidden, self.topk, experts=self.world_size,
-                           keep_outputs=True, memory_of_rank0_only=True)
+                           keep_outputs=True, memory_of_rank0_only=True, c_loop=True)
 
 
 def parse_world(spec: str) -> list[tuple[str, int]]:

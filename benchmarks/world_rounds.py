@@ -7,11 +7,17 @@ Each phase is timed apart: start-up (from the launch until every rank's stream, 
 buffer are ready and a barrier has passed; the inputs are made after it), warm-up
 rounds (the first touch of the windows), steady rounds, and teardown. Every round starts after a
 barrier; memory is read after a barrier too, so no rank measures while another still runs a round.
+
+With ``c_loop`` the ranks then run the device rounds once more from C (benchmarks/c_floor.c): the same
+dispatch and combine on repeatable executors, launched and synchronised by a C loop that holds no GIL,
+back to back after one barrier. That is the floor the binding's rounds are compared with: what the
+mock's kernels and streams cost without the interpreter.
 """
 
 from __future__ import annotations
 
 import statistics
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -41,12 +47,61 @@ class WorldRounds:
     # threads of one process share its memory figures: only rank 0 reads them (a thousand ranks each
     # walking /proc/self/smaps_rollup of a process mapping every window took minutes)
     memory_of_rank0_only: bool = False
+    c_loop: bool = False  # also run the device rounds from a C loop (the floor)
 
     def demo_model(self) -> Any:
         from aclnn_py.tools.demo import Model
 
         return Model(world_size=self.world_size, tokens=self.tokens, hidden=self.hidden, topk=self.topk,
                      experts=self.experts, seed=11)
+
+
+_floor_lock = threading.Lock()
+_floor: Any = None
+
+
+def _c_floor() -> Any:
+    """The process's C floor library (built on first use), shared by its rank threads."""
+    global _floor
+    with _floor_lock:
+        if _floor is None:
+            from .c_floor import CFloor
+
+            _floor = CFloor()
+        return _floor
+
+
+def _c_loop_rounds(comm: Any, stream: Any, buf: Any, m: Any, rank: int, inputs: tuple[Any, Any, Any],
+                   spec: WorldRounds) -> list[float]:
+    """The device rounds from C: dispatch and combine prepared once on repeatable executors (with the
+    buffer's context), the warm-up rounds, then after a barrier the steady rounds launched and
+    synchronised by the C loop; when each steady round ended (``perf_counter``)."""
+    import aclnn_py as acl
+    from aclnn_py.ops import prepare_combine, prepare_dispatch
+
+    from .c_floor import address
+
+    x, ids, weights = inputs
+    attrs = dict(ep_world_size=m.world_size, ep_rank_id=rank, moe_expert_num=m.experts,
+                 ccl_buffer_size=buf.ccl_buffer_size)
+    d = prepare_dispatch(buf.context, x, ids, expert_scales=weights, repeatable=True, stream=stream, **attrs)
+    out = d.result
+    c = prepare_combine(buf.context, out.expand_x, ids, out.assist_info_for_combine, out.ep_recv_counts, weights,
+                        repeatable=True, stream=stream, **attrs)
+    workspaces = [acl.DeviceMemory(max(p.workspace_size, 32)) for p in (d, c)]
+    loop = (address(d.executor), workspaces[0].ptr, d.workspace_size, address(c.executor), workspaces[1].ptr,
+            c.workspace_size, stream.handle)
+    try:
+        floor = _c_floor()
+        floor.world_rounds(*loop, spec.warmup)  # the first touch of the new outputs
+        comm.barrier(stream)
+        stream.synchronize()
+        # a round before the timed ones (the ranks leave the barrier one after another; then they run in
+        # step) and one after (the first ranks to finish go on in Python, on the same CPU)
+        return floor.world_rounds(*loop, spec.rounds + 2)[:-1]
+    finally:
+        for closing in (d, c, *workspaces):
+            closing.close()
 
 
 def _timed_round(comm: Any, stream: Any, body: Any) -> float:
@@ -108,8 +163,9 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
         mem = {"shm_mb": 0.0, "pss_mb": 0.0, "peak_rss_mb": 0.0}
     else:
         mem = {"shm_mb": memory.windows_mb(), "pss_mb": memory.pss_mb(), "peak_rss_mb": memory.peak_rss_mb()}
-    comm.barrier(stream)  # nobody unmaps before every rank has measured
+    comm.barrier(stream)  # nobody unmaps (or makes the C loop's outputs) before every rank has measured
     stream.synchronize()
+    c_loop = _c_loop_rounds(comm, stream, buf, m, rank, (xt, idt, wt), spec) if spec.c_loop else None
     t_close = time.perf_counter()
     buf.close()
     comm.close()
@@ -118,6 +174,8 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
                               "t_closed": time.perf_counter(), "device_s": device, "host_s": host, **mem}
     if spec.keep_outputs:
         result.update(kept)
+    if c_loop is not None:
+        result["c_loop"] = c_loop
     return result
 
 
@@ -138,6 +196,9 @@ def summarize(spec: WorldRounds, ranks: list[dict[str, Any]], t_end: float) -> d
         "peak_rss_mb_per_rank": max(r["peak_rss_mb"] for r in ranks),
         "pss_mb_total": sum(r["pss_mb"] for r in ranks),
         "shm_touched_mb": max(r["shm_mb"] for r in ranks),
+        # the world's C-loop rounds from the end of the one before them to the end of the last
+        **({"c_loop_round_ms": 1e3 * (max(r["c_loop"][-1] for r in ranks) - max(r["c_loop"][0] for r in ranks))
+            / spec.rounds} if spec.c_loop else {}),
     }
 
 

@@ -75,7 +75,7 @@ def test_bench_quick_json():
     tw = r["thread_worlds"]
     assert [(w["soc"], w["world_size"]) for w in tw] == [("Ascend910_93", 8), ("Ascend950", 8)]
     assert all(w["golden_match"] and all(w[k] > 0 for k in phases) and w["peak_rss_mb"] > 0
-               and w["shm_touched_mb"] > 0 for w in tw), tw
+               and w["shm_touched_mb"] > 0 and w["c_loop_round_ms"] > 0 for w in tw), tw
 
 
 def test_progress_on_stderr_names_stages_and_sizes():
@@ -267,7 +267,7 @@ def small_report() -> dict:
              "error": "HcclTimeoutError: rank 3 | gave up"},
             {"soc": "Ascend910_93", "world_size": 384, "tokens": 1, "hidden": 1024, "topk": 1, "experts": 384,
              "startup_s": 0.4, "first_round_ms": 90.0, "round_ms": 25.0, "host_round_ms": 280.0, "teardown_s": 0.1,
-             "peak_rss_mb": 700.0, "golden_match": True, "mismatched_ranks": []},
+             "c_loop_round_ms": 20.0, "peak_rss_mb": 700.0, "golden_match": True, "mismatched_ranks": []},
         ],
     }
 
@@ -298,9 +298,9 @@ def test_markdown_tables():
     assert "W = 8 processes: TimeoutError: ranks [3] did not finish" in lines
     # a failure row keeps the table's shape: no raw "|" from the reason
     assert ("| Ascend910_93 | 768 | BS 1, H 1024, K 1, E 768 | failed: HcclTimeoutError: rank 3 / gave up "
-            "|  |  |  |  |  |  |  |") in lines
-    assert ("| Ascend910_93 | 384 | BS 1, H 1024, K 1, E 384 | 0.4 s | 90 ms | 25 ms | 280 ms | – | 0.1 s | 700 MiB "
-            "| bit for bit |") in lines
+            "|  |  |  |  |  |  |  |  |") in lines
+    assert ("| Ascend910_93 | 384 | BS 1, H 1024, K 1, E 384 | 0.4 s | 90 ms | 25 ms | 20 ms (1.25×) | 280 ms | – "
+            "| 0.1 s | 700 MiB | bit for bit |") in lines
     for ln in lines:  # every table row has as many cells as its header
         if ln.startswith("|"):
             assert ln.count("|") >= 3
@@ -488,6 +488,21 @@ def test_plot_draws_round_time_and_memory(tmp_path: Path):
         assert Path(p).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     md = report.markdown({**r, "plots": written}, relative_to=tmp_path)
     assert "![round time against W](plots/round_time.png)" in md.splitlines()
+
+
+def test_plot_draws_the_c_loop_of_each_thread_series_as_its_floor(tmp_path: Path, monkeypatch):
+    from benchmarks import plot
+
+    drawn: dict[str, tuple[list, list]] = {}
+    monkeypatch.setattr(plot, "_draw", lambda path, title, ylabel, lines, floors=(): drawn.update(
+        {Path(path).name: (lines, list(floors))}))
+    r = small_report()
+    r["thread_worlds"].append({**r["thread_worlds"][1], "world_size": 768, "round_ms": 40.0, "c_loop_round_ms": 30.0})
+    plot.plot(r, tmp_path)
+    lines, floors = drawn["round_time.png"]
+    assert floors == [("threads, Ascend910_93, C loop", [384, 768], [20.0, 30.0])]
+    assert [label for label, _, _ in lines] == ["threads, Ascend910_93", "processes"]
+    assert drawn["memory.png"][1] == []
 
 
 def test_plot_without_matplotlib_is_a_usage_error(monkeypatch, capsys):
