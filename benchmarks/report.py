@@ -197,9 +197,10 @@ def thread_worlds_table(rows: list[dict[str, Any]]) -> list[str]:
             body.append([r["soc"], str(r["world_size"]), model, "failed: " + _cell(r["error"])] + [""] * 8)
         else:
             c_loop = r.get("c_loop_round_ms")
+            c_cell = ("not run: " + _cell(r.get("c_loop_error", "–"), 60) if c_loop is None
+                      else f"{_num(c_loop)} ms ({_num(r['round_ms'] / c_loop)}×)")
             body.append([r["soc"], str(r["world_size"]), model, f"{_num(r['startup_s'])} s",
-                         f"{_num(r['first_round_ms'])} ms", f"{_num(r['round_ms'])} ms",
-                         "–" if c_loop is None else f"{_num(c_loop)} ms ({_num(r['round_ms'] / c_loop)}×)",
+                         f"{_num(r['first_round_ms'])} ms", f"{_num(r['round_ms'])} ms", c_cell,
                          f"{_num(r['host_round_ms'])} ms", _growth(r), f"{_num(r['teardown_s'])} s",
                          f"{_num(r['peak_rss_mb'])} MiB",
                          "bit for bit" if r["golden_match"] else f"MISMATCH (ranks {r['mismatched_ranks']})"])

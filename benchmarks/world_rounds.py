@@ -57,30 +57,38 @@ class WorldRounds:
 
 
 _floor_lock = threading.Lock()
-_floor: Any = None
+_floor: Any = None  # the CFloor, or the reason it could not be made (str)
 
 
 def _c_floor() -> Any:
-    """The process's C floor library (built on first use), shared by its rank threads."""
+    """The process's C floor library (built on first use), shared by its rank threads; the reason as a
+    str when it cannot be built (no C compiler): then no rank of the world runs the C loop."""
     global _floor
     with _floor_lock:
         if _floor is None:
-            from .c_floor import CFloor
+            from .c_floor import CFloor, FloorError
 
-            _floor = CFloor()
+            try:
+                _floor = CFloor()
+            except FloorError as exc:
+                _floor = str(exc)
         return _floor
 
 
 def _c_loop_rounds(comm: Any, stream: Any, buf: Any, m: Any, rank: int, inputs: tuple[Any, Any, Any],
-                   spec: WorldRounds) -> list[float]:
+                   spec: WorldRounds) -> list[float] | str:
     """The device rounds from C: dispatch and combine prepared once on repeatable executors (with the
     buffer's context), the warm-up rounds, then after a barrier the steady rounds launched and
-    synchronised by the C loop; when each steady round ended (``perf_counter``)."""
+    synchronised by the C loop; when each steady round ended (``perf_counter``), or why the C floor
+    could not be built."""
     import aclnn_py as acl
     from aclnn_py.ops import prepare_combine, prepare_dispatch
 
     from .c_floor import address
 
+    floor = _c_floor()
+    if isinstance(floor, str):
+        return floor
     x, ids, weights = inputs
     attrs = dict(ep_world_size=m.world_size, ep_rank_id=rank, moe_expert_num=m.experts,
                  ccl_buffer_size=buf.ccl_buffer_size)
@@ -92,7 +100,6 @@ def _c_loop_rounds(comm: Any, stream: Any, buf: Any, m: Any, rank: int, inputs: 
     loop = (address(d.executor), workspaces[0].ptr, d.workspace_size, address(c.executor), workspaces[1].ptr,
             c.workspace_size, stream.handle)
     try:
-        floor = _c_floor()
         floor.world_rounds(*loop, spec.warmup)  # the first touch of the new outputs
         comm.barrier(stream)
         stream.synchronize()
@@ -196,10 +203,19 @@ def summarize(spec: WorldRounds, ranks: list[dict[str, Any]], t_end: float) -> d
         "peak_rss_mb_per_rank": max(r["peak_rss_mb"] for r in ranks),
         "pss_mb_total": sum(r["pss_mb"] for r in ranks),
         "shm_touched_mb": max(r["shm_mb"] for r in ranks),
-        # the world's C-loop rounds from the end of the one before them to the end of the last
-        **({"c_loop_round_ms": 1e3 * (max(r["c_loop"][-1] for r in ranks) - max(r["c_loop"][0] for r in ranks))
-            / spec.rounds} if spec.c_loop else {}),
+        **_c_loop_figures(spec, ranks),
     }
+
+
+def _c_loop_figures(spec: WorldRounds, ranks: list[dict[str, Any]]) -> dict[str, Any]:
+    """The world's C-loop round: from the end of the round before the timed ones to the end of the last,
+    over their number; or why it did not run."""
+    ends = [r.get("c_loop") for r in ranks]
+    if not spec.c_loop or not ends or ends[0] is None:
+        return {}
+    if isinstance(ends[0], str):
+        return {"c_loop_error": ends[0]}
+    return {"c_loop_round_ms": 1e3 * (max(e[-1] for e in ends) - max(e[0] for e in ends)) / spec.rounds}
 
 
 def growth_per_doubling(rows: list[dict[str, Any]], key: str = "round_ms", above: int = 64) -> None:

@@ -529,6 +529,16 @@ def _between_calls(both: threading.Barrier, read: Callable[[], T]) -> T:
     return found
 
 
+def _collect_alone(rank: int, both: threading.Barrier) -> None:
+    """A collection of the whole process by one rank while the other waits: gc.collect() returns at
+    once, collecting nothing, when another thread's collection is under way (it lets go of the GIL in
+    the finalizers it runs), and a rank measuring then would count the garbage that one frees later."""
+    both.wait()
+    if rank == 0:
+        gc.collect()
+    both.wait()
+
+
 def _malloc_counter(monkeypatch: Any) -> tuple[list[int], Callable[[], None]]:
     """A list of the sizes the memory pool allocates once the returned function has run (call it on one
     thread while the others wait: it patches the pool for every thread)."""
@@ -561,8 +571,7 @@ def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monk
         try:
             with acl.hccl.Communicator(world_size, rank, root) as comm:
                 host = [tuple(t.numpy() for t in _inputs(acl, rank, i)) for i in range(2)]
-                gc.collect()
-                both.wait()
+                _collect_alone(rank, both)
                 before = pool.used_bytes(rank)
                 buf = acl.MoeDistributeBuffer(comm)
                 results = []
@@ -586,8 +595,7 @@ def test_host_arrays_go_into_device_tensors_each_result_set_keeps(acl: Any, monk
                 steady = len(mallocs)
                 buf.close()
                 s.close()  # after the buffer's work (and with the stream's workspace block)
-                gc.collect()
-                both.wait()  # both buffers and streams closed
+                _collect_alone(rank, both)  # both buffers and streams closed, their cycles collected
                 after = pool.used_bytes(rank)
                 both.wait()
                 same = all(results[i].tobytes() == results[i % 2].tobytes() for i in range(2, 8))

@@ -490,6 +490,21 @@ def test_plot_draws_round_time_and_memory(tmp_path: Path):
     assert "![round time against W](plots/round_time.png)" in md.splitlines()
 
 
+def test_the_c_loop_round_runs_from_the_round_before_the_timed_ones_to_the_last_or_says_why_not():
+    from benchmarks.world_rounds import WorldRounds, _c_loop_figures
+
+    spec = WorldRounds(2, 1, 1024, 1, 2, rounds=2, c_loop=True)
+    # rank 1 left the barrier later: the world's rounds run from its first end on
+    got = _c_loop_figures(spec, [{"c_loop": [1.0, 1.5, 2.0]}, {"c_loop": [1.2, 1.6, 2.1]}])
+    assert got == {"c_loop_round_ms": pytest.approx(1e3 * (2.1 - 1.2) / 2)}
+    why = "cannot run the C compiler 'cc' for the C floor"
+    assert _c_loop_figures(spec, [{"c_loop": why}] * 2) == {"c_loop_error": why}
+    assert _c_loop_figures(WorldRounds(2, 1, 1024, 1, 2), [{}, {}]) == {}
+    row = {**small_report()["thread_worlds"][1], "c_loop_error": why}
+    del row["c_loop_round_ms"]
+    assert any(f"| not run: {why} |" in ln for ln in report.thread_worlds_table([row]))
+
+
 def test_plot_draws_the_c_loop_of_each_thread_series_as_its_floor(tmp_path: Path, monkeypatch):
     from benchmarks import plot
 
