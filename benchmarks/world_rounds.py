@@ -210,11 +210,12 @@ def summarize(spec: WorldRounds, ranks: list[dict[str, Any]], t_end: float) -> d
 def _c_loop_figures(spec: WorldRounds, ranks: list[dict[str, Any]]) -> dict[str, Any]:
     """The world's C-loop round: from the end of the round before the timed ones to the end of the last,
     over their number; or why it did not run."""
-    ends = [r.get("c_loop") for r in ranks]
-    if not spec.c_loop or not ends or ends[0] is None:
+    first = ranks[0].get("c_loop") if spec.c_loop and ranks else None
+    if first is None:
         return {}
-    if isinstance(ends[0], str):
-        return {"c_loop_error": ends[0]}
+    if isinstance(first, str):  # the same for every rank: they share the process's floor
+        return {"c_loop_error": first}
+    ends: list[list[float]] = [r["c_loop"] for r in ranks]
     return {"c_loop_round_ms": 1e3 * (max(e[-1] for e in ends) - max(e[0] for e in ends)) / spec.rounds}
 
 
