@@ -172,7 +172,11 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
         mem = {"shm_mb": memory.windows_mb(), "pss_mb": memory.pss_mb(), "peak_rss_mb": memory.peak_rss_mb()}
     comm.barrier(stream)  # nobody unmaps (or makes the C loop's outputs) before every rank has measured
     stream.synchronize()
-    c_loop = _c_loop_rounds(comm, stream, buf, m, rank, (xt, idt, wt), spec) if spec.c_loop else None
+    c_loop = None
+    if spec.c_loop:
+        c_loop = _c_loop_rounds(comm, stream, buf, m, rank, (xt, idt, wt), spec)
+        comm.barrier(stream)  # teardown starts together, as without the C loop
+        stream.synchronize()
     t_close = time.perf_counter()
     buf.close()
     comm.close()
