@@ -10,6 +10,7 @@
 
 #include "hccl/hccl_core.h"
 #include "runtime/rt_core.h"
+#include "runtime/stream_internal.h"
 
 namespace aclmock {
 namespace moe {
@@ -30,7 +31,12 @@ struct CommRecords final : hccl::CommState {
 const char kRecordsKey = 0;   // the records' key among the communicator's states
 
 std::shared_ptr<CommRecords> records_of(hccl::Comm &comm) {
-    auto make = []() -> std::shared_ptr<hccl::CommState> { return std::make_shared<CommRecords>(); };
+    auto make = []() -> std::shared_ptr<hccl::CommState> {
+        // the communicator (libhccl) destroys the records with code of this library: it stays loaded
+        static const bool pinned = (pin_library_of(&kRecordsKey), true);
+        (void)pinned;
+        return std::make_shared<CommRecords>();
+    };
     return std::static_pointer_cast<CommRecords>(comm.state(&kRecordsKey, make));
 }
 
