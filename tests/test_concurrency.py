@@ -197,7 +197,12 @@ def test_back_to_back_rounds_do_not_grow(acl, mock):
     slack = 48
     for k in ("allocations", "tensors", "executors", "streams", "events", "communicators", "mapped_windows"):
         assert st_b[k] <= st_a[k] + slack, f"{k} grew from round {warm} to {ROUNDS - 1}: {st_a[k]} -> {st_b[k]}"
-    assert h_b["fds"] <= h_a["fds"] and h_b["os_threads"] <= h_a["os_threads"], (h_a, h_b)
+    assert h_b["fds"] <= h_a["fds"], (h_a, h_b)
+    # a stream makes its worker thread when work first needs one (a lazy start), which a slow machine
+    # may bring after the warm-up: at most one per stream of the world (the ranks' two and the devices'
+    # two default streams), never one per round
+    made = st_b["stream_workers_started"] - st_a["stream_workers_started"]
+    assert h_b["os_threads"] - h_a["os_threads"] <= made <= 4, (h_a, h_b, made)
     if "libasan" not in os.environ.get("LD_PRELOAD", ""):   # ASan keeps freed memory in quarantine
         assert rss_b - rss_a < 16 * 1024, f"RSS grew by {rss_b - rss_a} KiB over {ROUNDS - 1 - warm} rounds"
     # after the world is gone and the per-stream caches are dropped, everything is back to the start
