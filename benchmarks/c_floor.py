@@ -137,10 +137,14 @@ class CFloor:
         """The address the floor calls for `symbol` (0 when it is not one of :data:`SYMBOLS`)."""
         return int(self._lib.aclnnpy_floor_address(symbol.encode()))
 
-    def _checked_us(self, elapsed_ns: int, calls: int) -> float:
-        if elapsed_ns < 0:
+    def _checked(self, result: int) -> int:
+        """A loop's result, or FloorError with the call that failed (a loop returns -1 then)."""
+        if result < 0:
             raise FloorError(f"C floor: {self._error()}")
-        return elapsed_ns / 1e3 / calls
+        return result
+
+    def _checked_us(self, elapsed_ns: int, calls: int) -> float:
+        return self._checked(elapsed_ns) / 1e3 / calls
 
     def dispatch_per_call(self, tensors: Sequence[int], attrs: Sequence[int], comm_alg: bytes, workspace: int,
                           workspace_capacity: int, stream: int, calls: int) -> float:
@@ -183,7 +187,7 @@ class CFloor:
         so the other ranks of a thread world run theirs meanwhile. Returns when each round ended, on the
         clock of ``time.perf_counter`` (CLOCK_MONOTONIC)."""
         ends = (ctypes.c_int64 * rounds)()
-        self._checked_us(self._lib.aclnnpy_floor_world_rounds(dispatch, dispatch_workspace, dispatch_workspace_size,
-                                                              combine, combine_workspace, combine_workspace_size,
-                                                              stream, rounds, ends), 1)
+        self._checked(self._lib.aclnnpy_floor_world_rounds(dispatch, dispatch_workspace, dispatch_workspace_size,
+                                                           combine, combine_workspace, combine_workspace_size, stream,
+                                                           rounds, ends))
         return [t / 1e9 for t in ends]
