@@ -313,7 +313,7 @@ private:
     float *acc_, *tmp_;
     // per call
     std::string err_;
-    std::vector<int32_t> table_, logical_;
+    RankTable ranks_;            // elastic_info's re-mapping (after err_, which it may set)
     int64_t round_ = kUnknownRound;   // the dispatch this rank's routing inputs come from
     int64_t expected_ = 0;       // slots this rank's tokens read
     int64_t t_ready_ = 0;        // when this rank's wait for the exchange began
@@ -321,7 +321,8 @@ private:
 
 CombineKernel::CombineKernel(const CombineParams &p, KernelCall &call, const std::vector<Slot> &in,
                              const std::vector<Slot> &out, void *workspace)
-    : p_(p), call_(call), in_(in), out_(out), workspace_(workspace) {
+    : p_(p), call_(call), in_(in), out_(out), workspace_(workspace),
+      ranks_(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &err_) {
     bf16_ = p.dtype == ACL_BF16;
     mxfmt_ = p.comm_quant == 3 ? Fmt::E5M2 : Fmt::E4M3;
     ex_ = ptr<const uint16_t>(in, kExpandX);
@@ -344,8 +345,6 @@ CombineKernel::CombineKernel(const CombineParams &p, KernelCall &call, const std
     acc_ = reinterpret_cast<float *>(ws + wsl.acc);
     tmp_ = reinterpret_cast<float *>(ws + wsl.tmp);
     std::memset(sendcnt_, 0, size_t(p.W) * 4);
-    // elastic_info: this physical rank's role (and so its row count) is its logical rank's
-    elastic_table(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &table_, &logical_, &err_);
 }
 
 // Row i < N (N = the last ep_send_counts entry of this rank's role) goes to slot t*(K+S) + k of
@@ -355,7 +354,8 @@ void CombineKernel::send() {
     const int64_t W = p.W, H = p.H, KS = p.K + p.S, maxBs = p.maxBs;
     const uint64_t tc = call_.layout.tc, coff = call_.layout.combine_offset;
     const uint64_t qsoff = comm_quant_scale_offset(H);
-    const int64_t recv_slots = logical_[size_t(p.r)] < p.R ? W : W * p.L;
+    // elastic_info: this physical rank's role (and so its row count) is its logical rank's
+    const int64_t recv_slots = ranks_.logical(p.r) < p.R ? W : W * p.L;
     if (p.generation != 1) trace_round(recv_slots);   // the round trace follows the triples
     int64_t N = send_counts_[recv_slots - 1];
     if (N < 0 || N > p.expand_rows) {
@@ -473,7 +473,7 @@ int CombineKernel::wait() {
                                          "copy_expert_num", "const_expert_num", "expand_x dtype", "comm_alg",
                                          "elastic_info (2 + 4 * a hash of its table)"};
     const int64_t fields[] = {p.W, p.E, p.maxBs, p.K, p.H, p.S, p.R, p.comm_quant, p.Z, p.C, p.Q, int64_t(p.dtype),
-                              int64_t(p.alg_code), p.has_elastic ? 2 + 4 * table_hash(table_) : 0};
+                              int64_t(p.alg_code), p.has_elastic ? 2 + 4 * ranks_.hash() : 0};
     constexpr uint32_t nf = sizeof(fields) / sizeof(fields[0]);
     static_assert(nf <= hccl::kMailboxFields, "mailbox fields");
     if (int rc = call_.exchange(hccl::kTagCombine, fields, names, nf, &t_ready_)) return rc;

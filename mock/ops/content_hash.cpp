@@ -77,13 +77,14 @@ uint64_t hash_bytes(const void *p, uint64_t n) {
 uint64_t sample_hash(const void *p, uint64_t n) {
     constexpr uint64_t kEdge = 256, kWords = 256;
     if (n <= 2 * kEdge + 8 * kWords) return hash_bytes(p, n);
+    // the sample gathered first and hashed in one pass (the same value as feeding its pieces in turn)
     const uint8_t *b = static_cast<const uint8_t *>(p);
-    Hasher h;
-    h.update(b, kEdge);
-    h.update(b + n - kEdge, kEdge);
+    uint8_t sample[2 * kEdge + 8 * kWords];
+    std::memcpy(sample, b, kEdge);
+    std::memcpy(sample + kEdge, b + n - kEdge, kEdge);
     const uint64_t span = n - 2 * kEdge - 8;
-    for (uint64_t i = 0; i < kWords; ++i) h.update(b + kEdge + span * i / (kWords - 1), 8);
-    return mix(h.finish(), n);
+    for (uint64_t i = 0; i < kWords; ++i) std::memcpy(sample + 2 * kEdge + 8 * i, b + kEdge + span * i / (kWords - 1), 8);
+    return mix(hash_bytes(sample, sizeof sample), n);
 }
 
 }  // namespace moe

@@ -7,6 +7,7 @@
 // Ascend950 profile: quant modes 1, 3, 4, 5, fp8 outputs of mode 2, low-precision inputs with
 // forwarded per-token scales, elastic_info and performance_info; the numerics follow the choices
 // listed in the aclnn_py.golden docstring (lowp.h).
+#include <algorithm>
 #include <cinttypes>
 #include <cstring>
 #include <optional>
@@ -463,7 +464,8 @@ private:
     float *tmp_;
     // per call
     std::string err_;            // first data error
-    std::vector<int32_t> table_, logical_;
+    RankTable ranks_;            // elastic_info's re-mapping (after err_, which it may set)
+    std::vector<int32_t> sent_experts_;   // MoE experts given rows, in first-row order
     bool shared_role_ = false;
     int64_t recv_slots_ = 0;
     int64_t nvalid_ = 0;         // valid tokens (sent once per shared expert)
@@ -475,7 +477,8 @@ private:
 
 DispatchKernel::DispatchKernel(const DispatchParams &p, KernelCall &call, const std::vector<Slot> &in,
                                const std::vector<Slot> &out, void *workspace)
-    : p_(p), call_(call), in_(in), out_(out) {
+    : p_(p), call_(call), in_(in), out_(out),
+      ranks_(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &err_) {
     xb_ = ptr<const uint8_t>(in, kX);
     x_ = ptr<const uint16_t>(in, kX);
     ids_ = ptr<const int32_t>(in, kIds);
@@ -493,9 +496,7 @@ DispatchKernel::DispatchKernel(const DispatchParams &p, KernelCall &call, const 
     tmp_ = reinterpret_cast<float *>(ws + wsl.tmp);
     std::memset(cnt_, 0, size_t(p.E) * 4);
 
-    // elastic_info: logical rank l is served by physical rank table_[l]
-    elastic_table(p.has_elastic ? ptr<const int32_t>(in, kElastic) : nullptr, p, &table_, &logical_, &err_);
-    shared_role_ = logical_[size_t(p.r)] < p.R;
+    shared_role_ = ranks_.logical(p.r) < p.R;
     recv_slots_ = shared_role_ ? p.W : p.W * p.L;
     per_expert_ = (p.quant == 1 && p.static_kind == 2) || ((p.quant == 2 || p.quant == 3) && smooth_);
 }
@@ -588,8 +589,9 @@ void DispatchKernel::send_moe_rows() {
                 continue;
             }
             cnt_[e] = int32_t(row + 1);
+            if (row == 0) sent_experts_.push_back(int32_t(e));
             if (expand_idx_) expand_idx_[t * K + k] = int32_t(row);
-            const int64_t dst = table_[size_t(e / L + R)], j = e % L;
+            const int64_t dst = ranks_.physical(e / L + R), j = e % L;
             uint8_t *d = call_.data(dst) + uint64_t((j * W + r) * maxBs + row) * td;
             write_row(d, t, e + S, escales_ ? &escales_[t * K + k] : nullptr, int32_t(k));
         }
@@ -604,7 +606,7 @@ void DispatchKernel::send_shared_rows() {
     for (int64_t t = 0; t < ntok; ++t) {
         if (!token_valid(mask_, p_.mask_dims, t, p_.K)) continue;
         for (int64_t s = 0; s < p_.S; ++s) {
-            const int64_t dst = table_[size_t((p_.r % p_.P) + s * p_.P)];
+            const int64_t dst = ranks_.physical((p_.r % p_.P) + s * p_.P);
             uint8_t *d = call_.data(dst) + uint64_t(p_.r * p_.maxBs + nvalid_) * td;
             write_row(d, t, s, nullptr, int32_t(p_.K + s));
         }
@@ -614,18 +616,14 @@ void DispatchKernel::send_shared_rows() {
 
 // Each receiver's count of this rank's rows per receive slot (made visible by the arrival), written
 // only where rows go: a slot this call did not write reads as 0 (hccl::count_of), so a rank touches
-// the windows of the few ranks it sends to, not all W.
+// the windows of the few ranks it sends to, not all W, and walks its rows' experts, not the world.
 void DispatchKernel::publish_counts() {
-    const int64_t W = p_.W, r = p_.r;
-    for (int64_t m = 0; m < W; ++m) {
-        const int64_t lm = logical_[size_t(m)];
-        if (lm < p_.R) {
-            if (lm % p_.P == r % p_.P && nvalid_) hccl::put_count(call_.mailbox(m), call_.seq, r, int32_t(nvalid_));
-            continue;
-        }
-        for (int64_t j = 0; j < p_.L; ++j)
-            if (const int32_t c = cnt_[(lm - p_.R) * p_.L + j]) hccl::put_count(call_.mailbox(m), call_.seq, j * W + r, c);
-    }
+    const int64_t W = p_.W, r = p_.r, L = p_.L, R = p_.R, P = p_.P;
+    if (nvalid_)   // the shared-expert ranks of this rank's replica group (logical lm < R, lm = r mod P)
+        for (int64_t lm = r % P; lm < R; lm += P)
+            hccl::put_count(call_.mailbox(ranks_.physical(lm)), call_.seq, r, int32_t(nvalid_));
+    for (const int32_t e : sent_experts_)
+        hccl::put_count(call_.mailbox(ranks_.physical(e / L + R)), call_.seq, (e % L) * W + r, cnt_[e]);
 }
 
 void DispatchKernel::send() {
@@ -647,7 +645,7 @@ int DispatchKernel::wait() {
     const int64_t fields[] = {p.W, p.E, p.maxBs, p.K, p.H, p.S, p.R, p.quant, p.Z, p.C, p.Q,
                               int64_t(p.dtype) * 1000 + int64_t(p.ydtype) + 1000000 * p.tok_scale_bytes,
                               int64_t(p.alg_code),
-                              int64_t(p.has_escales) + (p.has_elastic ? 2 + 4 * table_hash(table_) : 0)};
+                              int64_t(p.has_escales) + (p.has_elastic ? 2 + 4 * ranks_.hash() : 0)};
     constexpr uint32_t nf = sizeof(fields) / sizeof(fields[0]);
     static_assert(nf <= hccl::kMailboxFields, "mailbox fields");
     return call_.exchange(hccl::kTagDispatch, fields, names, nf, &t_ready_);
@@ -670,12 +668,11 @@ int DispatchKernel::receive() {
     const uint8_t *own = call_.data(p.r);
     if (p.has_perf) add_perf(ptr<int64_t>(in_, kPerf), call_, t_ready_);
     const uint64_t orow = uint64_t(p.out_row_bytes);
-    int64_t N = 0;
-    int64_t per_expert_n = 0, cum = 0;
-    uint64_t written = 0;   // which slots of the current 64 a sender wrote (most get no row)
-    for (int64_t idx = 0; idx < recv_slots_; ++idx) {
-        if (idx % 64 == 0) written = hccl::written_word(mb, idx / 64);
-        int64_t c = (written >> (idx % 64)) & 1 ? hccl::count_of(mb, call_.seq, idx) : 0;
+    int64_t N = 0, next = 0;   // rows so far; the first slot whose recv entry is not written yet
+    // the few slots that senders wrote, in slot order; the others get no row (recv holds N for them)
+    hccl::for_each_count(mb, call_.seq, recv_slots_, [&](int64_t idx, int32_t count) {
+        std::fill(recv + next, recv + idx, int32_t(N));
+        int64_t c = count;
         if (c < 0 || c > maxBs) {
             if (err_.empty())
                 err_ = format("receive slot %" PRId64 " holds %" PRId64 " rows, outside [0, maxBs = %" PRId64 "]",
@@ -696,15 +693,17 @@ int DispatchKernel::receive() {
             if (exp_scales) std::memcpy(exp_scales + N, row + woff, 4);
         }
         recv[idx] = int32_t(N);
-        per_expert_n += c;
-        if (!shared_role_ && (idx + 1) % W == 0) {
-            const int64_t j = idx / W;
-            cum += per_expert_n;
-            tok_nums[j] = p.ent_type == 0 ? cum : per_expert_n;
-            per_expert_n = 0;
+        next = idx + 1;
+    });
+    std::fill(recv + next, recv + recv_slots_, int32_t(N));
+    if (shared_role_) {
+        tok_nums[0] = N;
+    } else {   // per local expert j, from the running count at the end of its block of W slots
+        for (int64_t j = 0; j < p.L; ++j) {
+            const int64_t upto = recv[(j + 1) * W - 1], before = j ? recv[j * W - 1] : 0;
+            tok_nums[j] = p.ent_type == 0 ? upto : upto - before;
         }
     }
-    if (shared_role_) tok_nums[0] = N;
     hccl::forget_counts(mb, recv_slots_);
     if (!err_.empty()) return fail(kKernelFail, "%s: rank %" PRId64 ": %s", p.op, p.r, err_.c_str());
     if (!expand_idx_) record(N);   // the round trace follows assist_info_for_combine's triples

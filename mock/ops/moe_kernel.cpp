@@ -127,42 +127,34 @@ int64_t tokens_considered(const uint8_t *mask, int mask_dims, int64_t BS) {
     return n;
 }
 
-void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
-                   std::vector<int32_t> *logical, std::string *err) {
+RankTable::RankTable(const int32_t *info, const MoeParams &p, std::string *err) : W_(p.W) {
+    if (!info || info[0] == 0) return;
     const int64_t W = p.W;
-    table->resize(size_t(W));
-    logical->assign(size_t(W), -1);
-    for (int64_t i = 0; i < W; ++i) (*table)[size_t(i)] = int32_t(i);
-    if (!info || info[0] == 0) {
-        *logical = *table;
-        return;
-    }
-    std::string e;
     if (info[1] != W || info[2] != p.R || info[3] != p.E) {
-        e = format("elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, moe_expert_num "
-                   "(got %d, %d, %d vs %" PRId64 ", %" PRId64 ", %" PRId64 "; the mock models a re-mapping of "
-                   "the same world)", info[1], info[2], info[3], W, p.R, p.E);
-    } else {
-        for (int64_t l = 0; l < W && e.empty(); ++l) {
-            const int32_t ph = info[4 + W + l];
-            if (ph < 0 || ph >= W || (*logical)[size_t(ph)] >= 0)
-                e = format("elastic_info: the rank table [4+W, 4+2W) must be a permutation of 0..%" PRId64
-                           " (entry %" PRId64 " is %d)", W - 1, l, ph);
-            else
-                (*logical)[size_t(ph)] = int32_t(l);
-        }
-    }
-    if (!e.empty()) {
-        if (err->empty()) *err = e;
-        *logical = *table;
+        if (err->empty())
+            *err = format("elastic_info: [1], [2], [3] must equal ep_world_size, shared_expert_rank_num, "
+                          "moe_expert_num (got %d, %d, %d vs %" PRId64 ", %" PRId64 ", %" PRId64 "; the mock models "
+                          "a re-mapping of the same world)", info[1], info[2], info[3], W, p.R, p.E);
         return;
     }
-    for (int64_t l = 0; l < W; ++l) (*table)[size_t(l)] = info[4 + W + l];
+    std::vector<int32_t> logi(size_t(W), -1);
+    for (int64_t l = 0; l < W; ++l) {
+        const int32_t ph = info[4 + W + l];
+        if (ph < 0 || ph >= W || logi[size_t(ph)] >= 0) {
+            if (err->empty())
+                *err = format("elastic_info: the rank table [4+W, 4+2W) must be a permutation of 0..%" PRId64
+                              " (entry %" PRId64 " is %d)", W - 1, l, ph);
+            return;
+        }
+        logi[size_t(ph)] = int32_t(l);
+    }
+    phys_.assign(info + 4 + W, info + 4 + 2 * W);
+    logi_ = std::move(logi);
 }
 
-int64_t table_hash(const std::vector<int32_t> &table) {
+int64_t RankTable::hash() const {
     uint64_t h = 1469598103934665603ull;
-    for (int32_t v : table) h = (h ^ uint64_t(uint32_t(v))) * 1099511628211ull;
+    for (int64_t l = 0; l < W_; ++l) h = (h ^ uint64_t(uint32_t(physical(l)))) * 1099511628211ull;
     return int64_t(h & 0xfffffull);
 }
 

@@ -123,14 +123,24 @@ inline bool token_valid(const uint8_t *mask, int mask_dims, int64_t t, int64_t K
     return false;
 }
 
-// elastic_info at run time (docs/operators.md; aclnn_py.golden choice 10): `table[l]` = the physical rank serving logical rank
-// l, `logical` its inverse. Identity without elastic_info or with flag [0] == 0. With the flag set,
-// [1], [2], [3] must equal W, R, E and [4+W, 4+2W) must be a permutation of 0..W-1; otherwise *err
-// is set (first error only) and the identity is used so the protocol still completes.
-void elastic_table(const int32_t *info, const MoeParams &p, std::vector<int32_t> *table,
-                   std::vector<int32_t> *logical, std::string *err);
-// A small hash of a rank table, published so that ranks with different tables fail loudly.
-int64_t table_hash(const std::vector<int32_t> &table);
+// elastic_info at run time (docs/operators.md; aclnn_py.golden choice 10): physical(l) = the
+// physical rank serving logical rank l, logical(m) its inverse. Identity without elastic_info or with
+// flag [0] == 0. With the flag set, [1], [2], [3] must equal W, R, E and [4+W, 4+2W) must be a
+// permutation of 0..W-1; otherwise *err is set (first error only) and the identity is used so the
+// protocol still completes. The identity holds no table: a launch without a re-mapping does no O(W)
+// work for it.
+class RankTable {
+public:
+    RankTable(const int32_t *info, const MoeParams &p, std::string *err);
+    int64_t physical(int64_t l) const { return phys_.empty() ? l : phys_[size_t(l)]; }
+    int64_t logical(int64_t m) const { return logi_.empty() ? m : logi_[size_t(m)]; }
+    // A small hash of the table, published so that ranks with different tables fail loudly.
+    int64_t hash() const;
+
+private:
+    int64_t W_;
+    std::vector<int32_t> phys_, logi_;   // both empty: the identity
+};
 
 // performance_info (docs/operators.md): each sender stamps CLOCK_MONOTONIC (ns, system-wide) just before
 // it publishes; a receiver given performance_info adds max(0, stamp - t_ready) / 1000 µs per source
