@@ -314,7 +314,8 @@ int ctx_fail(int code, const char *op, const char *param, const std::string &msg
 
 }  // namespace
 
-int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code, const char *op) {
+int resolve_context_head(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, const uint8_t **entries, int code,
+                         const char *op) {
     const uint8_t *base = static_cast<const uint8_t *>(view_ptr(ctx));
     const uint64_t bytes = uint64_t(numel(ctx)) * 4;
     if (bytes < kContextBytes)
@@ -354,23 +355,30 @@ int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm,
     if (int64_t(head.ep_rank_id) != p.r)
         return ctx_fail(code, op, "context", format("epRankId field must equal ep_rank_id (got %u, ep_rank_id %" PRId64 ")",
                                                    head.ep_rank_id, p.r));
-    // epHcclBuffer_[i] must be rank i's window for every rank of the communicator (the kernels
-    // reach their peers through these addresses on hardware). Compared as one block every launch;
-    // only a difference is looked for entry by entry.
-    static_assert(sizeof(void *) == 8, "epHcclBuffer_ entries are 64-bit addresses");
-    const uint8_t *addrs = base + sizeof(CtxHead);
-    const uint8_t *const *windows = c->windows();
-    if (std::memcmp(addrs, windows, 8 * size_t(p.W)) != 0)
-        for (uint64_t i = 0; i < uint64_t(p.W); ++i) {
-            uint64_t a;
-            std::memcpy(&a, addrs + 8 * i, 8);
-            const uint64_t want = reinterpret_cast<uint64_t>(windows[i]);
-            if (a != want)
-                return ctx_fail(code, op, "context", format("epHcclBuffer_[%" PRIu64 "] must be rank %" PRIu64
-                                                           "'s window address (got 0x%" PRIx64 ", window at 0x%" PRIx64 ")",
-                                                           i, i, a, want));
-        }
     *comm = c;
+    *entries = base + sizeof(CtxHead);
+    return 0;
+}
+
+int check_window_entry(const uint8_t *entries, const hccl::Comm &comm, uint64_t i, int code, const char *op) {
+    static_assert(sizeof(void *) == 8, "epHcclBuffer_ entries are 64-bit addresses");
+    uint64_t got;
+    std::memcpy(&got, entries + 8 * i, 8);
+    const uint64_t want = reinterpret_cast<uint64_t>(comm.windows()[i]);
+    if (got == want) return 0;
+    return ctx_fail(code, op, "context", format("epHcclBuffer_[%" PRIu64 "] must be rank %" PRIu64 "'s window address "
+                                               "(got 0x%" PRIx64 ", window at 0x%" PRIx64 ")", i, i, got, want));
+}
+
+int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code, const char *op) {
+    const uint8_t *entries = nullptr;
+    if (int rc = resolve_context_head(ctx, p, comm, &entries, code, op)) return rc;
+    // epHcclBuffer_[i] must be rank i's window for every rank of the communicator (the kernels reach
+    // their peers through these addresses on hardware): one block compare, entry by entry only to
+    // name a difference.
+    if (std::memcmp(entries, (*comm)->windows(), 8 * size_t(p.W)) != 0)
+        for (uint64_t i = 0; i < uint64_t(p.W); ++i)
+            if (int rc = check_window_entry(entries, **comm, i, code, op)) return rc;
     return 0;
 }
 

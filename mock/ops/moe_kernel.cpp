@@ -16,9 +16,10 @@ KernelCall::~KernelCall() {
 int KernelCall::begin(const aclTensor *ctx, const MoeParams &p, const char *op_name) {
     params = &p;
     op = op_name;
-    if (int rc = ctx ? resolve_context(*ctx, p, &comm, kKernelFail, op)
+    if (int rc = ctx ? resolve_context_head(*ctx, p, &comm, &entries_, kKernelFail, op)
                      : find_group(p.group_ep, "group_ep", p.W, p.r, &comm, kKernelFail, op))
         return rc;
+    if (entries_) (void)reached(p.r);   // its own window, read after the exchange
     if (!comm->begin_use())
         return fail(kKernelFail, "%s: rank %" PRId64 ": the communicator is being destroyed", op, p.r);
     held_ = true;
@@ -46,7 +47,9 @@ int KernelCall::exchange(uint32_t tag, const int64_t *fields, const char *const 
         steps_.arrive(fields, nfields, members);
         *t_ready = monotonic_ns();
     }
-    return steps_.wait(fields, names, nfields, op, members);
+    if (int rc = steps_.wait(fields, names, nfields, op, members)) return rc;
+    // after the exchange, so that the peers never wait for a rank that gave up
+    return bad_entry_ >= 0 ? check_window_entry(entries_, *comm, uint64_t(bad_entry_), kKernelFail, op) : 0;
 }
 
 int read_shrink(const int32_t *info, const MoeParams &p, MoeParams *q, std::vector<int32_t> *phys) {

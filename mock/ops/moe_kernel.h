@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,11 +57,23 @@ public:
     const MoeParams *params = nullptr;
     const char *op = nullptr;
 
-    uint8_t *data(int64_t rank) const { return comm->data_half(physical(rank), half); }
-    hccl::Mailbox *mailbox(int64_t rank) const { return comm->mailbox(physical(rank), half); }
+    // A peer's data half and mailbox. The kernel reaches a peer through its context entry on
+    // hardware, so each one reached is checked (an entry that is not the peer's window fails the call
+    // at its exchange): O(peers reached) per launch, not W.
+    uint8_t *data(int64_t rank) const { return comm->data_half(reached(rank), half); }
+    hccl::Mailbox *mailbox(int64_t rank) const { return comm->mailbox(reached(rank), half); }
 
 private:
     uint32_t physical(int64_t rank) const { return uint32_t(phys_.empty() ? rank : phys_[size_t(rank)]); }
+    uint32_t reached(int64_t rank) const {
+        const uint32_t ph = physical(rank);
+        if (entries_ && bad_entry_ < 0 &&
+            std::memcmp(entries_ + 8 * size_t(ph), &comm->windows()[ph], 8) != 0)
+            bad_entry_ = ph;
+        return ph;
+    }
+    const uint8_t *entries_ = nullptr;   // the context's epHcclBuffer_ (none without a context)
+    mutable int64_t bad_entry_ = -1;     // the first entry reached that is not its rank's window
     bool held_ = false;
     hccl::CallSteps steps_;
     std::vector<int32_t> phys_;      // logical → physical in a shrunk sub-world, else empty

@@ -569,3 +569,48 @@ def test_elastic_info_flag_zero_is_the_identity(acl, profile):
 
     info = np.array([0, 9, 9, 9, 0, 0, 1, 1], np.int32)   # flag 0: nothing else is read
     assert [code for code, _ in run_threads(_elastic_body, 2, info, timeout=60)] == [0, 0]
+
+
+# ---- the context's window addresses at run time ---------------------------------------------------------------
+def _context_edited_after_phase1_body(rank, world_size, root, edited_entry):
+    """Rank 0 prepares its dispatch with a good context, then moves epHcclBuffer_[edited_entry] of it;
+    every rank sends its two tokens to experts 0 and 1 (ranks 0 and 1)."""
+    from aclnn_py import Device
+    from aclnn_py.errors import AclError
+    from aclnn_py.hccl import Communicator, build_context
+    from aclnn_py.ops import prepare_dispatch
+
+    x = np.ones((2, 1024), np.float16)
+    ids = np.array([[0], [1]], np.int32)
+    with Communicator(world_size, rank, root) as comm:
+        ctx, ccl = build_context(comm)
+        s = Device.current().create_stream()
+        try:
+            prepared = prepare_dispatch(ctx, x, ids, ep_world_size=world_size, ep_rank_id=rank,
+                                        moe_expert_num=world_size, ccl_buffer_size=ccl, stream=s)
+            if rank == 0:
+                words = ctx.numpy(s)
+                words[4 + 2 * edited_entry] += 4096   # the entry's low word: another address
+                ctx.copy_from(words, s)
+            prepared.launch(s)
+            s.synchronize()
+            return 0, ""
+        except AclError as e:
+            return e.code, str(e)
+        finally:
+            s.close()
+
+
+def test_a_context_entry_the_kernel_reaches_is_checked_at_launch(acl, profile):
+    """Phase 1 checks every window address; a kernel checks those of the peers it reaches (a peer's
+    entry is the address it writes through on hardware), and fails after the exchange, so that its
+    peers finish the call."""
+    from aclnn_py.worlds import run_threads
+
+    res = run_threads(_context_edited_after_phase1_body, 3, 1, timeout=60)
+    assert res[0][0] == 507015 and "context: epHcclBuffer_[1] must be rank 1's window address" in res[0][1], res[0]
+    assert [code for code, _ in res[1:]] == [0, 0]
+    own = run_threads(_context_edited_after_phase1_body, 3, 0, timeout=60)[0]   # its own window, read after
+    assert own[0] == 507015 and "context: epHcclBuffer_[0] must be rank 0's window address" in own[1], own
+    # rank 2 gets no row of rank 0: the kernel never reads its entry, as on hardware
+    assert [code for code, _ in run_threads(_context_edited_after_phase1_body, 3, 2, timeout=60)] == [0, 0, 0]
