@@ -225,32 +225,65 @@ aclnnStatus set_addr(const char *api, aclOpExecutor *executor, size_t index, acl
     return ACLNN_SUCCESS;
 }
 
-// Checks every bound tensor's data range against the memory registry and pins its block until the
-// launch has run (so aclrtFree of it waits instead of freeing memory under the kernel).
-int check_slots(const char *api, const Executor &ex, const std::vector<Slot> &slots, const char *what,
-                PinSet &pins) {
-    for (size_t i = 0; i < slots.size(); ++i) {
-        const Slot &s = slots[i];
-        if (!s.present) continue;
-        uint64_t n = view_extent_bytes(s.desc);
-        if (n == 0) continue;
-        if (!s.desc.data || !pins.pin(s.desc.data, n, "data")) {
-            if (!s.desc.data) set_error("data: address is NULL");
-            std::string why = take_error();
-            return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s %zu (shape %s, %s): %s", api,
-                        ex.op_name(), what, i, shape_str(s.desc.view).c_str(),
-                        dtype_name(s.desc.dtype), why.c_str());
+int slot_fail(const char *api, const Executor &ex, const char *what, size_t i, const Slot &s, const std::string &why) {
+    return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s %zu (shape %s, %s): %s", api, ex.op_name(), what, i,
+                shape_str(s.desc.view).c_str(), dtype_name(s.desc.dtype), why.c_str());
+}
+
+// The launch's workspace and every present, non-empty tensor must lie inside one registered device
+// block, and a tensor's element 0 be naturally aligned (devices cannot load misaligned elements; the
+// kernels read them as typed values). Their blocks are pinned until the launch has run (so aclrtFree
+// of one waits instead of freeing memory under the kernel), all under one lock of the registry; the
+// first problem in workspace, input, output order is reported.
+int pin_launch(const char *api, const Executor &ex, const Snapshot &slots, void *workspace, uint64_t need,
+               PinSet &pins) {
+    struct Item {
+        const Slot *slot;   // nullptr: the workspace
+        const char *what;
+        size_t i;
+    };
+    thread_local std::vector<PinSet::Range> ranges;
+    thread_local std::vector<Item> items;
+    ranges.clear();
+    items.clear();
+    if (need > 0) {
+        ranges.push_back({workspace, need, "workspace"});
+        items.push_back({nullptr, "workspace", 0});
+    }
+    const Item *misaligned = nullptr;
+    Item stop{};
+    for (int side = 0; side < 2 && !misaligned; ++side) {
+        const std::vector<Slot> &v = side ? slots.out : slots.in;
+        for (size_t i = 0; i < v.size(); ++i) {
+            const Slot &s = v[i];
+            if (!s.present) continue;
+            const uint64_t n = view_extent_bytes(s.desc);
+            if (n == 0) continue;
+            ranges.push_back({s.desc.data, n, "data"});
+            items.push_back({&s, side ? "output" : "input", i});
+            const int bits = dtype_bits(s.desc.dtype);
+            const uintptr_t align = bits >= 8 ? static_cast<uintptr_t>(bits >= 64 ? 8 : bits / 8) : 1;
+            if (!s.desc.data || reinterpret_cast<uintptr_t>(view_ptr(s.desc)) % align != 0) {
+                stop = items.back();   // pinned (or found NULL) before its alignment is reported
+                misaligned = &stop;
+                break;
+            }
         }
-        // Element 0 must be naturally aligned (devices cannot load misaligned elements; the kernels
-        // read them as typed values).
+    }
+    const size_t bad = pins.pin_all(ranges.data(), ranges.size());
+    if (bad < ranges.size() || (misaligned && !misaligned->slot->desc.data)) {
+        const Item &it = bad < ranges.size() ? items[bad] : *misaligned;
+        if (it.slot && !it.slot->desc.data) return slot_fail(api, ex, it.what, it.i, *it.slot, "data: address is NULL");
+        std::string why = take_error();
+        if (!it.slot) return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, ex.op_name(), why.c_str());
+        return slot_fail(api, ex, it.what, it.i, *it.slot, why);
+    }
+    if (misaligned) {
+        const Slot &s = *misaligned->slot;
         const int bits = dtype_bits(s.desc.dtype);
-        const uintptr_t align = bits >= 8 ? static_cast<uintptr_t>(bits >= 64 ? 8 : bits / 8) : 1;
-        const uintptr_t at = reinterpret_cast<uintptr_t>(view_ptr(s.desc));
-        if (at % align != 0)
-            return fail(ACLNN_ERR_PARAM_INVALID,
-                        "%s: %s %s %zu (shape %s, %s): address %p is not aligned to its element size "
-                        "(%zu bytes)", api, ex.op_name(), what, i, shape_str(s.desc.view).c_str(),
-                        dtype_name(s.desc.dtype), reinterpret_cast<void *>(at), static_cast<size_t>(align));
+        return slot_fail(api, ex, misaligned->what, misaligned->i, s,
+                         format("address %p is not aligned to its element size (%zu bytes)", view_ptr(s.desc),
+                                static_cast<size_t>(bits >= 64 ? 8 : bits / 8)));
     }
     return ACLNN_SUCCESS;
 }
@@ -386,13 +419,8 @@ aclnnStatus launch_executor(aclOpExecutor *handle, void *workspace, uint64_t wor
                         "%s: %s: workspaceSize must be >= %llu (the size phase 1 returned) (got %llu)",
                         api, op, static_cast<unsigned long long>(need),
                         static_cast<unsigned long long>(workspace_size));
-        if (!pins.pin(workspace, need, "workspace")) {
-            std::string why = take_error();
-            return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, op, why.c_str());
-        }
     }
-    if (int rc = check_slots(api, *ex, slots->in, "input", pins)) return rc;
-    if (int rc = check_slots(api, *ex, slots->out, "output", pins)) return rc;
+    if (int rc = pin_launch(api, *ex, *slots, workspace, need, pins)) return rc;
 
     aclError err = ACL_SUCCESS;
     Stream *s = resolve_stream(stream, &err, api);

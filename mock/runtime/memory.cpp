@@ -371,21 +371,29 @@ MemStats mem_stats() {
 PinSet::~PinSet() { release(); }
 
 bool PinSet::pin(const void *p, size_t n, const char *what, bool any_kind) {
-    if (!p || n == 0) return true;
-    Registry &r = reg();
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    std::unique_lock<std::shared_mutex> lk(r.mu);
-    Entry *e = lookup_locked(r, a);
-    if (!e || (!any_kind && !device_kind(e->b.kind)) || n > e->b.size - (a - e->b.base)) {
-        lk.unlock();
-        std::string why = device_range_problem(p, n);
-        if (why.empty()) why = format("address %p (+%zu bytes) is not in a registered block", p, n);
-        set_error(format("%s: %s", what ? what : "range", why.c_str()));
-        return false;
+    const Range r{p, n, what};
+    return pin_all(&r, 1, any_kind) == 1;
+}
+
+size_t PinSet::pin_all(const Range *r, size_t count, bool any_kind) {
+    Registry &reg_ = reg();
+    std::unique_lock<std::shared_mutex> lk(reg_.mu);
+    for (size_t i = 0; i < count; ++i) {
+        const Range &x = r[i];
+        if (!x.p || x.n == 0) continue;
+        const uintptr_t a = reinterpret_cast<uintptr_t>(x.p);
+        Entry *e = lookup_locked(reg_, a);
+        if (!e || (!any_kind && !device_kind(e->b.kind)) || x.n > e->b.size - (a - e->b.base)) {
+            lk.unlock();
+            std::string why = device_range_problem(x.p, x.n);
+            if (why.empty()) why = format("address %p (+%zu bytes) is not in a registered block", x.p, x.n);
+            set_error(format("%s: %s", x.what ? x.what : "range", why.c_str()));
+            return i;
+        }
+        if (e->pins++ == 0) ++reg_.pinned_blocks;
+        pinned_.push_back(e);
     }
-    if (e->pins++ == 0) ++r.pinned_blocks;
-    pinned_.push_back(e);
-    return true;
+    return count;
 }
 
 void PinSet::release() {

@@ -241,6 +241,14 @@ public:
     // block when `any_kind`) and pins it. False (message set, "<what>: ...") when it does not;
     // n == 0 or p == NULL pins nothing and succeeds.
     bool pin(const void *p, size_t n, const char *what, bool any_kind = false);
+    // pin() of each range, under one lock of the registry: the index of the first that fails (its
+    // message set; those before it stay pinned), or count when all are pinned.
+    struct Range {
+        const void *p;
+        size_t n;
+        const char *what;
+    };
+    size_t pin_all(const Range *r, size_t count, bool any_kind = false);
     // [p, p+n) will have been written when release() runs: recorded then (mark_written), under the
     // lock release takes anyway.
     void note_write(const void *p, size_t n) {

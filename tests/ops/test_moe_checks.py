@@ -113,6 +113,19 @@ def test_dispatch_context_not_a_live_op_resource_context(world, profile):
     expect(c, INVALID, "context: kfcContextAddr is not a live HCCL op-resource context (got 0x0)")
 
 
+def test_dispatch_context_of_a_destroyed_communicator(world, profile):
+    # the last context this thread verified, its communicator destroyed since: refused, not remembered
+    other = World2()
+    try:
+        assert DispatchCall(other).run()[0] == 0
+        words = other.ctx[0][0].numpy()
+    finally:
+        other.close()
+    c = DispatchCall(world)
+    c.tensors["context"] = words
+    expect(c, INVALID, "context: kfcContextAddr is not a live HCCL op-resource context (got 0x")
+
+
 def test_dispatch_context_too_short(world, profile):
     c = DispatchCall(world)
     c.tensors["context"] = np.zeros(3, np.int32)
