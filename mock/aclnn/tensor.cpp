@@ -259,21 +259,18 @@ ACLMOCK_API aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDim
 ACLMOCK_API aclnnStatus aclDestroyTensor(const aclTensor *tensor) {
     if (!tensor) return ACLNN_SUCCESS;
     TensorRegistry &r = treg();
+    aclTensor *old = nullptr;
     {
-        std::lock_guard<std::mutex> lk(r.mu);
+        std::lock_guard<std::mutex> lk(r.mu);   // one lock: every rank thread of a world destroys its own
         if (r.live.erase(tensor) == 0)
             return fail(ACLNN_ERR_PARAM_INVALID,
                         "aclDestroyTensor: tensor %p is not a live aclTensor (never created, or "
                         "already destroyed)", static_cast<const void *>(tensor));
-    }
-    aclTensor *t = const_cast<aclTensor *>(tensor);
-    t->magic = 0;
-    t->view = Dims();
-    t->strides = Dims();
-    t->storage = Dims();
-    aclTensor *old = nullptr;
-    {
-        std::lock_guard<std::mutex> lk(r.mu);
+        aclTensor *t = const_cast<aclTensor *>(tensor);
+        t->magic = 0;
+        t->view = Dims();
+        t->strides = Dims();
+        t->storage = Dims();
         r.quarantine.push_back(t);
         if (r.quarantine.size() > kQuarantine) {
             old = r.quarantine.front();

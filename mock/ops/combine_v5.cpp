@@ -287,6 +287,7 @@ public:
 private:
     void trace_round(int64_t recv_slots);
     bool rounds_agree();
+    void count_rows_to(int64_t src, int64_t n);
     void tell_receivers();
     void add_slot(int64_t t, int64_t k, const float *weight);
     const uint8_t *slot(int64_t t, int64_t k);
@@ -309,7 +310,8 @@ private:
     const uint16_t *shared_x_, *ori_, *al1_, *al2_, *cv_;
     uint16_t *x_out_;
     // workspace
-    int32_t *sendcnt_;
+    int32_t *sendcnt_;           // rows sent to each rank
+    std::vector<int32_t> receivers_;   // the ranks given rows, in first-row order
     float *acc_, *tmp_;
     // per call
     std::string err_;
@@ -393,20 +395,24 @@ void CombineKernel::send() {
             // MXFP8: H codes, then ceil(H/32) e8m0 bytes at align(H, 32)
             mx_quant_row(row, bf16_, mxfmt_, false, d, d + qsoff, tmp_, H);
         }
-        ++sendcnt_[src];
+        count_rows_to(src, 1);
     }
     tell_receivers();
+}
+
+void CombineKernel::count_rows_to(int64_t src, int64_t n) {
+    if (n == 0) return;
+    if (sendcnt_[src] == 0) receivers_.push_back(int32_t(src));
+    sendcnt_[src] += int32_t(n);
 }
 
 // Each rank that gets rows learns how many and from which dispatch round (counts stamped with this
 // call: a rank this one sends nothing reads 0 for it, and is not written: O(rows) pages, not O(W)).
 void CombineKernel::tell_receivers() {
-    const CombineParams &p = p_;
-    for (int64_t m = 0; m < p.W; ++m) {
-        if (sendcnt_[m] == 0) continue;
+    for (const int32_t m : receivers_) {
         hccl::Mailbox *mb = call_.mailbox(m);
-        hccl::put_count(mb, call_.seq, p.r, sendcnt_[m]);
-        put_round(mb->counts, p.r, round_);
+        hccl::put_count(mb, call_.seq, p_.r, sendcnt_[m]);
+        put_round(mb->counts, p_.r, round_);
     }
 }
 
@@ -534,7 +540,7 @@ void CombineKernel::send_blocks(int64_t N, int64_t recv_slots) {
                 comm_quant_row(row, bf16_, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff),
                                tmp_, H);
         }
-        sendcnt_[idx % W] += int32_t(end - start);
+        count_rows_to(idx % W, end - start);
         start = end;
     }
     tell_receivers();
