@@ -24,7 +24,8 @@ namespace moe {
 // reported by Comm::wait_all use the same code).
 constexpr int kKernelFail = ACL_ERROR_RT_AICORE_EXCEPTION;
 
-// One run of a kernel on its communicator. begin() resolves and checks the context, or without one
+// One run of a kernel on its communicator. begin() resolves and checks the context (its head and this
+// rank's window entry; a peer's entry is checked when data() or mailbox() reach it), or without one
 // (the group-string generations) looks group_ep up again (as phase 1 does, with the kernel's
 // failure code), holds the communicator for the call (Comm::begin_use,
 // released by the destructor) and takes the call's sequence number; the call then owns data half

@@ -527,26 +527,34 @@ def test_a_round_without_performance_info_touches_one_stamp_page_per_rank(acl, p
 
 
 # ---- elastic_info at run time (golden choice 10) -------------------------------------------------------------
-def _elastic_body(rank, world_size, root, info):
+def _dispatch_outcome(rank, world_size, root, enqueue):
+    """(0, "") or the (code, message) of the AclError this rank's dispatch ends with; enqueue(ctx, ccl,
+    stream) queues it."""
     from aclnn_py import Device
     from aclnn_py.errors import AclError
     from aclnn_py.hccl import Communicator, build_context
-    from aclnn_py.ops import moe_distribute_dispatch
 
-    x = np.ones((2, 1024), np.float16)
-    ids = np.array([[0, 1], [1, 0]], np.int32)
     with Communicator(world_size, rank, root) as comm:
         ctx, ccl = build_context(comm)
         s = Device.current().create_stream()
-        moe_distribute_dispatch(ctx, x, ids, ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=2,
-                                ccl_buffer_size=ccl, elastic_info=info, stream=s)
         try:
+            enqueue(ctx, ccl, s)
             s.synchronize()
             return 0, ""
         except AclError as e:
             return e.code, str(e)
         finally:
             s.close()
+
+
+def _elastic_body(rank, world_size, root, info):
+    from aclnn_py.ops import moe_distribute_dispatch
+
+    x = np.ones((2, 1024), np.float16)
+    ids = np.array([[0, 1], [1, 0]], np.int32)
+    return _dispatch_outcome(rank, world_size, root, lambda ctx, ccl, s: moe_distribute_dispatch(
+        ctx, x, ids, ep_world_size=world_size, ep_rank_id=rank, moe_expert_num=2, ccl_buffer_size=ccl,
+        elastic_info=info, stream=s))
 
 
 @pytest.mark.parametrize("info,text", [
@@ -575,30 +583,21 @@ def test_elastic_info_flag_zero_is_the_identity(acl, profile):
 def _context_edited_after_phase1_body(rank, world_size, root, edited_entry):
     """Rank 0 prepares its dispatch with a good context, then moves epHcclBuffer_[edited_entry] of it;
     every rank sends its two tokens to experts 0 and 1 (ranks 0 and 1)."""
-    from aclnn_py import Device
-    from aclnn_py.errors import AclError
-    from aclnn_py.hccl import Communicator, build_context
     from aclnn_py.ops import prepare_dispatch
 
     x = np.ones((2, 1024), np.float16)
     ids = np.array([[0], [1]], np.int32)
-    with Communicator(world_size, rank, root) as comm:
-        ctx, ccl = build_context(comm)
-        s = Device.current().create_stream()
-        try:
-            prepared = prepare_dispatch(ctx, x, ids, ep_world_size=world_size, ep_rank_id=rank,
-                                        moe_expert_num=world_size, ccl_buffer_size=ccl, stream=s)
-            if rank == 0:
-                words = ctx.numpy(s)
-                words[4 + 2 * edited_entry] += 4096   # the entry's low word: another address
-                ctx.copy_from(words, s)
-            prepared.launch(s)
-            s.synchronize()
-            return 0, ""
-        except AclError as e:
-            return e.code, str(e)
-        finally:
-            s.close()
+
+    def enqueue(ctx, ccl, s):
+        prepared = prepare_dispatch(ctx, x, ids, ep_world_size=world_size, ep_rank_id=rank,
+                                    moe_expert_num=world_size, ccl_buffer_size=ccl, stream=s)
+        if rank == 0:
+            words = ctx.numpy(s)
+            words[4 + 2 * edited_entry] += 4096   # the entry's low word: another address
+            ctx.copy_from(words, s)
+        prepared.launch(s)
+
+    return _dispatch_outcome(rank, world_size, root, enqueue)
 
 
 def test_a_context_entry_the_kernel_reaches_is_checked_at_launch(acl, profile):
