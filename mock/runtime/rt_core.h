@@ -185,6 +185,9 @@ ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err, const char
 // thread waits for it: an event, a free of memory it uses, a communicator's destruction).
 ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name, bool may_block = false);
 constexpr int kLazyStartMs = 5;
+// A task paused at a wait for peers when its synchronisation's time ran out stays queued for the
+// next synchronisation; the worker takes it after this long if none comes.
+constexpr int kPausedLazyStartMs = 200;
 // A task that waits for peers returns kTaskPending instead of blocking, after set_pending_wait()
 // told its runner how to sleep until it may go on; the runner calls it again later (on the same or
 // another thread) and it resumes from the state it captured. A synchronisation whose time runs out

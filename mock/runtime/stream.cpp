@@ -51,7 +51,11 @@ std::atomic<uint64_t> g_next_id{1};
 thread_local const Stream *t_worker_of = nullptr;
 using Clock = std::chrono::steady_clock;
 thread_local PendingWait t_pending;   // what the task that just returned kTaskPending waits for
-void start_later(std::weak_ptr<Stream> s);
+// The lazy start of queued work nobody synchronised (kLazyStartMs), or of a task paused at a wait
+// when its synchronisation's slice ran out (kPausedLazyStartMs: its thread usually comes straight
+// back for the next slice, and it has already arrived where its peers wait for it).
+enum class LateStart { Queued, Paused };
+void start_later(std::weak_ptr<Stream> s, LateStart kind = LateStart::Queued);
 // Streams this thread queued work on that waits for a synchronisation: when this thread blocks in a
 // synchronisation of another stream, it will not run that work meanwhile, so it starts it then (one
 // thread driving the streams of several ranks launches on each, then synchronises them in turn).
@@ -124,7 +128,7 @@ public:
 
     // Runs or waits for the work up to `ticket`: the calling thread runs the tasks that cannot
     // block itself, the worker the others. False when `deadline` passed first; a task paused at a
-    // wait for peers is then left to the worker.
+    // wait for peers then stays queued, for the next synchronisation or the lazy start.
     bool drain(uint64_t ticket, Clock::time_point deadline) {
         std::unique_lock<std::mutex> lk(mu);
         while (completed < ticket) {
@@ -138,16 +142,33 @@ public:
                 const bool done = run_inline(it, deadline);
                 lk.lock();
                 if (!done) {
+                    // Paused at a wait when the slice ran out: the synchronising thread usually comes
+                    // straight back for the next slice and goes on with it; only if none does within
+                    // the lazy start does the worker take it (a world whose first exchange outlasts a
+                    // slice would otherwise start a worker thread on every rank's stream).
                     q.push_front(std::move(it));
                     busy = false;
+                    const bool list = !start_listed;
+                    start_listed = true;
                     lk.unlock();
-                    wake_worker();
+                    if (list) start_later(weak_from_this(), LateStart::Paused);
                     return false;
                 }
                 continue;
             }
-            // The worker runs what this thread may not, and, once this thread gives up, the rest.
-            if (!busy && !q.empty()) wake_worker();
+            // The worker runs what this thread may not; what it may, once it gives up, is left for its
+            // next synchronisation, or the worker after the lazy start.
+            if (!busy && !q.empty()) {
+                if (q.front().may_block || q.front().ticket > ticket) {
+                    wake_worker();
+                } else if (!in_time && !start_listed) {
+                    start_listed = true;
+                    lk.unlock();
+                    start_later(weak_from_this(), LateStart::Paused);
+                    lk.lock();
+                    continue;
+                }
+            }
             if (in_time) {
                 lk.unlock();
                 start_queued_elsewhere(this);
@@ -333,15 +354,22 @@ private:
 };
 
 namespace {
-// Starts, kLazyStartMs after it was queued, the work no thread synchronised for: the worker of a
-// stream whose queue waits for a synchronising thread is woken only if none comes. One thread per
-// process sleeps until the oldest such queue is due.
+// Starts, kLazyStartMs after it was queued (kPausedLazyStartMs for a paused task), the work no thread
+// synchronised for: the worker of a stream whose queue waits for a synchronising thread is woken only
+// if none comes. One thread per process sleeps until the earliest such queue is due (each list is in
+// due order: one delay per list).
 struct LazyStarter {
     std::mutex mu;
     std::condition_variable cv;
-    std::deque<std::pair<std::weak_ptr<Stream>, Clock::time_point>> due;
+    std::deque<std::pair<std::weak_ptr<Stream>, Clock::time_point>> due[2];   // by LateStart
     bool all_now = false;   // start_waiting_work(): start every listed queue at once
     bool running = false;
+    bool empty() const { return due[0].empty() && due[1].empty(); }
+    Clock::time_point next() const {
+        if (due[0].empty()) return due[1].front().second;
+        if (due[1].empty()) return due[0].front().second;
+        return std::min(due[0].front().second, due[1].front().second);
+    }
 };
 LazyStarter *g_starter = nullptr;
 std::once_flag g_starter_once;
@@ -360,15 +388,16 @@ void starter_loop(LazyStarter *st) {
     std::vector<std::weak_ptr<Stream>> ready;
     std::unique_lock<std::mutex> lk(st->mu);
     for (;;) {
-        st->cv.wait(lk, [&] { return !st->due.empty(); });
-        st->cv.wait_until(lk, st->due.front().second, [&] { return st->all_now; });
+        st->cv.wait(lk, [&] { return !st->empty(); });
+        st->cv.wait_until(lk, st->next(), [&] { return st->all_now; });
         const bool all = st->all_now;
         st->all_now = false;
         const auto now = Clock::now();
-        while (!st->due.empty() && (all || st->due.front().second <= now)) {
-            ready.push_back(std::move(st->due.front().first));
-            st->due.pop_front();
-        }
+        for (auto &d : st->due)
+            while (!d.empty() && (all || d.front().second <= now)) {
+                ready.push_back(std::move(d.front().first));
+                d.pop_front();
+            }
         lk.unlock();
         for (auto &w : ready)
             if (auto s = w.lock()) s->start_now(true);
@@ -377,8 +406,10 @@ void starter_loop(LazyStarter *st) {
     }
 }
 
-void start_later(std::weak_ptr<Stream> s) {
+void start_later(std::weak_ptr<Stream> s, LateStart kind) {
     LazyStarter &st = starter();
+    const auto at = Clock::now() + std::chrono::milliseconds(kind == LateStart::Paused ? kPausedLazyStartMs
+                                                                                        : kLazyStartMs);
     bool wake;
     {
         std::lock_guard<std::mutex> lk(st.mu);
@@ -386,8 +417,8 @@ void start_later(std::weak_ptr<Stream> s) {
             st.running = true;
             std::thread(starter_loop, &st).detach();
         }
-        wake = st.due.empty();   // else the starter already sleeps until an earlier entry
-        st.due.emplace_back(std::move(s), Clock::now() + std::chrono::milliseconds(kLazyStartMs));
+        wake = st.empty() || at < st.next();   // else the starter already sleeps until an earlier entry
+        st.due[int(kind)].emplace_back(std::move(s), at);
     }
     if (wake) st.cv.notify_one();
 }
@@ -408,7 +439,7 @@ void start_waiting_work() {
     LazyStarter &st = starter();
     {
         std::lock_guard<std::mutex> lk(st.mu);
-        if (st.due.empty()) return;
+        if (st.empty()) return;
         st.all_now = true;
     }
     st.cv.notify_one();

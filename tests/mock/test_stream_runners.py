@@ -135,3 +135,47 @@ def test_one_thread_driving_two_ranks_starts_the_other_rank_when_it_blocks(acl: 
         bufs[r].close()
         comms[r].close()
         streams[r].close()
+
+
+def _paused_then_resumed_body(rank: int, world_size: int, root: bytes, barrier: Any) -> tuple[int, list[int], int]:
+    """Rank 0 synchronises its dispatch in short slices while rank 1 arrives late; (the slices that ran
+    out, ep_recv_counts, the worker threads made meanwhile)."""
+    import aclnn_py as acl
+    from aclnn_py import _mock
+
+    with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
+        s = acl.Device.current().create_stream()
+        x = acl.Tensor.from_numpy(np.ones((2, 1024), ml_dtypes.bfloat16), stream=s)
+        ids = acl.Tensor.from_numpy(np.array([[0], [1]], np.int32), stream=s)
+        s.synchronize()
+        barrier.wait()
+        workers = _mock.stats()["stream_workers_started"]
+        timeouts = 0
+        if rank == 1:
+            # rank 0's dispatch waits for this rank meanwhile, less than a paused kernel's lazy start
+            # (200 ms): only the synchronising thread can go on with it
+            time.sleep(0.12)
+        out = buf.low_latency_dispatch(x, ids, world_size, stream=s)
+        if rank == 0:
+            while True:   # short slices: the kernel pauses at its exchange each time one runs out
+                try:
+                    s.synchronize(timeout_ms=20)
+                    break
+                except acl.AclTimeoutError:
+                    timeouts += 1
+        s.synchronize()
+        counts = out.ep_recv_counts.numpy().tolist()
+        barrier.wait()
+        workers = _mock.stats()["stream_workers_started"] - workers
+        barrier.wait()   # both have read the count before either stream closes (which may make a worker)
+        s.close()
+        return timeouts, counts, workers
+
+
+def test_a_kernel_paused_when_its_synchronisation_times_out_is_resumed_by_the_next_one(acl: Any) -> None:
+    """The thread that comes back for the next slice goes on with the paused kernel: no worker thread
+    is made for it (a world whose first exchange outlasts a slice made one on every rank's stream)."""
+    res = acl.worlds.run_threads(_paused_then_resumed_body, 2, threading.Barrier(2))
+    assert res[0][0] >= 3, res   # rank 0's slices ran out several times before rank 1 arrived
+    assert [counts for _, counts, _ in res] == [[1, 2], [1, 2]]
+    assert res[0][2] == 0, res
