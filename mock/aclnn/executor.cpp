@@ -230,6 +230,12 @@ int slot_fail(const char *api, const Executor &ex, const char *what, size_t i, c
                 shape_str(s.desc.view).c_str(), dtype_name(s.desc.dtype), why.c_str());
 }
 
+// The alignment element 0 of a tensor of this type needs (its element size, up to 8 bytes).
+uintptr_t element_align(aclDataType dtype) {
+    const int bits = dtype_bits(dtype);
+    return bits >= 8 ? static_cast<uintptr_t>(bits >= 64 ? 8 : bits / 8) : 1;
+}
+
 // The launch's workspace and every present, non-empty tensor must lie inside one registered device
 // block, and a tensor's element 0 be naturally aligned (devices cannot load misaligned elements; the
 // kernels read them as typed values). Their blocks are pinned until the launch has run (so aclrtFree
@@ -250,40 +256,33 @@ int pin_launch(const char *api, const Executor &ex, const Snapshot &slots, void 
         ranges.push_back({workspace, need, "workspace"});
         items.push_back({nullptr, "workspace", 0});
     }
-    const Item *misaligned = nullptr;
-    Item stop{};
-    for (int side = 0; side < 2 && !misaligned; ++side) {
+    bool stopped = false;   // the last item's data is NULL or misaligned: reported after those before it
+    for (int side = 0; side < 2 && !stopped; ++side) {
         const std::vector<Slot> &v = side ? slots.out : slots.in;
-        for (size_t i = 0; i < v.size(); ++i) {
+        for (size_t i = 0; i < v.size() && !stopped; ++i) {
             const Slot &s = v[i];
             if (!s.present) continue;
             const uint64_t n = view_extent_bytes(s.desc);
             if (n == 0) continue;
-            ranges.push_back({s.desc.data, n, "data"});
+            ranges.push_back({s.desc.data, n, "data"});   // a NULL range pins nothing
             items.push_back({&s, side ? "output" : "input", i});
-            const int bits = dtype_bits(s.desc.dtype);
-            const uintptr_t align = bits >= 8 ? static_cast<uintptr_t>(bits >= 64 ? 8 : bits / 8) : 1;
-            if (!s.desc.data || reinterpret_cast<uintptr_t>(view_ptr(s.desc)) % align != 0) {
-                stop = items.back();   // pinned (or found NULL) before its alignment is reported
-                misaligned = &stop;
-                break;
-            }
+            stopped = !s.desc.data || reinterpret_cast<uintptr_t>(view_ptr(s.desc)) % element_align(s.desc.dtype) != 0;
         }
     }
     const size_t bad = pins.pin_all(ranges.data(), ranges.size());
-    if (bad < ranges.size() || (misaligned && !misaligned->slot->desc.data)) {
-        const Item &it = bad < ranges.size() ? items[bad] : *misaligned;
-        if (it.slot && !it.slot->desc.data) return slot_fail(api, ex, it.what, it.i, *it.slot, "data: address is NULL");
-        std::string why = take_error();
-        if (!it.slot) return fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, ex.op_name(), why.c_str());
-        return slot_fail(api, ex, it.what, it.i, *it.slot, why);
+    if (bad < ranges.size()) {
+        const std::string why = take_error();
+        const Item &it = items[bad];
+        return it.slot ? slot_fail(api, ex, it.what, it.i, *it.slot, why)
+                       : fail(ACLNN_ERR_PARAM_INVALID, "%s: %s %s", api, ex.op_name(), why.c_str());
     }
-    if (misaligned) {
-        const Slot &s = *misaligned->slot;
-        const int bits = dtype_bits(s.desc.dtype);
-        return slot_fail(api, ex, misaligned->what, misaligned->i, s,
+    if (stopped) {
+        const Item &it = items.back();
+        const Slot &s = *it.slot;
+        if (!s.desc.data) return slot_fail(api, ex, it.what, it.i, s, "data: address is NULL");
+        return slot_fail(api, ex, it.what, it.i, s,
                          format("address %p is not aligned to its element size (%zu bytes)", view_ptr(s.desc),
-                                static_cast<size_t>(bits >= 64 ? 8 : bits / 8)));
+                                static_cast<size_t>(element_align(s.desc.dtype))));
     }
     return ACLNN_SUCCESS;
 }
