@@ -389,7 +389,12 @@ void starter_loop(LazyStarter *st) {
     std::unique_lock<std::mutex> lk(st->mu);
     for (;;) {
         st->cv.wait(lk, [&] { return !st->empty(); });
-        st->cv.wait_until(lk, st->next(), [&] { return st->all_now; });
+        if (const auto at = st->next(); !st->all_now && Clock::now() < at) {
+            // then look again: woken early by start_waiting_work, or by an entry of the other list due
+            // before `at`
+            st->cv.wait_until(lk, at);
+            continue;
+        }
         const bool all = st->all_now;
         st->all_now = false;
         const auto now = Clock::now();

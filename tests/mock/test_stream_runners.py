@@ -179,3 +179,47 @@ def test_a_kernel_paused_when_its_synchronisation_times_out_is_resumed_by_the_ne
     assert res[0][0] >= 3, res   # rank 0's slices ran out several times before rank 1 arrived
     assert [counts for _, counts, _ in res] == [[1, 2], [1, 2]]
     assert res[0][2] == 0, res
+
+
+def _queued_beside_a_paused_kernel_body(rank: int, world_size: int, root: bytes, barrier: Any) -> float:
+    """Rank 0's dispatch is paused (its synchronisation timed out, rank 1 not there yet); rank 0 then
+    queues a fill on a second stream that nobody synchronises: how long until it ran (s)."""
+    import aclnn_py as acl
+
+    with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
+        s = acl.Device.current().create_stream()
+        x = acl.Tensor.from_numpy(np.ones((2, 1024), ml_dtypes.bfloat16), stream=s)
+        ids = acl.Tensor.from_numpy(np.array([[0], [1]], np.int32), stream=s)
+        s.synchronize()
+        barrier.wait()
+        took = 0.0
+        if rank == 1:
+            barrier.wait()   # rank 0 has measured
+        out = buf.low_latency_dispatch(x, ids, world_size, stream=s)
+        if rank == 0:
+            try:
+                s.synchronize(timeout_ms=10)
+            except acl.AclTimeoutError:
+                pass
+            t = acl.Tensor.from_numpy(np.zeros(64, np.uint8))
+            other = acl.Device.current().create_stream()
+            raw = np.frombuffer((ctypes.c_uint8 * 64).from_address(t.data_ptr), np.uint8)
+            t0 = time.monotonic()
+            t.fill_bytes(0x5A, stream=other)
+            while not (raw == 0x5A).all() and time.monotonic() - t0 < 5:
+                time.sleep(0.001)
+            took = time.monotonic() - t0
+            barrier.wait()
+            other.close()
+            t.close()
+        s.synchronize()
+        assert out.ep_recv_counts.numpy().tolist() == [1, 2]
+        s.close()
+        return took
+
+
+def test_work_nobody_synchronises_starts_at_its_lazy_start_beside_a_paused_kernel(acl: Any) -> None:
+    """The lazy starter keeps two lists (queued work, 5 ms; paused kernels, 200 ms): an entry of the
+    first is started when it is due, not when an earlier-listed paused kernel is."""
+    took = acl.worlds.run_threads(_queued_beside_a_paused_kernel_body, 2, threading.Barrier(2))[0]
+    assert took < 0.1, took
