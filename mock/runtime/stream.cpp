@@ -127,8 +127,8 @@ public:
     }
 
     // Runs or waits for the work up to `ticket`: the calling thread runs the tasks that cannot
-    // block itself, the worker the others. False when `deadline` passed first; a task paused at a
-    // wait for peers then stays queued, for the next synchronisation or the lazy start.
+    // block itself, the worker the others. False when `deadline` passed first; the work left (a task
+    // paused at a wait for peers, say) then goes as leave_paused says.
     bool drain(uint64_t ticket, Clock::time_point deadline) {
         std::unique_lock<std::mutex> lk(mu);
         while (completed < ticket) {
@@ -142,31 +142,21 @@ public:
                 const bool done = run_inline(it, deadline);
                 lk.lock();
                 if (!done) {
-                    // Paused at a wait when the slice ran out: the synchronising thread usually comes
-                    // straight back for the next slice and goes on with it; only if none does within
-                    // the lazy start does the worker take it (a world whose first exchange outlasts a
-                    // slice would otherwise start a worker thread on every rank's stream).
                     q.push_front(std::move(it));
                     busy = false;
-                    const bool list = !start_listed;
-                    start_listed = true;
-                    lk.unlock();
-                    if (list) start_later(weak_from_this(), LateStart::Paused);
+                    leave_paused(lk);
                     return false;
                 }
                 continue;
             }
-            // The worker runs what this thread may not; what it may, once it gives up, is left for its
-            // next synchronisation, or the worker after the lazy start.
+            // The worker runs what this thread may not; what it may, once it gives up, goes as
+            // leave_paused says.
             if (!busy && !q.empty()) {
                 if (q.front().may_block || q.front().ticket > ticket) {
                     wake_worker();
-                } else if (!in_time && !start_listed) {
-                    start_listed = true;
-                    lk.unlock();
-                    start_later(weak_from_this(), LateStart::Paused);
+                } else if (!in_time && (worker_running.load(std::memory_order_acquire) || !start_listed)) {
+                    leave_paused(lk);
                     lk.lock();
-                    continue;
                 }
             }
             if (in_time) {
@@ -186,6 +176,24 @@ public:
             wake_worker();
         }
         return true;
+    }
+
+    // This synchronising thread gives up on the queued work (its time ran out, perhaps with the head
+    // task paused at a wait). A stream that has a worker thread hands the work over at once. One
+    // without waits for the thread to come back for its next slice, as it usually does, and makes its
+    // worker only if none has within kPausedLazyStartMs (a world whose first exchange outlasts a
+    // slice would otherwise start a worker thread on every rank's stream). Called with `lk` held;
+    // returns with it released.
+    void leave_paused(std::unique_lock<std::mutex> &lk) {
+        if (worker_running.load(std::memory_order_acquire)) {
+            lk.unlock();
+            wake_worker();
+            return;
+        }
+        const bool list = !start_listed;
+        start_listed = true;
+        lk.unlock();
+        if (list) start_later(weak_from_this(), LateStart::Paused);
     }
 
     // Work waits and nobody runs it: the worker starts it. `late`: the lazy starter's call.
@@ -296,6 +304,7 @@ private:
         std::call_once(worker_made, [this] {
             pin_library();
             worker = std::thread([this] { loop(); });
+            worker_running.store(true, std::memory_order_release);
             g_workers_started.fetch_add(1, std::memory_order_relaxed);
         });
     }
@@ -350,6 +359,7 @@ private:
     bool start_listed = false;   // the queue is on the lazy starter's list
     bool stop = false;
     std::once_flag worker_made;
+    std::atomic<bool> worker_running{false};   // the worker thread exists
     std::thread worker;
 };
 
