@@ -16,14 +16,22 @@ import numpy as np
 ROUNDS = 10
 
 
+def _two_tokens(stream: Any) -> tuple[Any, Any]:
+    """A rank's x (2 tokens of H 1024) and expert ids (token t to expert t), uploaded on `stream`."""
+    import aclnn_py as acl
+
+    x = acl.Tensor.from_numpy(np.ones((2, 1024), ml_dtypes.bfloat16), stream=stream)
+    ids = acl.Tensor.from_numpy(np.array([[0], [1]], np.int32), stream=stream)
+    stream.synchronize()
+    return x, ids
+
+
 def _rounds_body(rank: int, world_size: int, root: bytes) -> None:
     import aclnn_py as acl
 
     with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
         s = acl.Device.current().create_stream()
-        x = acl.Tensor.from_numpy(np.ones((2, 1024), ml_dtypes.bfloat16), stream=s)
-        ids = acl.Tensor.from_numpy(np.array([[0], [1]], np.int32), stream=s)
-        s.synchronize()
+        x, ids = _two_tokens(s)
         for _ in range(ROUNDS):
             out = buf.low_latency_dispatch(x, ids, world_size, stream=s)
             buf.low_latency_combine(out.expand_x, ids, None, out.assist_info_for_combine, out.ep_recv_counts,
@@ -145,9 +153,7 @@ def _paused_then_resumed_body(rank: int, world_size: int, root: bytes, barrier: 
 
     with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
         s = acl.Device.current().create_stream()
-        x = acl.Tensor.from_numpy(np.ones((2, 1024), ml_dtypes.bfloat16), stream=s)
-        ids = acl.Tensor.from_numpy(np.array([[0], [1]], np.int32), stream=s)
-        s.synchronize()
+        x, ids = _two_tokens(s)
         barrier.wait()
         workers = _mock.stats()["stream_workers_started"]
         timeouts = 0
@@ -188,9 +194,7 @@ def _queued_beside_a_paused_kernel_body(rank: int, world_size: int, root: bytes,
 
     with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
         s = acl.Device.current().create_stream()
-        x = acl.Tensor.from_numpy(np.ones((2, 1024), ml_dtypes.bfloat16), stream=s)
-        ids = acl.Tensor.from_numpy(np.array([[0], [1]], np.int32), stream=s)
-        s.synchronize()
+        x, ids = _two_tokens(s)
         barrier.wait()
         took = 0.0
         if rank == 1:
