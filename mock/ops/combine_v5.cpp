@@ -660,7 +660,7 @@ aclnnStatus aclmock::moe::combine_phase1(const CombineArgs &a, const CombineAttr
     if (int rc = check_inputs(a, p)) return rc;
     if (int rc = check_outputs(a, p)) return rc;
     if (p.generation == 5)
-        if (int rc = resolve_context(*a[kCtx], p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
+        if (int rc = resolve_context(*a[kCtx], p, &comm)) return rc;
     if (int rc = check_window(p, comm)) return rc;
     if (int rc = check_tp_window(p, tp, p.A, align_up(uint64_t(p.H) * 2, 32))) return rc;
     return make_executor(a, p, workspace_size, executor);

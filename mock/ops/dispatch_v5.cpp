@@ -786,7 +786,7 @@ aclnnStatus aclmock::moe::dispatch_phase1(const DispatchArgs &a, const DispatchA
     if (int rc = check_inputs(a, p)) return rc;
     if (int rc = check_outputs(a, p)) return rc;
     if (p.generation == 5)
-        if (int rc = resolve_context(*a.context, p, &comm, ACLNN_ERR_PARAM_INVALID, nullptr)) return rc;
+        if (int rc = resolve_context(*a.context, p, &comm)) return rc;
     if (int rc = check_window(p, comm)) return rc;
     if (int rc = check_tp_window(p, tp, p.A, align_up(uint64_t(p.out_row_bytes + p.dyn_bytes), 32))) return rc;
     return make_executor(a, p, workspace_size, executor);

@@ -370,7 +370,9 @@ int check_window_entry(const uint8_t *entries, const hccl::Comm &comm, uint64_t 
                                                "(got 0x%" PRIx64 ", window at 0x%" PRIx64 ")", i, i, got, want));
 }
 
-int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code, const char *op) {
+int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm) {
+    constexpr int code = ACLNN_ERR_PARAM_INVALID;
+    constexpr const char *op = nullptr;   // phase 1 messages name the parameter only
     const uint8_t *entries = nullptr;
     if (int rc = resolve_context_head(ctx, p, comm, &entries, code, op)) return rc;
     // epHcclBuffer_[i] must be rank i's window for every rank of the communicator (the kernels reach

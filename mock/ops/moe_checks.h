@@ -108,13 +108,11 @@ int check_elastic_perf(const aclTensor *elastic, const aclTensor *perf, MoeParam
 
 // The context (the Mc2MoeContext struct of docs/operators.md) read from the context tensor's memory: the live op-resource context at
 // kfcContextAddr, its communicator matching ep_world_size / ep_rank_id, epRankId and the window
-// addresses matching. Phase 1: 161002 naming `context` (or the attribute). At run time the same
-// checks run with `code` = the kernel's failure code and `op` prefixed.
-int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, int code,
-                    const char *op);
-// resolve_context without the window addresses: *entries points at the tensor's epHcclBuffer_
-// array, for a kernel that checks the entries of the peers it reaches (check_window_entry) rather
-// than all W at every launch.
+// addresses matching: phase 1's check, 161002 naming `context` (or the attribute).
+int resolve_context(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm);
+// resolve_context without the window addresses, failing with `code` and `op` prefixed (a kernel's):
+// *entries points at the tensor's epHcclBuffer_ array, for a kernel that checks the entries of the
+// peers it reaches (check_window_entry) rather than all W at every launch.
 int resolve_context_head(const aclTensor &ctx, const MoeParams &p, hccl::Comm **comm, const uint8_t **entries, int code,
                          const char *op);
 // 0 when epHcclBuffer_[i] (entries[i]) is rank i's window, else the failure naming the entry.

@@ -375,14 +375,14 @@ bool PinSet::pin(const void *p, size_t n, const char *what, bool any_kind) {
     return pin_all(&r, 1, any_kind) == 1;
 }
 
-size_t PinSet::pin_all(const Range *r, size_t count, bool any_kind) {
-    Registry &reg_ = reg();
-    std::unique_lock<std::shared_mutex> lk(reg_.mu);
+size_t PinSet::pin_all(const Range *ranges, size_t count, bool any_kind) {
+    Registry &r = reg();
+    std::unique_lock<std::shared_mutex> lk(r.mu);
     for (size_t i = 0; i < count; ++i) {
-        const Range &x = r[i];
+        const Range &x = ranges[i];
         if (!x.p || x.n == 0) continue;
         const uintptr_t a = reinterpret_cast<uintptr_t>(x.p);
-        Entry *e = lookup_locked(reg_, a);
+        Entry *e = lookup_locked(r, a);
         if (!e || (!any_kind && !device_kind(e->b.kind)) || x.n > e->b.size - (a - e->b.base)) {
             lk.unlock();
             std::string why = device_range_problem(x.p, x.n);
@@ -390,7 +390,7 @@ size_t PinSet::pin_all(const Range *r, size_t count, bool any_kind) {
             set_error(format("%s: %s", x.what ? x.what : "range", why.c_str()));
             return i;
         }
-        if (e->pins++ == 0) ++reg_.pinned_blocks;
+        if (e->pins++ == 0) ++r.pinned_blocks;
         pinned_.push_back(e);
     }
     return count;

@@ -185,8 +185,9 @@ ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err, const char
 // thread waits for it: an event, a free of memory it uses, a communicator's destruction).
 ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name, bool may_block = false);
 constexpr int kLazyStartMs = 5;
-// A task paused at a wait for peers when its synchronisation's time ran out stays queued for the
-// next synchronisation; the worker takes it after this long if none comes.
+// A task paused at a wait for peers when its synchronisation's time ran out, on a stream without a
+// worker thread, stays queued for the next synchronisation; a worker is made for it after this long
+// if none comes (a stream that has its worker hands the task over at once).
 constexpr int kPausedLazyStartMs = 200;
 // A task that waits for peers returns kTaskPending instead of blocking, after set_pending_wait()
 // told its runner how to sleep until it may go on; the runner calls it again later (on the same or
@@ -251,7 +252,7 @@ public:
         size_t n;
         const char *what;
     };
-    size_t pin_all(const Range *r, size_t count, bool any_kind = false);
+    size_t pin_all(const Range *ranges, size_t count, bool any_kind = false);
     // [p, p+n) will have been written when release() runs: recorded then (mark_written), under the
     // lock release takes anyway.
     void note_write(const void *p, size_t n) {

@@ -154,7 +154,7 @@ public:
             if (!busy && !q.empty()) {
                 if (q.front().may_block || q.front().ticket > ticket) {
                     wake_worker();
-                } else if (!in_time && (worker_running.load(std::memory_order_acquire) || !start_listed)) {
+                } else if (!in_time) {
                     leave_paused(lk);
                     lk.lock();
                 }
