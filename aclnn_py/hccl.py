@@ -281,6 +281,13 @@ def error_string(code: int) -> str:
     return "" if p == b.ffi.NULL else b.ffi.string(p).decode(errors="replace")
 
 
+#: The calls of the context's KFC sequence, in the order of csrc/hccl_context.c's steps (the failed one
+#: is named in the error); the last step is the rank check.
+CONTEXT_STEPS = ("HcclKfcAllocOpArgs", "HcclKfcOpArgsSetCommEngine", "HcclKfcOpArgsSetAlgConfig",
+                 "HcclCommGetHandleWithName", "HcclCreateOpResCtx", "HcclGetRankId", "HcclGetRankSize",
+                 "HcclKfcFreeOpArgs", "HcclGetHcclBuffer", "HcclGetRemoteIpcHcclBuf", "HcclCommGetHandleWithName")
+
+
 def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     """The 16,400-byte context struct for `comm` (docs/concepts.md), and the window size in bytes,
     built with CANN's own KFC sequence:
@@ -289,52 +296,27 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     → the communicator by its name → op resource context of op type 8 (all-to-all), stored as
     kfcContextAddr → check rank id and rank size → free op args → every rank's window address
     (own: ``HcclGetHcclBuffer``, which also gives cclBufferSize; others: ``HcclGetRemoteIpcHcclBuf``).
+
+    The sequence runs in one crossing into C (``aclnnpy_hccl_context``): from Python, each of its calls
+    would hand the GIL over among the ranks of a thread world while they form it, and the W window
+    addresses per rank would cost W**2 interpreter steps.
     """
     b = initialized()
     ffi, lib = b.ffi, b.lib
     comm._live("build a context from it")
     if comm.world_size > MAX_EP_RANKS:
         raise ValueError(f"the context holds at most {MAX_EP_RANKS} ranks (world size {comm.world_size})")
-    args_cell = ffi.new("void **")
-    check_hccl(lib.HcclKfcAllocOpArgs(args_cell), "HcclKfcAllocOpArgs")
-    op_args = args_cell[0]
-    try:
-        check_hccl(lib.HcclKfcOpArgsSetCommEngine(op_args, HCCL_COMM_ENGINE_AIV),
-                   "HcclKfcOpArgsSetCommEngine")
-        alg = ffi.new("char[]", ALG_CONFIG_ALLTOALL.encode())
-        check_hccl(lib.HcclKfcOpArgsSetAlgConfig(op_args, alg), "HcclKfcOpArgsSetAlgConfig")
-        h = ffi.new("HcclComm *")
-        check_hccl(lib.HcclCommGetHandleWithName(comm.name.encode(), h), "HcclCommGetHandleWithName")
-        ctx = ffi.new("void **")
-        check_hccl(lib.HcclCreateOpResCtx(h[0], HCCL_OP_TYPE_ALLTOALL, op_args, ctx), "HcclCreateOpResCtx")
-        kfc_addr = int(ffi.cast("uintptr_t", ctx[0]))
-        cell = ffi.new("uint32_t *")
-        check_hccl(lib.HcclGetRankId(h[0], cell), "HcclGetRankId")
-        rank = int(cell[0])
-        check_hccl(lib.HcclGetRankSize(h[0], cell), "HcclGetRankSize")
-        size = int(cell[0])
-        if rank != comm.rank or size != comm.world_size:
-            raise HcclError("HcclCommGetHandleWithName", 4, "HCCL_E_INTERNAL",
-                            f"the communicator named {comm.name!r} is rank {rank} of {size}, expected rank "
-                            f"{comm.rank} of {comm.world_size}")
-    except BaseException:
-        lib.HcclKfcFreeOpArgs(op_args)
-        raise
-    check_hccl(lib.HcclKfcFreeOpArgs(op_args), "HcclKfcFreeOpArgs")
-
-    addr, wsize = ffi.new("void **"), ffi.new("uint64_t *")
-    check_hccl(lib.HcclGetHcclBuffer(h[0], addr, wsize), "HcclGetHcclBuffer")
-    ccl_buffer_size = int(wsize[0])
     blob = bytearray(CONTEXT_BYTES)
-    struct.pack_into("<IIQ", blob, 0, rank, DEFAULT_RANK_SIZE_PER_SERVER, kfc_addr)
-    # the peers' windows written straight into the struct in one crossing into C (the same HCCL call
-    # per peer): W calls from Python per rank, or W Python ints packed per rank, would make forming a
-    # thread world of W ranks cost W**2 interpreter steps
-    words = ffi.from_buffer("uint64_t[]", blob)
-    check_hccl(lib.aclnnpy_hccl_windows(h[0], rank, size, words + 2, ffi.new("uint32_t *")),  # after the 16-byte head
-               "HcclGetRemoteIpcHcclBuf")
-    struct.pack_into("<Q", blob, 16 + 8 * rank, int(ffi.cast("uintptr_t", addr[0])))
-    return bytes(blob), ccl_buffer_size
+    wsize, info = ffi.new("uint64_t *"), ffi.new("uint32_t[3]")
+    ret = lib.aclnnpy_hccl_context(comm.name.encode(), HCCL_COMM_ENGINE_AIV, HCCL_OP_TYPE_ALLTOALL,
+                                   ALG_CONFIG_ALLTOALL.encode(), comm.rank, comm.world_size,
+                                   DEFAULT_RANK_SIZE_PER_SERVER, ffi.from_buffer("uint8_t[]", blob), wsize, info)
+    if ret and info[0] == len(CONTEXT_STEPS) - 1:
+        raise HcclError("HcclCommGetHandleWithName", 4, "HCCL_E_INTERNAL",
+                        f"the communicator named {comm.name!r} is rank {info[1]} of {info[2]}, expected rank "
+                        f"{comm.rank} of {comm.world_size}")
+    check_hccl(ret, CONTEXT_STEPS[info[0]])
+    return bytes(blob), int(wsize[0])
 
 
 class ContextUser(Protocol):

@@ -28,9 +28,13 @@ const char *aclnnpy_dlerror(void);
 const char *aclnnpy_prototypes(void);
 
 /* ---- HCCL ----
- * The window address of every rank r != rank of `comm` (an HcclComm) into addrs[r], r < nranks, by
- * HcclGetRemoteIpcHcclBuf; 0, or that call's status with *failed_rank set to the peer it failed on. */
-int aclnnpy_hccl_windows(void *comm, uint32_t rank, uint32_t nranks, uint64_t *addrs, uint32_t *failed_rank);
+ * The MoE context of the communicator named `name` (rank `rank` of `nranks`) by CANN's KFC sequence
+ * (csrc/hccl_context.c): its head and every rank's window address written into `ctx`, the window size
+ * into *ccl_buffer_size; 0, or the failed call's status with info[0] the step it failed at (the order
+ * there), info[1] the peer of a window or the rank id found, info[2] the rank size found. */
+int aclnnpy_hccl_context(const char *name, uint32_t comm_engine, uint32_t op_type, const char *alg_config,
+                         uint32_t rank, uint32_t nranks, uint32_t rank_size_per_server, uint8_t *ctx,
+                         uint64_t *ccl_buffer_size, uint32_t *info);
 
 /* ---- an operator's both phases in one call (generated, one per operator) ----
  * Phase 1 with the tensors `t` (the prototype's inputs, then its outputs; NULL for an absent one),

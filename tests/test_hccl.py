@@ -98,6 +98,37 @@ def test_duplicate_rank_and_size_mismatch(acl, small_windows):
         c1.barrier()
 
 
+def test_a_context_names_the_kfc_call_that_failed(acl, small_windows):
+    """The context's KFC sequence runs in one call into C; a failure still names the call it failed at,
+    and a name that finds another rank's communicator is refused naming both ranks."""
+    from aclnn_py import hccl, worlds
+    from aclnn_py.errors import HcclError
+
+    def fn(rank, world_size, root):
+        with hccl.Communicator(world_size, rank, root) as comm:
+            comm.barrier()  # the peer's communicator is registered under its name
+            own = comm.name
+            outcome = {}
+            for label, name in (("unknown", "no_such_communicator"), ("peer", own.replace(f"rank_{rank}", f"rank_{1 - rank}"))):
+                comm.name = name
+                try:
+                    hccl.build_context(comm)
+                except HcclError as exc:
+                    outcome[label] = (exc.func, str(exc))
+                finally:
+                    comm.name = own
+            outcome["ok"] = hccl.build_context(comm)[1] == comm.window_size
+            comm.barrier()
+        return outcome
+
+    for rank, out in enumerate(worlds.run_threads(fn, 2, timeout=60)):
+        assert out["unknown"][0] == "HcclCommGetHandleWithName", out
+        assert "no_such_communicator" in out["unknown"][1], out
+        assert out["peer"][0] == "HcclCommGetHandleWithName", out
+        assert f"is rank {1 - rank} of 2, expected rank {rank} of 2" in out["peer"][1], out
+        assert out["ok"]
+
+
 def test_destroyed_handle_is_an_error_not_a_crash(acl, raw, small_windows):
     from aclnn_py import hccl
     from aclnn_py.errors import HcclError, check_hccl

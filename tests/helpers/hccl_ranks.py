@@ -60,7 +60,7 @@ def rank_world(rank: int, world_size: int, root: bytes) -> dict:
         assert ctx.shape == (4100,) and ctx.dtype == DataType.INT32
         assert ccl == comm.window_size
         c = decode_context(ctx.numpy().tobytes())
-        assert c["rank"] == rank
+        assert c["rank"] == rank and c["per_server"] == 2
         assert c["kfc"] != 0
         assert all(w != 0 and w % 512 == 0 for w in c["windows"][:world_size])
         assert all(w == 0 for w in c["windows"][world_size:])

@@ -1,0 +1,65 @@
+/* The MoE context of a communicator in one crossing from Python: CANN's KFC sequence, then every
+ * peer's window address. HCCL hands the addresses out one peer at a time (HcclGetRemoteIpcHcclBuf):
+ * W calls from Python per rank would cost W**2 interpreter round trips to form a thread world of W
+ * ranks, and each of the sequence's ten calls from Python a hand-over of the GIL between its ranks.
+ * Included by the extension's generated source after the trampolines (build_ffi.py). */
+
+#include <string.h>
+
+enum {
+    CTX_ALLOC_OP_ARGS, CTX_SET_COMM_ENGINE, CTX_SET_ALG_CONFIG, CTX_GET_HANDLE, CTX_CREATE_OP_RES_CTX,
+    CTX_GET_RANK_ID, CTX_GET_RANK_SIZE, CTX_FREE_OP_ARGS, CTX_GET_HCCL_BUFFER, CTX_GET_REMOTE_BUF,
+    CTX_OTHER_RANK
+};
+
+/* The context struct (16 + 8 * nranks bytes of it) into `ctx` and the window size into
+ * *ccl_buffer_size; 0, or the status of the call that failed with info[0] its step (the enum above)
+ * and for a peer's window info[1] the peer. info[1], info[2]: the rank id and size the communicator
+ * found by `name` reports (a communicator of another rank or size: step CTX_OTHER_RANK). */
+int aclnnpy_hccl_context(const char *name, uint32_t comm_engine, uint32_t op_type, const char *alg_config,
+                         uint32_t rank, uint32_t nranks, uint32_t rank_size_per_server, uint8_t *ctx,
+                         uint64_t *ccl_buffer_size, uint32_t *info) {
+    void *op_args = NULL;
+    HcclComm comm = NULL;
+    void *res_ctx = NULL;
+    HcclResult rc;
+    info[0] = CTX_ALLOC_OP_ARGS;
+    if ((rc = HcclKfcAllocOpArgs(&op_args)) != HCCL_SUCCESS) return (int)rc;
+    info[0] = CTX_SET_COMM_ENGINE;
+    if ((rc = HcclKfcOpArgsSetCommEngine(op_args, (uint8_t)comm_engine)) != HCCL_SUCCESS) goto free_args;
+    info[0] = CTX_SET_ALG_CONFIG;
+    if ((rc = HcclKfcOpArgsSetAlgConfig(op_args, (char *)alg_config)) != HCCL_SUCCESS) goto free_args;
+    info[0] = CTX_GET_HANDLE;
+    if ((rc = HcclCommGetHandleWithName(name, &comm)) != HCCL_SUCCESS) goto free_args;
+    info[0] = CTX_CREATE_OP_RES_CTX;
+    if ((rc = HcclCreateOpResCtx(comm, (uint8_t)op_type, op_args, &res_ctx)) != HCCL_SUCCESS) goto free_args;
+    info[0] = CTX_GET_RANK_ID;
+    if ((rc = HcclGetRankId(comm, &info[1])) != HCCL_SUCCESS) goto free_args;
+    info[0] = CTX_GET_RANK_SIZE;
+    if ((rc = HcclGetRankSize(comm, &info[2])) != HCCL_SUCCESS) goto free_args;
+    if (info[1] != rank || info[2] != nranks) {
+        info[0] = CTX_OTHER_RANK;
+        rc = HCCL_E_INTERNAL;
+        goto free_args;
+    }
+    info[0] = CTX_FREE_OP_ARGS;
+    if ((rc = HcclKfcFreeOpArgs(op_args)) != HCCL_SUCCESS) return (int)rc;
+
+    uint64_t head[2] = {(uint64_t)rank | (uint64_t)rank_size_per_server << 32, (uint64_t)(uintptr_t)res_ctx};
+    memcpy(ctx, head, sizeof head);
+    for (uint32_t r = 0; r < nranks; ++r) {
+        void *addr = NULL;
+        uint64_t size = 0;
+        info[0] = r == rank ? CTX_GET_HCCL_BUFFER : CTX_GET_REMOTE_BUF;
+        info[1] = r;
+        rc = r == rank ? HcclGetHcclBuffer(comm, &addr, ccl_buffer_size) : HcclGetRemoteIpcHcclBuf(comm, r, &addr, &size);
+        if (rc != HCCL_SUCCESS) return (int)rc;
+        uint64_t word = (uint64_t)(uintptr_t)addr;
+        memcpy(ctx + sizeof head + 8 * (size_t)r, &word, sizeof word);
+    }
+    return 0;
+
+free_args:
+    HcclKfcFreeOpArgs(op_args);
+    return (int)rc;
+}
