@@ -45,8 +45,10 @@ int aclnnpy_hccl_context(const char *name, uint32_t comm_engine, uint32_t op_typ
     info[0] = CTX_FREE_OP_ARGS;
     if ((rc = HcclKfcFreeOpArgs(op_args)) != HCCL_SUCCESS) return (int)rc;
 
-    uint64_t head[2] = {(uint64_t)rank | (uint64_t)rank_size_per_server << 32, (uint64_t)(uintptr_t)res_ctx};
-    memcpy(ctx, head, sizeof head);
+    const uint64_t kfc_context_addr = (uint64_t)(uintptr_t)res_ctx;   /* the head: epRankId, rankSizePerServer, it */
+    memcpy(ctx, &rank, 4);
+    memcpy(ctx + 4, &rank_size_per_server, 4);
+    memcpy(ctx + 8, &kfc_context_addr, 8);
     for (uint32_t r = 0; r < nranks; ++r) {
         void *addr = NULL;
         uint64_t size = 0;
@@ -55,7 +57,7 @@ int aclnnpy_hccl_context(const char *name, uint32_t comm_engine, uint32_t op_typ
         rc = r == rank ? HcclGetHcclBuffer(comm, &addr, ccl_buffer_size) : HcclGetRemoteIpcHcclBuf(comm, r, &addr, &size);
         if (rc != HCCL_SUCCESS) return (int)rc;
         uint64_t word = (uint64_t)(uintptr_t)addr;
-        memcpy(ctx + sizeof head + 8 * (size_t)r, &word, sizeof word);
+        memcpy(ctx + 16 + 8 * (size_t)r, &word, sizeof word);
     }
     return 0;
 
