@@ -188,6 +188,35 @@ def test_rank_killed_after_joining(acl, small_windows, default_timeouts):
     assert len(set(pids.values())) == W - 1
 
 
+def test_waiting_ranks_share_the_liveness_probes(acl, small_windows, default_timeouts):
+    """Half of a world waits 1.2 s for the other half: each waiting rank probes its share of the
+    pending peers a period (about one here), not every pending peer (12), so a large world waiting for
+    many peers makes O(W) system calls a period instead of O(W**2)."""
+    from aclnn_py import worlds
+
+    W = 24
+    res = worlds.spawn(hr.wait_for_late_half, W, 1.2, timeout=60)
+    for waited, probes, message in res[: W // 2]:
+        assert message is None and waited > 0.9, res
+        looks = waited / 0.2 + 1
+        assert probes <= 2 * looks + 2, (waited, probes)   # the old rule probed 12 a look: > 60
+
+
+def test_a_dead_peer_one_rank_finds_is_named_by_every_waiting_rank(acl, small_windows, default_timeouts):
+    """The last rank dies while half the world waits for the other half: the waiting ranks share the
+    probes, and every one of them gives up promptly naming the dead process, whether its own probe
+    found it or a peer's."""
+    from aclnn_py import worlds
+
+    W = 16
+    res = worlds.spawn(hr.wait_for_late_half, W, 3.0, True, timeout=60, on_rank_failure="wait")
+    assert isinstance(res[W - 1], worlds.RankError) and "SIGKILL" in str(res[W - 1])
+    for waited, probes, message in res[: W // 2]:
+        assert message is not None and f"(rank {W - 1}: process" in message and "is dead)" in message, message
+        assert waited < 2.0, (waited, message)   # before the late ranks come
+        assert probes <= 2 * (waited / 0.2 + 1) + 2, (waited, probes)
+
+
 def test_rank_killed_while_the_world_forms(acl, small_windows, default_timeouts, tmp_path):
     """Rank 3 never comes and rank 1 dies in the rendezvous: ranks 0 and 2 give up within seconds
     (HCCL_CONNECT_TIMEOUT is 120 s) naming rank 1's dead process, and nothing is left in /dev/shm."""

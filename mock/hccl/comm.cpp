@@ -127,18 +127,20 @@ bool Comm::peer_alive(uint32_t r) const {
     return !process_gone(impl_->pids[r], impl_->pid_ns[r]);
 }
 
-bool Comm::peer_gone(uint32_t r, std::string *why) const {
-    const WindowHeader *h = header(r);
+bool Comm::peer_gone(uint32_t r, std::string *why, bool probe) const {
+    WindowHeader *h = header(r);
     if (!h) return false;
     if (__atomic_load_n(&h->left, __ATOMIC_ACQUIRE) == kWindowLeft) {
         if (why) *why += format(" (rank %u destroyed its communicator)", r);
         return true;
     }
-    if (!peer_alive(r)) {
-        if (why) *why += format(" (rank %u: process %d is dead)", r, impl_->pids[r]);
-        return true;
+    bool dead = __atomic_load_n(&h->dead, __ATOMIC_ACQUIRE) != 0;
+    if (!dead && probe && !peer_alive(r)) {
+        dead = true;
+        __atomic_store_n(&h->dead, 1u, __ATOMIC_RELEASE);   // the peers waiting for it read this
     }
-    return false;
+    if (dead && why) *why += format(" (rank %u: process %d is dead)", r, impl_->pids[r]);
+    return dead;
 }
 
 bool Comm::begin_use() {

@@ -9,6 +9,7 @@
 //                         rank is still reading (the hardware double-buffers the same way).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -101,6 +102,7 @@ struct WindowHeader {
     uint32_t nranks;
     int32_t pid;                      // process owning this window, for dead-peer reports
     uint32_t left;                    // 1 once the owner destroyed its communicator cleanly
+    uint32_t dead;                    // 1 once a peer found the owner's process dead (LivenessPacer)
 };
 
 enum OpTag : uint32_t {
@@ -130,36 +132,53 @@ constexpr uint64_t kOpResCtxMagic = 0x4b4643434f4e5458ULL;
 // Returns the live op-resource context at `addr` (taken from a context tensor), or nullptr.
 ACLMOCK_API OpResCtx *verify_op_res_ctx(uint64_t addr);
 
-// Paces the liveness checks of a wait on peers: due() is true at most every kPeriod seconds, and
-// each check probes at most kBatch pending ranks, resuming after the last one probed, so a wait on
-// many missing peers stays cheap while a peer that died is still noticed within about a second.
+// Paces the liveness checks of a wait on peers: due() is true at most every kPeriod seconds. A check
+// looks at every peer it waits for, reading what the waiting ranks found so far (a dead peer is
+// marked where every rank reads it: a memory read), and probes (system calls) only this rank's share
+// of them: the peers waited for divided by the ranks waiting with it, at least kMinProbes, at most
+// kMaxProbes. The waiting ranks take consecutive shares in rank order (turning by a round of shares
+// each look), so together they probe every peer waited for about once a period: O(W) probes a
+// period, not O(W * W). A peer that died is marked within a period, and every waiting rank names it
+// at its next look.
 class LivenessPacer {
 public:
     static constexpr double kPeriod = 0.2;
-    static constexpr uint32_t kBatch = 128;
-    explicit LivenessPacer(double start) : next_(start + kPeriod) {}
+    static constexpr uint32_t kMinProbes = 2;
+    static constexpr uint32_t kMaxProbes = 128;
+    LivenessPacer(double start, uint32_t rank) : next_(start + kPeriod), rank_(rank) {}
     bool due(double now) {
         if (now < next_) return false;
         next_ = now + kPeriod;
         return true;
     }
-    // Calls probe(r) for up to kBatch ranks r < n with pending(r), in rotating order.
-    template <class Pending, class Probe>
-    void probe_batch(uint32_t n, Pending &&pending, Probe &&probe) {
-        const uint32_t first = n ? cursor_ % n : 0;
-        uint32_t probed = 0;
-        for (uint32_t i = 0; i < n && probed < kBatch; ++i) {
-            uint32_t r = (first + i) % n;
-            if (!pending(r)) continue;
-            probe(r);
-            ++probed;
-            cursor_ = r + 1;
+    // Calls look(r, probe) for every rank r < n with awaited(r); `probe` is true for this rank's share.
+    // waiting(r): rank r waits too (shares the probes); this rank counts as waiting.
+    template <class Awaited, class Waiting, class Look>
+    void look_all(uint32_t n, Awaited &&awaited, Waiting &&waiting, Look &&look) {
+        uint32_t peers = 0, waiters = 1, before = 0;   // before: waiting ranks ahead of this one
+        for (uint32_t r = 0; r < n; ++r) {
+            if (awaited(r)) ++peers;
+            if (r != rank_ && waiting(r)) {
+                ++waiters;
+                if (r < rank_) ++before;
+            }
+        }
+        if (!peers) return;
+        const uint32_t share = std::min(kMaxProbes, std::max(kMinProbes, (peers + waiters - 1) / waiters));
+        const uint32_t first = static_cast<uint32_t>((uint64_t{before + looks_ * waiters} * share) % peers);
+        ++looks_;
+        uint32_t k = 0;   // r's place among the peers awaited
+        for (uint32_t r = 0; r < n; ++r) {
+            if (!awaited(r)) continue;
+            look(r, (k + peers - first) % peers < share);
+            ++k;
         }
     }
 
 private:
     double next_;
-    uint32_t cursor_ = 0;
+    uint32_t rank_;
+    uint64_t looks_ = 0;
 };
 
 // One rank's wait for one collective call, kept between the looks a kernel that gives its thread
@@ -169,7 +188,7 @@ struct CallWait {
     bool skipped = false;   // this rank skips the call (an injected fault): it fails here
     double start = 0;
     double timeout = 0;
-    LivenessPacer pacer{0};
+    LivenessPacer pacer{0, 0};
 };
 
 class ACLMOCK_API Comm {
@@ -242,8 +261,9 @@ public:
     bool peer_alive(uint32_t r) const;
     // Whether peer r will never take part in another call: it destroyed its communicator or its
     // process is dead; *why (when given) gets " (rank r: process P is dead)" or " (rank r destroyed
-    // its communicator)".
-    bool peer_gone(uint32_t r, std::string *why) const;
+    // its communicator)". Without `probe`, only what the peers found so far counts (no system call);
+    // a probe that finds the process dead marks it so for them.
+    bool peer_gone(uint32_t r, std::string *why, bool probe = true) const;
 
     // Work that touches the windows (a kernel task) brackets itself with begin_use()/end_use() so
     // that HcclCommDestroy waits for it instead of unmapping the windows under it. begin_use()
@@ -307,6 +327,7 @@ struct HcclStats {
     size_t live_comms = 0;
     size_t mapped_windows = 0;       // window mappings held by this process
     uint64_t mapped_bytes = 0;
+    uint64_t liveness_probes = 0;    // peer processes probed by this process (system calls)
 };
 ACLMOCK_API HcclStats hccl_stats();
 

@@ -66,6 +66,8 @@ struct RdvSlot {
     int32_t pid;
     uint64_t window_bytes;
     uint64_t pid_ns;
+    std::atomic<uint32_t> dead;   // 1 once a waiting rank found this slot's process dead (LivenessPacer)
+    uint32_t reserved;
 };
 constexpr uint64_t kRdvMagic = 0x5644524b434d4341ULL;
 struct RdvHeader {
@@ -127,6 +129,8 @@ void sweep_stale_segments_every(double min_interval);
 int32_t own_pid();
 // Whether process pid exists and is not a zombie.
 bool pid_alive(int32_t pid);
+// How many times this process probed another process (pid_alive past its own pid).
+uint64_t liveness_probes();
 // This process's pid namespace (inode of /proc/self/ns/pid; 0 when it cannot be read).
 uint64_t pid_namespace();
 // Whether the process (pid, pid_ns) is known to be gone: dead, in this pid namespace. A process of

@@ -19,7 +19,10 @@ namespace {
 // a system call each time adds up to millions in a large world.
 std::atomic<int32_t> g_own_pid{0};
 void refresh_own_pid() { g_own_pid.store(static_cast<int32_t>(getpid()), std::memory_order_relaxed); }
+std::atomic<uint64_t> g_probes{0};   // other processes probed (the system calls below)
 }  // namespace
+
+uint64_t liveness_probes() { return g_probes.load(std::memory_order_relaxed); }
 
 int32_t own_pid() {
     static std::once_flag once;
@@ -33,6 +36,7 @@ int32_t own_pid() {
 bool pid_alive(int32_t pid) {
     if (pid <= 0) return false;
     if (pid == own_pid()) return true;
+    g_probes.fetch_add(1, std::memory_order_relaxed);
     if (kill(pid, 0) != 0 && errno == ESRCH) return false;
     // kill() succeeds on a zombie (dead, not yet reaped by its parent): look at its state.
     char path[64];

@@ -216,7 +216,7 @@ int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *field
             return fail(ACL_ERROR_INVALID_PARAM, "%s on rank %u: %s", op, me, why.c_str());
         if (w.timeout <= 0) w.timeout = 1e12;   // as HCCL: 0 is no limit
         w.start = now_seconds();
-        w.pacer = LivenessPacer(w.start);
+        w.pacer = LivenessPacer(w.start, me);
         w.begun = true;
     }
     const uint64_t want = seq + 1;
@@ -246,11 +246,13 @@ int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *field
     // A peer that is gone will never arrive at this call, so waiting for the timeout is pointless.
     // Its entry may have landed just before it went: only a peer still without one counts.
     std::string gone;
-    if (w.pacer.due(now))
-        w.pacer.probe_batch(W, pending, [&](uint32_t src) {
+    if (w.pacer.due(now)) {
+        auto arrived = [&](uint32_t src) { return member(members, src) && !pending(src); };
+        w.pacer.look_all(W, pending, arrived, [&](uint32_t src, bool probe) {
             std::string why;
-            if (peer_gone(src, &why) && pending(src)) gone += why;
+            if (peer_gone(src, &why, probe) && pending(src)) gone += why;
         });
+    }
     const double waited = now - w.start;
     if (gone.empty() && waited <= w.timeout) return kTaskPending;
     if (reached(hub->done.load(std::memory_order_acquire), want))

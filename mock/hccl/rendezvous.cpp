@@ -331,7 +331,7 @@ void Joiner::abandon() {
 // HCCL_CONNECT_TIMEOUT, as soon as a rank that has not got there is gone (its process died, or it
 // left), or when another rank gave up.
 int Joiner::wait_for_all(std::atomic<uint32_t> &counter, SlotState done) {
-    LivenessPacer pacer(start_);
+    LivenessPacer pacer(start_, rank_);
     // Every rank that claimed a slot is needed until the world forms, whatever step it is at.
     auto joined = [&](uint32_t r) {
         return r != rank_ && h_->slots[r].state.load(std::memory_order_acquire) != kSlotFree;
@@ -342,12 +342,18 @@ int Joiner::wait_for_all(std::atomic<uint32_t> &counter, SlotState done) {
         const int32_t ab = h_->aborted_by.load(std::memory_order_acquire);
         std::string gone;
         if (pacer.due(now))
-            pacer.probe_batch(nranks_, joined, [&](uint32_t r) {
-                const RdvSlot &s = h_->slots[r];
-                if (s.state.load(std::memory_order_acquire) == kSlotLeft)
+            pacer.look_all(nranks_, joined, joined, [&](uint32_t r, bool probe) {
+                RdvSlot &s = h_->slots[r];
+                if (s.state.load(std::memory_order_acquire) == kSlotLeft) {
                     gone += format(" (rank %u left: it gave up or its process exited)", r);
-                else if (process_gone(s.pid, s.pid_ns))
-                    gone += format(" (rank %u: process %d is dead)", r, s.pid);
+                    return;
+                }
+                bool dead = s.dead.load(std::memory_order_acquire) != 0;
+                if (!dead && probe && process_gone(s.pid, s.pid_ns)) {
+                    dead = true;
+                    s.dead.store(1, std::memory_order_release);   // the ranks waiting for it read this
+                }
+                if (dead) gone += format(" (rank %u: process %d is dead)", r, s.pid);
             });
         // A rank may finish and exit as soon as the count is complete: only a count still short of
         // nranks makes a gone rank fatal.

@@ -269,6 +269,7 @@ void seg_unlink(const std::string &name) {
 HcclStats hccl_stats() {
     HcclStats st;
     st.live_comms = live_comm_count();
+    st.liveness_probes = liveness_probes();
     std::lock_guard<std::mutex> lk(g_seg_mu);
     for (auto &kv : segs()) {
         if (!kv.second.is_window) continue;

@@ -41,6 +41,7 @@ static py::dict stats() {
     d["communicators"] = h.live_comms;
     d["mapped_windows"] = h.mapped_windows;
     d["mapped_window_bytes"] = h.mapped_bytes;
+    d["liveness_probes"] = h.liveness_probes;
     return d;
 }
 

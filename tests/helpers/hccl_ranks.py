@@ -126,6 +126,30 @@ def join_then_maybe_die(rank, world_size, root, victim):
     return out
 
 
+def wait_for_late_half(rank, world_size, root, late_s, last_dies=False):
+    """A spawn rank: join and pass a barrier; then the upper half of the ranks sleeps `late_s` before
+    the second barrier while the lower half waits in it (with `last_dies`, the last rank SIGKILLs
+    itself instead). Returns (seconds waited in the second barrier, this process's liveness probes
+    during it, the error message or None)."""
+    from aclnn_py import _mock, hccl
+    from aclnn_py.errors import AclError
+
+    with hccl.Communicator(world_size, rank, root) as comm:
+        comm.barrier()
+        if last_dies and rank == world_size - 1:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if rank >= world_size // 2:
+            time.sleep(late_s)
+        probes = _mock.stats()["liveness_probes"]
+        t0 = time.monotonic()
+        message = None
+        try:
+            comm.barrier()
+        except AclError as e:
+            message = e.message
+        return time.monotonic() - t0, _mock.stats()["liveness_probes"] - probes, message
+
+
 def join_or_die(rank, world_size, root, victim, absent, pid_dir):
     """A spawn rank of a world that never forms: rank `absent` does not come; the victim joins and
     its own timer thread SIGKILLs it 0.5 s later, while everybody waits in the rendezvous. Returns
