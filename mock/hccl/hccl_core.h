@@ -151,14 +151,18 @@ public:
         next_ = now + kPeriod;
         return true;
     }
-    // Calls look(r, probe) for every rank r < n with awaited(r); `probe` is true for this rank's share.
-    // waiting(r): rank r waits too (shares the probes); this rank counts as waiting.
-    template <class Awaited, class Waiting, class Look>
-    void look_all(uint32_t n, Awaited &&awaited, Waiting &&waiting, Look &&look) {
+    // What rank r is to this wait (role(r), a bit set): a peer it waits for, and/or a rank waiting
+    // with it (sharing the probes; this rank counts as one).
+    static constexpr unsigned kAwaited = 1, kWaiting = 2;
+    // Calls look(r, probe) for every rank r < n whose role has kAwaited; `probe` is true for this
+    // rank's share.
+    template <class Role, class Look>
+    void look_all(uint32_t n, Role &&role, Look &&look) {
         uint32_t peers = 0, waiters = 1, before = 0;   // before: waiting ranks ahead of this one
         for (uint32_t r = 0; r < n; ++r) {
-            if (awaited(r)) ++peers;
-            if (r != rank_ && waiting(r)) {
+            const unsigned is = role(r);
+            if (is & kAwaited) ++peers;
+            if (r != rank_ && (is & kWaiting)) {
                 ++waiters;
                 if (r < rank_) ++before;
             }
@@ -169,7 +173,7 @@ public:
         ++looks_;
         uint32_t k = 0;   // r's place among the peers awaited
         for (uint32_t r = 0; r < n; ++r) {
-            if (!awaited(r)) continue;
+            if (!(role(r) & kAwaited)) continue;
             look(r, (k + peers - first) % peers < share);
             ++k;
         }

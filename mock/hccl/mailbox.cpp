@@ -247,8 +247,11 @@ int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *field
     // Its entry may have landed just before it went: only a peer still without one counts.
     std::string gone;
     if (w.pacer.due(now)) {
-        auto arrived = [&](uint32_t src) { return member(members, src) && !pending(src); };
-        w.pacer.look_all(W, pending, arrived, [&](uint32_t src, bool probe) {
+        auto role = [&](uint32_t src) {
+            if (!member(members, src)) return 0u;
+            return pending(src) ? LivenessPacer::kAwaited : LivenessPacer::kWaiting;
+        };
+        w.pacer.look_all(W, role, [&](uint32_t src, bool probe) {
             std::string why;
             if (peer_gone(src, &why, probe) && pending(src)) gone += why;
         });

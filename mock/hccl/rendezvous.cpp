@@ -336,13 +336,15 @@ int Joiner::wait_for_all(std::atomic<uint32_t> &counter, SlotState done) {
     auto joined = [&](uint32_t r) {
         return r != rank_ && h_->slots[r].state.load(std::memory_order_acquire) != kSlotFree;
     };
+    // ... and waits here too: each is both waited for and waiting
+    auto role = [&](uint32_t r) { return joined(r) ? LivenessPacer::kAwaited | LivenessPacer::kWaiting : 0u; };
     for (;;) {
         if (counter.load(std::memory_order_acquire) >= nranks_) return HCCL_SUCCESS;
         const double now = now_seconds();
         const int32_t ab = h_->aborted_by.load(std::memory_order_acquire);
         std::string gone;
         if (pacer.due(now))
-            pacer.look_all(nranks_, joined, joined, [&](uint32_t r, bool probe) {
+            pacer.look_all(nranks_, role, [&](uint32_t r, bool probe) {
                 RdvSlot &s = h_->slots[r];
                 if (s.state.load(std::memory_order_acquire) == kSlotLeft) {
                     gone += format(" (rank %u left: it gave up or its process exited)", r);
