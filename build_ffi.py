@@ -146,7 +146,8 @@ def generate(include_dir: Path) -> tuple[str, str]:
         "const char *aclnnpy_dlerror(void) { return dlerror(); }\n"
     )
     src += [body for _, body in runs]
-    src.append('#include "hccl_context.c"')  # csrc/: it calls the trampolines above
+    src.append('#include "hccl_comm.c"')  # csrc/: they call the trampolines above
+    src.append('#include "hccl_context.c"')
     # The prototypes this module was generated from, for the ABI guard (aclnn_py/_binding/guard.py).
     src.append("const char *aclnnpy_prototypes(void) {\n    return " + _c_string(_abi.compiled_table(headers)) + ";\n}")
     return "\n".join(cdef), "\n".join(src)

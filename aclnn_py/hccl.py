@@ -42,6 +42,10 @@ MAX_EP_RANKS = 1024
 DEFAULT_RANK_SIZE_PER_SERVER = 2
 
 
+#: The calls of aclnnpy_hccl_comm_info, in its order (the failed one is named in the error).
+_COMM_INFO_STEPS = ("HcclGetCommName", "HcclGetRankId", "HcclGetRankSize", "HcclGetHcclBuffer")
+
+
 class RootInfo:
     """The 4108-byte ``HcclRootInfo`` blob that identifies one world."""
 
@@ -180,30 +184,27 @@ class Communicator(Resource):
         b = initialized()
         ffi, lib = b.ffi, b.lib
         try:
+            # the four questions in one call into C: from Python each would hand the GIL over among the
+            # ranks of a thread world joining at the same time
             name = ffi.new(f"char[{COMM_NAME_MAX_LENGTH}]")
-            check_hccl(lib.HcclGetCommName(self._cdata, name), "HcclGetCommName")
+            ids, words, step = ffi.new("uint32_t[2]"), ffi.new("uint64_t[2]"), ffi.new("uint32_t *")
+            ret = lib.aclnnpy_hccl_comm_info(self._cdata, name, ids, ids + 1, words, words + 1, step)
+            check_hccl(ret, _COMM_INFO_STEPS[step[0]])
             #: The group name HCCL gave the communicator (``HcclGetCommName``).
             self.name = str(ffi.string(name).decode())
             #: This rank's id in the world (``HcclGetRankId``).
-            self.rank = self._query(lib.HcclGetRankId, "HcclGetRankId")
+            self.rank = int(ids[0])
             #: The number of ranks (``HcclGetRankSize``).
-            self.world_size = self._query(lib.HcclGetRankSize, "HcclGetRankSize")
-            addr, size = ffi.new("void **"), ffi.new("uint64_t *")
-            check_hccl(lib.HcclGetHcclBuffer(self._cdata, addr, size), "HcclGetHcclBuffer")
+            self.world_size = int(ids[1])
             #: The device address of this rank's window (``HcclGetHcclBuffer``).
-            self.window_address = int(ffi.cast("uintptr_t", addr[0]))
+            self.window_address = int(words[0])
             #: The window's size in bytes (``HcclGetHcclBuffer``; set by ``HCCL_BUFFSIZE``).
-            self.window_size = int(size[0])
+            self.window_size = int(words[1])
             #: The device current when the communicator was created, which its windows belong to.
             self.device = current
         except BaseException:
             self.close()
             raise
-
-    def _query(self, fn: Any, what: str) -> int:
-        cell = initialized().ffi.new("uint32_t *")
-        check_hccl(fn(self._live("query it"), cell), what)
-        return int(cell[0])
 
     def _live(self, operation: str) -> Any:
         if not self._open:

@@ -28,7 +28,12 @@ const char *aclnnpy_dlerror(void);
 const char *aclnnpy_prototypes(void);
 
 /* ---- HCCL ----
- * The MoE context of the communicator named `name` (rank `rank` of `nranks`) by CANN's KFC sequence
+ * A communicator's name (COMM_NAME_MAX_LENGTH bytes of room), rank, size and window, by
+ * HcclGetCommName, HcclGetRankId, HcclGetRankSize and HcclGetHcclBuffer (csrc/hccl_comm.c); 0, or the
+ * failed call's status with *failed_step its place in that order. */
+int aclnnpy_hccl_comm_info(void *comm, char *name, uint32_t *rank, uint32_t *size, uint64_t *window_address,
+                           uint64_t *window_size, uint32_t *failed_step);
+/* The MoE context of the communicator named `name` (rank `rank` of `nranks`) by CANN's KFC sequence
  * (csrc/hccl_context.c): its head and every rank's window address written into `ctx`, the window size
  * into *ccl_buffer_size; 0, or the failed call's status with info[0] the step it failed at (the order
  * there), info[1] the peer of a window or the rank id found, info[2] the rank size found. */
