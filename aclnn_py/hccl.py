@@ -42,10 +42,6 @@ MAX_EP_RANKS = 1024
 DEFAULT_RANK_SIZE_PER_SERVER = 2
 
 
-#: The calls of aclnnpy_hccl_comm_info, in its order (the failed one is named in the error).
-_COMM_INFO_STEPS = ("HcclGetCommName", "HcclGetRankId", "HcclGetRankSize", "HcclGetHcclBuffer")
-
-
 class RootInfo:
     """The 4108-byte ``HcclRootInfo`` blob that identifies one world."""
 
@@ -187,9 +183,10 @@ class Communicator(Resource):
             # the four questions in one call into C: from Python each would hand the GIL over among the
             # ranks of a thread world joining at the same time
             name = ffi.new(f"char[{COMM_NAME_MAX_LENGTH}]")
-            ids, words, step = ffi.new("uint32_t[2]"), ffi.new("uint64_t[2]"), ffi.new("uint32_t *")
-            ret = lib.aclnnpy_hccl_comm_info(self._cdata, name, ids, ids + 1, words, words + 1, step)
-            check_hccl(ret, _COMM_INFO_STEPS[step[0]])
+            ids, words, failed = ffi.new("uint32_t[2]"), ffi.new("uint64_t[2]"), ffi.new("char **")
+            ret = lib.aclnnpy_hccl_comm_info(self._cdata, name, ids, ids + 1, words, words + 1, failed)
+            if ret:
+                raise hccl_error(ret, ffi.string(failed[0]).decode())
             #: The group name HCCL gave the communicator (``HcclGetCommName``).
             self.name = str(ffi.string(name).decode())
             #: This rank's id in the world (``HcclGetRankId``).
@@ -282,13 +279,6 @@ def error_string(code: int) -> str:
     return "" if p == b.ffi.NULL else b.ffi.string(p).decode(errors="replace")
 
 
-#: The calls of the context's KFC sequence, in the order of csrc/hccl_context.c's steps (the failed one
-#: is named in the error); the last step is the rank check.
-CONTEXT_STEPS = ("HcclKfcAllocOpArgs", "HcclKfcOpArgsSetCommEngine", "HcclKfcOpArgsSetAlgConfig",
-                 "HcclCommGetHandleWithName", "HcclCreateOpResCtx", "HcclGetRankId", "HcclGetRankSize",
-                 "HcclKfcFreeOpArgs", "HcclGetHcclBuffer", "HcclGetRemoteIpcHcclBuf", "HcclCommGetHandleWithName")
-
-
 def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     """The 16,400-byte context struct for `comm` (docs/concepts.md), and the window size in bytes,
     built with CANN's own KFC sequence:
@@ -308,15 +298,18 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
     if comm.world_size > MAX_EP_RANKS:
         raise ValueError(f"the context holds at most {MAX_EP_RANKS} ranks (world size {comm.world_size})")
     blob = bytearray(CONTEXT_BYTES)
-    wsize, info = ffi.new("uint64_t *"), ffi.new("uint32_t[3]")
+    wsize, info, failed = ffi.new("uint64_t *"), ffi.new("uint32_t[3]"), ffi.new("char **")
     ret = lib.aclnnpy_hccl_context(comm.name.encode(), HCCL_COMM_ENGINE_AIV, HCCL_OP_TYPE_ALLTOALL,
                                    ALG_CONFIG_ALLTOALL.encode(), comm.rank, comm.world_size,
-                                   DEFAULT_RANK_SIZE_PER_SERVER, ffi.from_buffer("uint8_t[]", blob), wsize, info)
-    if ret and info[0] == len(CONTEXT_STEPS) - 1:
-        raise HcclError("HcclCommGetHandleWithName", 4, "HCCL_E_INTERNAL",
-                        f"the communicator named {comm.name!r} is rank {info[1]} of {info[2]}, expected rank "
-                        f"{comm.rank} of {comm.world_size}")
-    check_hccl(ret, CONTEXT_STEPS[info[0]])
+                                   DEFAULT_RANK_SIZE_PER_SERVER, ffi.from_buffer("uint8_t[]", blob), wsize, info,
+                                   failed)
+    if ret:
+        func = ffi.string(failed[0]).decode()
+        if info[0] == 1 and func == "HcclCommGetHandleWithName":
+            raise HcclError(func, 4, "HCCL_E_INTERNAL",
+                            f"the communicator named {comm.name!r} is rank {info[1]} of {info[2]}, expected rank "
+                            f"{comm.rank} of {comm.world_size}")
+        raise hccl_error(ret, func)
     return bytes(blob), int(wsize[0])
 
 

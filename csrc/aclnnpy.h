@@ -30,16 +30,16 @@ const char *aclnnpy_prototypes(void);
 /* ---- HCCL ----
  * A communicator's name (COMM_NAME_MAX_LENGTH bytes of room), rank, size and window, by
  * HcclGetCommName, HcclGetRankId, HcclGetRankSize and HcclGetHcclBuffer (csrc/hccl_comm.c); 0, or the
- * failed call's status with *failed_step its place in that order. */
+ * failed call's status with *failed_call its name. */
 int aclnnpy_hccl_comm_info(void *comm, char *name, uint32_t *rank, uint32_t *size, uint64_t *window_address,
-                           uint64_t *window_size, uint32_t *failed_step);
+                           uint64_t *window_size, const char **failed_call);
 /* The MoE context of the communicator named `name` (rank `rank` of `nranks`) by CANN's KFC sequence
  * (csrc/hccl_context.c): its head and every rank's window address written into `ctx`, the window size
- * into *ccl_buffer_size; 0, or the failed call's status with info[0] the step it failed at (the order
- * there), info[1] the peer of a window or the rank id found, info[2] the rank size found. */
+ * into *ccl_buffer_size; 0, or the failed call's status with *failed_call its name; info[0] is 1 when the
+ * name found another rank's communicator (info[1], info[2]: its rank id and size). */
 int aclnnpy_hccl_context(const char *name, uint32_t comm_engine, uint32_t op_type, const char *alg_config,
                          uint32_t rank, uint32_t nranks, uint32_t rank_size_per_server, uint8_t *ctx,
-                         uint64_t *ccl_buffer_size, uint32_t *info);
+                         uint64_t *ccl_buffer_size, uint32_t *info, const char **failed_call);
 
 /* ---- an operator's both phases in one call (generated, one per operator) ----
  * Phase 1 with the tensors `t` (the prototype's inputs, then its outputs; NULL for an absent one),

@@ -4,18 +4,14 @@
  * Included by the extension's generated source after the trampolines (build_ffi.py). */
 
 int aclnnpy_hccl_comm_info(void *comm, char *name, uint32_t *rank, uint32_t *size, uint64_t *window_address,
-                           uint64_t *window_size, uint32_t *failed_step) {
+                           uint64_t *window_size, const char **failed_call) {
     HcclComm c = (HcclComm)comm;
     void *addr = NULL;
     HcclResult rc;
-    *failed_step = 0;
-    if ((rc = HcclGetCommName(c, name)) != HCCL_SUCCESS) return (int)rc;
-    *failed_step = 1;
-    if ((rc = HcclGetRankId(c, rank)) != HCCL_SUCCESS) return (int)rc;
-    *failed_step = 2;
-    if ((rc = HcclGetRankSize(c, size)) != HCCL_SUCCESS) return (int)rc;
-    *failed_step = 3;
-    if ((rc = HcclGetHcclBuffer(c, &addr, window_size)) != HCCL_SUCCESS) return (int)rc;
+    if ((rc = HcclGetCommName(c, name)) != HCCL_SUCCESS) *failed_call = "HcclGetCommName";
+    else if ((rc = HcclGetRankId(c, rank)) != HCCL_SUCCESS) *failed_call = "HcclGetRankId";
+    else if ((rc = HcclGetRankSize(c, size)) != HCCL_SUCCESS) *failed_call = "HcclGetRankSize";
+    else if ((rc = HcclGetHcclBuffer(c, &addr, window_size)) != HCCL_SUCCESS) *failed_call = "HcclGetHcclBuffer";
     *window_address = (uint64_t)(uintptr_t)addr;
-    return 0;
+    return (int)rc;
 }

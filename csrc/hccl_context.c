@@ -6,43 +6,39 @@
 
 #include <string.h>
 
-enum {
-    CTX_ALLOC_OP_ARGS, CTX_SET_COMM_ENGINE, CTX_SET_ALG_CONFIG, CTX_GET_HANDLE, CTX_CREATE_OP_RES_CTX,
-    CTX_GET_RANK_ID, CTX_GET_RANK_SIZE, CTX_FREE_OP_ARGS, CTX_GET_HCCL_BUFFER, CTX_GET_REMOTE_BUF,
-    CTX_OTHER_RANK
-};
-
 /* The context struct (16 + 8 * nranks bytes of it) into `ctx` and the window size into
- * *ccl_buffer_size; 0, or the status of the call that failed with info[0] its step (the enum above)
- * and for a peer's window info[1] the peer. info[1], info[2]: the rank id and size the communicator
- * found by `name` reports (a communicator of another rank or size: step CTX_OTHER_RANK). */
+ * *ccl_buffer_size; 0, or the status of the call that failed with *failed_call its name. info[1],
+ * info[2]: the rank id and size the communicator found by `name` reports; one of another rank or size
+ * is refused (HCCL_E_INTERNAL, info[0] = 1, named after HcclCommGetHandleWithName). */
 int aclnnpy_hccl_context(const char *name, uint32_t comm_engine, uint32_t op_type, const char *alg_config,
                          uint32_t rank, uint32_t nranks, uint32_t rank_size_per_server, uint8_t *ctx,
-                         uint64_t *ccl_buffer_size, uint32_t *info) {
+                         uint64_t *ccl_buffer_size, uint32_t *info, const char **failed_call) {
     void *op_args = NULL;
     HcclComm comm = NULL;
     void *res_ctx = NULL;
     HcclResult rc;
-    info[0] = CTX_ALLOC_OP_ARGS;
+    info[0] = 0;
+    *failed_call = "HcclKfcAllocOpArgs";
     if ((rc = HcclKfcAllocOpArgs(&op_args)) != HCCL_SUCCESS) return (int)rc;
-    info[0] = CTX_SET_COMM_ENGINE;
+    *failed_call = "HcclKfcOpArgsSetCommEngine";
     if ((rc = HcclKfcOpArgsSetCommEngine(op_args, (uint8_t)comm_engine)) != HCCL_SUCCESS) goto free_args;
-    info[0] = CTX_SET_ALG_CONFIG;
+    *failed_call = "HcclKfcOpArgsSetAlgConfig";
     if ((rc = HcclKfcOpArgsSetAlgConfig(op_args, (char *)alg_config)) != HCCL_SUCCESS) goto free_args;
-    info[0] = CTX_GET_HANDLE;
+    *failed_call = "HcclCommGetHandleWithName";
     if ((rc = HcclCommGetHandleWithName(name, &comm)) != HCCL_SUCCESS) goto free_args;
-    info[0] = CTX_CREATE_OP_RES_CTX;
+    *failed_call = "HcclCreateOpResCtx";
     if ((rc = HcclCreateOpResCtx(comm, (uint8_t)op_type, op_args, &res_ctx)) != HCCL_SUCCESS) goto free_args;
-    info[0] = CTX_GET_RANK_ID;
+    *failed_call = "HcclGetRankId";
     if ((rc = HcclGetRankId(comm, &info[1])) != HCCL_SUCCESS) goto free_args;
-    info[0] = CTX_GET_RANK_SIZE;
+    *failed_call = "HcclGetRankSize";
     if ((rc = HcclGetRankSize(comm, &info[2])) != HCCL_SUCCESS) goto free_args;
     if (info[1] != rank || info[2] != nranks) {
-        info[0] = CTX_OTHER_RANK;
+        *failed_call = "HcclCommGetHandleWithName";
+        info[0] = 1;
         rc = HCCL_E_INTERNAL;
         goto free_args;
     }
-    info[0] = CTX_FREE_OP_ARGS;
+    *failed_call = "HcclKfcFreeOpArgs";
     if ((rc = HcclKfcFreeOpArgs(op_args)) != HCCL_SUCCESS) return (int)rc;
 
     const uint64_t kfc_context_addr = (uint64_t)(uintptr_t)res_ctx;   /* the head: epRankId, rankSizePerServer, it */
@@ -52,8 +48,7 @@ int aclnnpy_hccl_context(const char *name, uint32_t comm_engine, uint32_t op_typ
     for (uint32_t r = 0; r < nranks; ++r) {
         void *addr = NULL;
         uint64_t size = 0;
-        info[0] = r == rank ? CTX_GET_HCCL_BUFFER : CTX_GET_REMOTE_BUF;
-        info[1] = r;
+        *failed_call = r == rank ? "HcclGetHcclBuffer" : "HcclGetRemoteIpcHcclBuf";
         rc = r == rank ? HcclGetHcclBuffer(comm, &addr, ccl_buffer_size) : HcclGetRemoteIpcHcclBuf(comm, r, &addr, &size);
         if (rc != HCCL_SUCCESS) return (int)rc;
         uint64_t word = (uint64_t)(uintptr_t)addr;
