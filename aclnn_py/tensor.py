@@ -182,18 +182,6 @@ class Tensor(TensorBase):
     def closed(self) -> bool:
         return not self._open
 
-    def close(self) -> None:
-        """Destroy the descriptor and release this Tensor's claim on its memory now; the memory is freed
-        once no view, export, borrower or queued work uses it. Later use raises ClosedError."""
-        if not self._open:
-            return
-        self._open = False
-        self._drop_descriptor()
-        self._ptr = 0
-        self._mem = None
-        self._owner = None
-        self._writer = None
-
     def __enter__(self) -> Tensor:
         return self
 

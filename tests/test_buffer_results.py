@@ -271,6 +271,21 @@ def test_close_and_update_ctx_let_the_result_sets_go(acl: Any) -> None:
         assert r == {"held": (1, 1), "after update": (0, 0), "after close": (0, 0), "readable": True}
 
 
+def test_a_sets_executor_holds_its_outputs_without_exporting_them(acl: Any) -> None:
+    """The set's executor refers to the set's own memory, which no one else sees: an export would count
+    as the user's, mark the memory host-written when it goes, and make closing the buffer cost more."""
+    def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
+        out = _dispatch(buf, s, sets[0])
+        x_out = _combine(buf, s, sets[0], out)
+        s.synchronize()
+        handed_out = [*out, x_out]
+        return {"exports": {t._mem.exports for t in handed_out if t._mem is not None},
+                "shared": {t._shared for t in handed_out}}
+
+    for r in _world(acl, scenario):
+        assert r == {"exports": {0}, "shared": {False}}
+
+
 def test_a_weak_reference_to_a_recycled_result_reads_nothing_of_the_next_call(acl: Any) -> None:
     def scenario(acl: Any, buf: Any, s: Any, rank: int, sets: list[Any]) -> dict[str, Any]:
         ref = weakref.ref(_dispatch(buf, s, sets[0]).expand_x)

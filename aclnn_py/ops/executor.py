@@ -6,7 +6,7 @@ holding what the queued launch uses until the stream passes it and marking the o
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 from .._core import Launcher, destroy_executor_at, private_view
 from ..errors import ClosedError, check_aclnn, param_invalid
@@ -97,13 +97,18 @@ class Prepared(Resource):
 
 
 def phase1(launcher: Launcher, config: Any, inputs: Sequence[Tensor | None], outputs: Sequence[Tensor | None],
-           repeatable: bool, keep_inputs: bool = True) -> tuple[int, int, list[Tensor | None], list[Tensor | None]]:
+           repeatable: bool, result_set: bool = False) -> tuple[int, int, list[Tensor | None], list[Tensor | None]]:
     """Phase 1 of `launcher`'s operator on `inputs` and `outputs` (the operator function's order): its
     workspace size, executor address, and the tensors the executor refers to — with `repeatable`, private
-    views of them (:func:`private_views`; the input views keep the inputs unless not `keep_inputs`), and
-    an executor that may be launched again (``aclSetAclOpExecutorRepeatable``)."""
-    ins, outs = ((private_views(inputs, keep_inputs), private_views(outputs)) if repeatable
-                 else (list(inputs), list(outputs)))
+    views of them (:func:`private_views`), and an executor that may be launched again
+    (``aclSetAclOpExecutorRepeatable``). The views export the memory they view, except a
+    MoeDistributeBuffer result set's (`result_set`): its every launch binds the call's inputs first, so
+    their views keep nothing, and its outputs are the set's own, which their views hold as the set does."""
+    if repeatable:
+        ins = private_views(inputs, "nothing" if result_set else "export")
+        outs = private_views(outputs, "memory" if result_set else "export")
+    else:
+        ins, outs = list(inputs), list(outputs)
     ws_size, executor = launcher.phase1(ins, outs, config)
     if repeatable:
         b = initialized()
@@ -114,9 +119,11 @@ def phase1(launcher: Launcher, config: Any, inputs: Sequence[Tensor | None], out
     return ws_size, executor, ins, outs
 
 
-def private_views(tensors: Sequence[Tensor | None], keep: bool = True) -> list[Tensor | None]:
+Hold = Literal["export", "memory", "nothing"]  # what a private view keeps of its Tensor's memory
+
+
+def private_views(tensors: Sequence[Tensor | None], hold: Hold) -> list[Tensor | None]:
     """Views with descriptors of their own, for a repeatable executor: rebinding its slots changes the
-    addresses of these descriptors, never those of the caller's Tensors. Each view keeps its Tensor's
-    memory (an export of it) unless not `keep`: for an executor whose every launch binds its caller's
-    Tensors first (a MoeDistributeBuffer result set's)."""
-    return [None if t is None else private_view(t, keep) for t in tensors]
+    addresses of these descriptors, never those of the caller's Tensors. What each keeps of its Tensor's
+    memory: `hold` (:func:`aclnn_py._core.private_view`)."""
+    return [None if t is None else private_view(t, hold) for t in tensors]

@@ -1,21 +1,21 @@
 """What a plan (``aclnn_py._core.DispatchPlan`` / ``CombinePlan``) does rarely, in Python: building it —
 its own buffers and the repeatable executor of phase 1 —, copying host data into its buffers,
-composing refusals, and its release once the stream of its last launch has passed it. The call itself
-is the compiled core's."""
+composing refusals, and deferring its release (``_core.PlanRelease``) until the stream of its last launch
+has passed it. The call itself is the compiled core's."""
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
 
-from .._core import Launcher, destroy_descriptor
+from .._core import Launcher
 from ..dtypes import DataType, DTypeLike, as_datatype
 from ..errors import param_invalid
 from ..hccl import watch_context
-from ..runtime import DeviceMemory, Stream, ordered, resolve_stream
+from ..runtime import DeviceMemory, Stream, resolve_stream
+from ..runtime.ordered import release_after
 from ..tensor import Tensor
 from . import combine, dispatch, launchers
 from ._args import as_int32, host_array, host_weights, wrong_dtype
@@ -24,7 +24,7 @@ from .config import MoeConfig, resolve_config
 from .executor import Prepared, phase1
 
 __all__ = ["OPERATOR_WORDS", "build_combine", "build_dispatch", "copy_host_value", "host_weights", "param_invalid",
-           "release_after_stream", "resolve_stream", "result_set_executor", "size_of", "watch_context",
+           "release_after", "resolve_stream", "result_set_executor", "size_of", "watch_context",
            "workspace_memory"]
 
 
@@ -91,8 +91,9 @@ def result_set_executor(launcher: Launcher, config: MoeConfig, inputs: list[Tens
     """The repeatable executor a MoeDistributeBuffer result set launches on every call of its layout:
     phase 1 of `launcher`'s operator on the first call's `inputs` and the set's `outputs` (made after
     the pre-checks of the layout passed). Its views of the inputs keep nothing: every launch binds the
-    call's inputs first, and a buffer's result passed in stays the buffer's to hand out again."""
-    ws_size, executor, ins, outs = phase1(launcher, config, inputs, outputs, True, keep_inputs=False)
+    call's inputs first, and a buffer's result passed in stays the buffer's to hand out again. Its views
+    of the outputs hold the set's memory without exporting it: no one else sees them."""
+    ws_size, executor, ins, outs = phase1(launcher, config, inputs, outputs, True, result_set=True)
     return Prepared(launcher, executor, ws_size, ins, outs, True)
 
 
@@ -125,23 +126,3 @@ def _host_value(op: str, own: Tensor, name: str, value: object) -> np.ndarray:
 def size_of(value: object) -> int:
     """Elements of a Tensor or an array (weights given to an unweighted combine plan must be empty)."""
     return int(value.size) if isinstance(value, Tensor) else int(np.asarray(value).size)
-
-
-def release_after_stream(stream: Stream | None, prepared: Prepared, descriptors: list[int], anchors: list[object],
-                         workspace: DeviceMemory | None) -> None:
-    """The end of a closed plan once `stream` (its last launch's) has passed it: the executor, then the
-    descriptors its slots referred to, then the memory `anchors` keep (the plan's buffers', and that of
-    the caller's Tensors last bound, which the caller may have closed)."""
-    ordered.release_after(stream, functools.partial(_release_parts, prepared, descriptors, anchors, workspace))
-
-
-def _release_parts(prepared: Prepared, descriptors: list[int], anchors: list[object],
-                   workspace: DeviceMemory | None) -> None:
-    try:
-        prepared.close()
-    finally:
-        for d in descriptors:
-            destroy_descriptor(d)
-        anchors.clear()
-        if workspace is not None:
-            workspace.close()

@@ -118,17 +118,10 @@ def release_after(stream: QueueingStream | None, release: Callable[[], None]) ->
     synchronisation, a checkpoint, its destruction). For what queued launches use without holding it
     per launch, e.g. a plan's executor and own buffers when the plan is closed: ``aclrtFree`` does not
     wait for the tasks that use the memory."""
-    if stream is None or not stream._open or _launches_passed(stream):
+    if stream is None or not stream._open or _core.launches_passed(stream):
         release()
     else:
         hold(stream, _AfterStream(release))
-
-
-def _launches_passed(stream: QueueingStream) -> bool:
-    """A synchronisation of `stream` saw every operator launch queued on it complete."""
-    with _lock:
-        st = _states.get(stream._key)
-        return st is None or st.launches == st.launches_passed
 
 
 def state(stream: QueueingStream) -> _StreamState:

@@ -142,6 +142,25 @@ cdef class TensorBase:
             self.check_readable("pass it to an operator")
             describe(self)
 
+    def close(self):
+        """Destroy the descriptor and release this Tensor's claim on its memory now; the memory is freed
+        once no view, export, borrower or queued work uses it. Later use raises ClosedError."""
+        self.close_now()
+
+    cdef int close_now(self) except -1:
+        cdef aclTensor *d
+        if not self._open:
+            return 0
+        self._open = False
+        d = <aclTensor *>self.desc
+        self.desc = 0
+        if d != NULL and self.owns_desc and destroy_tensor != NULL:
+            destroy_tensor(d)
+        self.ptr_value = 0
+        self.data = 0
+        self._mem = self._owner = self._writer = None
+        return 0
+
     def _drop_descriptor(self):
         """Let the descriptor go now: destroyed when it is this Tensor's (``aclDestroyTensor``)."""
         cdef aclTensor *d = <aclTensor *>self.desc
@@ -197,14 +216,20 @@ cdef inline TensorBase view_of(TensorBase t):
     return v
 
 
-def private_view(TensorBase t, bint keep):
+def private_view(TensorBase t, str hold):
     """A view of `t` with a descriptor of its own (made at its first use), for a repeatable executor:
-    rebinding the executor's slot changes that descriptor's address, never `t`'s. With `keep` it holds
-    an export of `t`'s memory (as a Tensor borrowing `t` does), else nothing."""
+    rebinding the executor's slot changes that descriptor's address, never `t`'s. What the view keeps of
+    `t`'s memory, by `hold`: "export", an export of it (as a Tensor borrowing `t` does: `t` counts as
+    exported); "memory", `t`'s own hold on it, for a Tensor nobody else sees (a MoeDistributeBuffer result
+    set's output: no export to count, and none whose release tells the mock of host writes); "nothing"."""
     t.check_readable("use its address")
     cdef TensorBase v = view_of(t)
-    if keep:
+    if hold == "export":
         v._owner = t._export()
+    elif hold == "memory":
+        v._mem, v._owner = t._mem, t._owner
+    elif hold != "nothing":
+        raise ValueError(f"private_view: hold is 'export', 'memory' or 'nothing' (got {hold!r})")
     return v
 
 

@@ -52,6 +52,13 @@ cdef int hold_in(StreamStateBase state, StreamBase stream, object obj) except -1
     return 0
 
 
+def launches_passed(StreamBase stream):
+    """A synchronisation of `stream` saw every operator launch queued on it complete (none queued: True).
+    Both counts are read in one step under the GIL."""
+    state = hold_states.get(stream._key)
+    return state is None or (<StreamStateBase>state).launches == (<StreamStateBase>state).launches_passed
+
+
 def hold_until_passed(StreamBase stream, obj):
     """Keep `obj` alive until `stream` passes the work queued on it so far (ordered.hold)."""
     hold(stream, obj)

@@ -457,10 +457,12 @@ cdef class Plan:
         anchors += [a for a in self.anchor_in + self.anchor_out + self.prev_anchor_in if a is not None]
         self.anchor_in, self.prev_anchor_in, self.prev_in = [None] * self.n_in, [None] * self.n_in, [None] * self.n_in
         self.anchor_out = [None] * self.n_out
-        descriptors = [(<TensorBase>t)._take_descriptor() for t in own]
+        cdef PlanRelease release = PlanRelease.__new__(PlanRelease)
+        release.descriptors = [(<TensorBase>t)._take_descriptor() for t in own]
         for t in own:
-            t.close()  # refused from now on; the executor uses the descriptors until the release
-        helpers().release_after_stream(self._stream, self.prepared, descriptors, anchors, self.workspace_memory)
+            (<TensorBase>t).close_now()  # refused from now on; the executor uses the descriptors until the release
+        release.prepared, release.anchors, release.workspace = self.prepared, anchors, self.workspace_memory
+        helpers().release_after(self._stream, release)
 
     def __enter__(self):
         return self
@@ -481,6 +483,33 @@ cdef class Plan:
     def __repr__(self):
         label = self._label()
         return label if self._open else f"{label[:len(label) - 1]}, closed)"
+
+
+@cython.final
+cdef class PlanRelease:
+    """The end of a closed plan, called once the stream of its last launch has passed it: the executor,
+    then the descriptors its slots referred to, then the memory `anchors` keep (the plan's buffers', and
+    that of the caller's Tensors bound last, which the caller may have closed). Runs once."""
+
+    cdef object prepared     # aclnn_py.ops.executor.Prepared: the repeatable executor
+    cdef list descriptors    # addresses of the aclTensor descriptors taken from the plan's Tensors
+    cdef list anchors
+    cdef object workspace    # the plan's own workspace DeviceMemory, or None
+
+    def __call__(self):
+        prepared, self.prepared = self.prepared, None
+        if prepared is None:
+            return
+        try:
+            prepared.close()
+        finally:
+            descriptors, self.descriptors, self.anchors = self.descriptors, None, None
+            for d in descriptors:
+                if d and destroy_tensor != NULL:
+                    destroy_tensor(<aclTensor *><uintptr_t>d)
+            if self.workspace is not None:
+                self.workspace.close()
+                self.workspace = None
 
 
 cdef Py_ssize_t FROM_ONE[MAX_TENSORS]  # the inputs of an operator function after the context: 1, 2, …
