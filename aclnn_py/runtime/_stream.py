@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable
 from typing import Any, Protocol, runtime_checkable
 
+from .. import _core
 from .._core import StreamBase
 from ..errors import acl_error, check_acl, recent_message
 from . import ordered
@@ -26,7 +27,8 @@ from ._thread import current_device_id, out_cell
 
 STREAM_PROTOCOL_VERSION = 0
 ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046
-#: Host waits are cut into slices this long, so Python runs signal handlers (Ctrl-C) in between.
+#: The main thread's host waits are cut into slices this long, so Python runs signal handlers (Ctrl-C)
+#: in between.
 WAIT_SLICE_MS = 100
 
 
@@ -128,12 +130,13 @@ class Stream(Resource, StreamBase):
     def synchronize(self, timeout_ms: int | None = None) -> None:
         """Wait for the work queued on this stream and raise the first failure on it (e.g. a kernel
         timeout naming the peers that never arrived). `timeout_ms` bounds the wait
-        (:class:`~aclnn_py.AclTimeoutError` when it runs out). The wait is interruptible: Ctrl-C
-        raises KeyboardInterrupt within about 100 ms, leaving the queued work in place."""
+        (:class:`~aclnn_py.AclTimeoutError` when it runs out). On the main thread the wait is
+        interruptible: Ctrl-C raises KeyboardInterrupt within about 100 ms, leaving the queued work in
+        place. Threads coming back from their waits take the GIL one at a time, in the order they came."""
         if not self._open:
             raise self._closed("synchronize it")
         position = ordered.mark(self)
-        wait_for(self._cdata, timeout_ms)
+        wait_for(self, timeout_ms)
         ordered.passed(self, position)
 
     def wait_event(self, event: Event) -> None:
@@ -265,15 +268,19 @@ def order_after_writes(stream: Stream, tensors: Iterable[object]) -> None:
         stream.wait_event(ev)
 
 
-def wait_for(cdata: Any, timeout_ms: int | None = None) -> None:
-    """Synchronise the stream `cdata` in slices (see :meth:`Stream.synchronize`)."""
-    lib = initialized().lib
+def wait_for(stream: Stream, timeout_ms: int | None = None) -> None:
+    """Synchronise `stream`: on the main thread in slices, elsewhere in one wait (see
+    :meth:`Stream.synchronize`)."""
     deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    # Python runs signal handlers on the main thread only: another thread gains nothing by coming back
+    # between slices, and each return costs it a turn for the GIL
+    whole = threading.current_thread() is not threading.main_thread()
     while True:
-        slice_ms = WAIT_SLICE_MS
+        slice_ms = -1 if whole else WAIT_SLICE_MS
         if deadline is not None:
-            slice_ms = max(0, min(slice_ms, int((deadline - time.monotonic()) * 1000)))
-        ret = lib.aclrtSynchronizeStreamWithTimeout(cdata, slice_ms)
+            left = max(0, int((deadline - time.monotonic()) * 1000))
+            slice_ms = left if whole else min(slice_ms, left)
+        ret = _core.synchronize_slice(stream, slice_ms)
         if ret == 0:
             return
         message = recent_message()  # read (and clear) the slice's message
