@@ -101,17 +101,16 @@ def _join(world_size: int, rank: int, root: RootInfo, device: int | None) -> Any
     interruptibly: Ctrl-C raises KeyboardInterrupt here within about 100 ms, and an abandoned join
     that succeeds later destroys its communicator, so nothing is left behind. Python delivers
     KeyboardInterrupt to the main thread only: any other thread calls directly, as the ranks of a
-    thread world do, which saves a helper thread and its polling per rank while the world forms."""
+    thread world do, which saves a helper thread and its polling per rank while the world forms; the
+    ranks, which the world's completion wakes together, then take the GIL back one at a time
+    (``_core.comm_init_root_info``)."""
     b = initialized()
     ffi, lib = b.ffi, b.lib
     if threading.current_thread() is not threading.main_thread():
-        cell = ffi.new("HcclRootInfo *")
-        ffi.memmove(cell, bytes(root), ROOT_INFO_BYTES)
-        out = ffi.new("HcclComm *")
-        ret = lib.HcclCommInitRootInfo(world_size, cell, rank, out)
+        ret, handle = _core.comm_init_root_info(world_size, bytes(root), rank)  # the GIL back in turn
         if ret:
             raise hccl_error(ret, "HcclCommInitRootInfo", recent_message())
-        return out[0]
+        return ffi.cast("HcclComm", handle)
     lock = threading.Lock()
     outcome: dict[str, Any] = {}
     abandoned = False

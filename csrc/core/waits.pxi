@@ -1,5 +1,6 @@
-# The waits of a synchronisation, and the GIL they give back (csrc/core/gil_turnstile.h: the threads that
-# come back from a wait take the GIL one after another, not all at once).
+# The host waits that a thread world's ranks end together — a stream synchronisation, the join of a
+# communicator's world — and the GIL they take back (csrc/core/gil_turnstile.h: the threads that come back
+# from such a wait take the GIL one after another, not all at once).
 
 cdef extern from "core/gil_turnstile.h" nogil:
     int aclnnpy_turnstile_init() noexcept
@@ -7,19 +8,25 @@ cdef extern from "core/gil_turnstile.h" nogil:
     void aclnnpy_turnstile_leave() noexcept
 
 ctypedef int (*sync_with_timeout_fn)(void *stream, int32_t timeout_ms) noexcept nogil
+ctypedef int (*comm_init_root_info_fn)(uint32_t nranks, const void *root, uint32_t rank, void **comm) noexcept nogil
 
 cdef sync_with_timeout_fn sync_with_timeout = NULL
+cdef comm_init_root_info_fn comm_init_root_info_ = NULL
+cdef enum:
+    ROOT_INFO_BYTES = 4108  # HCCL_ROOT_INFO_BYTES
 
 if aclnnpy_turnstile_init() != 0:
     raise RuntimeError("the GIL turnstile's fork handler could not be registered")
 
 
-def bind_waits(*, uintptr_t sync_with_timeout_address):
-    """aclrtSynchronizeStreamWithTimeout of the loaded backend, by address."""
-    global sync_with_timeout
+def bind_waits(*, uintptr_t sync_with_timeout_address, uintptr_t comm_init_root_info_address):
+    """aclrtSynchronizeStreamWithTimeout and HcclCommInitRootInfo (0: the backend has no HCCL) of the
+    loaded backend, by address."""
+    global sync_with_timeout, comm_init_root_info_
     if not sync_with_timeout_address:
         raise ValueError("bind_waits: aclrtSynchronizeStreamWithTimeout needs its address")
     sync_with_timeout = <sync_with_timeout_fn>sync_with_timeout_address
+    comm_init_root_info_ = <comm_init_root_info_fn>comm_init_root_info_address
 
 
 def synchronize_slice(StreamBase stream, int32_t timeout_ms):
@@ -33,6 +40,23 @@ def synchronize_slice(StreamBase stream, int32_t timeout_ms):
         aclnnpy_turnstile_enter()
     aclnnpy_turnstile_leave()
     return status
+
+
+def comm_init_root_info(uint32_t world_size, bytes root, uint32_t rank):
+    """``HcclCommInitRootInfo(world_size, root, rank, &comm)``: (status, the communicator's address). The
+    GIL is released for the join and taken back through the turnstile."""
+    cdef const char *info = root
+    cdef void *comm = NULL
+    cdef int status
+    if comm_init_root_info_ == NULL:
+        raise RuntimeError("the backend has no HcclCommInitRootInfo")
+    if len(root) != ROOT_INFO_BYTES:
+        raise ValueError(f"root: {ROOT_INFO_BYTES} bytes of HcclRootInfo expected (got {len(root)})")
+    with nogil:
+        status = comm_init_root_info_(world_size, <const void *>info, rank, &comm)
+        aclnnpy_turnstile_enter()
+    aclnnpy_turnstile_leave()
+    return status, <uintptr_t>comm
 
 
 def _turnstile_enter():
