@@ -44,6 +44,7 @@ cdef class TensorBase:
     cdef object __weakref__
 
     cdef void refresh_data(self) noexcept
+    cdef void drop_desc(self) noexcept
     cdef int close_now(self) except -1
     cdef int check_readable(self, str operation) except -1
 

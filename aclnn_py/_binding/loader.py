@@ -331,8 +331,7 @@ def _bind_core(b: Backend) -> None:
     _core.bind_copies(memcpy_async_address=address("aclrtMemcpyAsync"), memcpy_address=address("aclrtMemcpy"),
                       host_to_device=b.lib.ACL_MEMCPY_HOST_TO_DEVICE, device_to_host=b.lib.ACL_MEMCPY_DEVICE_TO_HOST)
     _core.bind_waits(sync_with_timeout_address=address("aclrtSynchronizeStreamWithTimeout"),
-                     comm_init_root_info_address=address("HcclCommInitRootInfo")
-                     if b.symbols.get("HcclCommInitRootInfo") else 0)
+                     comm_init_root_info_address=address("HcclCommInitRootInfo"))
 
 
 def _recent_message(ffi: Any, lib: Any) -> str | None:

@@ -72,6 +72,10 @@ cdef class TensorBase:
     the set destroys it): collected with one of its own, the Tensor destroys it, whoever made it."""
 
     def __dealloc__(self):
+        self.drop_desc()
+
+    cdef void drop_desc(self) noexcept:
+        """Let the descriptor go: destroyed when it is this Tensor's (``aclDestroyTensor``)."""
         cdef aclTensor *d = <aclTensor *>self.desc
         self.desc = 0
         if d != NULL and self.owns_desc and destroy_tensor != NULL:
@@ -148,14 +152,10 @@ cdef class TensorBase:
         self.close_now()
 
     cdef int close_now(self) except -1:
-        cdef aclTensor *d
         if not self._open:
             return 0
         self._open = False
-        d = <aclTensor *>self.desc
-        self.desc = 0
-        if d != NULL and self.owns_desc and destroy_tensor != NULL:
-            destroy_tensor(d)
+        self.drop_desc()
         self.ptr_value = 0
         self.data = 0
         self._mem = self._owner = self._writer = None
@@ -163,10 +163,7 @@ cdef class TensorBase:
 
     def _drop_descriptor(self):
         """Let the descriptor go now: destroyed when it is this Tensor's (``aclDestroyTensor``)."""
-        cdef aclTensor *d = <aclTensor *>self.desc
-        self.desc = 0
-        if d != NULL and self.owns_desc and destroy_tensor != NULL:
-            destroy_tensor(d)
+        self.drop_desc()
 
     def _take_descriptor(self):
         """The descriptor's address, no longer this Tensor's to destroy (0 when it has none): for an

@@ -20,11 +20,11 @@ if aclnnpy_turnstile_init() != 0:
 
 
 def bind_waits(*, uintptr_t sync_with_timeout_address, uintptr_t comm_init_root_info_address):
-    """aclrtSynchronizeStreamWithTimeout and HcclCommInitRootInfo (0: the backend has no HCCL) of the
-    loaded backend, by address."""
+    """aclrtSynchronizeStreamWithTimeout and HcclCommInitRootInfo of the loaded backend, by address (the
+    trampolines': a symbol the backend lacks fails with its status)."""
     global sync_with_timeout, comm_init_root_info_
-    if not sync_with_timeout_address:
-        raise ValueError("bind_waits: aclrtSynchronizeStreamWithTimeout needs its address")
+    if not sync_with_timeout_address or not comm_init_root_info_address:
+        raise ValueError("bind_waits: every function needs its address")
     sync_with_timeout = <sync_with_timeout_fn>sync_with_timeout_address
     comm_init_root_info_ = <comm_init_root_info_fn>comm_init_root_info_address
 
@@ -49,7 +49,7 @@ def comm_init_root_info(uint32_t world_size, bytes root, uint32_t rank):
     cdef void *comm = NULL
     cdef int status
     if comm_init_root_info_ == NULL:
-        raise RuntimeError("the backend has no HcclCommInitRootInfo")
+        raise RuntimeError("no backend is bound (import aclnn_py)")
     if len(root) != ROOT_INFO_BYTES:
         raise ValueError(f"root: {ROOT_INFO_BYTES} bytes of HcclRootInfo expected (got {len(root)})")
     with nogil:
