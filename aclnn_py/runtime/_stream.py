@@ -27,8 +27,7 @@ from ._thread import current_device_id, out_cell
 
 STREAM_PROTOCOL_VERSION = 0
 ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046
-#: The main thread's host waits are cut into slices this long, so Python runs signal handlers (Ctrl-C)
-#: in between.
+#: Host waits are cut into slices this long, so Python runs signal handlers (Ctrl-C) in between.
 WAIT_SLICE_MS = 100
 
 
@@ -130,9 +129,9 @@ class Stream(Resource, StreamBase):
     def synchronize(self, timeout_ms: int | None = None) -> None:
         """Wait for the work queued on this stream and raise the first failure on it (e.g. a kernel
         timeout naming the peers that never arrived). `timeout_ms` bounds the wait
-        (:class:`~aclnn_py.AclTimeoutError` when it runs out). On the main thread the wait is
-        interruptible: Ctrl-C raises KeyboardInterrupt within about 100 ms, leaving the queued work in
-        place. Threads coming back from their waits take the GIL one at a time, in the order they came."""
+        (:class:`~aclnn_py.AclTimeoutError` when it runs out). The wait is interruptible: Ctrl-C
+        raises KeyboardInterrupt within about 100 ms, leaving the queued work in place. Threads coming
+        back from their waits take the GIL one at a time, in the order they came."""
         if not self._open:
             raise self._closed("synchronize it")
         position = ordered.mark(self)
@@ -269,17 +268,12 @@ def order_after_writes(stream: Stream, tensors: Iterable[object]) -> None:
 
 
 def wait_for(stream: Stream, timeout_ms: int | None = None) -> None:
-    """Synchronise `stream`: on the main thread in slices, elsewhere in one wait (see
-    :meth:`Stream.synchronize`)."""
+    """Synchronise `stream` in slices (see :meth:`Stream.synchronize`)."""
     deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
-    # Python runs signal handlers on the main thread only: another thread gains nothing by coming back
-    # between slices, and each return costs it a turn for the GIL
-    whole = threading.current_thread() is not threading.main_thread()
     while True:
-        slice_ms = -1 if whole else WAIT_SLICE_MS
+        slice_ms = WAIT_SLICE_MS
         if deadline is not None:
-            left = max(0, int((deadline - time.monotonic()) * 1000))
-            slice_ms = left if whole else min(slice_ms, left)
+            slice_ms = max(0, min(slice_ms, int((deadline - time.monotonic()) * 1000)))
         ret = _core.synchronize_slice(stream, slice_ms)
         if ret == 0:
             return

@@ -1,7 +1,6 @@
 """Threads coming back from a stream synchronisation take the GIL back one at a time, in the order they
 came (a queue in front of the GIL, csrc/core/gil_turnstile.h): the ranks of a thread world woken together
-by one exchange do not all fight for it. Off the main thread a synchronisation waits whole (signal
-handlers run on the main thread only)."""
+by one exchange do not all fight for it."""
 
 from __future__ import annotations
 
@@ -115,32 +114,3 @@ def test_a_child_forked_while_the_turnstile_is_held_synchronises(acl: Any) -> No
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30,
                        env={**os.environ, "ACLNN_PY_BACKEND": "mock"})
     assert "child exit 7" in r.stdout, r.stdout + r.stderr
-
-
-def test_a_synchronisation_off_the_main_thread_waits_in_one_piece(acl: Any) -> None:
-    """The main thread comes back every 100 ms for Ctrl-C; another thread has no signals to handle and
-    waits in one call, however long."""
-    from aclnn_py import _core
-
-    calls: list[int] = []
-    real = _core.synchronize_slice
-
-    def counting(stream: Any, timeout_ms: int) -> int:
-        calls.append(timeout_ms)
-        return real(stream, timeout_ms)
-
-    def run() -> None:
-        acl.Device(0).set_current()
-        with acl.Device(0).create_stream() as s:
-            s.synchronize()
-
-    _core.synchronize_slice = counting
-    try:
-        t = threading.Thread(target=run)
-        t.start()
-        t.join(30)
-        with acl.Device(0).create_stream() as s:
-            s.synchronize()
-    finally:
-        _core.synchronize_slice = real
-    assert calls[0] == -1 and calls[-1] == 100
