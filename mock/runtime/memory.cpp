@@ -83,18 +83,29 @@ Registry &reg() {
     return *r;
 }
 
-// Caller holds the lock. The entry whose range contains address p, or nullptr: a walk of the map.
-Entry *walk_locked(Registry &r, uintptr_t p) {
+// Caller holds the lock. The entry whose range contains address p, or nullptr, by a walk of the map;
+// *lo and *size: the range the answer holds for (the entry's, or the gap between two entries).
+Entry *walk_locked(Registry &r, uintptr_t p, uintptr_t *lo, size_t *size) {
     auto it = r.blocks.upper_bound(p);
-    if (it == r.blocks.begin()) return nullptr;
-    --it;
-    const MemBlock &b = it->second.b;
-    if (p >= b.base && p - b.base < b.size && !it->second.gone) return &it->second;
+    const uintptr_t hi = it == r.blocks.end() ? UINTPTR_MAX : it->first;
+    *lo = 0;
+    if (it != r.blocks.begin()) {
+        --it;
+        const MemBlock &b = it->second.b;
+        if (p - b.base < b.size) {
+            *lo = b.base;
+            *size = b.size;
+            return it->second.gone ? nullptr : &it->second;
+        }
+        *lo = b.base + b.size;
+    }
+    *size = hi > *lo ? hi - *lo : 0;
     return nullptr;
 }
 
-// The entries this thread looked up last. A launch pins the same dozen blocks call after call, and
-// in a thread world the registry holds every rank's blocks: a walk of it costs a cache miss per
+// The entries this thread looked up last, and the gaps between entries its misses fell in. A launch
+// pins the same dozen blocks call after call, a copy from host memory looks its source up (a miss),
+// and in a thread world the registry holds every rank's blocks: a walk of it costs a cache miss per
 // level. Emptied whenever an entry was added or erased, so it never answers for a stale entry nor
 // misses a new one.
 struct LookupCache {
@@ -104,7 +115,7 @@ struct LookupCache {
     struct Slot {
         uintptr_t base = 0;
         size_t size = 0;
-        Entry *e = nullptr;
+        Entry *e = nullptr;   // nullptr: no entry holds an address of [base, base + size)
     };
     uint64_t changes = ~uint64_t(0);
     Slot slot[kSize];
@@ -122,11 +133,11 @@ Entry *lookup_locked(Registry &r, uintptr_t p) {
     }
     for (const LookupCache::Slot &s : c.slot)
         if (p - s.base < s.size) return s.e;   // below the base the difference wraps: no match
-    Entry *e = walk_locked(r, p);
-    if (e) {
-        c.slot[c.next] = LookupCache::Slot{e->b.base, e->b.size, e};
-        c.next = (c.next + 1) % LookupCache::kSize;
-    }
+    uintptr_t lo;
+    size_t size;
+    Entry *e = walk_locked(r, p, &lo, &size);
+    c.slot[c.next] = LookupCache::Slot{lo, size, e};
+    c.next = (c.next + 1) % LookupCache::kSize;
     return e;
 }
 

@@ -255,3 +255,23 @@ def test_free_of_unknown_pointer_is_an_error(raw, bad):
     assert "aclrtFree" in msg(ffi, lib)
     if bad == "interior":
         lib.aclrtFree(p)
+
+
+def test_a_block_made_where_a_lookup_missed_is_found(raw):
+    """The mock remembers the gaps between blocks that a thread's lookups fell in (a copy from host
+    memory looks its source up) until a block is made or freed: a block made in a remembered gap is
+    found at once."""
+    ffi, lib = raw
+    size = 1 << 23  # mapped, not from the heap: made again at the address just freed
+    data = np.arange(64, dtype=np.uint8)
+    first = malloc(ffi, lib, size)
+    assert lib.aclrtFree(first) == 0
+    refused = lib.aclrtMemcpy(first, 64, ffi.from_buffer(data), 64, lib.ACL_MEMCPY_HOST_TO_DEVICE)
+    assert refused != 0 and "aclrtMemcpy" in msg(ffi, lib)  # nothing there now: the miss is remembered
+    second = malloc(ffi, lib, size)
+    assert second == first, "the test needs the new block at the freed one's address"
+    assert lib.aclrtMemcpy(second, 64, ffi.from_buffer(data), 64, lib.ACL_MEMCPY_HOST_TO_DEVICE) == 0
+    back = np.zeros(64, np.uint8)
+    assert lib.aclrtMemcpy(ffi.from_buffer(back), 64, second, 64, lib.ACL_MEMCPY_DEVICE_TO_HOST) == 0
+    assert (back == data).all()
+    assert lib.aclrtFree(second) == 0
