@@ -1,5 +1,6 @@
 // Communicators of the mock HCCL once formed (the rendezvous is in rendezvous.cpp): handles, windows,
 // HcclCommDestroy, queries, HcclBarrier, HcclGetCommAsyncError and HcclGetErrorString.
+#include <atomic>
 #include <cinttypes>
 #include <cstring>
 #include <shared_mutex>
@@ -12,10 +13,14 @@ namespace aclmock {
 namespace hccl {
 
 // ---- live handles --------------------------------------------------------------------------------
-// Every HCCL call checks its handle here, W times per rank while a world builds its contexts:
-// readers share the lock.
+// Every HCCL call checks its handle here, W times per rank while a world builds its contexts: readers
+// share the lock, and a thread remembers the communicator it found live last until some communicator is
+// destroyed (W**2 lookups under one lock while a thread world of W ranks forms, were it not for that).
 namespace {
 std::shared_mutex g_comm_mu;
+std::atomic<uint64_t> g_comm_deaths{0};   // communicators unregistered so far
+thread_local const Comm *t_live_comm = nullptr;
+thread_local uint64_t t_live_deaths = ~uint64_t(0);
 std::unordered_set<const Comm *> &live_comms() {
     static auto *s = new std::unordered_set<const Comm *>();
     return *s;
@@ -32,12 +37,20 @@ void register_comm(Comm *c) {
     comms_by_name()[c->name()] = c;
 }
 bool comm_is_live(const Comm *c) {
+    // read before the set: a communicator unregistered meanwhile moves the count on, and the next
+    // call looks again
+    const uint64_t deaths = g_comm_deaths.load(std::memory_order_acquire);
+    if (c == t_live_comm && deaths == t_live_deaths) return true;
     std::shared_lock<std::shared_mutex> lk(g_comm_mu);
-    return live_comms().count(c) != 0;
+    if (live_comms().count(c) == 0) return false;
+    t_live_comm = c;
+    t_live_deaths = deaths;
+    return true;
 }
 void unregister_comm(Comm *c) {
     std::unique_lock<std::shared_mutex> lk(g_comm_mu);
     if (live_comms().erase(c)) comms_by_name().erase(c->name());
+    g_comm_deaths.fetch_add(1, std::memory_order_acq_rel);
     // Destroyed communicators are kept (see HcclCommDestroy) and stay reachable from here, so the
     // leak checker of the sanitizer build (.ci/sanitize.sh) does not report them.
     static auto *retired = new std::vector<const Comm *>();

@@ -388,6 +388,27 @@ def test_calls_before_init_and_after_finalize(acl):
 
 
 # ---- communicators -------------------------------------------------------------------------------------
+def test_a_communicator_a_thread_found_live_is_refused_once_destroyed(acl):
+    """A thread remembers the communicator it found live last (a world's contexts ask each handle W
+    times); destroying any communicator makes every thread look again."""
+    from aclnn_py import worlds
+    from aclnn_py.hccl import Communicator
+
+    b = acl.backend()
+    ffi, lib = b.ffi, b.lib
+
+    def body(rank, world_size, root):
+        comm = Communicator(world_size, rank, root)
+        handle, cell = comm._cdata, ffi.new("uint32_t *")
+        seen = [lib.HcclGetRankId(handle, cell)]  # found live: remembered by this thread
+        comm.close()
+        seen.append(lib.HcclGetRankId(handle, cell))
+        return seen, msg(acl)
+
+    for seen, text in worlds.run_threads(body, 2):
+        assert seen == [0, HCCL_E_PARA] and "not a live communicator" in text
+
+
 def test_communicator_used_after_destroy(acl):
     from aclnn_py import worlds
     from aclnn_py.errors import HcclError
