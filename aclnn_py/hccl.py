@@ -106,8 +106,9 @@ def _join(world_size: int, rank: int, root: RootInfo, device: int | None) -> Any
     (``_core.comm_init_root_info``)."""
     b = initialized()
     ffi, lib = b.ffi, b.lib
+    info = bytes(root)
     if threading.current_thread() is not threading.main_thread():
-        ret, handle = _core.comm_init_root_info(world_size, bytes(root), rank)  # the GIL back in turn
+        ret, handle = _core.comm_init_root_info(world_size, info, rank)  # the GIL back in turn
         if ret:
             raise hccl_error(ret, "HcclCommInitRootInfo", recent_message())
         return ffi.cast("HcclComm", handle)
@@ -118,17 +119,15 @@ def _join(world_size: int, rank: int, root: RootInfo, device: int | None) -> Any
     def run() -> None:
         if device is not None:
             lib.aclrtSetDevice(device)  # the windows belong to the device current at creation
-        cell = ffi.new("HcclRootInfo *")
-        ffi.memmove(cell, bytes(root), ROOT_INFO_BYTES)
-        out = ffi.new("HcclComm *")
-        ret = lib.HcclCommInitRootInfo(world_size, cell, rank, out)
+        ret, address = _core.comm_init_root_info(world_size, info, rank)
         message = recent_message() if ret else None  # error messages are per thread: read it here
+        handle = ffi.cast("HcclComm", address)
         with lock:
             if abandoned:
                 if ret == 0:
-                    lib.HcclCommDestroy(out[0])
+                    lib.HcclCommDestroy(handle)
             else:
-                outcome.update(ret=ret, handle=out[0], message=message)
+                outcome.update(ret=ret, handle=handle, message=message)
         if device is not None:
             lib.aclrtResetDevice(device)
 
@@ -304,7 +303,7 @@ def context_bytes(comm: Communicator) -> tuple[bytes, int]:
                                    failed)
     if ret:
         func = ffi.string(failed[0]).decode()
-        if info[0] == 1 and func == "HcclCommGetHandleWithName":
+        if info[0] == 1:  # the name found another rank's communicator
             raise HcclError(func, 4, "HCCL_E_INTERNAL",
                             f"the communicator named {comm.name!r} is rank {info[1]} of {info[2]}, expected rank "
                             f"{comm.rank} of {comm.world_size}")

@@ -12,8 +12,8 @@ ctypedef int (*comm_init_root_info_fn)(uint32_t nranks, const void *root, uint32
 
 cdef sync_with_timeout_fn sync_with_timeout = NULL
 cdef comm_init_root_info_fn comm_init_root_info_ = NULL
-cdef enum:
-    ROOT_INFO_BYTES = 4108  # HCCL_ROOT_INFO_BYTES
+cdef extern from "hccl/hccl_types.h":
+    enum: HCCL_ROOT_INFO_BYTES
 
 if aclnnpy_turnstile_init() != 0:
     raise RuntimeError("the GIL turnstile's fork handler could not be registered")
@@ -50,8 +50,8 @@ def comm_init_root_info(uint32_t world_size, bytes root, uint32_t rank):
     cdef int status
     if comm_init_root_info_ == NULL:
         raise RuntimeError("no backend is bound (import aclnn_py)")
-    if len(root) != ROOT_INFO_BYTES:
-        raise ValueError(f"root: {ROOT_INFO_BYTES} bytes of HcclRootInfo expected (got {len(root)})")
+    if len(root) != HCCL_ROOT_INFO_BYTES:
+        raise ValueError(f"root: {HCCL_ROOT_INFO_BYTES} bytes of HcclRootInfo expected (got {len(root)})")
     with nogil:
         status = comm_init_root_info_(world_size, <const void *>info, rank, &comm)
         aclnnpy_turnstile_enter()

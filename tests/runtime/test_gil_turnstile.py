@@ -61,8 +61,10 @@ def test_threads_pass_the_turnstile_in_the_order_they_came(acl: Any) -> None:
             threads.append(t)
             t.start()
             time.sleep(0.1)  # each queues before the next starts
+        held_back = len(done)
     finally:
         _core._turnstile_leave()
+    assert held_back == 0
     assert _wait_until(lambda: len(done) == 8)
     assert done == list(range(8))
     for t in threads:
