@@ -3,26 +3,20 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstring>
-#include <shared_mutex>
 #include <unordered_map>
-#include <unordered_set>
 
 #include "hccl/hccl_internal.h"
+#include "hccl/live_set.h"
 
 namespace aclmock {
 namespace hccl {
 
 // ---- live handles --------------------------------------------------------------------------------
-// Every HCCL call checks its handle here, W times per rank while a world builds its contexts: readers
-// share the lock, and a thread remembers the communicator it found live last until some communicator is
-// destroyed (W**2 lookups under one lock while a thread world of W ranks forms, were it not for that).
+// Every HCCL call checks its handle here (live_set.h); the by-name index changes with the set, under
+// its lock, so that a lookup by name never finds a communicator the set no longer holds.
 namespace {
-std::shared_mutex g_comm_mu;
-std::atomic<uint64_t> g_comm_deaths{0};   // communicators unregistered so far
-thread_local const Comm *t_live_comm = nullptr;
-thread_local uint64_t t_live_deaths = ~uint64_t(0);
-std::unordered_set<const Comm *> &live_comms() {
-    static auto *s = new std::unordered_set<const Comm *>();
+LiveSet<Comm> &live_comms() {
+    static auto *s = new LiveSet<Comm>();
     return *s;
 }
 std::unordered_map<std::string, Comm *> &comms_by_name() {
@@ -32,38 +26,24 @@ std::unordered_map<std::string, Comm *> &comms_by_name() {
 }  // namespace
 
 void register_comm(Comm *c) {
-    std::unique_lock<std::shared_mutex> lk(g_comm_mu);
-    live_comms().insert(c);
-    comms_by_name()[c->name()] = c;
+    live_comms().add(c, [c] { comms_by_name()[c->name()] = c; });
 }
-bool comm_is_live(const Comm *c) {
-    // read before the set: a communicator unregistered meanwhile moves the count on, and the next
-    // call looks again
-    const uint64_t deaths = g_comm_deaths.load(std::memory_order_acquire);
-    if (c == t_live_comm && deaths == t_live_deaths) return true;
-    std::shared_lock<std::shared_mutex> lk(g_comm_mu);
-    if (live_comms().count(c) == 0) return false;
-    t_live_comm = c;
-    t_live_deaths = deaths;
-    return true;
-}
+bool comm_is_live(const Comm *c) { return live_comms().contains(c); }
 void unregister_comm(Comm *c) {
-    std::unique_lock<std::shared_mutex> lk(g_comm_mu);
-    if (live_comms().erase(c)) comms_by_name().erase(c->name());
-    g_comm_deaths.fetch_add(1, std::memory_order_acq_rel);
-    // Destroyed communicators are kept (see HcclCommDestroy) and stay reachable from here, so the
-    // leak checker of the sanitizer build (.ci/sanitize.sh) does not report them.
-    static auto *retired = new std::vector<const Comm *>();
-    retired->push_back(c);
+    live_comms().remove(c, [c](bool was_live) {
+        if (was_live) comms_by_name().erase(c->name());
+        // Destroyed communicators are kept (see HcclCommDestroy) and stay reachable from here, so the
+        // leak checker of the sanitizer build (.ci/sanitize.sh) does not report them.
+        static auto *retired = new std::vector<const Comm *>();
+        retired->push_back(c);
+    });
 }
-size_t live_comm_count() {
-    std::shared_lock<std::shared_mutex> lk(g_comm_mu);
-    return live_comms().size();
-}
+size_t live_comm_count() { return live_comms().size(); }
 Comm *find_comm_by_name(const std::string &name) {
-    std::shared_lock<std::shared_mutex> lk(g_comm_mu);
-    auto it = comms_by_name().find(name);
-    return it == comms_by_name().end() ? nullptr : it->second;
+    return live_comms().read([&name]() -> Comm * {
+        auto it = comms_by_name().find(name);
+        return it == comms_by_name().end() ? nullptr : it->second;
+    });
 }
 
 Comm *from_handle(HcclComm handle) {

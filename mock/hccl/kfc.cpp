@@ -7,6 +7,7 @@
 #include <set>
 
 #include "hccl/hccl_internal.h"
+#include "hccl/live_set.h"
 
 namespace aclmock {
 namespace hccl {
@@ -17,8 +18,8 @@ std::set<const OpArgs *> &live_args() {
     static auto *s = new std::set<const OpArgs *>();
     return *s;
 }
-std::set<const OpResCtx *> &live_ctx() {
-    static auto *s = new std::set<const OpResCtx *>();
+LiveSet<OpResCtx> &live_ctx() {
+    static auto *s = new LiveSet<OpResCtx>();
     return *s;
 }
 
@@ -74,35 +75,13 @@ bool alg_config_ok(const std::string &s, std::string *why) {
 }
 }  // namespace
 
-// Contexts unregistered so far. A thread remembers the context it verified last with this count:
-// while no context has gone since, the address is still a live one (kernels verify their own
-// context at every launch; in a thread world the set holds every rank's, a walk of it costs a cache
-// miss per level, under the lock all ranks take).
-std::atomic<uint64_t> g_ctx_gone{0};
-struct VerifiedCtx {
-    const OpResCtx *ctx = nullptr;
-    uint64_t gone = 0;
-};
-thread_local VerifiedCtx t_verified;
-
-void register_op_ctx(OpResCtx *ctx) {
-    std::lock_guard<std::mutex> lk(g_kfc_mu);
-    live_ctx().insert(ctx);
-}
-void unregister_op_ctx(OpResCtx *ctx) {
-    std::lock_guard<std::mutex> lk(g_kfc_mu);
-    live_ctx().erase(ctx);
-    g_ctx_gone.fetch_add(1, std::memory_order_release);
-}
+// Kernels verify their own context at every launch (live_set.h).
+void register_op_ctx(OpResCtx *ctx) { live_ctx().add(ctx); }
+void unregister_op_ctx(OpResCtx *ctx) { live_ctx().remove(ctx); }
 
 OpResCtx *verify_op_res_ctx(uint64_t addr) {
     auto *p = reinterpret_cast<OpResCtx *>(static_cast<uintptr_t>(addr));
-    const uint64_t gone = g_ctx_gone.load(std::memory_order_acquire);
-    if (t_verified.ctx != p || t_verified.gone != gone) {
-        std::lock_guard<std::mutex> lk(g_kfc_mu);
-        if (!live_ctx().count(p)) return nullptr;
-        t_verified = VerifiedCtx{p, g_ctx_gone.load(std::memory_order_relaxed)};
-    }
+    if (!live_ctx().contains(p)) return nullptr;
     if (p->magic != kOpResCtxMagic || !p->comm || p->comm->destroyed()) return nullptr;
     return p;
 }
