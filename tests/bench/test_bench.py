@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -463,6 +464,23 @@ def test_golden_check_of_a_thread_world_finds_a_wrong_rank(acl):
     x = ranks[2]["x_out"]
     x.view(np.uint16)[0, 0] ^= 1  # one bit of one element
     assert thread_worlds.golden_mismatches(tw, ranks) == [2]
+
+
+def test_no_rank_makes_its_inputs_before_every_rank_has_ended_its_start_up(acl):
+    from aclnn_py.worlds import run_threads
+    from benchmarks.world_rounds import WorldRounds, rank_rounds
+
+    inputs_made: list[float] = []
+
+    class Recorded(WorldRounds):
+        def demo_model(self):  # the first step of a rank's work after start-up
+            inputs_made.append(time.perf_counter())
+            return super().demo_model()
+
+    spec = Recorded(8, 1, 1024, 1, experts=8, warmup=0, rounds=1)
+    ranks = run_threads(rank_rounds, 8, spec, 0.0, timeout=120)
+    # a rank making its inputs early holds the GIL the last ranks need to end their start-up
+    assert len(inputs_made) == 8 and min(inputs_made) >= max(r["t_ready"] for r in ranks)
 
 
 def test_growth_per_doubling_compares_each_size_with_the_previous_one():
