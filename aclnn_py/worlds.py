@@ -472,7 +472,11 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
     HCCL_CONNECT_TIMEOUT, or within about a second once a peer they wait for is gone).
     The ranks start together once every thread exists, and while the world runs the interpreter's
     switch interval (``sys.setswitchinterval``) is at least `world_size` milliseconds: hundreds of
-    rank threads asking for the GIL every 5 ms cost more than their work. It is restored afterwards.
+    rank threads asking for the GIL every 5 ms cost more than their work. The collector's first
+    threshold (``gc.set_threshold``) is at least 100 objects per rank: the ranks' objects of one call,
+    alive together, would otherwise pass to the oldest generation at every round, and its full
+    collections hold the GIL for hundreds of milliseconds in a world of a thousand ranks. Both are
+    restored afterwards.
     With `share_one_cpu` (Linux, more than one CPU) the rank threads and the stream workers they
     start run on one CPU. Their Python runs one thread at a time anyway (the GIL); spread over CPUs,
     every hand-over of the GIL and every wake-up of a rank by its peers crosses CPUs. For a large
@@ -525,7 +529,7 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
     all_started = False
     threads = [threading.Thread(target=body, args=(r,), name=f"aclnn_py-rank{r}", daemon=True)
                for r in range(world_size)]
-    with _switch_interval_for(world_size):
+    with _interpreter_for(world_size):
         try:
             for t in threads:
                 t.start()  # RuntimeError when the process may start no more threads
@@ -571,34 +575,49 @@ def _shared_cpu() -> int | None:
 
 #: A GIL request every this many seconds, in all, from a thread world's waiting ranks (see below).
 _GIL_REQUEST_SPACING = 0.001
-_interval_lock = threading.Lock()
-_interval_users = 0
-_interval_saved = 0.0
+#: Tracked objects per rank the collector's youngest generation may hold before it collects (see below).
+_YOUNG_OBJECTS_PER_RANK = 100
+_settings_lock = threading.Lock()
+_settings_users = 0
+_settings_saved: tuple[float, tuple[int, ...]] = (0.0, ())
 
 
 @contextmanager
-def _switch_interval_for(world_size: int) -> Iterator[None]:
-    """The interpreter's switch interval (``sys.setswitchinterval``) raised to ``world_size`` ms while a
-    thread world runs, then restored (by the last of several concurrent worlds). Each thread waiting
-    for the GIL asks the holder to give it up once per interval; with hundreds of rank threads waiting
-    at once, those requests and the forced hand-overs they cause took more CPU than the ranks' work
-    (a 768-thread world started in 2.3-3.7 s instead of 1.0 s). The ranks spend their time in calls
-    that release the GIL, so a longer interval delays none of them."""
-    global _interval_users, _interval_saved
-    wanted = world_size * _GIL_REQUEST_SPACING
-    with _interval_lock:
-        if _interval_users == 0:
-            _interval_saved = sys.getswitchinterval()
-        _interval_users += 1
-        if wanted > sys.getswitchinterval():
-            sys.setswitchinterval(wanted)
+def _interpreter_for(world_size: int) -> Iterator[None]:
+    """The interpreter's settings while a thread world of `world_size` ranks runs, restored by the last of
+    several concurrent worlds:
+
+    - the switch interval (``sys.setswitchinterval``) raised to ``world_size`` ms. Each thread waiting
+      for the GIL asks the holder to give it up once per interval; with hundreds of rank threads waiting
+      at once, those requests and the forced hand-overs they cause took more CPU than the ranks' work
+      (a 768-thread world started in 2.3-3.7 s instead of 1.0 s). The ranks spend their time in calls
+      that release the GIL, so a longer interval delays none of them.
+    - the collector's first threshold (``gc.set_threshold``) raised to 100 objects per rank. The W ranks'
+      objects of one call (its results, arguments, descriptors) are alive at once; with the default
+      700, young collections ran many times per round, each moving every rank's current results to the
+      oldest generation, whose full collections then held the GIL for 100-400 ms (a W = 1024 world:
+      1.4 s of collections in 13 rounds; 0.2 s with the raised threshold).
+    """
+    global _settings_users, _settings_saved
+    interval = world_size * _GIL_REQUEST_SPACING
+    young = world_size * _YOUNG_OBJECTS_PER_RANK
+    with _settings_lock:
+        if _settings_users == 0:
+            _settings_saved = (sys.getswitchinterval(), gc.get_threshold())
+        _settings_users += 1
+        if interval > sys.getswitchinterval():
+            sys.setswitchinterval(interval)
+        thresholds = gc.get_threshold()
+        if young > thresholds[0] > 0:  # 0: collection is off, and stays so
+            gc.set_threshold(young, *thresholds[1:])
     try:
         yield
     finally:
-        with _interval_lock:
-            _interval_users -= 1
-            if _interval_users == 0:
-                sys.setswitchinterval(_interval_saved)
+        with _settings_lock:
+            _settings_users -= 1
+            if _settings_users == 0:
+                sys.setswitchinterval(_settings_saved[0])
+                gc.set_threshold(*_settings_saved[1])
 
 
 # ---- MPI ------------------------------------------------------------------------------------------

@@ -266,23 +266,41 @@ def test_run_threads_timeout(acl):
         stop.set()
 
 
-def test_run_threads_widens_the_switch_interval_while_its_world_runs(acl):
+def test_run_threads_widens_the_switch_interval_and_the_young_generation_while_its_world_runs(acl):
     """A thread world of W ranks runs with a switch interval of at least W ms (its waiting ranks ask for
-    the GIL less often); the interpreter's own interval is back once the world has ended, also after
-    a rank failed."""
+    the GIL less often) and a first collector threshold of at least 100 objects per rank; the
+    interpreter's own settings are back once the world has ended, also after a rank failed."""
+    import gc
+
     from aclnn_py import worlds
 
-    before = sys.getswitchinterval()
-    seen = worlds.run_threads(lambda rank, world_size, root: sys.getswitchinterval(), 40, timeout=30)
-    assert set(seen) == {max(before, 0.040)}
-    assert sys.getswitchinterval() == before
+    before, thresholds = sys.getswitchinterval(), gc.get_threshold()
+    seen = worlds.run_threads(lambda rank, world_size, root: (sys.getswitchinterval(), gc.get_threshold()), 40,
+                              timeout=30)
+    assert set(seen) == {(max(before, 0.040), (max(thresholds[0], 4000), *thresholds[1:]))}
+    assert (sys.getswitchinterval(), gc.get_threshold()) == (before, thresholds)
 
     def fails(rank, world_size, root):
         raise KeyError("boom")
 
     with pytest.raises(KeyError):
         worlds.run_threads(fails, 40, timeout=30)
-    assert sys.getswitchinterval() == before
+    assert (sys.getswitchinterval(), gc.get_threshold()) == (before, thresholds)
+
+
+def test_run_threads_leaves_a_disabled_young_threshold_alone(acl):
+    """A process that set the first threshold to 0 (no automatic collection) keeps it in a thread world."""
+    import gc
+
+    from aclnn_py import worlds
+
+    thresholds = gc.get_threshold()
+    gc.set_threshold(0, *thresholds[1:])
+    try:
+        seen = worlds.run_threads(lambda rank, world_size, root: gc.get_threshold()[0], 8, timeout=30)
+        assert seen == [0] * 8
+    finally:
+        gc.set_threshold(*thresholds)
 
 
 @pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
