@@ -19,7 +19,6 @@ On the mock backend device memory is host memory, so a Tensor is also visible ze
 from __future__ import annotations
 
 import math
-import mmap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -50,8 +49,9 @@ if TYPE_CHECKING:
 ShapeLike = Sequence[int]
 
 _MIN_ALLOC = 32  # aclrtMalloc refuses size 0; empty tensors still get a valid address
-# A download that copies only a part is made over fresh pages from this size on: the rest reads as zero
-# and takes no memory (np.zeros would clear memory a freed array left, touching every page).
+# A download that copies only a part is made over fresh pages from this size on (_core.ZeroPages): the
+# rest reads as zero and takes no memory (np.zeros would clear memory a freed array left, touching every
+# page).
 _FRESH_PAGES_MIN = 1 << 16
 
 
@@ -346,7 +346,7 @@ class Tensor(TensorBase):
         written = self._written_nbytes()
         if 0 <= written < nbytes:
             if nbytes >= _FRESH_PAGES_MIN:
-                out = np.frombuffer(mmap.mmap(-1, nbytes), nd).reshape(shape)
+                out = np.frombuffer(_core.ZeroPages(nbytes), nd).reshape(shape)
             else:
                 out = np.zeros(shape, nd)
             if written:

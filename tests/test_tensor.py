@@ -234,3 +234,26 @@ def test_making_a_tensor_on_another_device_keeps_the_callers_device(acl, device0
     assert (e.device, m.device, acl.Device.current().id) == (2, 3, 0)
     assert acl.Stream.default().device == 0
     np.testing.assert_array_equal(t.numpy(), np.ones(8, np.float32))
+
+
+def test_a_partial_downloads_pages_read_zero_when_handed_out_again(acl):
+    """A download that copies part of a Tensor is made over fresh pages (aclnn_py._core.ZeroPages): the
+    mapping is kept when its array dies and handed out to the next one of its size, reading zero again
+    whatever was written into it; one still in use is never handed out."""
+    from aclnn_py import _core
+
+    n = 3 * 4096 + 100
+    first = np.frombuffer(_core.ZeroPages(n), np.uint8)
+    assert first.size == n and not first.any()
+    address = first.ctypes.data
+    first[:] = 0xFF  # the caller writes every byte
+    other = np.frombuffer(_core.ZeroPages(n), np.uint8)
+    assert other.ctypes.data != address
+    kept = _core.zero_pages_held()
+    del first
+    assert _core.zero_pages_held() == (kept[0] + 1, kept[1] + 4 * 4096)
+    again = np.frombuffer(_core.ZeroPages(n), np.uint8)
+    assert again.ctypes.data == address and not again.any()
+    assert _core.zero_pages_held() == kept
+    with pytest.raises(ValueError, match="nbytes must be > 0"):
+        _core.ZeroPages(0)
