@@ -346,7 +346,7 @@ class Tensor(TensorBase):
         written = self._written_nbytes()
         if 0 <= written < nbytes:
             if nbytes >= _FRESH_PAGES_MIN:
-                out = np.frombuffer(_core.ZeroPages(nbytes), nd).reshape(shape)
+                out = np.frombuffer(memoryview(_core.ZeroPages(nbytes)), nd).reshape(shape)
             else:
                 out = np.zeros(shape, nd)
             if written:
