@@ -13,7 +13,7 @@ from cpython.buffer cimport PyBuffer_FillInfo
 
 cdef enum:
     ZERO_PAGES_KEPT = 4096   # mappings kept for reuse, at most (each rank of a thread world cycles its own)
-cdef size_t ZERO_PAGES_KEPT_BYTES = <size_t>8 << 30   # their address space, at most
+cdef size_t ZERO_PAGES_KEPT_BYTES = <size_t>4 << 30   # their address space, at most (no memory, but committed)
 cdef size_t zero_page_size = <size_t>sysconf(_SC_PAGESIZE)
 cdef dict zero_pages_kept = {}   # mapped bytes -> [address, ...] of the mappings kept for reuse
 cdef Py_ssize_t zero_pages_count = 0
