@@ -506,8 +506,6 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
         started.wait()
         if not all_started:
             return  # the world could not be made whole: nobody would answer this rank
-        if cpu is not None:
-            os.sched_setaffinity(0, {cpu})  # this thread; the stream workers it starts inherit it
         try:
             if set_device:
                 _set_device(rank)
@@ -531,8 +529,9 @@ def run_threads(fn: Callable[..., T], world_size: int, *args: Any, timeout: floa
                for r in range(world_size)]
     with _interpreter_for(world_size):
         try:
-            for t in threads:
-                t.start()  # RuntimeError when the process may start no more threads
+            with _on_cpu(cpu):
+                for t in threads:
+                    t.start()  # RuntimeError when the process may start no more threads
             all_started = True
         finally:
             started.set()
@@ -561,6 +560,24 @@ def _collect(threads: list[threading.Thread], results: list[Any], failures: list
     for t in threads:
         t.join()
     return results
+
+
+@contextmanager
+def _on_cpu(cpu: int | None) -> Iterator[None]:
+    """The calling thread runs on `cpu` (None: where it may) until the block ends, then where it ran before.
+    run_threads starts a world's ranks from the CPU they share: a thread inherits its starter's CPUs, so
+    the ranks and the stream workers they start run there, and each start's hand-over between the
+    starter and the new thread (Thread.start waits until the thread runs) stays on one CPU instead of
+    crossing to the idle one (1024 starts: 150 -> 73 ms)."""
+    if cpu is None:
+        yield
+        return
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, allowed)
 
 
 def _shared_cpu() -> int | None:

@@ -319,6 +319,31 @@ def test_run_threads_shares_one_cpu_when_told(acl):
     assert all(a == allowed for a in spread)
 
 
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                    reason="needs a process that may use two CPUs or more")
+def test_run_threads_starts_the_ranks_from_the_cpu_they_share(acl, monkeypatch):
+    """With share_one_cpu the launching thread starts each rank from the CPU the ranks share (a start
+    waits for the new thread to run: on one CPU that hand-over costs half as much), and runs where it
+    ran before once they have started."""
+    import threading
+
+    from aclnn_py import worlds
+
+    allowed = os.sched_getaffinity(0)
+    starters: list[set[int]] = []
+    real_start = threading.Thread.start
+
+    def start(self):
+        starters.append(os.sched_getaffinity(0))
+        real_start(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    ranks = worlds.run_threads(lambda rank, world_size, root: os.sched_getaffinity(0), 4, timeout=30,
+                               share_one_cpu=True)
+    assert len(starters) == 4 and all(s == ranks[0] for s in starters) and len(ranks[0]) == 1
+    assert os.sched_getaffinity(0) == allowed
+
+
 def test_run_threads_share_one_cpu_binds_nothing_where_the_process_has_one_cpu(acl, monkeypatch):
     """Where the process may use a single CPU (or threads cannot be bound), share_one_cpu changes
     nothing: the ranks run with the CPUs they were given, and no affinity call is made."""
