@@ -26,7 +26,7 @@ from .errors import HcclError, check_hccl, hccl_error, recent_message
 from .runtime import Device, Resource, Stream, StreamArg, initialized, resolve_stream
 from .tensor import Tensor
 
-ROOT_INFO_BYTES = 4108
+ROOT_INFO_BYTES: int = _core.ROOT_INFO_BYTES  # HCCL_ROOT_INFO_BYTES of include/hccl/hccl_types.h
 COMM_NAME_MAX_LENGTH = 128
 HCCL_COMM_ENGINE_AIV = 4
 HCCL_OP_TYPE_ALLTOALL = 8

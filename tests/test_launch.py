@@ -266,6 +266,10 @@ def test_run_threads_timeout(acl):
         stop.set()
 
 
+needs_two_cpus = pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
+                                    reason="needs a process that may use two CPUs or more")
+
+
 def test_run_threads_widens_the_switch_interval_and_the_young_generation_while_its_world_runs(acl):
     """A thread world of W ranks runs with a switch interval of at least W ms (its waiting ranks ask for
     the GIL less often) and a first collector threshold of at least 100 objects per rank; the
@@ -303,8 +307,7 @@ def test_run_threads_leaves_a_disabled_young_threshold_alone(acl):
         gc.set_threshold(*thresholds)
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs a process that may use two CPUs or more")
+@needs_two_cpus
 def test_run_threads_shares_one_cpu_when_told(acl):
     """With share_one_cpu the rank threads run on one CPU, the same for every rank, and the launching
     thread keeps its CPUs; by default each rank keeps the CPUs it was given."""
@@ -319,8 +322,7 @@ def test_run_threads_shares_one_cpu_when_told(acl):
     assert all(a == allowed for a in spread)
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs a process that may use two CPUs or more")
+@needs_two_cpus
 def test_run_threads_starts_the_ranks_from_the_cpu_they_share(acl, monkeypatch):
     """With share_one_cpu the launching thread starts each rank from the CPU the ranks share (a start
     waits for the new thread to run: on one CPU that hand-over costs half as much), and runs where it

@@ -15,6 +15,9 @@ cdef comm_init_root_info_fn comm_init_root_info_ = NULL
 cdef extern from "hccl/hccl_types.h":
     enum: HCCL_ROOT_INFO_BYTES
 
+#: The bytes of an HcclRootInfo (HCCL_ROOT_INFO_BYTES of include/hccl/hccl_types.h).
+ROOT_INFO_BYTES = HCCL_ROOT_INFO_BYTES
+
 if aclnnpy_turnstile_init() != 0:
     raise RuntimeError("the GIL turnstile's fork handler could not be registered")
 

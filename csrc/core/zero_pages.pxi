@@ -50,12 +50,9 @@ cdef class ZeroPages:
     def __getbuffer__(self, Py_buffer *view, int flags):
         PyBuffer_FillInfo(view, self, self.addr, self.nbytes, 0, flags)
 
-    def __releasebuffer__(self, Py_buffer *view):
-        pass
-
     def __dealloc__(self):
         global zero_pages_count, zero_pages_bytes
-        if self.addr == NULL:
+        if self.addr == NULL:  # __cinit__ failed
             return
         # (at interpreter exit the module's dict may be gone: the mapping is unmapped then)
         if zero_pages_kept is not None and zero_pages_count < ZERO_PAGES_KEPT \
@@ -66,7 +63,6 @@ cdef class ZeroPages:
             zero_pages_bytes += self.mapped
         else:
             munmap(self.addr, self.mapped)
-        self.addr = NULL
 
 
 def zero_pages_held():
