@@ -244,9 +244,11 @@ def markdown(report: dict[str, Any], relative_to: Path | None = None) -> str:
         lines += ["", "Worlds: each rank runs MoeDistributeBuffer rounds (dispatch → expert → combine) as users "
                   "write them: first with device Tensors (inputs uploaded once, an identity expert on the device "
                   "side), then with host arrays (numpy in, `.numpy()` out, a numpy expert writing the received rows into "
-                  "`np.empty_like`). Every round starts after "
-                  "a barrier and lasts until its slowest rank ends it; steady rounds follow two warm-up rounds "
-                  "(device) or one (host); memory is read after a barrier. × per doubling: how many times the "
+                  "`np.empty_like`, `.numpy()` of the combine's result). Two warm-up rounds (device) or one "
+                  "(host), each after a barrier, last until the slowest rank ends them; the steady rounds follow "
+                  "back to back after one barrier, as a serving loop runs them, and a steady round lasts from the "
+                  "slowest rank's end of the round before to its end of this one (the median of 2048 / W rounds, 5 "
+                  "to 32); memory is read after a barrier. × per doubling: how many times the "
                   "previous size's steady round a size takes, per doubling of W (above 64; 2 is O(W) per rank)."]
     if report.get("scaling"):
         lines += [""] + scaling_table(report["scaling"])
@@ -255,8 +257,8 @@ def markdown(report: dict[str, Any], relative_to: Path | None = None) -> str:
                   "with one small token per rank the wake-ups, not the copies, bound the round), "
                   "checked against `aclnn_py.golden` (the last host round of every rank). The C loop is the "
                   "floor: the same dispatch and combine on repeatable executors, launched and synchronised by a C "
-                  "loop without the interpreter (benchmarks/c_floor.c), rounds back to back, timed from the end of "
-                  "one round to the end of the last:", ""]
+                  "loop without the interpreter (benchmarks/c_floor.c), rounds back to back, timed as the steady "
+                  "rounds are:", ""]
         lines += thread_worlds_table(report["thread_worlds"])
     plots = _plots(report, relative_to)
     if plots:

@@ -5,13 +5,14 @@ side, here the identity), then with host arrays (numpy in, ``.numpy()`` out, a n
 
 Each phase is timed apart: start-up (from the launch until every rank's stream, communicator and
 buffer are ready and a barrier has passed; the inputs are made after it), warm-up
-rounds (the first touch of the windows), steady rounds, and teardown. Every round starts after a
-barrier; memory is read after a barrier too, so no rank measures while another still runs a round.
+rounds (the first touch of the windows; each starts after a barrier), steady rounds (back to back after
+one barrier, as a serving loop runs them), and teardown. Memory is read after a barrier too, so no rank
+measures while another still runs a round.
 
 With ``c_loop`` the ranks then run the device rounds once more from C (benchmarks/c_floor.c): the same
 dispatch and combine on repeatable executors, launched and synchronised by a C loop that holds no GIL,
-back to back after one barrier. That is the floor the binding's rounds are compared with: what the
-mock's kernels and streams cost without the interpreter.
+back to back after one barrier, timed as the steady rounds are. That is the floor the binding's rounds
+are compared with: what the mock's kernels and streams cost without the interpreter.
 """
 
 from __future__ import annotations
@@ -31,6 +32,16 @@ from . import memory
 #: that no rank spends its start importing them.
 RANK_MODULES = ("benchmarks.world_rounds", "benchmarks.throughput", "aclnn_py.tools.demo")
 
+#: A world's steady rounds: at least MIN_ROUNDS, and up to MAX_ROUNDS while W * rounds stays within
+#: ROUND_BUDGET. A small world's round takes a few ms and its median over five swung by 1.6x from run
+#: to run (A3 W = 64, three runs: 2.26 / 2.55 / 3.69 ms), so the growth per doubling from it did too.
+MIN_ROUNDS, MAX_ROUNDS, ROUND_BUDGET = 5, 32, 2048
+
+
+def steady_rounds(world_size: int) -> int:
+    """How many steady rounds a world of `world_size` ranks runs of each kind (device, host)."""
+    return max(MIN_ROUNDS, min(MAX_ROUNDS, ROUND_BUDGET // max(world_size, 1)))
+
 
 @dataclass(frozen=True)
 class WorldRounds:
@@ -42,7 +53,7 @@ class WorldRounds:
     topk: int
     experts: int
     warmup: int = 2
-    rounds: int = 5
+    rounds: int = MIN_ROUNDS
     keep_outputs: bool = False  # return the last host round's outputs, for the golden
     # threads of one process share its memory figures: only rank 0 reads them (a thousand ranks each
     # walking /proc/self/smaps_rollup of a process mapping every window took minutes)
@@ -112,12 +123,30 @@ def _c_loop_rounds(comm: Any, stream: Any, buf: Any, m: Any, rank: int, inputs: 
 
 
 def _timed_round(comm: Any, stream: Any, body: Any) -> float:
+    """A warm-up round: from the end of a barrier until this rank's round has ended."""
     comm.barrier(stream)
     stream.synchronize()
     t0 = time.perf_counter()
     body()
     stream.synchronize()
     return time.perf_counter() - t0
+
+
+def _steady_rounds(comm: Any, stream: Any, body: Any, rounds: int) -> list[float]:
+    """`rounds` steady rounds back to back after one barrier, as a serving loop runs them and as the C
+    loop does: when each ended on this rank (``perf_counter``), from the round before the timed ones on.
+    One round more runs after them, so the ranks that finish first do not go on to the next phase while
+    others still run the last timed round."""
+    comm.barrier(stream)
+    stream.synchronize()
+    ends = []
+    for _ in range(rounds + 1):
+        body()
+        stream.synchronize()
+        ends.append(time.perf_counter())
+    body()
+    stream.synchronize()
+    return ends
 
 
 def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_launch: float) -> dict[str, Any]:
@@ -160,15 +189,23 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
         y = np.empty_like(expand_x)  # combine reads the received rows only: the others need no value
         y[:n] = expert_ffn(m, rank, expand_x[:n], None, out.expert_token_nums.numpy())
         x_out = buf.low_latency_combine(y, inp.ids, inp.weights, out.assist_info_for_combine, out.ep_recv_counts,
-                                        num_experts=m.experts, stream=stream)
-        # copies of the received rows only: a slice would keep the whole host copy alive, and the world's
-        # peak memory would count the bench's keepsakes
+                                        num_experts=m.experts, stream=stream).numpy()
         if spec.keep_outputs:
-            kept.update(expand_x=expand_x[:n].copy(), assist=out.assist_info_for_combine.numpy()[:3 * n].copy(),
-                        ep_recv_counts=counts, x_out=x_out.numpy())
+            last.update(out=out, counts=counts, n=n, expand_x=expand_x, x_out=x_out)
 
-    device = [_timed_round(comm, stream, device_round) for _ in range(spec.warmup + spec.rounds)]
-    host = [_timed_round(comm, stream, host_round) for _ in range(1 + spec.rounds)]
+    last: dict[str, Any] = {}
+    device = [_timed_round(comm, stream, device_round) for _ in range(spec.warmup)]
+    device_ends = _steady_rounds(comm, stream, device_round, spec.rounds)
+    host = [_timed_round(comm, stream, host_round)]
+    host_ends = _steady_rounds(comm, stream, host_round, spec.rounds)
+    if spec.keep_outputs:
+        # taken after the timed rounds (the golden's keepsakes are not a user's work), as copies of the
+        # received rows only: a slice would keep the whole host copy alive, and the world's peak memory
+        # would count them
+        n = last["n"]
+        kept.update(expand_x=last["expand_x"][:n].copy(), ep_recv_counts=last["counts"], x_out=last["x_out"],
+                    assist=last["out"].assist_info_for_combine.numpy()[:3 * n].copy())
+        last.clear()
     comm.barrier(stream)  # every rank has finished its rounds before memory is read
     stream.synchronize()
     if spec.memory_of_rank0_only and rank != 0:
@@ -187,7 +224,8 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
     comm.close()
     stream.close()
     result: dict[str, Any] = {"t_launch": t_launch, "t_ready": t_ready, "t_close": t_close,
-                              "t_closed": time.perf_counter(), "device_s": device, "host_s": host, **mem}
+                              "t_closed": time.perf_counter(), "device_s": device, "host_s": host,
+                              "device_ends": device_ends, "host_ends": host_ends, **mem}
     if spec.keep_outputs:
         result.update(kept)
     if c_loop is not None:
@@ -196,15 +234,12 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
 
 
 def summarize(spec: WorldRounds, ranks: list[dict[str, Any]], t_end: float) -> dict[str, Any]:
-    """A world's figures from its ranks: a round lasts until its slowest rank ends it."""
-    def per_round(key: str) -> list[float]:
-        return [max(r[key][i] for r in ranks) for i in range(len(ranks[0][key]))]
-
-    device, host = per_round("device_s"), per_round("host_s")
-    steady, host_steady = device[spec.warmup:], host[1:]
+    """A world's figures from its ranks: a warm-up round lasts until its slowest rank ends it, a steady
+    round from the end of the one before on the slowest rank to its own end there (the median of them)."""
+    steady, host_steady = _periods([r["device_ends"] for r in ranks]), _periods([r["host_ends"] for r in ranks])
     return {
         "startup_s": max(r["t_ready"] for r in ranks) - ranks[0]["t_launch"],
-        "first_round_ms": 1e3 * device[0],
+        "first_round_ms": 1e3 * max(r["device_s"][0] for r in ranks),
         "round_ms": 1e3 * statistics.median(steady),
         "round_ms_min": 1e3 * min(steady), "round_ms_max": 1e3 * max(steady),
         "host_round_ms": 1e3 * statistics.median(host_steady),
@@ -216,16 +251,22 @@ def summarize(spec: WorldRounds, ranks: list[dict[str, Any]], t_end: float) -> d
     }
 
 
+def _periods(ends: list[list[float]]) -> list[float]:
+    """A world's rounds run back to back, from each rank's list of when its rounds ended: how long each
+    round after the first took, from the slowest rank's end of the one before to its end of this one."""
+    world = [max(e[i] for e in ends) for i in range(len(ends[0]))]
+    return [b - a for a, b in zip(world, world[1:])]
+
+
 def _c_loop_figures(spec: WorldRounds, ranks: list[dict[str, Any]]) -> dict[str, Any]:
-    """The world's C-loop round: from the end of the round before the timed ones to the end of the last,
-    over their number; or why it did not run."""
+    """The world's C-loop round: the median of its rounds after the one before the timed ones (as
+    :func:`summarize` takes the steady rounds'); or why it did not run."""
     first = ranks[0].get("c_loop") if spec.c_loop and ranks else None
     if first is None:
         return {}
     if isinstance(first, str):  # the same for every rank: they share the process's floor
         return {"c_loop_error": first}
-    ends: list[list[float]] = [r["c_loop"] for r in ranks]
-    return {"c_loop_round_ms": 1e3 * (max(e[-1] for e in ends) - max(e[0] for e in ends)) / spec.rounds}
+    return {"c_loop_round_ms": 1e3 * statistics.median(_periods([r["c_loop"] for r in ranks]))}
 
 
 def growth_per_doubling(rows: list[dict[str, Any]], key: str = "round_ms", above: int = 64) -> None:

@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -481,6 +482,92 @@ def test_no_rank_makes_its_inputs_before_every_rank_has_ended_its_start_up(acl):
     ranks = run_threads(rank_rounds, 8, spec, 0.0, timeout=120)
     # a rank making its inputs early holds the GIL the last ranks need to end their start-up
     assert len(inputs_made) == 8 and min(inputs_made) >= max(r["t_ready"] for r in ranks)
+
+
+def test_the_timed_host_round_downloads_what_a_user_does_and_the_goldens_keepsakes_come_after(acl, monkeypatch):
+    from aclnn_py.tensor import Tensor
+    from aclnn_py.worlds import run_threads
+    from benchmarks import world_rounds
+
+    timing = threading.local()
+    downloads: list[tuple[bool, tuple[int, ...]]] = []  # (inside a timed round, shape)
+    numpy = Tensor.numpy
+
+    def recorded(self, *args, **kwargs):
+        downloads.append((getattr(timing, "on", False), tuple(self.shape)))
+        return numpy(self, *args, **kwargs)
+
+    def timed(phase):
+        def run(*args):
+            timing.on = True
+            try:
+                return phase(*args)
+            finally:
+                timing.on = False
+        return run
+
+    monkeypatch.setattr(Tensor, "numpy", recorded)
+    for phase in ("_timed_round", "_steady_rounds"):
+        monkeypatch.setattr(world_rounds, phase, timed(getattr(world_rounds, phase)))
+    tw = thread_worlds.ThreadWorld(soc="Ascend910_93", world_size=2, tokens=2, hidden=1024, topk=2)
+    spec = tw.rounds()
+    ranks = run_threads(world_rounds.rank_rounds, 2, spec, 0.0, timeout=120)
+    assert thread_worlds.golden_mismatches(tw, ranks) == []
+    x_out_shape = (2, 1024)
+    inside = [shape for on, shape in downloads if on]
+    after = [shape for on, shape in downloads if not on]
+    # per rank and host round (a warm-up one, the steady ones and one after them): ep_recv_counts,
+    # expand_x, expert_token_nums and the combine's x_out
+    host_rounds = 1 + spec.rounds + 2
+    assert len(inside) == 2 * host_rounds * 4
+    assert inside.count(x_out_shape) == 2 * host_rounds
+    assert len(after) == 2 and x_out_shape not in after  # each rank's assist info, once, untimed
+
+
+def test_steady_rounds_run_back_to_back_after_one_barrier(acl, monkeypatch):
+    from aclnn_py.hccl import Communicator
+    from aclnn_py.worlds import run_threads
+    from benchmarks.world_rounds import WorldRounds, rank_rounds
+
+    barriers: list[int] = []
+    barrier = Communicator.barrier
+
+    def counted(self, *args, **kwargs):
+        barriers.append(self.rank)
+        return barrier(self, *args, **kwargs)
+
+    monkeypatch.setattr(Communicator, "barrier", counted)
+    counts = []
+    for rounds in (1, 4):
+        barriers.clear()
+        ranks = run_threads(rank_rounds, 2, WorldRounds(2, 1, 1024, 1, experts=2, rounds=rounds), 0.0, timeout=120)
+        counts.append(barriers.count(0))
+        # the round before the timed ones, then the timed ones
+        assert all(len(r["device_ends"]) == len(r["host_ends"]) == rounds + 1 for r in ranks)
+    assert counts[0] == counts[1]  # a steady round adds no barrier
+
+
+def test_a_steady_round_lasts_from_the_slowest_ranks_end_of_the_round_before_to_its_end():
+    from benchmarks.world_rounds import WorldRounds, summarize
+
+    spec = WorldRounds(2, 1, 1024, 1, experts=2, rounds=3)
+    rank = {"t_launch": 0.0, "t_ready": 0.5, "t_close": 3.0, "device_s": [0.2, 0.1], "host_s": [0.3],
+            "peak_rss_mb": 1.0, "pss_mb": 1.0, "shm_mb": 1.0}
+    ranks = [{**rank, "device_ends": [1.0, 1.1, 1.3, 1.4], "host_ends": [2.0, 2.5, 2.6, 2.8]},
+             {**rank, "device_ends": [1.05, 1.2, 1.3, 1.45], "host_ends": [2.1, 2.4, 2.6, 2.7], "device_s": [0.4, 0.1]}]
+    got = summarize(spec, ranks, 3.5)
+    # the world's ends: device 1.05, 1.2, 1.3, 1.45 (rounds of 0.15, 0.1, 0.15); host 2.1, 2.5, 2.6, 2.8
+    assert got["round_ms"] == pytest.approx(150.0) and got["round_ms_min"] == pytest.approx(100.0)
+    assert got["host_round_ms"] == pytest.approx(200.0)
+    assert got["first_round_ms"] == pytest.approx(400.0)  # the slowest rank's first warm-up round
+
+
+def test_small_worlds_run_more_steady_rounds_than_large_ones():
+    from benchmarks.world_rounds import MAX_ROUNDS, MIN_ROUNDS, steady_rounds
+
+    assert [steady_rounds(w) for w in (2, 64, 128, 256, 512, 768, 1024)] == [MAX_ROUNDS, 32, 16, 8, 5, 5, 5]
+    assert MIN_ROUNDS == 5
+    assert thread_worlds.ThreadWorld(soc="Ascend950", world_size=128).rounds().rounds == 16
 
 
 def test_growth_per_doubling_compares_each_size_with_the_previous_one():
