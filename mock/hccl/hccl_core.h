@@ -241,7 +241,7 @@ public:
     //   - ACL_ERROR_RT_AICORE_TIMEOUT: "<op> on rank r: timed out after Ns waiting for ranks [..]
     //     (rank 3: process 1234 is dead)"; or, within about a second of a missing peer's process
     //     dying or its communicator being destroyed, "<op> on rank r: gave up after Ns waiting for
-    //     ranks [..]: a peer is gone, ... (rank 3: process 1234 is dead)" / "(rank 3 destroyed its
+    //     ranks [..]: a peer is gone (rank 3: process 1234 is dead), ..." / "(rank 3 destroyed its
     //     communicator)"
     //   - ACL_ERROR_RT_AICORE_EXCEPTION: a peer published a different op or a newer sequence
     //     number (call-order mismatch), or one of `fields` differs ("moe_expert_num: rank 2 has 64,

@@ -246,6 +246,7 @@ int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *field
     // A peer that is gone will never arrive at this call, so waiting for the timeout is pointless.
     // Its entry may have landed just before it went: only a peer still without one counts.
     std::string gone;
+    uint32_t n_gone = 0;
     if (w.pacer.due(now)) {
         auto role = [&](uint32_t src) {
             if (!member(members, src)) return 0u;
@@ -253,7 +254,10 @@ int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *field
         };
         w.pacer.look_all(W, role, [&](uint32_t src, bool probe) {
             std::string why;
-            if (peer_gone(src, &why, probe) && pending(src)) gone += why;
+            if (peer_gone(src, &why, probe) && pending(src)) {
+                gone += why;
+                ++n_gone;
+            }
         });
     }
     const double waited = now - w.start;
@@ -263,11 +267,14 @@ int Comm::poll_all(CallWait &w, uint64_t seq, uint32_t tag, const int64_t *field
     std::vector<uint32_t> missing;
     for (uint32_t src = 0; src < W; ++src)
         if (pending(src)) missing.push_back(src);
+    // The gone peers are named next to the verdict: in a large world the ranks still awaited are
+    // mostly live ones that had not arrived yet.
     if (!gone.empty())
         return fail(ACL_ERROR_RT_AICORE_TIMEOUT,
-                    "%s on rank %u: gave up after %.1fs waiting for ranks %s: a peer is gone, so collective "
-                    "call #%" PRIu64 " can never complete (HCCL_EXEC_TIMEOUT=%g not reached)%s",
-                    op, me, waited, rank_list(missing).c_str(), seq, w.timeout, gone.c_str());
+                    "%s on rank %u: gave up after %.1fs waiting for ranks %s: %s%s, so collective call #%" PRIu64
+                    " can never complete (HCCL_EXEC_TIMEOUT=%g not reached)",
+                    op, me, waited, rank_list(missing).c_str(), n_gone > 1 ? "peers are gone" : "a peer is gone",
+                    gone.c_str(), seq, w.timeout);
     std::string notes;
     for (uint32_t src : missing) peer_gone(src, &notes);
     return fail(ACL_ERROR_RT_AICORE_TIMEOUT,

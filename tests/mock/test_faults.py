@@ -73,8 +73,8 @@ def _assert_gone(r, stage, missing, why):
     """A survivor that gave up because peer `missing` is gone (same code as the timeout)."""
     assert not r["ok"], r
     assert r["stage"] == stage and r["code"] == AICORE_TIMEOUT, r
-    assert f"waiting for ranks [{missing}]" in r["message"], r["message"]
-    assert why in r["message"], r["message"]
+    # the gone peer is named with the verdict, apart from the ranks that had merely not arrived yet
+    assert f"waiting for ranks [{missing}]: a peer is gone {why}, so collective call" in r["message"], r["message"]
     assert "HCCL_EXEC_TIMEOUT=120 not reached" in r["message"], r["message"]
     assert r["elapsed"] < PROMPT, r
 
@@ -145,6 +145,36 @@ def test_peer_that_destroys_its_communicator(acl, mock, default_timeout):
     assert res[1] == {"ok": True, "left": True}
     _assert_gone(res[0], "dispatch", 1, "(rank 1 destroyed its communicator)")
     assert wall < PROMPT
+    _assert_fresh_world_works(mock)
+
+
+def _barrier_or_leave(rank: int, world_size: int, root: bytes) -> dict:
+    """Rank 0 runs a barrier; the others destroy their communicator at once."""
+    from aclnn_py import Device
+    from aclnn_py.errors import AclError
+    from aclnn_py.hccl import Communicator
+
+    with Communicator(world_size, rank, root) as comm, Device.current().create_stream() as stream:
+        if rank != 0:
+            return {"left": True}
+        try:
+            comm.barrier(stream)
+            stream.synchronize()
+        except AclError as e:
+            return {"code": e.code, "message": e.message}
+        return {"ok": True}
+
+
+def test_peers_that_destroy_their_communicators_are_named_together(acl, mock, default_timeout):
+    """Ranks 1 and 2 leave while rank 0, late to its barrier, waits for both: one verdict names both."""
+    from aclnn_py import worlds
+
+    mock.inject_fault("barrier", rank=0, kind="delay", seconds=0.5)
+    res = worlds.run_threads(_barrier_or_leave, 3, timeout=60)
+    assert res[1] == res[2] == {"left": True}
+    message = res[0].get("message", "")
+    assert res[0].get("code") == AICORE_TIMEOUT and "waiting for ranks [1, 2]: peers are gone (rank 1 destroyed " \
+        "its communicator) (rank 2 destroyed its communicator), so collective call #" in message, res[0]
     _assert_fresh_world_works(mock)
 
 
