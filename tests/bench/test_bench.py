@@ -562,12 +562,23 @@ def test_a_steady_round_lasts_from_the_slowest_ranks_end_of_the_round_before_to_
     assert got["first_round_ms"] == pytest.approx(400.0)  # the slowest rank's first warm-up round
 
 
-def test_small_worlds_run_more_steady_rounds_than_large_ones():
-    from benchmarks.world_rounds import MAX_ROUNDS, MIN_ROUNDS, steady_rounds
+def test_small_worlds_run_more_steady_rounds_than_large_ones(monkeypatch):
+    from benchmarks.world_rounds import steady_rounds
 
-    assert [steady_rounds(w) for w in (2, 64, 128, 256, 512, 768, 1024)] == [MAX_ROUNDS, 32, 16, 8, 5, 5, 5]
-    assert MIN_ROUNDS == 5
+    assert [steady_rounds(w) for w in (2, 64, 128, 256, 512, 768, 1024)] == [32, 32, 16, 8, 5, 5, 5]
     assert thread_worlds.ThreadWorld(soc="Ascend950", world_size=128).rounds().rounds == 16
+    # the process worlds take the same count, unless the caller gives one
+    specs = []
+
+    def recorded(spec, timeout):
+        specs.append(spec)
+        return {"round_ms": 1.0, "pss_mb_total": 1.0}
+
+    monkeypatch.setattr(scaling, "run_process_world", recorded)
+    monkeypatch.setattr(scaling, "FIRST_GUESS_MB_PER_RANK", 1.0)  # no memory estimate refuses a size here
+    scaling.scaling([64, 256])
+    scaling.scaling([64], rounds=3)
+    assert [s.rounds for s in specs] == [32, 8, 3]
 
 
 def test_growth_per_doubling_compares_each_size_with_the_previous_one():
