@@ -4,7 +4,6 @@
 #include <cinttypes>
 #include <cstring>
 #include <deque>
-#include <map>
 #include <memory>
 #include <mutex>
 
@@ -40,7 +39,9 @@ std::shared_ptr<CommRecords> records_of(hccl::Comm &comm) {
     return std::static_pointer_cast<CommRecords>(comm.state(&kRecordsKey, make));
 }
 
-// Hashes of one input over the lengths the records ask for, each computed once.
+// Hashes of one input over the lengths the records ask for, each computed once. A combine asks for
+// one or two lengths per input (its own dispatch's, in a steady loop the same every call); a search
+// through records of other lengths may ask for more, and those beyond kKept are hashed again.
 class Hashes {
 public:
     explicit Hashes(const CombineInputs::Input &in) : p_(in.data), capacity_(in.bytes) {}
@@ -49,17 +50,23 @@ public:
     // empty region, which would match anything).
     bool matches(const Traced &t) {
         if (!p_ || t.bytes == 0 || t.bytes > capacity_) return false;
-        const std::pair<uint64_t, bool> key{t.bytes, t.sampled};
-        auto it = cache_.find(key);
-        if (it == cache_.end())
-            it = cache_.emplace(key, t.sampled ? sample_hash(p_, t.bytes) : hash_bytes(p_, t.bytes)).first;
-        return it->second == t.hash;
+        for (size_t i = 0; i < n_; ++i)
+            if (kept_[i].bytes == t.bytes && kept_[i].sampled == t.sampled) return kept_[i].hash == t.hash;
+        const uint64_t h = t.sampled ? sample_hash(p_, t.bytes) : hash_bytes(p_, t.bytes);
+        if (n_ < kKept) kept_[n_++] = Kept{t.bytes, h, t.sampled};
+        return h == t.hash;
     }
 
 private:
+    struct Kept {
+        uint64_t bytes, hash;
+        bool sampled;
+    };
+    static constexpr size_t kKept = 8;
     const void *p_;
     uint64_t capacity_;
-    std::map<std::pair<uint64_t, bool>, uint64_t> cache_;
+    Kept kept_[kKept];
+    size_t n_ = 0;
 };
 
 // The round of one routing input: the newest record of the same descriptor whose content still
