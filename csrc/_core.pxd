@@ -61,10 +61,16 @@ cdef class StreamBase:
 
 cdef class StreamStateBase:
     cdef public list current        # the holds of the open segment
+    cdef public object segments     # a deque of the segments' lists, the open one (current) last
+    cdef public Py_ssize_t first    # the number of segments[0]; they are numbered in order
+    cdef public object checkpoints  # a deque of (event, number of the segment it closed)
     cdef object block               # workspace: the workspace DeviceMemory, or None
     cdef uintptr_t ws_ptr, ws_size  # its address and size ((0, 0) without one)
     cdef public Py_ssize_t launches         # operator launches queued on the stream so far
     cdef public Py_ssize_t launches_passed  # how many of them a synchronisation saw complete
+
+    cdef Py_ssize_t close_segment(self) except -1
+    cdef int drop_passed(self, Py_ssize_t number, list released) except -1
 
 
 cdef class ConfigBase:

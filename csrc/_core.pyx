@@ -13,8 +13,9 @@
 * ``MoeDistributeBuffer.low_latency_dispatch`` / ``low_latency_combine`` (:class:`BufferBase`): the
   buffer's names translated, then one call of the operator body, writing into the buffer's ring of
   result sets.
-* The launch every call ends in (:class:`Launcher`), the stream-ordered holds it makes, the Tensor and
-  Stream fields they read (csrc/_core.pxd) and DLPack.
+* The launch every call ends in (:class:`Launcher`), the stream-ordered holds it makes and the
+  synchronisation that releases them (:func:`synchronize`), the Tensor and Stream fields they read
+  (csrc/_core.pxd) and DLPack.
 * The copies between host arrays and device memory (:func:`upload`, :func:`download`): every upload of
   host data and every download goes through them.
 

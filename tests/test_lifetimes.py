@@ -593,6 +593,50 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
         obj.close()
 
 
+def _held_across_a_timed_out_synchronisation(rank: int, world_size: int, root: bytes,
+                                             barrier: Any) -> tuple[int, bool, int, int] | None:
+    """Rank 0 dispatches host arrays (their uploads are held) while rank 1 stays away; its
+    synchronisation times out, then rank 1 comes and the next one completes: (holds before, whether it
+    timed out, holds after the timeout, holds after the completion)."""
+    import aclnn_py as acl
+    from aclnn_py.runtime import ordered
+
+    with acl.hccl.Communicator(world_size, rank, root) as comm, acl.MoeDistributeBuffer(comm) as buf:
+        s = acl.Device.current().create_stream()
+        x, ids = np.ones((2, 1024), np.float16), np.array([[0], [1]], np.int32)
+        if rank == 1:
+            barrier.wait()  # rank 0's synchronisation has timed out
+        acl.ops.moe_distribute_dispatch(buf.context, x, ids, ep_world_size=world_size, ep_rank_id=rank,
+                                        moe_expert_num=world_size, ccl_buffer_size=buf.ccl_buffer_size, stream=s)
+        report = None
+        if rank == 0:
+            before = ordered.held(s)
+            try:
+                s.synchronize(timeout_ms=20)
+                timed_out = False
+            except acl.AclTimeoutError:
+                timed_out = True
+            after_timeout = ordered.held(s)
+            barrier.wait()
+            s.synchronize()
+            report = (before, timed_out, after_timeout, ordered.held(s))
+        s.synchronize()
+        s.close()
+        return report
+
+
+def test_a_synchronisation_that_times_out_releases_nothing_and_the_next_one_releases_all(acl: Any) -> None:
+    """What a stream holds stays held while its work has not finished — a synchronisation that runs out
+    of time raises and lets nothing go — and goes with the first synchronisation that sees it finish."""
+    import threading
+
+    before, timed_out, after_timeout, after = acl.worlds.run_threads(
+        _held_across_a_timed_out_synchronisation, 2, threading.Barrier(2), timeout=120)[0]
+    assert timed_out
+    assert before > 0 and after_timeout == before
+    assert after == 0
+
+
 def test_a_resource_class_without_release_or_label_is_refused_when_defined() -> None:
     from aclnn_py.runtime._resource import Resource
 

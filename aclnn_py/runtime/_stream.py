@@ -27,8 +27,6 @@ from ._thread import current_device_id, out_cell
 
 STREAM_PROTOCOL_VERSION = 0
 ACL_ERROR_RT_STREAM_SYNC_TIMEOUT = 507046
-#: Host waits are cut into slices this long, so Python runs signal handlers (Ctrl-C) in between.
-WAIT_SLICE_MS = 100
 
 
 @runtime_checkable
@@ -134,9 +132,7 @@ class Stream(Resource, StreamBase):
         back from their waits take the GIL one at a time, in the order they came."""
         if not self._open:
             raise self._closed("synchronize it")
-        position = ordered.mark(self)
-        wait_for(self, timeout_ms)
-        ordered.passed(self, position)
+        _core.synchronize(self, timeout_ms, _synchronize_failed)
 
     def wait_event(self, event: Event) -> None:
         """``aclrtStreamWaitEvent``: later work on this stream waits for `event`."""
@@ -267,22 +263,16 @@ def order_after_writes(stream: Stream, tensors: Iterable[object]) -> None:
         stream.wait_event(ev)
 
 
-def wait_for(stream: Stream, timeout_ms: int | None = None) -> None:
-    """Synchronise `stream` in slices (see :meth:`Stream.synchronize`)."""
-    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
-    while True:
-        slice_ms = WAIT_SLICE_MS
-        if deadline is not None:
-            slice_ms = max(0, min(slice_ms, int((deadline - time.monotonic()) * 1000)))
-        ret = _core.synchronize_slice(stream, slice_ms)
-        if ret == 0:
-            return
-        message = recent_message()  # read (and clear) the slice's message
-        if ret != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
-            raise acl_error(ret, "aclrtSynchronizeStream", message)
-        if deadline is not None and time.monotonic() >= deadline:
-            raise acl_error(ret, "aclrtSynchronizeStreamWithTimeout",
-                            f"the stream did not finish within {timeout_ms} ms")
+def _synchronize_failed(status: int, timed_out: bool, timeout_ms: int | None) -> Exception | None:
+    """What a slice of a synchronisation that returned `status` (not 0) raises: the failure of the work
+    on the stream, or once `timed_out` the timeout; None: wait another slice (``_core.synchronize``)."""
+    message = recent_message()  # read (and clear) the slice's message
+    if status != ACL_ERROR_RT_STREAM_SYNC_TIMEOUT:
+        return acl_error(status, "aclrtSynchronizeStream", message)
+    if timed_out:
+        return acl_error(status, "aclrtSynchronizeStreamWithTimeout",
+                         f"the stream did not finish within {timeout_ms} ms")
+    return None
 
 
 class Event(Resource):

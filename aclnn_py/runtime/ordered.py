@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from .. import _core
-from .._core import StreamStateBase
+from .._core import StreamBase, StreamStateBase
 from ._memory import DeviceMemory
 from ._queue import QueuedEvent, QueueingStream
 
@@ -28,38 +28,22 @@ CHECKPOINT_EVERY = 256
 
 
 class _StreamState(StreamStateBase):
-    """What one stream holds, in segments: a hold goes into the current (last) segment; a boundary —
-    a checkpoint or the start of a synchronisation — closes it and opens the next. Everything in a
-    closed segment was held after its launch was queued, so before the boundary: once the stream has
-    passed the boundary the whole segment is released at once. Appending to the current segment is
+    """What one stream holds, in segments (StreamStateBase: the open segment, ``current``, takes the
+    holds; a checkpoint or the start of a synchronisation closes it). Appending to the open segment is
     one step under the GIL for the compiled calls; the Python holds take the lock, so that none lands
-    in a segment that a boundary already closed. ``current`` and ``workspace`` are typed fields of
-    StreamStateBase (csrc/_core.pxd), which the compiled core reads."""
+    in a segment that a boundary already closed. ``current``, ``segments``, ``first``,
+    ``checkpoints`` and ``workspace`` are typed fields of StreamStateBase (csrc/_core.pxd), which the
+    compiled core reads and changes (a synchronisation: ``_core.synchronize``)."""
 
-    __slots__ = ("segments", "first", "checkpoints", "retired")
+    __slots__ = ("retired",)
 
     def __init__(self) -> None:
-        self.current: list[object] = []
-        self.segments: collections.deque[list[object]] = collections.deque([self.current])
-        self.first = 0  # the number of segments[0]; they are numbered in order
-        self.checkpoints: collections.deque[tuple[QueuedEvent, int]] = collections.deque()
-        self.workspace: DeviceMemory | None = None
-        self.retired: list[DeviceMemory] = []  # workspace blocks replaced by a larger one
-
-    def boundary(self) -> int:
-        """Close the current segment (caller holds the lock); its number."""
-        closed = self.first + len(self.segments) - 1
         self.current = []
-        self.segments.append(self.current)
-        return closed
-
-    def drop_through(self, number: int, released: list[list[object]]) -> None:
-        """Take the segments up to `number`, which the stream has passed, into `released` (caller holds
-        the lock; it drops them after releasing it)."""
-        segments = self.segments
-        while self.first <= number and len(segments) > 1:
-            released.append(segments.popleft())
-            self.first += 1
+        self.segments = collections.deque([self.current])
+        self.first = 0
+        self.checkpoints = collections.deque()
+        self.workspace = None
+        self.retired: list[DeviceMemory] = []  # workspace blocks replaced by a larger one
 
     def blocks(self) -> list[DeviceMemory]:
         """The workspace blocks kept for the stream: the retired ones and the live one."""
@@ -164,25 +148,15 @@ def _reap(st: _StreamState, released: list[list[object]]) -> None:
             st.drop_through(closed, released)
 
 
-def mark(stream: QueueingStream) -> tuple[int, int]:
+def mark(stream: StreamBase) -> tuple[int, int]:
     """A mark in `stream`'s holds and launches, taken before waiting for it: :func:`passed` with it
-    releases everything held before."""
-    with _lock:
-        st = _states.get(stream._key)
-        return (st.boundary(), st.launches) if st is not None else (-1, 0)
+    releases everything held before (the two steps of ``Stream.synchronize``, compiled)."""
+    return _core.mark_synchronisation(stream)
 
 
-def passed(stream: QueueingStream, position: tuple[int, int]) -> None:
+def passed(stream: StreamBase, position: tuple[int, int]) -> None:
     """`stream` completed the work queued before the mark `position` (it was synchronised)."""
-    released: list[list[object]] = []
-    with _lock:
-        st = _states.get(stream._key)
-        if st is None:
-            return
-        st.launches_passed = max(st.launches_passed, position[1])
-        st.drop_through(position[0], released)
-        while st.checkpoints and st.checkpoints[0][1] <= position[0]:
-            _spare_events.append(st.checkpoints.popleft()[0])
+    _core.synchronisation_passed(stream, *position)
 
 
 def forget(key: int) -> None:
@@ -253,4 +227,5 @@ def workspace_bytes() -> int:
         return sum(mem.size for st in list(_states.values()) for mem in st.blocks())
 
 
-_core.bind_holds(states=_states, make=state, record_checkpoint=_checkpoint, workspace=workspace, every=CHECKPOINT_EVERY)
+_core.bind_holds(states=_states, make=state, record_checkpoint=_checkpoint, workspace=workspace, every=CHECKPOINT_EVERY,
+                 lock=_lock, spare=_spare_events)

@@ -280,7 +280,33 @@ cdef class StreamBase:
 
 
 cdef class StreamStateBase:
-    """The fields of a stream's stream-ordered state (aclnn_py.runtime.ordered)."""
+    """The fields of a stream's stream-ordered state (aclnn_py.runtime.ordered), and its segments' two
+    steps. A hold goes into the open segment (``current``); a boundary — a checkpoint or the start of
+    a synchronisation — closes it and opens the next. Everything in a closed segment was held after
+    its launch was queued, so before the boundary: once the stream has passed the boundary the whole
+    segment is released at once. Callers hold ordered's lock."""
+
+    cdef Py_ssize_t close_segment(self) except -1:
+        closed = self.first + len(self.segments) - 1
+        self.current = []
+        self.segments.append(self.current)
+        return closed
+
+    cdef int drop_passed(self, Py_ssize_t number, list released) except -1:
+        segments = self.segments
+        while self.first <= number and len(segments) > 1:
+            released.append(segments.popleft())
+            self.first += 1
+        return 0
+
+    def boundary(self):
+        """Close the open segment; its number."""
+        return self.close_segment()
+
+    def drop_through(self, Py_ssize_t number, list released):
+        """Take the segments up to `number`, which the stream has passed, into `released` (the caller
+        drops them after releasing the lock)."""
+        self.drop_passed(number, released)
 
     property workspace:
         """The stream's workspace block (a DeviceMemory), or None."""

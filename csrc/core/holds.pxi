@@ -9,15 +9,19 @@ cdef object checkpoint = None       # checkpoint(stream): record an event closin
 cdef object grow_workspace = None   # workspace(stream, size): a block of at least size bytes, its address
 cdef Py_ssize_t checkpoint_every = 1
 cdef Py_ssize_t states_epoch = 1    # moves on whenever a state leaves hold_states (a stream forgotten)
+cdef object states_lock = None      # ordered's lock: the segments and checkpoints change under it
+cdef list spare_events = None       # ordered's checkpoint events to record again
 
 
-def bind_holds(*, dict states, make, record_checkpoint, workspace, Py_ssize_t every):
-    """aclnn_py.runtime.ordered's parts that the holds use (set when that module is imported)."""
-    global hold_states, make_state, checkpoint, grow_workspace, checkpoint_every
+def bind_holds(*, dict states, make, record_checkpoint, workspace, Py_ssize_t every, lock, list spare):
+    """aclnn_py.runtime.ordered's parts that the holds and synchronisations use (set when that module is
+    imported)."""
+    global hold_states, make_state, checkpoint, grow_workspace, checkpoint_every, states_lock, spare_events
     if every < 1:
         raise ValueError("bind_holds: every must be >= 1")
     hold_states, make_state, checkpoint, grow_workspace, checkpoint_every = states, make, record_checkpoint, \
         workspace, every
+    states_lock, spare_events = lock, spare
 
 
 def states_forgotten():
@@ -62,3 +66,71 @@ def launches_passed(StreamBase stream):
 def hold_until_passed(StreamBase stream, obj):
     """Keep `obj` alive until `stream` passes the work queued on it so far (ordered.hold)."""
     hold(stream, obj)
+
+
+cdef inline int lock_states() except -1:
+    states_lock.acquire()
+    return 0
+
+
+cdef inline void unlock_states() noexcept:
+    # release() of an RLock this thread holds cannot fail
+    try:
+        states_lock.release()
+    except BaseException:
+        pass
+
+
+cdef Py_ssize_t mark_sync(StreamBase stream, Py_ssize_t *launches) except -2:
+    """A synchronisation of `stream` begins: the open segment of its holds is closed. Returns that
+    segment's number (-1 when the stream holds nothing yet) and sets *launches to the launches queued so
+    far."""
+    cdef StreamStateBase st
+    launches[0] = 0
+    lock_states()
+    try:
+        state = hold_states.get(stream._key)
+        if state is None:
+            return -1
+        st = <StreamStateBase>state
+        launches[0] = st.launches
+        return st.close_segment()
+    finally:
+        unlock_states()
+
+
+cdef int sync_passed(StreamBase stream, Py_ssize_t closed, Py_ssize_t launches) except -1:
+    """The synchronisation that closed segment `closed` saw the stream complete: the segments up to it
+    are released (dropped after the lock is let go: a dropped hold may run a finalizer that holds
+    again), and the checkpoints that closed them are spare."""
+    cdef StreamStateBase st
+    cdef list released = []
+    lock_states()
+    try:
+        state = hold_states.get(stream._key)
+        if state is None:
+            return 0
+        st = <StreamStateBase>state
+        if launches > st.launches_passed:
+            st.launches_passed = launches
+        st.drop_passed(closed, released)
+        checkpoints = st.checkpoints
+        while checkpoints and checkpoints[0][1] <= closed:
+            spare_events.append(checkpoints.popleft()[0])
+    finally:
+        unlock_states()
+    return 0
+
+
+def mark_synchronisation(StreamBase stream):
+    """The first step of a synchronisation of `stream` (:func:`synchronize`): its position, (the number of
+    the segment closed, the launches queued so far), for :func:`synchronisation_passed`."""
+    cdef Py_ssize_t launches = 0
+    closed = mark_sync(stream, &launches)
+    return closed, launches
+
+
+def synchronisation_passed(StreamBase stream, Py_ssize_t closed, Py_ssize_t launches):
+    """The last step of a synchronisation of `stream` that began at (`closed`, `launches`)
+    (:func:`mark_synchronisation`): it saw the stream complete."""
+    sync_passed(stream, closed, launches)

@@ -2,6 +2,9 @@
 # communicator's world — and the GIL they take back (csrc/core/gil_turnstile.h: the threads that come back
 # from such a wait take the GIL one after another, not all at once).
 
+from cpython.exc cimport PyErr_CheckSignals
+from posix.time cimport CLOCK_MONOTONIC, clock_gettime, timespec
+
 cdef extern from "core/gil_turnstile.h" nogil:
     int aclnnpy_turnstile_init() noexcept
     void aclnnpy_turnstile_enter() noexcept
@@ -32,17 +35,64 @@ def bind_waits(*, uintptr_t sync_with_timeout_address, uintptr_t comm_init_root_
     comm_init_root_info_ = <comm_init_root_info_fn>comm_init_root_info_address
 
 
-def synchronize_slice(StreamBase stream, int32_t timeout_ms):
+cdef enum:
+    SLICE_MS = 100
+
+#: Host waits are cut into slices this long, so that Python runs signal handlers (Ctrl-C) in between.
+WAIT_SLICE_MS = SLICE_MS
+
+
+cdef int sync_slice(StreamBase stream, int32_t timeout_ms) except? -1:
     """``aclrtSynchronizeStreamWithTimeout(stream, timeout_ms)``: its status. The GIL is released for the
     wait and taken back through the turnstile."""
     cdef int status
+    cdef void *handle = <void *>stream.handle
     if sync_with_timeout == NULL:
         raise RuntimeError("no backend is bound (import aclnn_py)")
     with nogil:
-        status = sync_with_timeout(<void *>stream.handle, timeout_ms)
+        status = sync_with_timeout(handle, timeout_ms)
         aclnnpy_turnstile_enter()
     aclnnpy_turnstile_leave()
     return status
+
+
+def synchronize_slice(StreamBase stream, int32_t timeout_ms):
+    """One slice of a synchronisation (:func:`synchronize`), without its holds: the status."""
+    return sync_slice(stream, timeout_ms)
+
+
+cdef inline double monotonic_seconds() noexcept nogil:
+    cdef timespec ts
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return ts.tv_sec + ts.tv_nsec * 1e-9
+
+
+def synchronize(StreamBase stream, timeout_ms, failed):
+    """The body of ``Stream.synchronize``: wait for the work queued on `stream` in slices of
+    WAIT_SLICE_MS (Ctrl-C raises KeyboardInterrupt in between, the work left queued), at most
+    `timeout_ms` (None: no limit), then release what the stream held before the wait began (the holds
+    of the segment this closes first). ``failed(status, timed_out, timeout_ms)`` turns a slice's
+    non-zero status into the exception to raise, or None to wait another slice; `timed_out`: the
+    deadline has passed. Nothing is released when the wait raises."""
+    cdef Py_ssize_t launches = 0, closed
+    cdef int status
+    cdef int32_t slice_ms = SLICE_MS
+    cdef double deadline = -1, left_ms
+    if timeout_ms is not None:
+        deadline = monotonic_seconds() + timeout_ms / 1000.0
+    closed = mark_sync(stream, &launches)
+    while True:
+        if deadline >= 0:
+            left_ms = (deadline - monotonic_seconds()) * 1000
+            slice_ms = 0 if left_ms <= 0 else <int32_t>min(left_ms, <double>SLICE_MS)
+        status = sync_slice(stream, slice_ms)
+        if status == 0:
+            break
+        exc = failed(status, deadline >= 0 and monotonic_seconds() >= deadline, timeout_ms)
+        if exc is not None:
+            raise exc
+        PyErr_CheckSignals()
+    sync_passed(stream, closed, launches)
 
 
 def comm_init_root_info(uint32_t world_size, bytes root, uint32_t rank):
