@@ -73,12 +73,9 @@ cdef inline int lock_states() except -1:
     return 0
 
 
-cdef inline void unlock_states() noexcept:
-    # release() of an RLock this thread holds cannot fail
-    try:
-        states_lock.release()
-    except BaseException:
-        pass
+cdef inline int unlock_states() except -1:
+    states_lock.release()
+    return 0
 
 
 cdef Py_ssize_t mark_sync(StreamBase stream, Py_ssize_t *launches) except -2:
