@@ -559,7 +559,7 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
     """A synchronisation by another thread that began before a launch was queued cannot release what
     the launch uses (the hold is taken after queueing)."""
     from aclnn_py._binding.prototypes import RunLayout
-    from aclnn_py._core import Launcher
+    from aclnn_py._core import Launcher, _mark_synchronisation, _synchronisation_passed
     from aclnn_py.ops import MoeConfig
     from aclnn_py.runtime import ordered
 
@@ -573,7 +573,7 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
     @b.ffi.callback("aclnnStatus(aclTensor *const *, const int64_t *, const char *const *, uintptr_t, uint64_t, "
                     "aclrtStream, uint64_t *, aclOpExecutor **, int, int *)")
     def run_helper(table, ints, strings, ws, cap, stream, ws_size, ex, launch, launched):
-        marks.append(ordered.mark(s))  # the other thread's synchronisation starts as this launch is queued
+        marks.append(_mark_synchronisation(s))  # the other thread's synchronisation starts as this launch is queued
         launched[0] = 1
         return 0
 
@@ -584,7 +584,7 @@ def test_a_launch_is_held_from_after_it_was_queued(acl: Any, device0: Any) -> No
     launcher = Launcher(layout, address(run_helper), address(b.function_pointer("aclnnMoeDistributeDispatchV5")),
                         (0,), (0,), ("x",), ("y_out",), 5)
     launcher.run([t_in], [t_out], MoeConfig(ep_world_size=2, ep_rank_id=0, moe_expert_num=2, ccl_buffer_size=1 << 20), s)
-    ordered.passed(s, marks[0])  # ... and ends: it did not wait for this launch
+    _synchronisation_passed(s, *marks[0])  # ... and ends: it did not wait for this launch
     assert ordered.held(s) == 1
     assert t_out._writer is s
     s.synchronize()

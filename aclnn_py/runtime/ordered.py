@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from .. import _core
-from .._core import StreamBase, StreamStateBase
+from .._core import StreamStateBase
 from ._memory import DeviceMemory
 from ._queue import QueuedEvent, QueueingStream
 
@@ -146,17 +146,6 @@ def _reap(st: _StreamState, released: list[list[object]]) -> None:
             st.checkpoints.popleft()
             _spare_events.append(ev)
             st.drop_through(closed, released)
-
-
-def mark(stream: StreamBase) -> tuple[int, int]:
-    """A mark in `stream`'s holds and launches, taken before waiting for it: :func:`passed` with it
-    releases everything held before (the two steps of ``Stream.synchronize``, compiled)."""
-    return _core.mark_synchronisation(stream)
-
-
-def passed(stream: StreamBase, position: tuple[int, int]) -> None:
-    """`stream` completed the work queued before the mark `position` (it was synchronised)."""
-    _core.synchronisation_passed(stream, *position)
 
 
 def forget(key: int) -> None:

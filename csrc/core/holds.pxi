@@ -119,15 +119,16 @@ cdef int sync_passed(StreamBase stream, Py_ssize_t closed, Py_ssize_t launches) 
     return 0
 
 
-def mark_synchronisation(StreamBase stream):
+def _mark_synchronisation(StreamBase stream):
     """The first step of a synchronisation of `stream` (:func:`synchronize`): its position, (the number of
-    the segment closed, the launches queued so far), for :func:`synchronisation_passed`."""
+    the segment closed, the launches queued so far), for :func:`_synchronisation_passed`. For tests (a
+    synchronisation of another thread that begins while a launch is being queued)."""
     cdef Py_ssize_t launches = 0
     closed = mark_sync(stream, &launches)
     return closed, launches
 
 
-def synchronisation_passed(StreamBase stream, Py_ssize_t closed, Py_ssize_t launches):
+def _synchronisation_passed(StreamBase stream, Py_ssize_t closed, Py_ssize_t launches):
     """The last step of a synchronisation of `stream` that began at (`closed`, `launches`)
-    (:func:`mark_synchronisation`): it saw the stream complete."""
+    (:func:`_mark_synchronisation`): it saw the stream complete. For tests."""
     sync_passed(stream, closed, launches)
