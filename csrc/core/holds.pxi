@@ -9,19 +9,21 @@ cdef object checkpoint = None       # checkpoint(stream): record an event closin
 cdef object grow_workspace = None   # workspace(stream, size): a block of at least size bytes, its address
 cdef Py_ssize_t checkpoint_every = 1
 cdef Py_ssize_t states_epoch = 1    # moves on whenever a state leaves hold_states (a stream forgotten)
-cdef object states_lock = None      # ordered's lock: the segments and checkpoints change under it
+cdef object lock_states_fn = None    # ordered's lock's acquire and release: the segments and
+cdef object unlock_states_fn = None  # checkpoints change under it
 cdef list spare_events = None       # ordered's checkpoint events to record again
 
 
 def bind_holds(*, dict states, make, record_checkpoint, workspace, Py_ssize_t every, lock, list spare):
     """aclnn_py.runtime.ordered's parts that the holds and synchronisations use (set when that module is
     imported)."""
-    global hold_states, make_state, checkpoint, grow_workspace, checkpoint_every, states_lock, spare_events
+    global hold_states, make_state, checkpoint, grow_workspace, checkpoint_every, spare_events
+    global lock_states_fn, unlock_states_fn
     if every < 1:
         raise ValueError("bind_holds: every must be >= 1")
     hold_states, make_state, checkpoint, grow_workspace, checkpoint_every = states, make, record_checkpoint, \
         workspace, every
-    states_lock, spare_events = lock, spare
+    lock_states_fn, unlock_states_fn, spare_events = lock.acquire, lock.release, spare
 
 
 def states_forgotten():
@@ -69,12 +71,12 @@ def hold_until_passed(StreamBase stream, obj):
 
 
 cdef inline int lock_states() except -1:
-    states_lock.acquire()
+    lock_states_fn()
     return 0
 
 
 cdef inline int unlock_states() except -1:
-    states_lock.release()
+    unlock_states_fn()
     return 0
 
 
