@@ -56,11 +56,6 @@ cdef int sync_slice(StreamBase stream, int32_t timeout_ms) except? -1:
     return status
 
 
-def synchronize_slice(StreamBase stream, int32_t timeout_ms):
-    """One slice of a synchronisation (:func:`synchronize`), without its holds: the status."""
-    return sync_slice(stream, timeout_ms)
-
-
 cdef inline double monotonic_seconds() noexcept nogil:
     cdef timespec ts
     clock_gettime(CLOCK_MONOTONIC, &ts)
