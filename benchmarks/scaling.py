@@ -12,14 +12,7 @@ from typing import Any
 
 from . import memory
 from .progress import SILENT, Progress
-from .world_rounds import (
-    RANK_MODULES,
-    WorldRounds,
-    growth_per_doubling,
-    rank_rounds,
-    steady_rounds,
-    summarize,
-)
+from .world_rounds import RANK_MODULES, WorldRounds, growth_per_doubling, rank_rounds, summarize
 
 FIRST_GUESS_MB_PER_RANK = 64.0  # before any size has run: a rank process of the mock, roughly
 HEADROOM = 1.5                  # a size's memory is estimated from the previous one, with margin
@@ -74,9 +67,10 @@ def run_process_world(spec: WorldRounds, timeout: float) -> dict[str, Any]:
     return summarize(spec, ranks, time.perf_counter())
 
 
-def scaling(worlds: list[int], tokens: int = 8, hidden: int = 2048, topk: int = 4, rounds: int | None = None,
+def scaling(worlds: list[int], tokens: int = 8, hidden: int = 2048, topk: int = 4, rounds: int = 0,
             reserve_mb: float = 4096.0, progress: Progress = SILENT) -> list[dict[str, Any]]:
-    """One row per world size, each with `rounds` steady rounds (None: :func:`steady_rounds` of its size);
+    """One row per world size, each with `rounds` steady rounds (0: :func:`~.world_rounds.steady_rounds`
+    of its size);
     the first failure (or a size estimated not to fit in MemAvailable minus `reserve_mb`) is the last row,
     with ``error`` instead of figures."""
     out: list[dict[str, Any]] = []
@@ -90,12 +84,12 @@ def scaling(worlds: list[int], tokens: int = 8, hidden: int = 2048, topk: int = 
             out.append(row)
             progress(f"scaling: W={w} not run (memory)")
             break
-        n_rounds = steady_rounds(w) if rounds is None else rounds
-        progress(f"scaling: W={w} processes, {n_rounds} steady rounds (BS={tokens}, H={hidden}, K={topk}, E={2 * w})")
+        spec = WorldRounds(w, tokens, hidden, topk, experts=2 * w, rounds=rounds)
+        progress(f"scaling: W={w} processes, {spec.rounds} steady rounds (BS={tokens}, H={hidden}, K={topk}, "
+                 f"E={2 * w})")
         t0 = time.perf_counter()
         try:
-            r = run_process_world(WorldRounds(w, tokens, hidden, topk, experts=2 * w, rounds=n_rounds),
-                                  timeout=world_timeout(w))
+            r = run_process_world(spec, timeout=world_timeout(w))
         except Exception as exc:  # noqa: BLE001 - any failure of one size is reported as its row
             row.update(error=short_reason(exc), wall_s=time.perf_counter() - t0)
             out.append(row)

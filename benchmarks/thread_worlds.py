@@ -21,7 +21,7 @@ import numpy as np
 from . import memory
 from .progress import SILENT, Progress
 from .scaling import short_reason, worlds_up_to
-from .world_rounds import WorldRounds, growth_per_doubling, rank_rounds, steady_rounds, summarize
+from .world_rounds import WorldRounds, growth_per_doubling, rank_rounds, summarize
 
 DEFAULT_WORLDS = ("A3:64-768", "950:128-1024")
 SOC_ALIASES = {"a3": "Ascend910_93", "ascend910_93": "Ascend910_93", "950": "Ascend950", "ascend950": "Ascend950"}
@@ -39,7 +39,7 @@ class ThreadWorld:
 
     def rounds(self) -> WorldRounds:
         return WorldRounds(self.world_size, self.tokens, self.hidden, self.topk, experts=self.world_size,
-                           rounds=steady_rounds(self.world_size), keep_outputs=True, memory_of_rank0_only=True, c_loop=True)
+                           keep_outputs=True, memory_of_rank0_only=True, c_loop=True)
 
 
 def parse_world(spec: str) -> list[tuple[str, int]]:

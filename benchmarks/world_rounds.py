@@ -53,12 +53,16 @@ class WorldRounds:
     topk: int
     experts: int
     warmup: int = 2
-    rounds: int = MIN_ROUNDS
+    rounds: int = 0  # steady rounds of each kind; 0: steady_rounds(world_size)
     keep_outputs: bool = False  # return the last host round's outputs, for the golden
     # threads of one process share its memory figures: only rank 0 reads them (a thousand ranks each
     # walking /proc/self/smaps_rollup of a process mapping every window took minutes)
     memory_of_rank0_only: bool = False
     c_loop: bool = False  # also run the device rounds from a C loop (the floor)
+
+    def __post_init__(self) -> None:
+        if self.rounds == 0:
+            object.__setattr__(self, "rounds", steady_rounds(self.world_size))
 
     def demo_model(self) -> Any:
         from aclnn_py.tools.demo import Model
@@ -112,8 +116,7 @@ def _c_loop_rounds(comm: Any, stream: Any, buf: Any, m: Any, rank: int, inputs: 
             c.workspace_size, stream.handle)
     try:
         floor.world_rounds(*loop, spec.warmup)  # the first touch of the new outputs
-        comm.barrier(stream)
-        stream.synchronize()
+        _together(comm, stream)
         # a round before the timed ones (the ranks leave the barrier one after another; then they run in
         # step) and one after (the first ranks to finish go on in Python, on the same CPU)
         return floor.world_rounds(*loop, spec.rounds + 2)[:-1]
@@ -122,10 +125,15 @@ def _c_loop_rounds(comm: Any, stream: Any, buf: Any, m: Any, rank: int, inputs: 
             closing.close()
 
 
-def _timed_round(comm: Any, stream: Any, body: Any) -> float:
-    """A warm-up round: from the end of a barrier until this rank's round has ended."""
+def _together(comm: Any, stream: Any) -> None:
+    """Return once every rank of the world has come here (a barrier, waited for on the host)."""
     comm.barrier(stream)
     stream.synchronize()
+
+
+def _timed_round(comm: Any, stream: Any, body: Any) -> float:
+    """A warm-up round: from the end of a barrier until this rank's round has ended."""
+    _together(comm, stream)
     t0 = time.perf_counter()
     body()
     stream.synchronize()
@@ -137,8 +145,7 @@ def _steady_rounds(comm: Any, stream: Any, body: Any, rounds: int) -> list[float
     loop does: when each ended on this rank (``perf_counter``), from the round before the timed ones on.
     One round more runs after them, so the ranks that finish first do not go on to the next phase while
     others still run the last timed round."""
-    comm.barrier(stream)
-    stream.synchronize()
+    _together(comm, stream)
     ends = []
     for _ in range(rounds + 1):
         body()
@@ -160,16 +167,14 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
     stream = acl.Device.current().create_stream()
     comm = Communicator(world_size, rank, root)
     buf = MoeDistributeBuffer(comm)
-    comm.barrier(stream)
-    stream.synchronize()
+    _together(comm, stream)
     t_ready = time.perf_counter()
     # the model's inputs are the user's data, made after the world is ready: start-up is the
     # library's (stream, communicator, buffer), not the demo's random number generation. A rank out
     # of the barrier early waits until every rank has seen it end: were it to make its inputs at once,
     # it would hold the GIL that the last ranks need to return from the barrier, and their start-up
     # would count the demo's work (a W = 1024 thread world measured 0.8-1.0 s instead of 0.5)
-    comm.barrier(stream)
-    stream.synchronize()
+    _together(comm, stream)
     m = spec.demo_model()
     inp = rank_inputs(m, rank)
     xt, idt, wt = (acl.Tensor.from_numpy(a) for a in (inp.x, inp.ids, inp.weights))
@@ -206,19 +211,16 @@ def rank_rounds(rank: int, world_size: int, root: bytes, spec: WorldRounds, t_la
         kept.update(expand_x=last["expand_x"][:n].copy(), ep_recv_counts=last["counts"], x_out=last["x_out"],
                     assist=last["out"].assist_info_for_combine.numpy()[:3 * n].copy())
         last.clear()
-    comm.barrier(stream)  # every rank has finished its rounds before memory is read
-    stream.synchronize()
+    _together(comm, stream)  # every rank has finished its rounds before memory is read
     if spec.memory_of_rank0_only and rank != 0:
         mem = {"shm_mb": 0.0, "pss_mb": 0.0, "peak_rss_mb": 0.0}
     else:
         mem = {"shm_mb": memory.windows_mb(), "pss_mb": memory.pss_mb(), "peak_rss_mb": memory.peak_rss_mb()}
-    comm.barrier(stream)  # nobody unmaps (or makes the C loop's outputs) before every rank has measured
-    stream.synchronize()
+    _together(comm, stream)  # nobody unmaps (or makes the C loop's outputs) before every rank has measured
     c_loop = None
     if spec.c_loop:
         c_loop = _c_loop_rounds(comm, stream, buf, m, rank, (xt, idt, wt), spec)
-        comm.barrier(stream)  # teardown starts together, as without the C loop
-        stream.synchronize()
+        _together(comm, stream)  # teardown starts together, as without the C loop
     t_close = time.perf_counter()
     buf.close()
     comm.close()
