@@ -26,11 +26,11 @@
 #include <climits>
 #include <cstdint>
 #include <mutex>
-#include <unordered_set>
 
 #include "aclnn/aclnn_base.h"
 #include "aclnn/aclnn_internal.h"
 #include "aclnn/executor.h"
+#include "runtime/ptr_set.h"
 #include "runtime/stream_internal.h"
 
 namespace aclmock {
@@ -49,7 +49,7 @@ constexpr size_t kQuarantine = 4096;
 
 struct TensorRegistry {
     std::mutex mu;
-    std::unordered_set<const aclTensor *> live;
+    PtrSet live;
     std::deque<aclTensor *> quarantine;
 };
 
@@ -84,7 +84,7 @@ bool tensor_alive(const aclTensor *t) {
     if (!t) return false;
     TensorRegistry &r = treg();
     std::lock_guard<std::mutex> lk(r.mu);
-    return r.live.count(t) != 0;
+    return r.live.contains(t);
 }
 
 TensorStats tensor_stats() {
@@ -262,7 +262,7 @@ ACLMOCK_API aclnnStatus aclDestroyTensor(const aclTensor *tensor) {
     aclTensor *old = nullptr;
     {
         std::lock_guard<std::mutex> lk(r.mu);   // one lock: every rank thread of a world destroys its own
-        if (r.live.erase(tensor) == 0)
+        if (!r.live.erase(tensor))
             return fail(ACLNN_ERR_PARAM_INVALID,
                         "aclDestroyTensor: tensor %p is not a live aclTensor (never created, or "
                         "already destroyed)", static_cast<const void *>(tensor));

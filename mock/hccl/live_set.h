@@ -10,7 +10,8 @@
 #include <cstdint>
 #include <mutex>
 #include <shared_mutex>
-#include <unordered_set>
+
+#include "runtime/ptr_set.h"
 
 namespace aclmock {
 namespace hccl {
@@ -31,7 +32,7 @@ public:
     template <class F>
     void remove(const T *p, F &&also) {
         std::unique_lock<std::shared_mutex> lk(mu_);
-        const bool was_live = set_.erase(p) != 0;
+        const bool was_live = set_.erase(p);
         // under the lock, so that a reader's count and its lookup agree
         removals_.fetch_add(1, std::memory_order_release);
         also(was_live);
@@ -43,7 +44,7 @@ public:
         const uint64_t removals = removals_.load(std::memory_order_acquire);
         if (memo.set == this && memo.handle == p && memo.removals == removals) return true;
         std::shared_lock<std::shared_mutex> lk(mu_);
-        if (set_.count(p) == 0) return false;
+        if (!set_.contains(p)) return false;
         memo = Memo{this, p, removals_.load(std::memory_order_relaxed)};
         return true;
     }
@@ -68,7 +69,7 @@ private:
     };
     mutable std::shared_mutex mu_;
     std::atomic<uint64_t> removals_{0};
-    std::unordered_set<const T *> set_;
+    PtrSet set_;
 };
 
 }  // namespace hccl

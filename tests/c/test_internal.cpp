@@ -3,13 +3,16 @@
 // the memory registry and the exact statistics. Built only when MOCK_SOURCE_DIR is given.
 #include <cstring>
 #include <memory>
+#include <random>
 #include <string>
+#include <unordered_set>
 
 extern "C" {
 #include "check.h"
 }
 #include "acl/acl_rt.h"
 #include "aclnn/executor.h"
+#include "runtime/ptr_set.h"
 
 using namespace aclmock;
 
@@ -217,7 +220,42 @@ void test_launch_needs_init() {
     CHECK_EQ(aclrtFree(b), 0);
 }
 
+// PtrSet (the registries' flat table) against std::unordered_set: random insertions, erasures and
+// lookups of addresses packed close together (long probe runs, erasures that shift entries back
+// across the table's end), the whole content compared as the table grows and empties.
+void test_ptr_set() {
+    std::mt19937_64 rng(7);
+    PtrSet set;
+    std::unordered_set<uintptr_t> ref;
+    long long wrong = 0;
+    auto key = [&](uint64_t range) { return uintptr_t(0x10000) + 16 * uintptr_t(rng() % range); };
+    auto same_content = [&] {
+        long long missing = 0;
+        for (uintptr_t k : ref) missing += !set.contains(reinterpret_cast<const void *>(k));
+        return missing == 0 && set.size() == ref.size();
+    };
+    for (uint64_t range : {64, 5000, 200000}) {
+        for (int op = 0; op < 100000; ++op) {
+            const uintptr_t k = key(range);
+            const void *p = reinterpret_cast<const void *>(k);
+            switch (rng() % 3) {
+            case 0: wrong += set.insert(p) != ref.insert(k).second; break;
+            case 1: wrong += set.erase(p) != (ref.erase(k) == 1); break;
+            default: wrong += set.contains(p) != (ref.count(k) == 1);
+            }
+            if (op % 5000 == 0) wrong += !same_content();
+        }
+        wrong += !same_content();
+        for (auto it = ref.begin(); it != ref.end(); it = ref.erase(it))   // empty it, in no order
+            wrong += !set.erase(reinterpret_cast<const void *>(*it));
+        wrong += set.size() != 0 || set.contains(reinterpret_cast<const void *>(key(range)));
+    }
+    CHECK_EQ(wrong, 0);
+    CHECK(!set.insert(nullptr) && !set.contains(nullptr) && !set.erase(nullptr));
+}
+
 int main() {
+    test_ptr_set();
     CHECK_EQ(aclrtSetDevice(0), 0);
     test_launch_needs_init();
     CHECK_EQ(aclInit(nullptr), 0);
