@@ -1,9 +1,9 @@
 // Records of the dispatch calls and the tracing of combine inputs; see round_trace.h.
 #include "ops/round_trace.h"
 
+#include <array>
 #include <cinttypes>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <mutex>
 
@@ -18,7 +18,60 @@ static_assert(kRoundSlotBase + 2 * hccl::kMaxRanks <= hccl::kMailboxCounts, "rou
 
 namespace {
 
-using Records = std::deque<DispatchRecord>;   // newest first
+// The last kRecordsPerComm dispatch records of a communicator, newest first, in one block, and the
+// descriptor serials of their fields apart: a combine compares the descriptor of each routing input
+// with every record's before it looks at addresses (a plan's combine reads through descriptors no
+// dispatch wrote, so that scan runs to the end), and a record is three cache lines, a serial 8 bytes.
+// In a thread world whose ranks no longer fit in the cache each line is a miss; in a deque the
+// records also lay in blocks of three across the heap, and every third dispatch allocated one.
+class Records {
+public:
+    class const_iterator {
+    public:
+        const_iterator(const Records *r, size_t i) : r_(r), i_(i) {}
+        const DispatchRecord &operator*() const { return r_->at(i_); }
+        const_iterator &operator++() {
+            ++i_;
+            return *this;
+        }
+        bool operator!=(const const_iterator &o) const { return i_ != o.i_; }
+
+    private:
+        const Records *r_;
+        size_t i_;
+    };
+
+    void push_newest(const DispatchRecord &rec) {   // the oldest goes once kRecordsPerComm are kept
+        newest_ = (newest_ + kRecordsPerComm - 1) % kRecordsPerComm;
+        ring_[newest_] = rec;
+        for (size_t f = 0; f < kFields.size(); ++f) descs_[f][newest_] = (rec.*kFields[f]).desc;
+        if (n_ < kRecordsPerComm) ++n_;
+    }
+    bool empty() const { return n_ == 0; }
+    size_t size() const { return n_; }
+    const DispatchRecord &at(size_t i) const { return ring_[slot(i)]; }   // 0: newest
+    const_iterator begin() const { return {this, 0}; }
+    const_iterator end() const { return {this, n_}; }
+
+    // The first record from `from` on (0: newest) whose `field` was traced through descriptor `desc`;
+    // size() when none is.
+    size_t next_with_desc(Traced DispatchRecord::*field, uint64_t desc, size_t from) const {
+        size_t f = 0;
+        while (kFields[f] != field) ++f;
+        for (size_t i = from; i < n_; ++i)
+            if (descs_[f][slot(i)] == desc) return i;
+        return n_;
+    }
+
+private:
+    static constexpr std::array<Traced DispatchRecord::*, 4> kFields = {
+        &DispatchRecord::assist, &DispatchRecord::counts, &DispatchRecord::ids, &DispatchRecord::expand_x};
+    size_t slot(size_t i) const { return (newest_ + i) % kRecordsPerComm; }
+
+    std::array<DispatchRecord, kRecordsPerComm> ring_;
+    std::array<std::array<uint64_t, kRecordsPerComm>, kFields.size()> descs_;   // [field][slot]
+    size_t newest_ = 0, n_ = 0;
+};
 
 // The records of one communicator. A dispatch and a combine of the communicator may run on two
 // threads (two streams); nothing else takes the lock.
@@ -74,8 +127,9 @@ private:
 // one round whose content matches; else unknown (none, or several).
 int64_t find_round(const Records &recs, Traced DispatchRecord::*field, uint64_t desc,
                    Hashes &h) {
-    for (const DispatchRecord &r : recs)
-        if (desc && (r.*field).desc == desc && h.matches(r.*field)) return r.round;
+    if (desc)
+        for (size_t i = recs.next_with_desc(field, desc, 0); i < recs.size(); i = recs.next_with_desc(field, desc, i + 1))
+            if (h.matches(recs.at(i).*field)) return recs.at(i).round;
     for (const DispatchRecord &r : recs)
         if (h.addr() && (r.*field).addr == h.addr() && h.matches(r.*field)) return r.round;
     int64_t found = kUnknownRound;
@@ -99,8 +153,7 @@ void record_dispatch(hccl::Comm &comm, const DispatchRecord &rec) {
     const std::shared_ptr<CommRecords> c = records_of(comm);
     if (!c) return;   // the communicator is being destroyed: no combine will look
     std::lock_guard<std::mutex> lk(c->mu);
-    c->recs.push_front(rec);
-    if (c->recs.size() > kRecordsPerComm) c->recs.pop_back();
+    c->recs.push_newest(rec);
 }
 
 CombineRound trace_combine(hccl::Comm &comm, const CombineInputs &in) {

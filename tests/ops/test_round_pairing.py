@@ -41,12 +41,15 @@ def _two_dispatches_then(rank, world_size, root, how):
         xb, _ = _inputs(rank, 2)
         a = moe_distribute_dispatch(ctx, xa, ids, **kw)
         b = moe_distribute_dispatch(ctx, xb, ids, **kw)
-        s.synchronize()
         ids_other = np.array([[1, 2], [0, 3], [3, 1], [2, 0]], np.int32)
+        later = int(how.removeprefix("later_")) if how.startswith("later_") else 0
+        for _ in range(later):               # dispatches of another routing after A and B
+            moe_distribute_dispatch(ctx, xb, ids_other, **kw)
+        s.synchronize()
         if how == "rank0_from_a":            # rank 0 returns A's rows, rank 1 B's
             d = a if rank == 0 else b
             args = (d.expand_x, ids, d.assist_info_for_combine, d.ep_recv_counts)
-        elif how == "assist_a_counts_b":     # both ranks: routing inputs of two calls
+        elif how == "assist_a_counts_b" or later:   # both ranks: routing inputs of two calls
             args = (b.expand_x, ids, a.assist_info_for_combine, b.ep_recv_counts)
         elif how == "rows_of_a":             # both ranks: B's routing, A's rows (unchanged)
             args = (a.expand_x, ids, b.assist_info_for_combine, b.ep_recv_counts)
@@ -123,6 +126,24 @@ def test_routing_inputs_of_two_dispatch_calls_fail(acl):
         assert "but ep_send_counts that of call #" in msg, msg
         a, b = _rounds(msg)
         assert b == a + 1
+
+
+@pytest.mark.parametrize("later", [62, 63])
+def test_the_last_64_dispatches_of_a_communicator_are_traced(acl, later):
+    # A, B, then `later` dispatches of another routing: A is traced while at most 63 dispatches ran
+    # after it. Evicted, its assist_info_for_combine is known only by content, which is B's (the same
+    # routing): the combine is then B's, and exact.
+    res = _run(f"later_{later}")
+    if later == 62:
+        for code, msg, _ in res:
+            assert code == KERNEL_FAIL, msg
+            a, b = _rounds(msg)
+            assert "assist_info_for_combine is the output of the dispatch of collective call #" in msg and b == a + 1
+    else:
+        g = _golden_b()
+        for r, (code, msg, out) in enumerate(res):
+            assert code == 0, msg
+            assert out.tobytes() == g[r].tobytes()
 
 
 def test_rows_of_another_dispatch_fail(acl):
