@@ -15,6 +15,7 @@
 
 #include "aclnnop/aclnn_moe_distribute_combine_v5.h"
 #include "ops/combine.h"
+#include "ops/kernel_scratch.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
 #include "ops/moe_generations.h"
@@ -310,9 +311,11 @@ private:
     const uint16_t *shared_x_, *ori_, *al1_, *al2_, *cv_;
     uint16_t *x_out_;
     // workspace
-    int32_t *sendcnt_;           // rows sent to each rank
+    float *tmp_;
+    // outside it (kernel_scratch.h)
+    CallCounters *sendcnt_ = nullptr;   // rows sent to each rank, during send()
     std::vector<int32_t> receivers_;   // the ranks given rows, in first-row order
-    float *acc_, *tmp_;
+    float *acc_ = nullptr;             // the token being reduced, during receive()
     // per call
     std::string err_;
     RankTable ranks_;            // elastic_info's re-mapping (after err_, which it may set)
@@ -343,10 +346,7 @@ CombineKernel::CombineKernel(const CombineParams &p, KernelCall &call, const std
 
     const CombineWs wsl = combine_ws(p);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
-    sendcnt_ = reinterpret_cast<int32_t *>(ws + wsl.sendcnt);
-    acc_ = reinterpret_cast<float *>(ws + wsl.acc);
     tmp_ = reinterpret_cast<float *>(ws + wsl.tmp);
-    std::memset(sendcnt_, 0, size_t(p.W) * 4);
 }
 
 // Row i < N (N = the last ep_send_counts entry of this rank's role) goes to slot t*(K+S) + k of
@@ -358,6 +358,7 @@ void CombineKernel::send() {
     const uint64_t qsoff = comm_quant_scale_offset(H);
     // elastic_info: this physical rank's role (and so its row count) is its logical rank's
     const int64_t recv_slots = ranks_.logical(p.r) < p.R ? W : W * p.L;
+    sendcnt_ = &CallCounters::begin(size_t(W));
     if (p.generation != 1) trace_round(recv_slots);   // the round trace follows the triples
     int64_t N = send_counts_[recv_slots - 1];
     if (N < 0 || N > p.expand_rows) {
@@ -402,8 +403,9 @@ void CombineKernel::send() {
 
 void CombineKernel::count_rows_to(int64_t src, int64_t n) {
     if (n == 0) return;
-    if (sendcnt_[src] == 0) receivers_.push_back(int32_t(src));
-    sendcnt_[src] += int32_t(n);
+    const int32_t sent = sendcnt_->get(size_t(src));
+    if (sent == 0) receivers_.push_back(int32_t(src));
+    sendcnt_->set(size_t(src), sent + int32_t(n));
 }
 
 // Each rank that gets rows learns how many and from which dispatch round (counts stamped with this
@@ -411,7 +413,7 @@ void CombineKernel::count_rows_to(int64_t src, int64_t n) {
 void CombineKernel::tell_receivers() {
     for (const int32_t m : receivers_) {
         hccl::Mailbox *mb = call_.mailbox(m);
-        hccl::put_count(mb, call_.seq, p_.r, sendcnt_[m]);
+        hccl::put_count(mb, call_.seq, p_.r, sendcnt_->get(size_t(m)));
         put_round(mb->counts, p_.r, round_);
     }
 }
@@ -607,9 +609,12 @@ int CombineKernel::receive() {
     int64_t received = 0;
     hccl::for_each_count(mb, call_.seq, p.W, [&](int64_t, int32_t c) { received += c; });
     if (rounds_agree()) {
+        const ScratchFloats acc(size_t(p.H));
+        acc_ = acc.data();
         const int64_t ntok = tokens_considered(mask_, p.mask_dims, p.BS);
         for (int64_t t = 0; t < ntok; ++t)
             if (token_valid(mask_, p.mask_dims, t, p.K)) reduce_token(t);   // x_out rows of others untouched
+        acc_ = nullptr;
     }
     hccl::forget_counts(mb, p.W);
     if (err_.empty() && received < expected_)

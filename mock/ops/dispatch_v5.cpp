@@ -16,6 +16,7 @@
 
 #include "aclnnop/aclnn_moe_distribute_dispatch_v5.h"
 #include "ops/dispatch.h"
+#include "ops/kernel_scratch.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
 #include "ops/moe_generations.h"
@@ -458,8 +459,9 @@ private:
     const uint8_t *mask_;
     const float *escales_;
     int32_t *expand_idx_;        // the first generation's expand_idx (else nullptr)
+    // outside it (kernel_scratch.h)
+    CallCounters *cnt_ = nullptr;   // rows sent per MoE expert e, during send()
     // workspace
-    int32_t *cnt_;               // rows sent per MoE expert e
     uint8_t *qrow_;              // staged payload of one row
     float *tmp_;
     // per call
@@ -491,10 +493,8 @@ DispatchKernel::DispatchKernel(const DispatchParams &p, KernelCall &call, const 
 
     const DispatchWs wsl = dispatch_ws(p);
     uint8_t *ws = static_cast<uint8_t *>(workspace);
-    cnt_ = reinterpret_cast<int32_t *>(ws + wsl.counts);
     qrow_ = ws + wsl.qrow;
     tmp_ = reinterpret_cast<float *>(ws + wsl.tmp);
-    std::memset(cnt_, 0, size_t(p.E) * 4);
 
     shared_role_ = ranks_.logical(p.r) < p.R;
     recv_slots_ = shared_role_ ? p.W : p.W * p.L;
@@ -566,6 +566,7 @@ void DispatchKernel::send_moe_rows() {
     const uint64_t td = call_.layout.td;
     const int64_t ntok = tokens_considered(mask_, p_.mask_dims, p_.BS);
     const int64_t special_end = E + p_.Z + p_.C + p_.Q;
+    cnt_ = &CallCounters::begin(size_t(E));
     for (int64_t t = 0; t < ntok; ++t) {
         for (int64_t k = 0; k < K; ++k) {
             if (p_.mask_dims == 2 && !mask_[t * K + k]) continue;
@@ -581,14 +582,14 @@ void DispatchKernel::send_moe_rows() {
                     err_ = format("expert_ids[%" PRId64 ", %" PRId64 "] = %" PRId64 " is negative", t, k, e);
                 continue;
             }
-            const int64_t row = cnt_[e];
+            const int64_t row = cnt_->get(size_t(e));
             if (row >= maxBs) {
                 if (err_.empty())
                     err_ = format("expert %" PRId64 " is listed more than once in a row of expert_ids (token %" PRId64
                                   "): more than maxBs = %" PRId64 " rows for one receive block", e, t, maxBs);
                 continue;
             }
-            cnt_[e] = int32_t(row + 1);
+            cnt_->set(size_t(e), int32_t(row + 1));
             if (row == 0) sent_experts_.push_back(int32_t(e));
             if (expand_idx_) expand_idx_[t * K + k] = int32_t(row);
             const int64_t dst = ranks_.physical(e / L + R), j = e % L;
@@ -623,7 +624,7 @@ void DispatchKernel::publish_counts() {
         for (int64_t lm = r % P; lm < R; lm += P)
             hccl::put_count(call_.mailbox(ranks_.physical(lm)), call_.seq, r, int32_t(nvalid_));
     for (const int32_t e : sent_experts_)
-        hccl::put_count(call_.mailbox(ranks_.physical(e / L + R)), call_.seq, (e % L) * W + r, cnt_[e]);
+        hccl::put_count(call_.mailbox(ranks_.physical(e / L + R)), call_.seq, (e % L) * W + r, cnt_->get(size_t(e)));
 }
 
 void DispatchKernel::send() {

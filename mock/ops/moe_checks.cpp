@@ -420,8 +420,7 @@ int check_window(const MoeParams &p, const hccl::Comm *comm) {
 
 DispatchWs dispatch_ws(const MoeParams &p) {
     DispatchWs w;
-    w.counts = 0;
-    w.qrow = align_up(uint64_t(p.E > 0 ? p.E : 1) * 4, 64);
+    w.qrow = 0;
     // one staged window row payload (+ the 4-byte dynamic scale after it)
     w.tmp = w.qrow + align_up(dispatch_payload_bytes(p.H) + kScaleSlotBytes, 64);
     w.total = w.tmp + lowp_tmp_floats(p.H) * 4;
@@ -430,9 +429,7 @@ DispatchWs dispatch_ws(const MoeParams &p) {
 
 CombineWs combine_ws(const MoeParams &p) {
     CombineWs w;
-    w.sendcnt = 0;
-    w.acc = align_up(uint64_t(p.W) * 4, 64);
-    w.tmp = w.acc + align_up(uint64_t(p.H) * 4, 64);
+    w.tmp = 0;
     const uint64_t a = comm_quant_tmp_floats(p.H), b = lowp_tmp_floats(p.H);
     w.total = w.tmp + (a > b ? a : b) * 4;   // >= H floats (dequantised / const rows, MX scratch)
     return w;

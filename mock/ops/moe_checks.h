@@ -137,11 +137,11 @@ int64_t a2_recv_counts_extra(const MoeParams &p);
 
 // Workspace sizes (bytes), always > 0; the kernels use every part.
 struct DispatchWs {
-    uint64_t counts = 0, qrow = 0, tmp = 0, total = 0;
+    uint64_t qrow = 0, tmp = 0, total = 0;
 };
 DispatchWs dispatch_ws(const MoeParams &p);
 struct CombineWs {
-    uint64_t sendcnt = 0, acc = 0, tmp = 0, total = 0;
+    uint64_t tmp = 0, total = 0;
 };
 CombineWs combine_ws(const MoeParams &p);
 

@@ -12,6 +12,7 @@ extern "C" {
 }
 #include "acl/acl_rt.h"
 #include "aclnn/executor.h"
+#include "ops/kernel_scratch.h"
 #include "runtime/ptr_set.h"
 
 using namespace aclmock;
@@ -254,8 +255,41 @@ void test_ptr_set() {
     CHECK(!set.insert(nullptr) && !set.contains(nullptr) && !set.erase(nullptr));
 }
 
+// The kernels' scratch outside the workspace: counters that read 0 at every call's begin, and float
+// rows lent last-returned first (so ranks taking turns reuse the row in the cache).
+void test_kernel_scratch() {
+    moe::CallCounters *c = &moe::CallCounters::begin(8);
+    c->set(3, 5);
+    CHECK(c->get(3) == 5 && c->get(2) == 0);
+    c = &moe::CallCounters::begin(16);   // a new call: every counter 0 again, more of them
+    CHECK(c->get(3) == 0 && c->get(15) == 0);
+    c->set(15, 7);
+    CHECK(c->get(15) == 7);
+
+    float *first;
+    {
+        moe::ScratchFloats a(1000);
+        first = a.data();
+        CHECK(reinterpret_cast<uintptr_t>(first) % 64 == 0);
+        for (int i = 0; i < 1000; ++i) first[i] = float(i);
+    }
+    {
+        moe::ScratchFloats b(500);   // the row returned last, large enough
+        CHECK(b.data() == first);
+        moe::ScratchFloats c2(500);  // lent while b is out: another row
+        CHECK(c2.data() != first);
+        for (int i = 0; i < 500; ++i) c2.data()[i] = 1.0f;
+    }
+    {
+        moe::ScratchFloats big(100000);   // more than any row returned: a row that holds it
+        for (int i = 0; i < 100000; ++i) big.data()[i] = 2.0f;
+        CHECK(big.data()[99999] == 2.0f);
+    }
+}
+
 int main() {
     test_ptr_set();
+    test_kernel_scratch();
     CHECK_EQ(aclrtSetDevice(0), 0);
     test_launch_needs_init();
     CHECK_EQ(aclInit(nullptr), 0);
