@@ -44,7 +44,10 @@ public:
     void push_newest(const DispatchRecord &rec) {   // the oldest goes once kRecordsPerComm are kept
         newest_ = (newest_ + kRecordsPerComm - 1) % kRecordsPerComm;
         ring_[newest_] = rec;
-        for (size_t f = 0; f < kFields.size(); ++f) descs_[f][newest_] = (rec.*kFields[f]).desc;
+        for (size_t f = 0; f < kFields.size(); ++f) {
+            descs_[f][newest_] = (rec.*kFields[f]).desc;
+            if ((rec.*kFields[f]).desc > newest_desc_[f]) newest_desc_[f] = (rec.*kFields[f]).desc;
+        }
         if (n_ < kRecordsPerComm) ++n_;
     }
     bool empty() const { return n_ == 0; }
@@ -58,6 +61,9 @@ public:
     size_t next_with_desc(Traced DispatchRecord::*field, uint64_t desc, size_t from) const {
         size_t f = 0;
         while (kFields[f] != field) ++f;
+        // Serials grow with every aclCreateTensor: a descriptor made after every one recorded here (a
+        // plan's combine reads through descriptors made after its dispatch's) is in no record.
+        if (desc > newest_desc_[f]) return n_;
         for (size_t i = from; i < n_; ++i)
             if (descs_[f][slot(i)] == desc) return i;
         return n_;
@@ -70,6 +76,7 @@ private:
 
     std::array<DispatchRecord, kRecordsPerComm> ring_;
     std::array<std::array<uint64_t, kRecordsPerComm>, kFields.size()> descs_;   // [field][slot]
+    std::array<uint64_t, kFields.size()> newest_desc_{};   // the largest serial ever recorded, per field
     size_t newest_ = 0, n_ = 0;
 };
 
