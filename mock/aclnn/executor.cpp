@@ -77,7 +77,7 @@ int run_launch(Launch &run) {
         if (!out[i].present || !out[i].desc.data) continue;
         const uint64_t note = rc == 0 && i < kNotedOutputs ? noted[i] : kWhole;
         if (note == kWhole)
-            run.pins.note_write(out[i].desc.data, view_extent_bytes(out[i].desc));
+            run.pins.note_write(out[i].desc.data, out[i].desc.extent);
         else
             run.pins.note_write(view_ptr(out[i].desc), note);
     }
@@ -262,7 +262,7 @@ int pin_launch(const char *api, const Executor &ex, const Snapshot &slots, void 
         for (size_t i = 0; i < v.size() && !stopped; ++i) {
             const Slot &s = v[i];
             if (!s.present) continue;
-            const uint64_t n = view_extent_bytes(s.desc);
+            const uint64_t n = s.desc.extent;
             if (n == 0) continue;
             ranges.push_back({s.desc.data, n, "data"});   // a NULL range pins nothing
             items.push_back({&s, side ? "output" : "input", i});

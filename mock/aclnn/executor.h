@@ -12,16 +12,19 @@
 #include "runtime/rt_core.h"
 
 // aclTensor / aclOpExecutor are opaque in the public headers; the mock defines them here.
+// What every launch reads of each of its tensors comes first, in one cache line: the slots of an
+// executor hold copies, and in a thread world of hundreds of ranks a launch finds them out of cache.
 struct aclTensor {
     uint64_t magic;                   // kTensorMagic while alive
-    aclmock::Dims view;               // view dims
-    aclmock::Dims strides;            // in elements
+    void *data = nullptr;             // storage base
     int64_t offset = 0;               // in elements
+    uint64_t extent = 0;              // bytes the view spans from data: view_extent_bytes, fixed at creation
     aclDataType dtype = ACL_DT_UNDEFINED;
     aclFormat format = ACL_FORMAT_ND;
-    aclmock::Dims storage;            // storage dims
-    void *data = nullptr;             // storage base
     uint64_t serial = 0;              // unique per aclCreateTensor call (a reused address is a new tensor)
+    aclmock::Dims view;               // view dims
+    aclmock::Dims strides;            // in elements
+    aclmock::Dims storage;            // storage dims
 };
 
 namespace aclmock {

@@ -244,8 +244,7 @@ ACLMOCK_API aclTensor *aclCreateTensor(const int64_t *viewDims, uint64_t viewDim
         delete t;
         return nullptr;
     }
-    t->offset = offset;
-    t->dtype = dataType;
+    t->extent = extent;
     t->format = format;
     t->storage.assign(storageDims, storageDims + storageDimsNum);
     t->data = tensorData;
