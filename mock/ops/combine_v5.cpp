@@ -312,7 +312,7 @@ private:
     uint16_t *x_out_;
     // workspace
     float *tmp_;
-    // outside it (kernel_scratch.h)
+    // outside the workspace (kernel_scratch.h)
     CallCounters *sendcnt_ = nullptr;   // rows sent to each rank, during send()
     std::vector<int32_t> receivers_;   // the ranks given rows, in first-row order
     float *acc_ = nullptr;             // the token being reduced, during receive()

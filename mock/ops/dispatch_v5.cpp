@@ -459,7 +459,7 @@ private:
     const uint8_t *mask_;
     const float *escales_;
     int32_t *expand_idx_;        // the first generation's expand_idx (else nullptr)
-    // outside it (kernel_scratch.h)
+    // outside the workspace (kernel_scratch.h)
     CallCounters *cnt_ = nullptr;   // rows sent per MoE expert e, during send()
     // workspace
     uint8_t *qrow_;              // staged payload of one row
