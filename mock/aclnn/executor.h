@@ -70,6 +70,14 @@ class KernelRest {
 public:
     virtual ~KernelRest() = default;
     virtual int step() = 0;
+
+    // Every rest takes the same kRestBytes: a rank's dispatch and combine alternate on its thread,
+    // and with one size the allocator gives a launch the memory of the rest that just finished there,
+    // still in the cache, where a size of its own would be the one that rank last freed a round ago
+    // (out of the cache in a thread world of hundreds of ranks).
+    static constexpr size_t kRestBytes = 1024;
+    static void *operator new(size_t n) { return ::operator new(n < kRestBytes ? kRestBytes : n); }
+    static void operator delete(void *p) { ::operator delete(p); }
 };
 
 class Executor {

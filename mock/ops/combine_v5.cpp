@@ -637,6 +637,8 @@ struct CombineFlight final : KernelRest {
     }
 };
 
+static_assert(sizeof(CombineFlight) <= KernelRest::kRestBytes, "a combine's rest shares the size of every rest");
+
 int CombineExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
                          std::unique_ptr<KernelRest> *rest) {
     auto f = std::make_unique<CombineFlight>();

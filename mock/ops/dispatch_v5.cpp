@@ -760,6 +760,8 @@ struct DispatchFlight final : KernelRest {
     }
 };
 
+static_assert(sizeof(DispatchFlight) <= KernelRest::kRestBytes, "a dispatch's rest shares the size of every rest");
+
 int DispatchExecutor::run(const std::vector<Slot> &in, const std::vector<Slot> &out, void *workspace, Stream *,
                           std::unique_ptr<KernelRest> *rest) {
     auto f = std::make_unique<DispatchFlight>();
