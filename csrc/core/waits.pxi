@@ -36,10 +36,7 @@ def bind_waits(*, uintptr_t sync_with_timeout_address, uintptr_t comm_init_root_
 
 
 cdef enum:
-    SLICE_MS = 100
-
-#: Host waits are cut into slices this long, so that Python runs signal handlers (Ctrl-C) in between.
-WAIT_SLICE_MS = SLICE_MS
+    SLICE_MS = 100   # host waits are cut into slices this long: Python runs signal handlers (Ctrl-C) between
 
 
 cdef int sync_slice(StreamBase stream, int32_t timeout_ms) except? -1:
@@ -64,7 +61,7 @@ cdef inline double monotonic_seconds() noexcept nogil:
 
 def synchronize(StreamBase stream, timeout_ms, failed):
     """The body of ``Stream.synchronize``: wait for the work queued on `stream` in slices of
-    WAIT_SLICE_MS (Ctrl-C raises KeyboardInterrupt in between, the work left queued), at most
+    100 ms (Ctrl-C raises KeyboardInterrupt in between, the work left queued), at most
     `timeout_ms` (None: no limit), then release what the stream held before the wait began (the holds
     of the segment this closes first). ``failed(status, timed_out, timeout_ms)`` turns a slice's
     non-zero status into the exception to raise, or None to wait another slice; `timed_out`: the
