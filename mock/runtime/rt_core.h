@@ -181,8 +181,9 @@ ACLMOCK_API Stream *resolve_stream(aclrtStream handle, aclError *err, const char
 // `name` (for messages) must stay valid until the task has run: the callers pass string literals.
 // A task runs on the stream's worker or, when it cannot block (`may_block` false), on a thread that
 // synchronises the stream: a launch followed by a synchronisation then costs no hand-over between
-// threads. Work nobody synchronises starts on the worker within kLazyStartMs (or at once when some
-// thread waits for it: an event, a free of memory it uses, a communicator's destruction).
+// threads. Work nobody synchronises starts on the worker kLazyStartMs later, rounded up to the lazy
+// starter's 2 ms tick (or at once when some thread waits for it: an event, a free of memory it uses,
+// a communicator's destruction).
 ACLMOCK_API aclError enqueue(Stream *s, Task task, const char *name, bool may_block = false);
 constexpr int kLazyStartMs = 5;
 // A task paused at a wait for peers when its synchronisation's time ran out, on a stream without a
