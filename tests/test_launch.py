@@ -346,6 +346,58 @@ def test_run_threads_starts_the_ranks_from_the_cpu_they_share(acl, monkeypatch):
     assert os.sched_getaffinity(0) == allowed
 
 
+needs_batch_policy = pytest.mark.skipif(not hasattr(os, "SCHED_BATCH") or os.sched_getscheduler(0) != os.SCHED_OTHER,
+                                        reason="needs Linux scheduling policies and a thread of the normal one")
+
+
+@needs_two_cpus
+@needs_batch_policy
+def test_ranks_sharing_a_cpu_run_as_batch_threads(acl):
+    """Sharing a CPU, the ranks are batch threads (a rank woken by its peers does not preempt the one
+    running, which may hold the GIL); the launching thread keeps its policy, and ranks spread over the
+    CPUs keep the normal one."""
+    from aclnn_py import worlds
+
+    def policy(rank, world_size, root):
+        return os.sched_getscheduler(0)
+
+    assert worlds.run_threads(policy, 4, timeout=30, share_one_cpu=True) == [os.SCHED_BATCH] * 4
+    assert os.sched_getscheduler(0) == os.SCHED_OTHER
+    assert worlds.run_threads(policy, 4, timeout=30) == [os.SCHED_OTHER] * 4
+
+
+@needs_two_cpus
+@needs_batch_policy
+@pytest.mark.parametrize("refused", ["setting", "other policy"])
+def test_ranks_sharing_a_cpu_keep_the_policy_they_may_not_or_should_not_leave(acl, monkeypatch, refused):
+    """Where the policy cannot be set (a sandbox refuses it) the world runs with the normal one; a
+    launching thread of another policy (real-time, say) is left as it is."""
+    from aclnn_py import worlds
+
+    policy_of = os.sched_getscheduler
+    if refused == "setting":
+        def refuse(pid, policy, param):
+            raise PermissionError(1, "Operation not permitted")
+
+        monkeypatch.setattr(worlds.os, "sched_setscheduler", refuse)
+    else:
+        monkeypatch.setattr(worlds.os, "sched_getscheduler", lambda pid: os.SCHED_FIFO)
+    ranks = worlds.run_threads(lambda rank, world_size, root: policy_of(0), 4, timeout=30, share_one_cpu=True)
+    assert ranks == [os.SCHED_OTHER] * 4
+    assert policy_of(0) == os.SCHED_OTHER
+
+
+@needs_batch_policy
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) > 8,
+                    reason="spawns one rank more than the CPUs this process may use")
+def test_spawned_ranks_outnumbering_the_cpus_run_as_batch_processes(acl):
+    from aclnn_py import worlds
+
+    cpus = len(os.sched_getaffinity(0))
+    assert worlds.spawn(lr.scheduling_policy, cpus + 1, timeout=60) == [os.SCHED_BATCH] * (cpus + 1)
+    assert worlds.spawn(lr.scheduling_policy, 1, timeout=60) == [os.SCHED_OTHER]
+
+
 def test_run_threads_share_one_cpu_binds_nothing_where_the_process_has_one_cpu(acl, monkeypatch):
     """Where the process may use a single CPU (or threads cannot be bound), share_one_cpu changes
     nothing: the ranks run with the CPUs they were given, and no affinity call is made."""

@@ -22,6 +22,10 @@ def collection_reach(rank, world_size, root):
     return gc.get_freeze_count(), len(gc.get_objects())
 
 
+def scheduling_policy(rank, world_size, root):
+    return os.sched_getscheduler(0)
+
+
 def fail_on(rank, world_size, root, bad_rank, pid_dir):
     Path(pid_dir, str(rank)).write_text(str(os.getpid()))
     if rank == bad_rank:
