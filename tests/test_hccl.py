@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import re
 import threading
 import time
 
@@ -54,6 +55,46 @@ def test_thread_world_leaves_no_segments(acl, small_windows):
 
     worlds.run_threads(fn, 3, timeout=30)
     assert hr.shm_segments(roots[0]) == []
+
+
+def _window_mappings() -> set[str]:
+    """The paths of the windows this process maps (a rendezvous segment is not one)."""
+    with open("/proc/self/maps") as f:
+        paths = [line.split()[5] for line in f if "aclmock_hccl_" in line]  # "(deleted)" may follow
+    return {p for p in paths if re.search(r"_w\d+_", p)}
+
+
+def _cpus_of_thread(name: str) -> set[int] | None:
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{tid}/comm") as f:
+                if f.read().strip() != name:
+                    continue
+            return os.sched_getaffinity(int(tid))
+        except OSError:
+            continue
+    return None
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="Linux: /proc/self/maps and thread affinity")
+def test_a_thread_worlds_windows_are_unmapped_off_the_cpu_its_ranks_share(acl, small_windows):
+    """The last rank to let go of the windows leaves their unmapping to a thread of its own, which runs
+    on the CPUs the process has, not the one the ranks were bound to; the mappings are gone soon after."""
+    from aclnn_py import hccl, worlds
+
+    before = _window_mappings()
+
+    def fn(rank, world_size, root):
+        with hccl.Communicator(world_size, rank, root):
+            return _window_mappings() - before
+
+    mapped = worlds.run_threads(fn, 4, timeout=30, share_one_cpu=True)
+    assert len(mapped[0]) == 4  # one mapping per window, shared by the ranks
+    deadline = time.monotonic() + 5
+    while _window_mappings() & mapped[0] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert not _window_mappings() & mapped[0], "the windows are still mapped"
+    assert _cpus_of_thread("aclmock-unmap") == os.sched_getaffinity(0)
 
 
 # ---- errors --------------------------------------------------------------------------------------

@@ -208,7 +208,7 @@ void seg_release(const std::string &name) {
     if (it == segs().end()) return;
     if (--it->second.refs > 0) return;
     if (it->second.registered) unregister_block(it->second.addr);
-    munmap(it->second.addr, it->second.size);
+    unmap_later(it->second.addr, it->second.size);
     segs().erase(it);
 }
 

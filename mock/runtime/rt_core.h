@@ -158,6 +158,9 @@ constexpr size_t kPoisonLazyMax = size_t(64) << 20;
 // made (no memfd, out of mappings).
 void *map_poison(size_t bytes, uint8_t byte);
 void unmap_poison(void *p, size_t bytes);
+// Gives [addr, addr + len) back to the system soon, on a thread of its own (unmapper.cpp): a release
+// that unmaps costs its caller nothing. The caller must not use the range again.
+ACLMOCK_API void unmap_later(void *addr, size_t len);
 // Makes the poison file now (once per process; nothing with the poison off): aclrtSetDevice calls it,
 // so that opening a device, not a process's first large allocation, pays for filling it.
 void prepare_poison_pages();
