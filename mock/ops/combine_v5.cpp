@@ -18,6 +18,7 @@
 #include "ops/kernel_scratch.h"
 #include "ops/lowp.h"
 #include "ops/moe_checks.h"
+#include "ops/peer_copy.h"
 #include "ops/moe_generations.h"
 #include "ops/moe_kernel.h"
 #include "ops/numerics.h"
@@ -376,6 +377,7 @@ void CombineKernel::send() {
         send_blocks(N, recv_slots);
         return;
     }
+    const bool streaming = stream_rows(W, uint64_t(N) * tc);
     for (int64_t i = 0; i < N; ++i) {
         const int64_t src = assist_[3 * i], t = assist_[3 * i + 1], k = assist_[3 * i + 2];
         if (src < 0 || src >= W || t < 0 || t >= maxBs || k < 0 || k >= KS) {
@@ -388,7 +390,7 @@ void CombineKernel::send() {
         uint8_t *d = call_.data(src) + coff + uint64_t(t * KS + k) * tc;
         const uint16_t *row = rows_ + i * H;
         if (p.comm_quant == 0) {
-            std::memcpy(d, row, size_t(H) * 2);
+            copy_to_peer(d, row, size_t(H) * 2, streaming);
         } else if (p.comm_quant == 2) {
             comm_quant_row(row, bf16_, reinterpret_cast<int8_t *>(d), reinterpret_cast<uint16_t *>(d + qsoff), tmp_,
                            H);

@@ -22,6 +22,7 @@
 #include "ops/moe_generations.h"
 #include "ops/moe_kernel.h"
 #include "ops/numerics.h"
+#include "ops/peer_copy.h"
 #include "ops/round_trace.h"
 
 using namespace aclmock;
@@ -473,6 +474,7 @@ private:
     int64_t nvalid_ = 0;         // valid tokens (sent once per shared expert)
     int64_t received_ = 0;       // N, rows received from the EP domain
     int64_t staged_ = -1;        // token whose payload qrow_ holds
+    bool stream_ = false;        // rows go to the windows by streaming stores (peer_copy.h)
     bool per_expert_ = false;    // payload depends on the expert (per-expert scales)
     int64_t t_ready_ = 0;
 };
@@ -508,7 +510,7 @@ void DispatchKernel::fill(uint8_t *buf, int64_t t, int64_t srow) {
     const uint16_t *xr = x_ + t * H;
     switch (p_.quant) {
     case 0:
-        std::memcpy(buf, xb_ + t * p_.xrow_bytes, size_t(p_.xrow_bytes));
+        copy_to_peer(buf, xb_ + t * p_.xrow_bytes, size_t(p_.xrow_bytes), stream_ && buf != qrow_);
         if (tok_scales_)
             std::memcpy(buf + p_.dyn_off, tok_scales_ + t * p_.tok_scale_bytes, size_t(p_.tok_scale_bytes));
         break;
@@ -552,7 +554,7 @@ void DispatchKernel::write_row(uint8_t *dst, int64_t t, int64_t srow, const floa
             fill(qrow_, t, srow);
             staged_ = t;
         }
-        std::memcpy(dst, qrow_, size_t(dispatch_payload_bytes(H)) + 4);
+        copy_to_peer(dst, qrow_, size_t(dispatch_payload_bytes(H)) + 4, stream_);
     }
     if (weight) std::memcpy(dst + dispatch_weight_offset(H), weight, 4);
     const int32_t tri[3] = {int32_t(p_.r), int32_t(t), kslot};
@@ -628,6 +630,7 @@ void DispatchKernel::publish_counts() {
 }
 
 void DispatchKernel::send() {
+    stream_ = stream_rows(p_.W, uint64_t(p_.BS) * uint64_t(p_.K + p_.S) * call_.layout.td);
     send_moe_rows();
     send_shared_rows();
     publish_counts();

@@ -1,10 +1,15 @@
 // Run-time pieces shared by the mock MoE kernels; see moe_kernel.h.
 #include "ops/moe_kernel.h"
 #include "ops/moe_generations.h"
+#include "ops/peer_copy.h"
 
 #include <cinttypes>
+#include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <string>
+
+#include <unistd.h>
 
 namespace aclmock {
 namespace moe {
@@ -159,6 +164,42 @@ int64_t RankTable::hash() const {
     uint64_t h = 1469598103934665603ull;
     for (int64_t l = 0; l < W_; ++l) h = (h ^ uint64_t(uint32_t(physical(l)))) * 1099511628211ull;
     return int64_t(h & 0xfffffull);
+}
+
+namespace {
+// The last-level cache of CPU 0 as the kernel describes it (sysfs: the cache of the highest level;
+// the C library's figure can be a whole processor's, ten times what one core reaches in a VM);
+// 32 MiB where neither says.
+uint64_t last_level_cache_bytes() {
+    uint64_t best = 0;
+    int best_level = 0;
+    for (int i = 0; i < 8; ++i) {
+        const std::string dir = format("/sys/devices/system/cpu/cpu0/cache/index%d/", i);
+        FILE *lv = std::fopen((dir + "level").c_str(), "r");
+        if (!lv) break;
+        int level = 0;
+        const bool got_level = std::fscanf(lv, "%d", &level) == 1;
+        std::fclose(lv);
+        FILE *sz = std::fopen((dir + "size").c_str(), "r");
+        if (!sz) continue;
+        unsigned long long n = 0;
+        char unit = 0;
+        const int got = std::fscanf(sz, "%llu%c", &n, &unit);
+        std::fclose(sz);
+        if (!got_level || got < 1) continue;
+        const uint64_t bytes = unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
+        if (level > best_level) best_level = level, best = bytes;
+    }
+    if (best) return best;
+    const long n = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return n > 0 ? uint64_t(n) : uint64_t(32) << 20;
+}
+}  // namespace
+
+bool stream_rows(int64_t W, uint64_t bytes_per_rank) {
+    if (const int mode = row_streaming(); mode >= 0) return mode == 1;
+    static const uint64_t llc = last_level_cache_bytes();
+    return uint64_t(W) * bytes_per_rank > llc / 4;
 }
 
 int64_t monotonic_ns() {

@@ -4,8 +4,10 @@
 // testing the two-phase contract without the MoE ops.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "aclnn/executor.h"
@@ -163,6 +165,12 @@ PYBIND11_MODULE(_mock, m) {
     m.def("set_skip_kernels", &set_skip_kernels, py::arg("on"),
           "Benchmarks only: phase 2 checks and queues as usual but the kernels do nothing.");
     m.def("skip_kernels", &skip_kernels);
+    m.def(
+        "set_row_streaming",
+        [](std::optional<bool> on) { set_row_streaming(on ? int(*on) : -1); }, py::arg("on"),
+        "Tests: whether the kernels write the rows they send into peers' windows with streaming stores "
+        "(True), with ordinary copies (False), or as the world's volume says (None, the default: "
+        "streaming when W times a rank's rows of a call exceed a quarter of the last-level cache).");
     m.def(
         "inject_fault",
         [](const std::string &op, int rank, const std::string &kind, double seconds, int count) {

@@ -222,6 +222,13 @@ std::atomic<bool> g_skip_kernels{false};
 void set_skip_kernels(bool on) { g_skip_kernels.store(on, std::memory_order_relaxed); }
 bool skip_kernels() { return g_skip_kernels.load(std::memory_order_relaxed); }
 
+namespace {
+std::atomic<int> g_row_streaming{-1};
+}
+
+void set_row_streaming(int mode) { g_row_streaming.store(mode < 0 ? -1 : mode > 0 ? 1 : 0, std::memory_order_relaxed); }
+int row_streaming() { return g_row_streaming.load(std::memory_order_relaxed); }
+
 const char *soc_name(Soc soc) {
     switch (soc) {
     case Soc::Ascend950: return "Ascend950";

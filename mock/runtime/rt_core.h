@@ -52,6 +52,10 @@ ACLMOCK_API void set_poison_stripe(bool stripe);
 // nothing, so host overhead can be measured without the kernels' own work (never on by default).
 ACLMOCK_API void set_skip_kernels(bool on);
 ACLMOCK_API bool skip_kernels();
+// Whether the kernels write the rows they send with streaming stores (mock/ops/peer_copy.h): -1 by
+// the world's volume (the default), 0 never, 1 always. Tests set it to run both copies on any machine.
+ACLMOCK_API void set_row_streaming(int mode);
+ACLMOCK_API int row_streaming();
 ACLMOCK_API const char *soc_name(Soc soc);   // the profile's own (family) name
 // ACLNN_MOCK_CANN_VERSION: "" / "newest" (the newest published rules), or a release number
 // <major>.<minor>.<RCn | n>[.<suffix>] (8.3.RC1, 8.2.RC1, 8.5.0, ...); releases before 8.5 answer with

@@ -6,6 +6,7 @@
 #include <random>
 #include <string>
 #include <unordered_set>
+#include <vector>
 
 extern "C" {
 #include "check.h"
@@ -13,6 +14,7 @@ extern "C" {
 #include "acl/acl_rt.h"
 #include "aclnn/executor.h"
 #include "ops/kernel_scratch.h"
+#include "ops/peer_copy.h"
 #include "runtime/ptr_set.h"
 
 using namespace aclmock;
@@ -287,9 +289,32 @@ void test_kernel_scratch() {
     }
 }
 
+// A row copied into a peer's window is the same bytes whichever way it goes: streamed (16-byte
+// blocks, then the tail) or copied, to an aligned destination or not (which is never streamed).
+void test_copy_to_peer() {
+    std::mt19937 rng(11);
+    std::vector<uint8_t> src(4096 + 64);
+    for (auto &b : src) b = uint8_t(rng());
+    alignas(64) static uint8_t dst[4096 + 128];
+    for (size_t n : {size_t(0), size_t(1), size_t(15), size_t(16), size_t(511), size_t(512), size_t(513),
+                     size_t(2048 + 7), size_t(4096)})
+        for (size_t dst_off : {size_t(0), size_t(16), size_t(3)})
+            for (size_t src_off : {size_t(0), size_t(5)})
+                for (bool streaming : {true, false}) {
+                    std::memset(dst, 0xA5, sizeof dst);
+                    moe::copy_to_peer(dst + dst_off, src.data() + src_off, n, streaming);
+                    CHECK(std::memcmp(dst + dst_off, src.data() + src_off, n) == 0);
+                    bool untouched = true;   // nothing before or after the row
+                    for (size_t i = 0; i < sizeof dst; ++i)
+                        if ((i < dst_off || i >= dst_off + n) && dst[i] != 0xA5) untouched = false;
+                    CHECK(untouched);
+                }
+}
+
 int main() {
     test_ptr_set();
     test_kernel_scratch();
+    test_copy_to_peer();
     CHECK_EQ(aclrtSetDevice(0), 0);
     test_launch_needs_init();
     CHECK_EQ(aclInit(nullptr), 0);
