@@ -573,11 +573,11 @@ def _collect(threads: list[threading.Thread], results: list[Any], failures: list
 
 @contextmanager
 def _on_cpu(cpu: int | None) -> Iterator[None]:
-    """The calling thread runs on `cpu` (None: where it may) until the block ends, then where it ran before.
-    run_threads starts a world's ranks from the CPU they share: a thread inherits its starter's CPUs, so
-    the ranks and the stream workers they start run there, and each start's hand-over between the
-    starter and the new thread (Thread.start waits until the thread runs) stays on one CPU instead of
-    crossing to the idle one (1024 starts: 150 -> 73 ms)."""
+    """The calling thread runs on `cpu` (None: where it may), as a batch thread (_run_until_waiting), until
+    the block ends, then as it ran before. run_threads starts a world's ranks from the CPU they share: a
+    thread inherits its starter's CPUs and policy, so the ranks and the stream workers they start run
+    there, and each start's hand-over between the starter and the new thread (Thread.start waits until
+    the thread runs) stays on one CPU instead of crossing to the idle one (1024 starts: 150 -> 73 ms)."""
     if cpu is None:
         yield
         return

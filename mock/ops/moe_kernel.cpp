@@ -188,7 +188,10 @@ uint64_t last_level_cache_bytes() {
         std::fclose(sz);
         if (!got_level || got < 1) continue;
         const uint64_t bytes = unit == 'K' ? n << 10 : unit == 'M' ? n << 20 : n;
-        if (level > best_level) best_level = level, best = bytes;
+        if (level > best_level) {
+            best_level = level;
+            best = bytes;
+        }
     }
     if (best) return best;
     const long n = sysconf(_SC_LEVEL3_CACHE_SIZE);
