@@ -628,10 +628,9 @@ def _usable_cpus() -> set[int]:
 def _shared_cpu() -> int | None:
     """The CPU a thread world's threads share: the last this process may use, or None where threads
     cannot be bound to CPUs."""
-    getter = getattr(os, "sched_getaffinity", None)
-    if getter is None or not hasattr(os, "sched_setaffinity"):
+    if not hasattr(os, "sched_getaffinity") or not hasattr(os, "sched_setaffinity"):
         return None
-    allowed = getter(0)
+    allowed = _usable_cpus()
     return max(allowed) if len(allowed) > 1 else None
 
 

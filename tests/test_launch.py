@@ -388,14 +388,21 @@ def test_ranks_sharing_a_cpu_keep_the_policy_they_may_not_or_should_not_leave(ac
 
 
 @needs_batch_policy
-@pytest.mark.skipif(not hasattr(os, "sched_getaffinity") or len(os.sched_getaffinity(0)) > 8,
-                    reason="spawns one rank more than the CPUs this process may use")
+@pytest.mark.skipif(not hasattr(os, "sched_setaffinity"), reason="needs a thread that can be bound to one CPU")
 def test_spawned_ranks_outnumbering_the_cpus_run_as_batch_processes(acl):
+    """Launched from a thread bound to one CPU (a fresh interpreter per rank inherits it), two ranks
+    outnumber their CPUs and run as batch processes; one rank does not."""
     from aclnn_py import worlds
 
-    cpus = len(os.sched_getaffinity(0))
-    assert worlds.spawn(lr.scheduling_policy, cpus + 1, timeout=60) == [os.SCHED_BATCH] * (cpus + 1)
-    assert worlds.spawn(lr.scheduling_policy, 1, timeout=60) == [os.SCHED_OTHER]
+    allowed = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(allowed)})
+    try:
+        two = worlds.spawn(lr.scheduling_policy, 2, timeout=120, start_method="spawn")
+        one = worlds.spawn(lr.scheduling_policy, 1, timeout=120, start_method="spawn")
+    finally:
+        os.sched_setaffinity(0, allowed)
+    assert two == [os.SCHED_BATCH] * 2
+    assert one == [os.SCHED_OTHER]
 
 
 def test_run_threads_share_one_cpu_binds_nothing_where_the_process_has_one_cpu(acl, monkeypatch):

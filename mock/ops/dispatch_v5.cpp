@@ -510,7 +510,7 @@ void DispatchKernel::fill(uint8_t *buf, int64_t t, int64_t srow) {
     const uint16_t *xr = x_ + t * H;
     switch (p_.quant) {
     case 0:
-        copy_to_peer(buf, xb_ + t * p_.xrow_bytes, size_t(p_.xrow_bytes), stream_ && buf != qrow_);
+        copy_to_peer(buf, xb_ + t * p_.xrow_bytes, size_t(p_.xrow_bytes), stream_);   // quant 0: buf is the window row
         if (tok_scales_)
             std::memcpy(buf + p_.dyn_off, tok_scales_ + t * p_.tok_scale_bytes, size_t(p_.tok_scale_bytes));
         break;
